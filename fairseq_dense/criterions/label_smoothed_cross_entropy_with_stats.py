@@ -1,0 +1,115 @@
+"""Label-smoothed cross entropy that also reports token error rate and model statistics."""
+import math
+from dataclasses import dataclass
+from typing import Dict
+
+import torch
+from fairseq import metrics
+from fairseq.criterions import register_criterion
+from fairseq.criterions.label_smoothed_cross_entropy import (
+    LabelSmoothedCrossEntropyCriterion,
+    LabelSmoothedCrossEntropyCriterionConfig,
+)
+
+#: Prefix of logging-output keys that carry statistics exposed by the model.
+MODEL_STAT_PREFIX = "model/"
+_MODEL_STAT_COUNT = "_model_stat_count"
+
+
+@dataclass
+class LabelSmoothedCrossEntropyWithStatsCriterionConfig(LabelSmoothedCrossEntropyCriterionConfig):
+    pass
+
+
+def token_errors(lprobs: torch.Tensor, target: torch.Tensor, padding_idx: int):
+    """Count wrongly predicted target tokens under teacher forcing.
+
+    Args:
+        lprobs: ``(N, V)`` log-probabilities (or any scores; only argmax is used).
+        target: ``(N,)`` gold token ids.
+        padding_idx: id whose positions are excluded.
+
+    Returns:
+        ``(n_errors, n_tokens)`` as Python ints, padding excluded.
+    """
+    mask = target.ne(padding_idx)
+    wrong = lprobs.argmax(dim=-1).ne(target) & mask
+    return int(wrong.sum().item()), int(mask.sum().item())
+
+
+@register_criterion(
+    "label_smoothed_cross_entropy_with_stats",
+    dataclass=LabelSmoothedCrossEntropyWithStatsCriterionConfig,
+)
+class LabelSmoothedCrossEntropyWithStatsCriterion(LabelSmoothedCrossEntropyCriterion):
+    """fairseq's label-smoothed cross entropy plus two kinds of extra statistics.
+
+    * ``ter``: token error rate in percent, the share of non-padding target tokens
+      whose argmax prediction under teacher forcing is wrong (Deep-Att, Zhou et al.
+      2016, Sec. 4.5.3).
+    * any scalars the model exposes through an optional method
+      ``get_logging_stats() -> Dict[str, float]`` (e.g. Weighted Transformer branch
+      weights); they are logged as ``model/<name>``, averaged over workers.
+    """
+
+    def forward(self, model, sample, reduce=True):
+        net_output = model(**sample["net_input"])
+        loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
+        sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
+        logging_output = {
+            "loss": loss.data,
+            "nll_loss": nll_loss.data,
+            "ntokens": sample["ntokens"],
+            "nsentences": sample["target"].size(0),
+            "sample_size": sample_size,
+        }
+        with torch.no_grad():
+            lprobs, target = self.get_lprobs_and_target(model, net_output, sample)
+            n_err, n_tok = token_errors(lprobs, target, self.padding_idx)
+        logging_output["n_token_errors"] = n_err
+        logging_output["n_scored_tokens"] = n_tok
+        if self.report_accuracy:
+            n_correct, total = self.compute_accuracy(model, net_output, sample)
+            logging_output["n_correct"] = n_correct.data
+            logging_output["total"] = total.data
+        logging_output.update(self.model_stats(model))
+        return loss, sample_size, logging_output
+
+    @staticmethod
+    def model_stats(model) -> Dict[str, float]:
+        """Collect the model's optional scalar statistics for logging."""
+        getter = getattr(model, "get_logging_stats", None)
+        if getter is None:
+            return {}
+        stats = {MODEL_STAT_PREFIX + k: float(v) for k, v in getter().items()}
+        if stats:
+            stats[_MODEL_STAT_COUNT] = 1
+        return stats
+
+    @classmethod
+    def reduce_metrics(cls, logging_outputs) -> None:
+        super().reduce_metrics(logging_outputs)
+        n_err = sum(log.get("n_token_errors", 0) for log in logging_outputs)
+        n_tok = sum(log.get("n_scored_tokens", 0) for log in logging_outputs)
+        if n_tok > 0:
+            # "_"-prefixed meters are aggregated but not printed
+            metrics.log_scalar_sum("_ter_errors", n_err)
+            metrics.log_scalar_sum("_ter_tokens", n_tok)
+            metrics.log_derived(
+                "ter",
+                lambda meters: round(100.0 * meters["_ter_errors"].sum / meters["_ter_tokens"].sum, 3)
+                if meters["_ter_tokens"].sum > 0
+                else float("nan"),
+            )
+        n_stat = sum(log.get(_MODEL_STAT_COUNT, 0) for log in logging_outputs)
+        if n_stat > 0:
+            keys = {k for log in logging_outputs for k in log if k.startswith(MODEL_STAT_PREFIX)}
+            for key in sorted(keys):
+                total = sum(float(log.get(key, 0.0)) for log in logging_outputs)
+                value = total / n_stat
+                if math.isfinite(value):
+                    metrics.log_scalar(key, value, n_stat, round=4)
+
+    @staticmethod
+    def logging_outputs_can_be_summed() -> bool:
+        return True

@@ -1,0 +1,1 @@
+"""LR schedulers registered by fairseq-dense."""

@@ -1,0 +1,2 @@
+"""Model families registered by fairseq-dense: one sub-package each."""
+from fairseq_dense.models import gru_attention  # noqa: F401

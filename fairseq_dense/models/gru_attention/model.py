@@ -1,0 +1,98 @@
+"""Attentional GRU encoder-decoder: model registration and named architectures."""
+from fairseq.models import FairseqEncoderDecoderModel, register_model, register_model_architecture
+from fairseq.utils import safe_getattr
+
+from fairseq_dense.models.gru_attention.config import GRUAttentionConfig
+from fairseq_dense.models.gru_attention.decoder import GRUAttentionDecoder
+from fairseq_dense.models.gru_attention.encoder import GRUAttentionEncoder
+
+
+@register_model("gru_attention", dataclass=GRUAttentionConfig)
+class GRUAttentionModel(FairseqEncoderDecoderModel):
+    """Attentional GRU baseline.
+
+    Bahdanau et al., Neural Machine Translation by Jointly Learning to Align and
+    Translate, https://arxiv.org/abs/1409.0473, as described in Yin & Zhang's
+    report (``papers/attentional-gru-nmt-report.txt``): bidirectional GRU encoder,
+    GRU decoder fed ``[c_{t-1}; y_{t-1}]``, MLP attention, tanh readout with dropout
+    before the softmax.
+    """
+
+    @classmethod
+    def build_model(cls, cfg: GRUAttentionConfig, task):
+        """Build the model, validating option combinations.
+
+        Raises:
+            ValueError: naming the offending flags.
+        """
+        for name in ("encoder_embed_dim", "encoder_hidden_size", "decoder_embed_dim",
+                     "decoder_hidden_size", "attention_dim", "readout_dim"):
+            if safe_getattr(cfg, name) is None or int(safe_getattr(cfg, name)) <= 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be a positive integer")
+        for name in ("dropout", "embed_dropout"):
+            if not 0.0 <= float(safe_getattr(cfg, name, 0.0)) < 1.0:
+                raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1)")
+        if cfg.share_decoder_input_output_embed and cfg.readout_dim != cfg.decoder_embed_dim:
+            raise ValueError(
+                "--share-decoder-input-output-embed requires --readout-dim "
+                f"({cfg.readout_dim}) == --decoder-embed-dim ({cfg.decoder_embed_dim})"
+            )
+        encoder = GRUAttentionEncoder(
+            task.source_dictionary,
+            embed_dim=cfg.encoder_embed_dim,
+            hidden_size=cfg.encoder_hidden_size,
+            embed_dropout=cfg.embed_dropout,
+            max_positions=cfg.max_source_positions,
+        )
+        decoder = GRUAttentionDecoder(
+            task.target_dictionary,
+            embed_dim=cfg.decoder_embed_dim,
+            hidden_size=cfg.decoder_hidden_size,
+            encoder_dim=encoder.output_dim,
+            encoder_hidden_size=cfg.encoder_hidden_size,
+            attention_dim=cfg.attention_dim,
+            readout_dim=cfg.readout_dim,
+            dropout=cfg.dropout,
+            embed_dropout=cfg.embed_dropout,
+            share_input_output_embed=cfg.share_decoder_input_output_embed,
+            max_positions=cfg.max_target_positions,
+        )
+        return cls(encoder, decoder)
+
+
+@register_model_architecture("gru_attention", "gru_attention_iwslt_de_en")
+def gru_attention_iwslt_de_en(cfg):
+    """The report's IWSLT14 De-En sizes (the dataclass defaults, stated explicitly)."""
+    cfg.encoder_embed_dim = safe_getattr(cfg, "encoder_embed_dim", 512)
+    cfg.encoder_hidden_size = safe_getattr(cfg, "encoder_hidden_size", 512)
+    cfg.decoder_embed_dim = safe_getattr(cfg, "decoder_embed_dim", 512)
+    cfg.decoder_hidden_size = safe_getattr(cfg, "decoder_hidden_size", 512)
+    cfg.attention_dim = safe_getattr(cfg, "attention_dim", 256)
+    cfg.readout_dim = safe_getattr(cfg, "readout_dim", 512)
+    cfg.dropout = safe_getattr(cfg, "dropout", 0.5)
+
+
+@register_model_architecture("gru_attention", "gru_attention_small")
+def gru_attention_small(cfg):
+    """A CPU-sized model (~2M parameters at 8k vocabularies) for the quick-start."""
+    cfg.encoder_embed_dim = safe_getattr(cfg, "encoder_embed_dim", 128)
+    cfg.encoder_hidden_size = safe_getattr(cfg, "encoder_hidden_size", 128)
+    cfg.decoder_embed_dim = safe_getattr(cfg, "decoder_embed_dim", 128)
+    cfg.decoder_hidden_size = safe_getattr(cfg, "decoder_hidden_size", 256)
+    cfg.attention_dim = safe_getattr(cfg, "attention_dim", 128)
+    cfg.readout_dim = safe_getattr(cfg, "readout_dim", 128)
+    cfg.dropout = safe_getattr(cfg, "dropout", 0.3)
+    gru_attention_iwslt_de_en(cfg)
+
+
+@register_model_architecture("gru_attention", "gru_attention_tiny")
+def gru_attention_tiny(cfg):
+    """Tiny sizes for tests."""
+    cfg.encoder_embed_dim = safe_getattr(cfg, "encoder_embed_dim", 32)
+    cfg.encoder_hidden_size = safe_getattr(cfg, "encoder_hidden_size", 32)
+    cfg.decoder_embed_dim = safe_getattr(cfg, "decoder_embed_dim", 32)
+    cfg.decoder_hidden_size = safe_getattr(cfg, "decoder_hidden_size", 32)
+    cfg.attention_dim = safe_getattr(cfg, "attention_dim", 32)
+    cfg.readout_dim = safe_getattr(cfg, "readout_dim", 32)
+    cfg.dropout = safe_getattr(cfg, "dropout", 0.1)
+    gru_attention_iwslt_de_en(cfg)

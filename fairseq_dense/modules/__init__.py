@@ -1,0 +1,1 @@
+"""Reusable modules shared by the model families."""

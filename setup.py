@@ -1,0 +1,44 @@
+"""Packaging for fairseq-dense, a fairseq plugin of dense / deep NMT architectures."""
+from setuptools import find_packages, setup
+
+setup(
+    name="fairseq-dense",
+    version="0.1.0",
+    description=(
+        "fairseq plugin: DenseNMT, DenseRNN, Deep-Att/Deep-ED, an attentional GRU "
+        "baseline and the Weighted Transformer"
+    ),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="MIT",
+    python_requires=">=3.8",
+    packages=find_packages(include=["fairseq_dense", "fairseq_dense.*"]),
+    install_requires=[
+        # fairseq 0.12.2 from PyPI cannot be imported on Python >= 3.11.
+        'fairseq-fixed==0.12.3.1; python_version>="3.11"',
+        'fairseq>=0.12.2; python_version<"3.11"',
+        # Install torch first (the Makefile installs the CPU build 2.13.0): this
+        # range is then already satisfied and pip never fetches a CUDA build.
+        "torch>=1.13",
+        "sacrebleu>=2.0",
+        "subword-nmt>=0.3.8",
+        "sacremoses>=0.0.53",
+        "numpy",
+        "safetensors>=0.4",
+        "huggingface_hub>=0.20",
+    ],
+    extras_require={
+        "test": ["pytest>=7", "pytest-timeout", "matplotlib"],
+        "plot": ["matplotlib"],
+    },
+    entry_points={
+        "console_scripts": [
+            "fairseq-dense-quickstart = fairseq_dense.cli.quickstart:main",
+            "fairseq-dense-synth = fairseq_dense.data.synthetic:main",
+        ],
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

@@ -1,0 +1,9 @@
+import os
+
+import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: end-to-end tests through the fairseq CLI")
