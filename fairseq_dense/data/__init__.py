@@ -1,0 +1,1 @@
+"""Data utilities: the synthetic corpus generator and the raw-text preparation pipeline."""

@@ -1,0 +1,204 @@
+"""Raw parallel text -> Moses tokenisation -> joint BPE -> ``fairseq-preprocess``.
+
+The one data pipeline of the project: the quick-start, the examples and the
+benchmarks all call it. Input is a folder with ``{train,valid,test}.{src,tgt}``
+raw UTF-8 text, one sentence per line. Output (``--dest``)::
+
+    tok/        Moses-tokenised (optionally lower-cased) text
+    bpe/        the same after joint BPE
+    bpecodes    the joint BPE codes (subword-nmt)
+    bin/        fairseq binarised data (joined dictionary)
+    prepare.json  the options used (languages, merges, lower-casing)
+
+Everything is written into ``DEST.tmp`` first and renamed at the end, so a failed
+run never leaves a half-prepared folder behind.
+"""
+import argparse
+import json
+import logging
+import os
+import shutil
+import time
+from multiprocessing import Pool
+from typing import List, Sequence
+
+logger = logging.getLogger(__name__)
+
+SPLITS = ("train", "valid", "test")
+# sacremoses wants ISO 639-1 codes; corpora often use 639-3 names
+MOSES_LANG = {"deu": "de", "eng": "en", "fra": "fr", "tur": "tr", "spa": "es", "ita": "it"}
+
+
+class DataError(ValueError):
+    """Malformed input data; the message names the file (and line) at fault."""
+
+
+def moses_lang(lang: str) -> str:
+    return MOSES_LANG.get(lang, lang if len(lang) == 2 else "en")
+
+
+def read_lines(path: str) -> List[str]:
+    """Read a raw text file, failing clearly on missing files or non-UTF-8 bytes."""
+    if not os.path.isfile(path):
+        raise DataError(f"{path}: file not found")
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line_no = raw[: e.start].count(b"\n") + 1
+        raise DataError(f"{path}:{line_no}: not valid UTF-8 (byte {raw[e.start]:#04x} at offset {e.start})") from None
+    return text.splitlines()
+
+
+def check_parallel(raw_dir: str, src: str, tgt: str, splits: Sequence[str] = SPLITS) -> None:
+    """Every split exists on both sides, decodes as UTF-8, and has equal line counts."""
+    for split in splits:
+        a = read_lines(os.path.join(raw_dir, f"{split}.{src}"))
+        b = read_lines(os.path.join(raw_dir, f"{split}.{tgt}"))
+        if len(a) != len(b):
+            raise DataError(
+                f"{raw_dir}/{split}.{src} has {len(a)} lines but {raw_dir}/{split}.{tgt} has {len(b)}"
+            )
+        if not a:
+            raise DataError(f"{raw_dir}/{split}.{src}: empty file")
+
+
+_TOKENIZER = None
+
+
+def _init_tokenizer(lang: str, lowercase: bool) -> None:
+    global _TOKENIZER
+    from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
+    _TOKENIZER = (MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang), lowercase)
+
+
+def _tokenize(line: str) -> str:
+    norm, tok, lowercase = _TOKENIZER
+    out = tok.tokenize(norm.normalize(line), escape=False, return_str=True)
+    return out.lower() if lowercase else out
+
+
+def tokenize_file(src_path: str, dst_path: str, lang: str, lowercase: bool, workers: int) -> None:
+    lines = read_lines(src_path)
+    if workers > 1 and len(lines) > 5000:
+        with Pool(workers, initializer=_init_tokenizer, initargs=(moses_lang(lang), lowercase)) as pool:
+            out = pool.map(_tokenize, lines, chunksize=2000)
+    else:
+        _init_tokenizer(moses_lang(lang), lowercase)
+        out = [_tokenize(line) for line in lines]
+    with open(dst_path, "w", encoding="utf-8") as f:
+        f.writelines(line + "\n" for line in out)
+
+
+def learn_joint_bpe(paths: Sequence[str], codes_path: str, merges: int) -> None:
+    """Learn one BPE model on the concatenation of both training sides."""
+    from subword_nmt.learn_bpe import learn_bpe
+
+    concat = codes_path + ".train"
+    with open(concat, "w", encoding="utf-8") as out:
+        for p in paths:
+            with open(p, encoding="utf-8") as f:
+                shutil.copyfileobj(f, out)
+    with open(concat, encoding="utf-8") as inp, open(codes_path, "w", encoding="utf-8") as out:
+        learn_bpe(inp, out, merges, min_frequency=2, total_symbols=False)
+    os.remove(concat)
+
+
+def apply_bpe_file(codes_path: str, src_path: str, dst_path: str) -> None:
+    from subword_nmt.apply_bpe import BPE
+
+    with open(codes_path, encoding="utf-8") as codes:
+        bpe = BPE(codes)
+    with open(src_path, encoding="utf-8") as f, open(dst_path, "w", encoding="utf-8") as out:
+        for line in f:
+            out.write(bpe.process_line(line))
+
+
+def binarize(bpe_dir: str, bin_dir: str, src: str, tgt: str, workers: int) -> None:
+    from fairseq import options
+    from fairseq_cli import preprocess
+
+    parser = options.get_preprocessing_parser()
+    args = parser.parse_args([
+        "--source-lang", src, "--target-lang", tgt,
+        "--trainpref", os.path.join(bpe_dir, "train"),
+        "--validpref", os.path.join(bpe_dir, "valid"),
+        "--testpref", os.path.join(bpe_dir, "test"),
+        "--destdir", bin_dir, "--joined-dictionary", "--workers", str(workers),
+    ])
+    preprocess.main(args)
+
+
+def prepare(raw_dir: str, dest: str, src: str, tgt: str, merges: int = 10000,
+            lowercase: bool = False, workers: int = 2, force: bool = False) -> str:
+    """Run the whole pipeline; returns ``dest``. Reuses a finished ``dest`` unless ``force``."""
+    meta = {"src": src, "tgt": tgt, "merges": merges, "lowercase": lowercase,
+            "raw_dir": os.path.abspath(raw_dir), "moses_src": moses_lang(src), "moses_tgt": moses_lang(tgt)}
+    meta_path = os.path.join(dest, "prepare.json")
+    if not force and os.path.isfile(meta_path):
+        with open(meta_path) as f:
+            if json.load(f) == meta:
+                logger.info("reusing prepared data in %s", dest)
+                return dest
+    check_parallel(raw_dir, src, tgt)
+    tmp = dest.rstrip("/") + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(os.path.join(tmp, "tok"))
+    os.makedirs(os.path.join(tmp, "bpe"))
+    start = time.time()
+    try:
+        for split in SPLITS:
+            for lang in (src, tgt):
+                tokenize_file(os.path.join(raw_dir, f"{split}.{lang}"),
+                              os.path.join(tmp, "tok", f"{split}.{lang}"), lang, lowercase, workers)
+        logger.info("tokenised in %.0fs", time.time() - start)
+        codes = os.path.join(tmp, "bpecodes")
+        learn_joint_bpe([os.path.join(tmp, "tok", f"train.{lang}") for lang in (src, tgt)], codes, merges)
+        logger.info("learned %d BPE merges in %.0fs", merges, time.time() - start)
+        for split in SPLITS:
+            for lang in (src, tgt):
+                apply_bpe_file(codes, os.path.join(tmp, "tok", f"{split}.{lang}"),
+                               os.path.join(tmp, "bpe", f"{split}.{lang}"))
+        binarize(os.path.join(tmp, "bpe"), os.path.join(tmp, "bin"), src, tgt, workers)
+        with open(os.path.join(tmp, "prepare.json"), "w") as f:
+            json.dump(meta, f, indent=2)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(dest, ignore_errors=True)
+    os.rename(tmp, dest)
+    logger.info("prepared %s in %.0fs", dest, time.time() - start)
+    return dest
+
+
+def get_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Raw parallel text -> sacremoses tokenisation -> joint subword-nmt BPE -> fairseq-preprocess"
+    )
+    parser.add_argument("--raw", required=True, help="folder with {train,valid,test}.{SRC,TGT} raw text")
+    parser.add_argument("--dest", required=True, help="output folder (tok/, bpe/, bpecodes, bin/)")
+    parser.add_argument("--src", required=True, help="source language suffix, e.g. deu")
+    parser.add_argument("--tgt", required=True, help="target language suffix, e.g. eng")
+    parser.add_argument("--bpe-merges", type=int, default=10000, help="number of joint BPE merges")
+    parser.add_argument("--lowercase", action="store_true", help="lower-case after tokenisation")
+    parser.add_argument("--workers", type=int, default=2, help="processes for tokenisation and binarisation")
+    parser.add_argument("--force", action="store_true", help="redo even if DEST holds the same preparation")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = get_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(message)s", datefmt="%H:%M:%S")
+    if args.bpe_merges <= 0:
+        raise SystemExit("error: --bpe-merges must be a positive integer")
+    try:
+        prepare(args.raw, args.dest, args.src, args.tgt, args.bpe_merges, args.lowercase, args.workers, args.force)
+    except DataError as e:
+        raise SystemExit(f"error: {e}")
+    return 0
+
+
+if __name__ == "__main__":
+    main()
