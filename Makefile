@@ -8,8 +8,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat setup.py | cksum | cut -d' ' -f1)
 CORPUS ?=
-SRC ?= deu
-TGT ?= eng
+SRC ?= de
+TGT ?= en
 MINUTES ?= 6
 PYTEST_ARGS ?=
 

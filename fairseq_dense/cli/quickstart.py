@@ -1,7 +1,7 @@
 """Quick-start: prepare data, train a small attentional GRU model, report sacreBLEU.
 
     python -m fairseq_dense.cli.quickstart                      # synthetic language pair
-    python -m fairseq_dense.cli.quickstart --corpus ../shared/data/tatoeba-deu-eng --src deu --tgt eng
+    python -m fairseq_dense.cli.quickstart --corpus ../shared/data/tatoeba-deu-eng --src de --tgt en
 
 Every step is an ordinary fairseq command (``fairseq-preprocess`` through
 :mod:`fairseq_dense.data.prepare`, ``fairseq-train``, ``fairseq-generate``), run

@@ -101,8 +101,15 @@ def learn_joint_bpe(paths: Sequence[str], codes_path: str, merges: int) -> None:
         for p in paths:
             with open(p, encoding="utf-8") as f:
                 shutil.copyfileobj(f, out)
-    with open(concat, encoding="utf-8") as inp, open(codes_path, "w", encoding="utf-8") as out:
-        learn_bpe(inp, out, merges, min_frequency=2, total_symbols=False)
+    try:
+        with open(concat, encoding="utf-8") as inp, open(codes_path, "w", encoding="utf-8") as out:
+            learn_bpe(inp, out, merges, min_frequency=2, total_symbols=False)
+    except ValueError:
+        # subword-nmt fails on a corpus with no symbol pair at all (single-character
+        # words); an empty list of merges is the right model for it
+        logger.warning("no BPE merge possible on %s; words stay whole", ", ".join(paths))
+        with open(codes_path, "w", encoding="utf-8") as out:
+            out.write("#version: 0.2\n")
     os.remove(concat)
 
 
@@ -110,6 +117,10 @@ def apply_bpe_file(codes_path: str, src_path: str, dst_path: str) -> None:
     from subword_nmt.apply_bpe import BPE
 
     with open(codes_path, encoding="utf-8") as codes:
+        if not any(line.strip() and not line.startswith("#version") for line in codes):
+            shutil.copyfile(src_path, dst_path)  # no merges: BPE is the identity
+            return
+        codes.seek(0)
         bpe = BPE(codes)
     with open(src_path, encoding="utf-8") as f, open(dst_path, "w", encoding="utf-8") as out:
         for line in f:

@@ -1,0 +1,95 @@
+"""Data preparation: BPE compatibility with the standard recipe, input checks, the synthetic corpus."""
+import filecmp
+import json
+import random
+
+import pytest
+
+from fairseq_dense.data import prepare as prep
+from fairseq_dense.data import synthetic
+from tests import helpers
+
+IWSLT = helpers.SHARED_DATA / "iwslt14-deen-eval"
+
+
+@pytest.mark.skipif(not (IWSLT / "bpe.codes").exists(), reason="../shared/data/iwslt14-deen-eval not present")
+@pytest.mark.parametrize("name", ["valid.de", "test.en"])
+def test_bpe_application_matches_standard_recipe_byte_for_byte(tmp_path, name):
+    split, lang = name.split(".")
+    out = tmp_path / f"{split}.bpe.{lang}"
+    prep.apply_bpe_file(str(IWSLT / "bpe.codes"), str(IWSLT / name), str(out))
+    assert filecmp.cmp(out, IWSLT / f"{split}.bpe.{lang}", shallow=False)
+
+
+def test_prepare_pipeline_end_to_end(tmp_path):
+    raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=200, n_valid=20, n_test=20)
+    dest = tmp_path / "prepared"
+    prep.prepare(str(raw), str(dest), "src", "tgt", merges=20, lowercase=True, workers=1)
+    for split in prep.SPLITS:
+        for lang in ("src", "tgt"):
+            assert (dest / "bin" / f"{split}.src-tgt.{lang}.bin").exists()
+    # lower-casing applies to both sides: the upper-case target becomes the source
+    assert (dest / "tok" / "train.tgt").read_text() == (dest / "tok" / "train.src").read_text()
+    assert json.loads((dest / "prepare.json").read_text())["merges"] == 20
+    assert (dest / "bpecodes").read_text().strip()
+    assert not (tmp_path / "prepared.tmp").exists()
+
+
+def test_non_utf8_input_names_file_and_line_and_leaves_nothing(tmp_path):
+    raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=20, n_valid=5, n_test=5)
+    with open(raw / "train.tgt", "ab") as f:
+        f.write(b"caf\xe9 au lait\n")
+    dest = tmp_path / "out"
+    with pytest.raises(prep.DataError, match=r"train\.tgt:21: not valid UTF-8"):
+        prep.prepare(str(raw), str(dest), "src", "tgt", merges=10, workers=1)
+    assert not dest.exists() and not (tmp_path / "out.tmp").exists()
+
+
+def test_line_count_mismatch_names_both_files(tmp_path):
+    raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=20, n_valid=5, n_test=5)
+    with open(raw / "valid.src", "a") as f:
+        f.write("x y\n")
+    with pytest.raises(prep.DataError, match=r"valid\.src has 6 lines but .*valid\.tgt has 5"):
+        prep.check_parallel(str(raw), "src", "tgt")
+
+
+def test_missing_split_is_named(tmp_path):
+    raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=20, n_valid=5, n_test=5)
+    (raw / "test.tgt").unlink()
+    with pytest.raises(prep.DataError, match=r"test\.tgt: file not found"):
+        prep.check_parallel(str(raw), "src", "tgt")
+
+
+def test_cli_reports_bad_data_in_one_line(tmp_path):
+    raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=20, n_valid=5, n_test=5)
+    (raw / "test.tgt").unlink()
+    with pytest.raises(SystemExit, match=r"^error: .*test\.tgt: file not found$"):
+        prep.main(["--raw", str(raw), "--dest", str(tmp_path / "o"), "--src", "src", "--tgt", "tgt"])
+
+
+def test_synthetic_corpus_reorders_and_agrees():
+    rng = random.Random(0)
+    verbs_pl = {stem + synthetic.VERB_SUFFIX[True] for stem in synthetic.VERBS.values()}
+    verbs_sg = {stem + synthetic.VERB_SUFFIX[False] for stem in synthetic.VERBS.values()}
+    for _ in range(200):
+        src, tgt = synthetic.sentence_pair(rng)
+        s, t = src.split(), tgt.split()
+        # verb-final target, and the main verb agrees with the subject's number
+        first_noun = next(w for w in s if w in synthetic.NOUNS or w[:-1] in synthetic.NOUNS)
+        subject_plural = first_noun not in synthetic.NOUNS
+        assert t[-1] in (verbs_pl if subject_plural else verbs_sg), (src, tgt)
+        # determiner agrees with the noun that follows it
+        for det, noun in zip(t, t[1:]):
+            for (definite, plural, gender), word in synthetic.TGT_DET.items():
+                if det == word:
+                    assert noun.endswith(synthetic.NOUN_SUFFIX[(gender, plural)]), (det, noun, tgt)
+
+
+def test_synthetic_corpus_is_seeded_and_held_out(tmp_path):
+    a = synthetic.write_corpus(str(tmp_path / "a"), sizes=(300, 30, 30), seed=3)
+    b = synthetic.write_corpus(str(tmp_path / "b"), sizes=(300, 30, 30), seed=3)
+    for name in ("train.en", "test.xx"):
+        assert (tmp_path / "a" / name).read_text() == (tmp_path / "b" / name).read_text()
+    train = set((tmp_path / "a" / "train.en").read_text().splitlines())
+    assert not train & set((tmp_path / "a" / "test.en").read_text().splitlines())
+    assert a != b
