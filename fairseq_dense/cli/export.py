@@ -1,0 +1,89 @@
+"""``fairseq-dense-export``: a fairseq checkpoint -> a pickle-free model directory.
+
+    fairseq-dense-export checkpoints/checkpoint_best.pt --data data-bin/deu-eng \\
+        --bpe-codes data/bpecodes --out exports/gru-deu-eng \\
+        --dataset tatoeba --bleu 21.3 --bleu-signature "nrefs:1|case:mixed|..." --license cc-by-4.0
+    fairseq-dense-export checkpoints --average-last 5 --fp16 --out exports/gru-avg5 ...
+
+The directory holds ``config.json``, ``model.safetensors``, ``dict.<lang>.txt``,
+``bpecodes`` and a ``README.md`` model card; ``--pickle-checkpoint`` adds a
+pickle-based ``model.pt`` for ``fairseq-generate --path`` users. Load it with
+``fairseq_dense.from_pretrained(DIR)``; share it with ``fairseq-dense-push``.
+"""
+import argparse
+import logging
+import sys
+from typing import List, Optional
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="fairseq-dense-export", description=__doc__.split("\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("checkpoints", nargs="+",
+                   help="checkpoint file(s), averaged when several; with --average-last: a checkpoint directory")
+    p.add_argument("--out", required=True, help="model directory to create")
+    p.add_argument("--data", help="directory with dict.<lang>.txt (default: the checkpoint's data directory)")
+    p.add_argument("--source-lang", help="default: the checkpoint's")
+    p.add_argument("--target-lang", help="default: the checkpoint's")
+    p.add_argument("--bpe-codes", help="subword-nmt codes used to prepare the data (the model then applies BPE)")
+    p.add_argument("--tokenizer", choices=["moses", "none"], default="moses", help="text tokenizer")
+    p.add_argument("--moses-source-lang", help="sacremoses language of the input (default: --source-lang)")
+    p.add_argument("--moses-target-lang", help="sacremoses language of the output (default: --target-lang)")
+    p.add_argument("--fp16", action="store_true", help="store float16 weights (half the size)")
+    p.add_argument("--average-last", type=int, metavar="N", help="average the last N checkpoints of the directory")
+    p.add_argument("--update-based", action="store_true",
+                   help="with --average-last: average checkpoint_E_U.pt (update) checkpoints")
+    p.add_argument("--pickle-checkpoint", action="store_true",
+                   help="also write model.pt, a PICKLE-based fairseq checkpoint for fairseq-generate --path")
+    p.add_argument("--user-dir", help="fairseq --user-dir of a plugin registering the architecture")
+    p.add_argument("--force", action="store_true", help="replace an existing --out directory")
+    card = p.add_argument_group("model card")
+    card.add_argument("--model-name", help="title of the card (default: <arch>-<src>-<tgt>)")
+    card.add_argument("--license", default="other", help="licence identifier of the weights, e.g. cc-by-4.0")
+    card.add_argument("--dataset", help="training data set name (hub id), e.g. tatoeba")
+    card.add_argument("--training-data", help="free-text description of the training data")
+    card.add_argument("--test-set", help="name of the test set the score was measured on")
+    card.add_argument("--bleu", type=float, help="sacreBLEU score on the test set")
+    card.add_argument("--bleu-signature", help="sacreBLEU signature of that score")
+    card.add_argument("--intended-use", help="intended-use paragraph")
+    card.add_argument("--paper", help="paper link (default: the one the model class cites)")
+    card.add_argument("--languages", nargs="+", help="language codes for the hub metadata (default: the task's)")
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
+    import fairseq_dense  # noqa: F401  (registers the architectures)
+    from fairseq_dense.export import ModelCardInfo, export_checkpoint
+    from fairseq_dense.hub import PretrainedModelError
+
+    if args.user_dir:
+        from fairseq import utils
+
+        utils.import_user_module(argparse.Namespace(user_dir=args.user_dir))
+    card = ModelCardInfo(
+        model_name=args.model_name, license=args.license, dataset=args.dataset, training_data=args.training_data,
+        bleu=args.bleu, bleu_signature=args.bleu_signature, test_set=args.test_set,
+        intended_use=args.intended_use, paper=args.paper, languages=args.languages,
+    )
+    try:
+        out = export_checkpoint(
+            args.checkpoints, args.out, data=args.data, source_lang=args.source_lang,
+            target_lang=args.target_lang, bpe_codes=args.bpe_codes,
+            tokenizer=None if args.tokenizer == "none" else args.tokenizer,
+            moses_source_lang=args.moses_source_lang, moses_target_lang=args.moses_target_lang,
+            fp16=args.fp16, average_last=args.average_last, update_based=args.update_based,
+            write_pickle=args.pickle_checkpoint, card=card, force=args.force,
+        )
+    except PretrainedModelError as err:
+        print(f"fairseq-dense-export: error: {err}", file=sys.stderr)
+        return 1
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
