@@ -22,7 +22,7 @@ import fairseq_dense
 from fairseq_dense import hub
 from fairseq_dense.cli import export as export_cli
 from fairseq_dense.cli import push as push_cli
-from fairseq_dense.export import export_checkpoint
+from fairseq_dense.hub import export_checkpoint
 from fairseq_dense.hub import PretrainedModelError
 from tests import helpers
 
@@ -170,6 +170,29 @@ def test_cli_export_average_fp16_and_model_card(corpus, tmp_path):
     assert f"{n_params:,}" in card.text and "model.pt" not in os.listdir(out)
 
 
+@pytest.mark.skipif("gru_attention_tiny" not in TINY_ARCHS, reason="uses the GRU's tied-embedding option")
+def test_tied_weights_are_stored_once(corpus, tmp_path):
+    from safetensors import safe_open
+
+    state = torch.load(trained(corpus, "gru_attention_tiny") / "checkpoint_last.pt", weights_only=True)
+    model_cfg = state["cfg"]["model"]
+    if isinstance(model_cfg, dict):
+        model_cfg["share_decoder_input_output_embed"] = True
+    else:
+        model_cfg.share_decoder_input_output_embed = True
+    state["model"]["decoder.output_projection.weight"] = state["model"]["decoder.embed_tokens.weight"]
+    torch.save(state, tmp_path / "tied.pt")
+    out = export_checkpoint([tmp_path / "tied.pt"], tmp_path / "out", data=corpus.bin)
+    with safe_open(str(out / "model.safetensors"), framework="pt") as f:
+        names, tied = set(f.keys()), json.loads(f.metadata()["tied_weights"])
+    assert len(tied) == 1 and set(tied) | set(tied.values()) == {
+        "decoder.output_projection.weight", "decoder.embed_tokens.weight"}
+    assert not set(tied) & names
+    decoder = hub.from_pretrained(out).models[0].decoder
+    assert decoder.output_projection.weight is decoder.embed_tokens.weight
+    torch.testing.assert_close(decoder.embed_tokens.weight, state["model"]["decoder.embed_tokens.weight"])
+
+
 def test_export_refuses_bad_input_and_leaves_nothing(corpus, tmp_path, capsys):
     ckpt = trained(corpus, FIRST) / "checkpoint_last.pt"
     no_dicts = tmp_path / "empty"
@@ -239,6 +262,8 @@ def test_torch_hub_load_and_named_models(corpus, monkeypatch):
     monkeypatch.setattr(cls, "hub_models", classmethod(lambda c: {"tiny-copy": {"path": str(out)}}))
     assert hub.from_pretrained("tiny-copy").translate(line, **GEN) == expected
     assert fairseq_dense.from_pretrained is hub.from_pretrained
+    with pytest.raises(TypeError, match="no_such_option"):
+        hub.from_pretrained(out, no_such_option=1)
 
 
 def test_push_uploads_a_checked_directory(corpus, tmp_path, monkeypatch):

@@ -56,9 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
+    logging.getLogger("hydra").setLevel(logging.WARNING)  # fairseq's config composition is chatty
     import fairseq_dense  # noqa: F401  (registers the architectures)
-    from fairseq_dense.export import ModelCardInfo, export_checkpoint
-    from fairseq_dense.hub import PretrainedModelError
+    from fairseq_dense.hub import ModelCardInfo, PretrainedModelError, export_checkpoint
 
     if args.user_dir:
         from fairseq import utils

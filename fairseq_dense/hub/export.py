@@ -6,7 +6,6 @@ unpickling); the directory is written to a temporary sibling, verified by
 loading it back with :func:`fairseq_dense.hub.load_model_dir`, and only then moved
 into place, so nothing half-written is left behind.
 """
-import dataclasses
 import enum
 import json
 import logging
@@ -20,8 +19,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 import fairseq_dense
-from fairseq_dense import hub
-from fairseq_dense.hub import PretrainedModelError
+from fairseq_dense.hub import loading
+from fairseq_dense.hub.loading import PretrainedModelError
+from fairseq_dense.hub.model_card import ModelCardInfo, model_card, paper_of
 
 logger = logging.getLogger(__name__)
 
@@ -30,22 +30,6 @@ TASK_OPTIONS = ("left_pad_source", "left_pad_target", "max_source_positions", "m
                 "truncate_source")
 _EPOCH_RE = re.compile(r"checkpoint(\d+)\.pt$")
 _UPDATE_RE = re.compile(r"checkpoint_\d+_(\d+)\.pt$")
-
-
-@dataclasses.dataclass
-class ModelCardInfo:
-    """What the model card says beyond what the checkpoint knows."""
-
-    model_name: Optional[str] = None
-    license: str = "other"
-    dataset: Optional[str] = None
-    training_data: Optional[str] = None
-    bleu: Optional[float] = None
-    bleu_signature: Optional[str] = None
-    test_set: Optional[str] = None
-    intended_use: Optional[str] = None
-    paper: Optional[str] = None
-    languages: Optional[List[str]] = None
 
 
 def select_checkpoints(paths: Sequence[Union[str, Path]], average_last: Optional[int] = None,
@@ -191,12 +175,6 @@ def _task_options(cfg, src: Optional[str], tgt: Optional[str], data_dir: Path) -
     return options
 
 
-def paper_of(model_class) -> Optional[str]:
-    """The first link in the model class docstring (the families cite their paper there)."""
-    m = re.search(r"https?://[^\s,;)>\]]+", model_class.__doc__ or "")
-    return m.group(0).rstrip(".") if m else None
-
-
 def export_checkpoint(
     checkpoints: Sequence[Union[str, Path]],
     out_dir: Union[str, Path],
@@ -269,8 +247,8 @@ def export_checkpoint(
     from fairseq.data import Dictionary
 
     config = {
-        "format": hub.FORMAT_NAME,
-        "format_version": hub.FORMAT_VERSION,
+        "format": loading.FORMAT_NAME,
+        "format_version": loading.FORMAT_VERSION,
         "package_version": fairseq_dense.__version__,
         "fairseq_version": _fairseq_version(),
         "arch": arch,
@@ -295,15 +273,15 @@ def export_checkpoint(
         for side, path in dict_files.items():
             shutil.copyfile(path, tmp / config["dictionaries"][side]["file"])
         if bpe_codes is not None:
-            shutil.copyfile(bpe_codes, tmp / hub.BPE_CODES_NAME)
-        (tmp / hub.CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            shutil.copyfile(bpe_codes, tmp / loading.BPE_CODES_NAME)
+        (tmp / loading.CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         weights, n_params = _write_weights(tmp, config, states, paths, fp16)
-        hub.load_model_dir(tmp)  # verification: the directory loads on its own
+        loading.load_model_dir(tmp)  # verification: the directory loads on its own
         text = model_card(config, n_params, card or ModelCardInfo(), paper_of(ARCH_MODEL_REGISTRY[arch]),
                           write_pickle)
-        (tmp / hub.CARD_NAME).write_text(text, encoding="utf-8")
+        (tmp / loading.CARD_NAME).write_text(text, encoding="utf-8")
         if write_pickle:
-            _write_pickle(tmp / hub.PICKLE_NAME, last, weights)
+            _write_pickle(tmp / loading.PICKLE_NAME, last, weights)
         _make_readable(tmp)
         if out_dir.exists():
             shutil.rmtree(out_dir)
@@ -347,7 +325,7 @@ def _write_weights(tmp: Path, config, states, paths, fp16: bool) -> Tuple[Dict[s
     from safetensors.torch import save_file
 
     averaged = average_states([s["model"] for s in states], paths)
-    cfg = hub.build_fairseq_cfg(tmp, config)
+    cfg = loading.build_fairseq_cfg(tmp, config)
     model = tasks.setup_task(cfg.task).build_model(cfg.model)
     expected = model.state_dict()
     for name, tensor in averaged.items():
@@ -373,7 +351,7 @@ def _write_weights(tmp: Path, config, states, paths, fp16: bool) -> Tuple[Dict[s
         else:
             seen[key] = name
     tensors = {k: v.contiguous() for k, v in full.items() if k not in aliases}
-    save_file(tensors, str(tmp / hub.WEIGHTS_NAME), metadata={
+    save_file(tensors, str(tmp / loading.WEIGHTS_NAME), metadata={
         "format": "pt", "tied_weights": json.dumps(aliases), "arch": config["arch"],
         "fairseq_dense_version": fairseq_dense.__version__,
     })
@@ -385,69 +363,3 @@ def _write_pickle(path: Path, last: Dict[str, Any], weights: Dict[str, torch.Ten
     state = {k: v for k, v in last.items() if k not in ("cfg_obj", "last_optimizer_state", "criterion")}
     state["model"] = weights
     torch.save(state, path)
-
-
-def model_card(config: Dict[str, Any], n_params: int, info: ModelCardInfo, paper: Optional[str],
-               has_pickle: bool) -> str:
-    """The ``README.md`` model card: hub metadata block (YAML) plus a description."""
-    from huggingface_hub import EvalResult, ModelCardData
-
-    task = config["task"]
-    src, tgt = task["source_lang"], task["target_lang"]
-    name = info.model_name or f"{config['arch']}-{src}-{tgt}"
-    evals = None
-    if info.bleu is not None:
-        evals = [EvalResult(
-            task_type="translation", task_name=f"Translation {src}-{tgt}",
-            dataset_type=info.dataset or "custom", dataset_name=info.test_set or info.dataset or "custom",
-            metric_type="bleu", metric_name="sacreBLEU", metric_value=float(info.bleu), verified=False,
-            metric_config=info.bleu_signature,
-        )]
-    data = ModelCardData(
-        language=info.languages or [src, tgt], license=info.license, library_name="fairseq",
-        pipeline_tag="translation", tags=["translation", "fairseq", "fairseq-dense", config["model_name"]],
-        datasets=[info.dataset] if info.dataset else None, model_name=name, eval_results=evals,
-    )
-    bleu = "not given"
-    if info.bleu is not None:
-        bleu = f"{info.bleu:.2f} on {info.test_set or info.dataset or 'the test set'}"
-        bleu += f" (signature `{info.bleu_signature}`)" if info.bleu_signature else ""
-    rows = [
-        ("Architecture", f"`{config['arch']}` (fairseq-dense model `{config['model_name']}`)"),
-        ("Paper", paper or "see the fairseq-dense documentation"),
-        ("Parameters", f"{n_params:,}"),
-        ("Languages", f"{src} → {tgt}"),
-        ("Training data", info.training_data or info.dataset or "not given"),
-        ("sacreBLEU", bleu),
-        ("Weights", f"`model.safetensors` ({config['weights_dtype']}), averaged over {len(config['checkpoints'])} "
-                    f"checkpoint(s): {', '.join(config['checkpoints'])}"),
-        ("Pre-/post-processing", f"tokenizer: {(config['tokenizer'] or {}).get('_name', 'none')}, "
-                                 f"BPE: {(config['bpe'] or {}).get('_name', 'none')}"),
-        ("Licence", info.license),
-        ("Exported with", f"fairseq-dense {config['package_version']}, fairseq {config['fairseq_version']}"),
-    ]
-    pickle_note = (
-        f"- `{hub.PICKLE_NAME}`: **pickle-based** fairseq checkpoint for `fairseq-generate --path` / "
-        "`fairseq-interactive --path` (with `--user-dir`). Unpickling can run code: load it only if you "
-        "trust its author. `from_pretrained` never reads (or downloads) it.\n" if has_pickle else ""
-    )
-    return (
-        f"---\n{data.to_yaml()}\n---\n\n# {name}\n\n"
-        f"A {config['model_name']} translation model ({src} → {tgt}) for fairseq, exported by fairseq-dense.\n\n"
-        "| | |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in rows) +
-        "\n## Intended use\n\n" + (info.intended_use or (
-            f"Research on and demonstration of {src} → {tgt} machine translation. Not evaluated for "
-            "production use, other domains or languages; outputs can be wrong or fluent but unfaithful.")) +
-        "\n\n## How to use\n\n```python\nimport fairseq_dense\n\n"
-        f'model = fairseq_dense.from_pretrained("<this repository id or directory>")\n'
-        'print(model.translate("...", beam=5))\n```\n\n'
-        "or `torch.hub.load(\"<fairseq-dense repository>\", \"from_pretrained\", \"<this repository>\")`.\n\n"
-        "## Files\n\n"
-        f"- `{hub.CONFIG_NAME}`: architecture, every model option, task, tokenizer and BPE settings\n"
-        f"- `{hub.WEIGHTS_NAME}`: weights (safetensors: no code runs when loading)\n"
-        + "".join(f"- `{d['file']}`: {side} dictionary ({d['size']} symbols)\n"
-                  for side, d in config["dictionaries"].items())
-        + (f"- `{hub.BPE_CODES_NAME}`: subword-nmt BPE codes\n" if config["bpe"] else "")
-        + pickle_note
-        + "\n## Model options\n\n```json\n" + json.dumps(config["model"], indent=2, sort_keys=True) + "\n```\n"
-    )

@@ -1,21 +1,10 @@
-"""Pickle-free model directories: load them locally or from a model hub.
+"""Loading pickle-free model directories, locally or from a model hub.
 
-A model directory is what ``fairseq-dense-export`` (:mod:`fairseq_dense.export`)
-writes:
-
-- ``config.json``: format version, package version, architecture, every model
-  option, the task options, tokenizer and BPE choice, dictionary sizes;
-- ``model.safetensors``: the weights (tied weights stored once);
-- ``dict.<src>.txt`` and ``dict.<tgt>.txt``: fairseq dictionaries (text);
-- ``bpecodes``: subword-nmt codes, when the model uses BPE;
-- ``README.md``: the model card, with the metadata block model hubs read;
-- optionally ``model.pt``: a pickle-based fairseq checkpoint for
-  ``fairseq-generate --path`` users. It is never read here.
-
-:func:`from_pretrained` rebuilds the task from the dictionaries and the model
-through fairseq's registries from ``config.json``, loads ``model.safetensors`` and
-returns fairseq's :class:`~fairseq.hub_utils.GeneratorHubInterface`. Nothing on
-that path unpickles: JSON, text dictionaries, text BPE codes and safetensors only.
+:func:`from_pretrained` rebuilds the task from the text dictionaries and the
+model through fairseq's registries from ``config.json``, loads
+``model.safetensors`` and returns fairseq's
+:class:`~fairseq.hub_utils.GeneratorHubInterface`. Nothing on that path
+unpickles: JSON, text dictionaries, text BPE codes and safetensors only.
 """
 import json
 import logging
@@ -102,7 +91,7 @@ def _download(repo_id: str, revision: Optional[str], cache_dir, local_files_only
         where = f"cache {cache_dir or constants.HF_HUB_CACHE}"
         mode = " in offline mode (HF_HUB_OFFLINE / local_files_only)" if offline else ""
         raise PretrainedModelError(
-            f"{repo_id} (revision {revision or 'main'}): cannot get the model from the hub{mode}, "
+            f"{repo_id} (revision {revision or 'main'}): not a local directory, and cannot get it from the hub{mode}, "
             f"{where}: {type(err).__name__}: {err}"
         ) from None
     return Path(path)
@@ -358,8 +347,3 @@ def from_pretrained(name_or_path: Union[str, Path], **kwargs):
     logger.info("loaded %s (%s) from %s", model.__class__.__name__, cfg.model._name, model_dir)
     return GeneratorHubInterface(cfg, task, [model])
 
-
-__all__ = [
-    "PretrainedModelError", "dense_architectures", "hub_models", "from_pretrained", "load_model_dir",
-    "read_config", "resolve_model_dir",
-]
