@@ -349,6 +349,9 @@ ERROR_CASES = {
     "missing weights": (lambda d: (d / "model.safetensors").unlink(), "model.safetensors: missing"),
     "missing dictionary": (lambda d: (d / "dict.tgt.txt").unlink(), "dict.tgt.txt: missing"),
     "missing bpe codes": (lambda d: (d / "bpecodes").unlink(), "bpecodes: missing"),
+    "dictionary outside the directory": (
+        lambda d: _edit_json(d / "config.json", dictionaries__target__file="../dict.tgt.txt"),
+        "config.json: target dictionary file name '../dict.tgt.txt'"),
     "invalid json": (lambda d: (d / "config.json").write_text("{arch"), "config.json: not valid JSON"),
     "unknown architecture": (lambda d: _edit_json(d / "config.json", arch="future_model_tiny"),
                              "config.json: unknown architecture 'future_model_tiny'"),

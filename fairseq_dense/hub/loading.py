@@ -166,7 +166,13 @@ def read_config(model_dir: Union[str, Path]) -> Dict[str, Any]:
     for key in ("arch", "model", "task", "dictionaries"):
         if key not in config:
             raise PretrainedModelError(f'{path}: no "{key}" entry')
-    required = [CONFIG_NAME, WEIGHTS_NAME] + [d["file"] for d in config["dictionaries"].values()]
+    required = [CONFIG_NAME, WEIGHTS_NAME]
+    for side in ("source", "target"):
+        name = str(config["dictionaries"].get(side, {}).get("file"))
+        lang = config["task"].get(f"{side}_lang")
+        if not re.fullmatch(r"dict\.[^/\\]+\.txt", name) or name != f"dict.{lang}.txt":
+            raise PretrainedModelError(f"{path}: {side} dictionary file name '{name}' is not dict.<{side} lang>.txt")
+        required.append(name)
     if config.get("bpe"):
         required.append(BPE_CODES_NAME)
     for name in required:
