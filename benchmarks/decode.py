@@ -1,0 +1,172 @@
+"""Beam-search decoding speed (with and without the incremental cache), BLEU and attention maps.
+
+Decoding runs in-process with fairseq's own ``SequenceGenerator`` on a checkpoint
+written by the training run. "Without the incremental cache" is the same
+generator with its ensemble wrapper told that the decoder is not incremental
+(``EnsembleModel.has_incremental = False``): fairseq then calls
+``decoder(prefix, encoder_out)`` on the whole prefix at every step and keeps the
+last position, which is exactly what a decoder without a cache would cost. Both
+variants decode the same sentences; the share of identical hypotheses is
+recorded as a correctness check of the cache.
+"""
+import logging
+import time
+from typing import Dict, List, Optional
+
+import torch
+
+logger = logging.getLogger("benchmarks.decode")
+
+
+def load_checkpoint(path: str, data_bin: str, device: str = "cpu", bf16: bool = False):
+    """Load a fairseq checkpoint of any registered model; returns ``(model, task)`` in eval mode."""
+    import fairseq_dense  # noqa: F401
+    from fairseq import checkpoint_utils
+
+    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data_bin})
+    model = models[0].eval().to(device)
+    if bf16:
+        model = model.to(torch.bfloat16)
+    return model, task
+
+
+def _batches(dataset, indices: List[int], batch_size: int, device: str):
+    from fairseq import utils
+
+    order = sorted(indices, key=lambda i: (int(dataset.src_sizes[i]), i))
+    for j in range(0, len(order), batch_size):
+        sample = dataset.collater([dataset[i] for i in order[j:j + batch_size]])
+        yield utils.move_to_cuda(sample) if device == "cuda" else sample
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def beam_decode(model, task, indices: List[int], beam: int = 5, batch_size: int = 32, device: str = "cpu",
+                incremental: bool = True, max_len_a: float = 1.2, max_len_b: int = 10) -> Dict:
+    """Decode test sentences ``indices`` with beam search; time only the generator calls.
+
+    Returns:
+        ``{"sentences", "tokens", "seconds", "sentences_per_s", "tokens_per_s", "hyps": {id: token ids}}``.
+    """
+    from fairseq.sequence_generator import SequenceGenerator
+
+    dataset = task.dataset("test")
+    gen = SequenceGenerator([model], task.target_dictionary, beam_size=beam,
+                            max_len_a=max_len_a, max_len_b=max_len_b)
+    if not incremental:
+        gen.model.has_incremental = False
+    hyps, n_tok, seconds = {}, 0, 0.0
+    with torch.inference_mode():
+        for sample in _batches(dataset, indices, batch_size, device):
+            _sync(device)
+            t0 = time.perf_counter()
+            out = gen.generate([model], sample)
+            _sync(device)
+            seconds += time.perf_counter() - t0
+            for sid, h in zip(sample["id"].tolist(), out):
+                toks = h[0]["tokens"].int().cpu()
+                hyps[sid] = toks
+                n_tok += len(toks)
+    return {"sentences": len(hyps), "tokens": n_tok, "seconds": seconds,
+            "sentences_per_s": len(hyps) / seconds if seconds else None,
+            "tokens_per_s": n_tok / seconds if seconds else None, "hyps": hyps}
+
+
+def detokenised(task, hyps: Dict[int, torch.Tensor], tgt_lang: str) -> Dict[int, str]:
+    """Token ids -> text without BPE -> Moses-detokenised text."""
+    from sacremoses import MosesDetokenizer
+
+    from fairseq_dense.data.prepare import moses_lang
+
+    detok = MosesDetokenizer(lang=moses_lang(tgt_lang))
+    out = {}
+    for sid, toks in hyps.items():
+        text = task.target_dictionary.string(toks, bpe_symbol="subword_nmt")
+        out[sid] = detok.detokenize(text.split())
+    return out
+
+
+def bleu(hyps: Dict[int, str], refs: List[str]) -> Dict:
+    """sacreBLEU of the decoded sentences against their raw references, with signature."""
+    import sacrebleu
+
+    ids = sorted(hyps)
+    metric = sacrebleu.metrics.BLEU()
+    score = metric.corpus_score([hyps[i] for i in ids], [[refs[i] for i in ids]])
+    return {"bleu": round(score.score, 2), "signature": str(metric.get_signature()), "sentences": len(ids)}
+
+
+def decode_report(ckpt: str, data_bin: str, raw_test_tgt: str, tgt_lang: str, *, device: str = "cpu",
+                  bf16: bool = False, beam: int = 5, batch_size: int = 32, max_sentences: int = 0,
+                  uncached_sentences: int = 40, threads: int = 0) -> Dict:
+    """Everything measured on a trained checkpoint: beam speed, cache speed-up, BLEU.
+
+    Args:
+        ckpt: checkpoint path.
+        data_bin: binarised data folder (holds the test split).
+        raw_test_tgt: raw (untokenised) test references, one per line.
+        tgt_lang: target language code (for the Moses detokeniser).
+        max_sentences: decode only the first N test sentences for BLEU/speed (0: all).
+        uncached_sentences: sentences (spread over the test set) decoded with and without the cache.
+    """
+    if threads:
+        torch.set_num_threads(threads)
+    model, task = load_checkpoint(ckpt, data_bin, device, bf16)
+    task.load_dataset("test")
+    n = len(task.dataset("test"))
+    indices = list(range(n if not max_sentences else min(n, max_sentences)))
+    full = beam_decode(model, task, indices, beam, batch_size, device)
+    with open(raw_test_tgt, encoding="utf-8") as f:
+        refs = f.read().splitlines()
+    scores = bleu(detokenised(task, full["hyps"], tgt_lang), refs)
+    step = max(1, len(indices) // max(1, uncached_sentences))
+    subset = indices[::step][:uncached_sentences]
+    cached = beam_decode(model, task, subset, beam, batch_size, device)
+    uncached = beam_decode(model, task, subset, beam, batch_size, device, incremental=False)
+    same = sum(torch.equal(cached["hyps"][i], uncached["hyps"][i]) for i in subset) / max(1, len(subset))
+    strip = ("hyps",)
+    return {
+        "beam": beam, "batch_size": batch_size, "device": device, "dtype": "bfloat16" if bf16 else "float32",
+        "full": {k: v for k, v in full.items() if k not in strip},
+        "cache_subset": {
+            "sentences": len(subset),
+            "incremental": {k: v for k, v in cached.items() if k not in strip},
+            "uncached": {k: v for k, v in uncached.items() if k not in strip},
+            "speedup": (uncached["seconds"] / cached["seconds"]) if cached["seconds"] else None,
+            "identical_hypotheses": same,
+        },
+        **scores,
+    }
+
+
+def attention_maps(ckpt: str, data_bin: str, n: int = 3, device: str = "cpu") -> Optional[List[Dict]]:
+    """Teacher-forced attention of a few short test sentences, or ``None`` if the model returns none.
+
+    Returns:
+        list of ``{"src": [tokens], "tgt": [tokens], "attn": tgt_len x src_len list}``.
+    """
+    model, task = load_checkpoint(ckpt, data_bin, device)
+    for m in model.modules():  # fairseq's lstm returns attention only when asked
+        if hasattr(m, "need_attn"):
+            m.need_attn = True
+    task.load_dataset("test")
+    ds = task.dataset("test")
+    cand = [i for i in range(len(ds)) if 6 <= int(ds.src_sizes[i]) <= 14 and 6 <= int(ds.tgt_sizes[i]) <= 14]
+    picks = cand[:: max(1, len(cand) // n)][:n] or list(range(min(n, len(ds))))
+    out = []
+    with torch.inference_mode():
+        for i in picks:
+            sample = next(_batches(ds, [i], 1, device))
+            _, extra = model(**sample["net_input"])
+            attn = extra.get("attn") if isinstance(extra, dict) else None
+            if isinstance(attn, (list, tuple)):
+                attn = attn[0] if attn else None
+            if attn is None:
+                return None
+            src = [task.source_dictionary[t] for t in sample["net_input"]["src_tokens"][0].tolist()]
+            tgt = [task.target_dictionary[t] for t in sample["target"][0].tolist()]
+            out.append({"src": src, "tgt": tgt, "attn": attn[0].float().cpu().tolist()})
+    return out

@@ -1,0 +1,212 @@
+"""One command for every paper: our architectures vs their fairseq counterparts, same data, same budget.
+
+    python -m benchmarks.run --suite all --corpus ../shared/data/tatoeba-deu-eng --src de --tgt en \
+        --budget-minutes 2 [--models gru_attention densenmt ...] [--device cpu|cuda] [--bf16]
+
+Steps: (1) prepare the corpus once with :func:`fairseq_dense.data.prepare.prepare`
+(optionally on the first N lines of each split); (2) for each family registered
+by ``fairseq_dense`` (or each ``--models`` entry) build our model and search the
+width of its fairseq counterpart so that the parameter counts are within 10%;
+(3) train both with ``fairseq-train`` for the same budget, the baseline right
+before ours; (4) decode the test split with beam 5 with and without the
+incremental cache and score it with sacreBLEU; (5) write ``results.json`` (raw
+measurements, machine, commands), ``results.md`` (ratios ours / baseline) and the
+plots into ``--out``.
+
+Suites: ``speed`` (throughput, peak memory, MFU), ``convergence`` (plus
+validation curves, time to the baseline's best validation loss and BLEU),
+``decode`` (plus beam-5 speed, cache speed-up, BLEU, attention maps), ``all``.
+"""
+import argparse
+import json
+import logging
+import os
+import shlex
+import shutil
+import sys
+import time
+from typing import Dict, List
+
+from benchmarks import decode as dec
+from benchmarks import families, machine, report, train
+
+logger = logging.getLogger("benchmarks.run")
+SUITES = ("speed", "convergence", "decode", "all")
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
+    p.add_argument("--suite", choices=SUITES, default="all")
+    p.add_argument("--corpus", required=True, help="raw corpus folder with {train,valid,test}.{SRC,TGT}")
+    p.add_argument("--src", default="de")
+    p.add_argument("--tgt", default="en")
+    p.add_argument("--budget-minutes", type=float, required=True, help="training time per model")
+    p.add_argument("--models", nargs="*", help="families, arch names, or ARCH:--flag=v,--flag2=v "
+                   "(default: every family registered by fairseq_dense)")
+    p.add_argument("--size", choices=("small", "tiny"), default="small",
+                   help="which named size of a family to use when --models names only the family")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--bf16", action="store_true", help="train (--bf16) and decode in bfloat16")
+    p.add_argument("--out", default="benchmarks/out/latest", help="folder for results.json/.md and plots")
+    p.add_argument("--work-dir", default="", help="prepared data and checkpoints (default: OUT/work)")
+    p.add_argument("--bpe-merges", type=int, default=8000)
+    p.add_argument("--train-lines", type=int, default=0, help="use the first N training pairs (0: all)")
+    p.add_argument("--valid-lines", type=int, default=500, help="use the first N validation pairs (0: all)")
+    p.add_argument("--test-lines", type=int, default=0, help="use the first N test pairs (0: all)")
+    p.add_argument("--max-tokens", type=int, default=4096)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup-updates", type=int, default=50)
+    p.add_argument("--log-interval", type=int, default=5)
+    p.add_argument("--validate-interval-updates", type=int, default=25)
+    p.add_argument("--max-update", type=int, default=0, help="also stop after N updates (0: budget only)")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="CPU threads per run")
+    p.add_argument("--decode-batch-size", type=int, default=32)
+    p.add_argument("--uncached-sentences", type=int, default=40,
+                   help="test sentences decoded both with and without the incremental cache")
+    p.add_argument("--param-tolerance", type=float, default=0.10)
+    p.add_argument("--seed", type=int, default=1)
+    return p
+
+
+def subset_corpus(raw: str, dest: str, src: str, tgt: str, limits: Dict[str, int]) -> str:
+    """Copy the first N lines of each split (N=0: all) so that preparation sees only those."""
+    os.makedirs(dest, exist_ok=True)
+    for split, n in limits.items():
+        for lang in (src, tgt):
+            path = os.path.join(raw, f"{split}.{lang}")
+            if not os.path.isfile(path):
+                raise SystemExit(f"error: {path}: file not found (--corpus needs {{train,valid,test}}.{src}/.{tgt})")
+            with open(path, encoding="utf-8") as f:
+                lines = f.readlines()
+            lines = lines[:n] if n else lines
+            out = os.path.join(dest, f"{split}.{lang}")
+            if os.path.isfile(out) and open(out, encoding="utf-8").readlines() == lines:
+                continue  # unchanged: keep the mtime so preparation is reused
+            with open(out, "w", encoding="utf-8") as f:
+                f.writelines(lines)
+    return dest
+
+
+def token_ratio(bpe_dir: str, src: str, tgt: str) -> Dict:
+    """Training tokens (with EOS) on each side, and source tokens per target token."""
+    counts = {}
+    for lang in (src, tgt):
+        with open(os.path.join(bpe_dir, f"train.{lang}"), encoding="utf-8") as f:
+            counts[lang] = sum(len(line.split()) + 1 for line in f)
+    return {"src_tokens": counts[src], "tgt_tokens": counts[tgt], "src_per_tgt": counts[src] / counts[tgt]}
+
+
+def run_side(name: str, arch_args: List[str], params: int, flops_params: float, a, paths: Dict,
+             target_loss=None) -> Dict:
+    """Train (and decode) one model; returns its raw measurements."""
+    run_dir = os.path.join(paths["work"], "runs", name)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    res = {"arch": arch_args[arch_args.index("--arch") + 1], "arch_args": arch_args, "params": params,
+           "matmul_params_per_tgt_token": flops_params, "device": a.device}
+    dtype = "bfloat16" if a.bf16 else "float32"
+    res["matmul_flops"] = machine.matmul_flops(a.device, dtype, threads=a.threads)
+    args = train.common_args(
+        paths["bin"], run_dir, a.src, a.tgt, a.budget_minutes, device=a.device, bf16=a.bf16,
+        max_tokens=a.max_tokens, lr=a.lr, warmup_updates=a.warmup_updates, log_interval=a.log_interval,
+        validate_interval_updates=a.validate_interval_updates, max_update=a.max_update, seed=a.seed,
+    ) + arch_args
+    logger.info("training %s for %.1f min: %s", name, a.budget_minutes, " ".join(map(shlex.quote, arch_args)))
+    t = train.run_training(args, run_dir, a.threads, a.budget_minutes * 60 + 900)
+    t.update(train.summarise_log(t["log"]))
+    res["train"] = t
+    if t["train_tokens_per_s"]:
+        res["train_flops_per_s"] = 6 * flops_params * t["train_tokens_per_s"]
+        res["mfu"] = res["train_flops_per_s"] / res["matmul_flops"]
+    ckpt = os.path.join(run_dir, "checkpoint_best.pt")
+    if a.suite != "speed" and os.path.isfile(ckpt):
+        logger.info("decoding %s", name)
+        res["decode"] = dec.decode_report(
+            ckpt, paths["bin"], os.path.join(paths["raw"], f"test.{a.tgt}"), a.tgt, device=a.device,
+            bf16=a.bf16, batch_size=a.decode_batch_size, uncached_sentences=a.uncached_sentences,
+            threads=a.threads)
+        if a.suite in ("decode", "all"):
+            res["attention"] = dec.attention_maps(ckpt, paths["bin"], device=a.device)
+        logger.info("%s: BLEU %s, beam-5 %.1f sent/s, cache speed-up %.1fx", name, res["decode"]["bleu"],
+                    res["decode"]["full"]["sentences_per_s"] or 0, res["decode"]["cache_subset"]["speedup"] or 0)
+    return res
+
+
+def main(argv=None) -> int:
+    a = get_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S",
+                        force=True)
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    if a.budget_minutes <= 0:
+        raise SystemExit("error: --budget-minutes must be positive")
+    if a.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit("error: --device cuda but torch sees no CUDA device")
+    if a.bf16 and a.device != "cuda":
+        logger.warning("--bf16 on CPU: fairseq trains in bfloat16 on CPU too, but it is rarely faster")
+    import fairseq_dense  # noqa: F401
+    from fairseq_dense.data.prepare import prepare
+
+    out = os.path.abspath(a.out)
+    work = os.path.abspath(a.work_dir or os.path.join(out, "work"))
+    os.makedirs(out, exist_ok=True)
+    paths = {"work": work, "raw": os.path.join(work, "raw")}
+    started = time.time()
+    subset_corpus(a.corpus, paths["raw"], a.src, a.tgt,
+                  {"train": a.train_lines, "valid": a.valid_lines, "test": a.test_lines})
+    prep_dir = prepare(paths["raw"], os.path.join(work, "data"), a.src, a.tgt, merges=a.bpe_merges,
+                       workers=min(2, a.threads))
+    paths["bin"] = os.path.join(prep_dir, "bin")
+    data = token_ratio(os.path.join(prep_dir, "bpe"), a.src, a.tgt)
+    data["summary"] = (f"{a.train_lines or 'all'} train / {a.valid_lines or 'all'} valid / "
+                       f"{a.test_lines or 'all'} test pairs, joint BPE {a.bpe_merges} merges, "
+                       f"{data['tgt_tokens']:,} target training tokens")
+    try:
+        models = families.resolve_models(a.models, a.size)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}")
+    results = {"suite": a.suite, "command": "python -m benchmarks.run " + " ".join(map(shlex.quote, argv or sys.argv[1:])),
+               "machine": machine.describe(a.device, a.threads), "bf16": a.bf16, "corpus": a.corpus,
+               "budget_minutes": a.budget_minutes, "data": data, "families": {}}
+    for family, arch, extra in models:
+        key = family if sum(m[0] == family for m in models) == 1 else f"{family}:{arch}{':' + ','.join(extra) if extra else ''}"
+        entry: Dict = {}
+        results["families"][key] = entry
+        try:
+            pairing, ours_model, base_model = families.match_baseline(
+                paths["bin"], family, arch, extra, a.param_tolerance)
+            entry["baseline_width"] = pairing.baseline_width
+            entry["param_gap"] = pairing.param_gap
+            fp_ours = families.matmul_params(ours_model, data["src_per_tgt"])
+            fp_base = families.matmul_params(base_model, data["src_per_tgt"])
+            del ours_model, base_model
+            safe = key.replace(":", "_").replace("/", "_").replace(",", "_").replace("=", "-")
+            entry["baseline"] = run_side(f"{safe}.baseline", pairing.baseline_args, pairing.baseline_params,
+                                         fp_base, a, paths)
+            entry["ours"] = run_side(f"{safe}.ours", ["--arch", arch, *extra], pairing.ours_params, fp_ours, a, paths)
+            target = entry["baseline"]["train"]["best_valid_loss"]
+            entry["convergence_target_valid_loss"] = target
+            for side in ("ours", "baseline"):
+                entry[side]["convergence"] = train.time_to_reach(entry[side]["train"]["valid_curve"], target)
+        except Exception as e:  # one broken family must not cost the others their figures
+            logger.exception("%s failed", key)
+            entry["error"] = f"{type(e).__name__}: {e}"
+        _write(results, out)
+    results["plots"] = report.plots(results, out)
+    results["total_wall_s"] = time.time() - started
+    _write(results, out)
+    logger.info("wrote %s/results.json, results.md and %d plots in %.0f s", out, len(results["plots"]),
+                results["total_wall_s"])
+    return 0 if all("error" not in e for e in results["families"].values()) else 1
+
+
+def _write(results: Dict, out: str) -> None:
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1, default=str)
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(report.markdown(results))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,92 @@
+"""Smoke tests of the benchmark harness (``python -m benchmarks.run``) and ``fairseq-dense-plot``."""
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import families, report, train
+from benchmarks import run as bench_run
+from fairseq_dense.cli import plot
+from tests.helpers import write_copy_corpus
+
+LOG = """2026-01-01 10:00:00 | INFO | fairseq_cli.train | start
+2026-01-01 10:00:02 | INFO | train_inner | {"epoch": 1, "update": 0.5, "loss": "5.1", "wps": "100", "wpb": "50", "num_updates": "2", "model/kappa_0": "0.5", "wall": "2"}
+2026-01-01 10:00:04 | INFO | train_inner | {"epoch": 1, "update": 0.9, "loss": "4.9", "wps": "300", "wpb": "50", "num_updates": "4", "model/kappa_0": "0.6", "wall": "4"}
+2026-01-01 10:00:05 | INFO | valid | {"epoch": 1, "valid_loss": "4.8", "valid_nll_loss": "4.7", "valid_num_updates": "4"}
+2026-01-01 10:00:07 | INFO | train_inner | {"epoch": 2, "update": 1.5, "loss": "4.5", "wps": "310", "wpb": "50", "num_updates": "6", "model/kappa_0": "0.7", "wall": "7"}
+2026-01-01 10:00:09 | INFO | train_inner | {"epoch": 2, "update": 1.9, "loss": "4.2", "wps": "290", "wpb": "50", "num_updates": "8", "model/kappa_0": "0.7", "wall": "9"}
+2026-01-01 10:00:10 | INFO | valid | {"epoch": 2, "valid_loss": "4.4", "valid_nll_loss": "4.3", "valid_num_updates": "8"}
+"""
+
+
+def test_parse_log_and_summary(tmp_path):
+    path = tmp_path / "train.log"
+    path.write_text(LOG)
+    log = plot.parse_log(str(path))
+    assert [r["num_updates"] for r in log["train_inner"]] == [2, 4, 6, 8]
+    assert [r["loss"] for r in log["valid"]] == [4.8, 4.4]
+    assert log["valid"][1]["t"] == 10.0
+    assert plot.model_stat_keys(log) == ["model/kappa_0"]
+    s = train.summarise_log(str(path))
+    assert s["updates"] == 8 and s["best_valid_loss"] == 4.4
+    assert s["train_tokens_per_s"] == 300.0  # median of the intervals after the first two
+    assert train.time_to_reach(s["valid_curve"], 4.5) == {"updates": 8, "seconds": 10.0}
+    assert train.time_to_reach(s["valid_curve"], 1.0) == {"updates": None, "seconds": None}
+
+
+def test_plot_cli(tmp_path):
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text(LOG)
+    b.write_text(LOG.replace('"4.2"', '"4.0"'))
+    out, stats = tmp_path / "loss.png", tmp_path / "stats.png"
+    assert plot.main([str(a), str(b), "--labels", "ours", "base", "--out", str(out),
+                      "--model-stats", str(stats), "--x", "wall"]) == 0
+    assert out.stat().st_size > 1000 and stats.stat().st_size > 1000
+    with pytest.raises(SystemExit, match="labels"):
+        plot.main([str(a), "--labels", "x", "y"])
+    with pytest.raises(SystemExit, match="not found"):
+        plot.main([str(tmp_path / "missing.log")])
+    (tmp_path / "empty.log").write_text("nothing\n")
+    with pytest.raises(SystemExit, match="no fairseq JSON"):
+        plot.main([str(tmp_path / "empty.log")])
+
+
+def test_resolve_models_errors_and_defaults():
+    fams = families.our_families()
+    assert "gru_attention" in fams and "gru_attention_tiny" in fams["gru_attention"]
+    assert families.resolve_models(["gru_attention"], "tiny")[0][:2] == ("gru_attention", "gru_attention_tiny")
+    assert families.resolve_models(["gru_attention_small:--dropout=0.2"], "tiny") == [
+        ("gru_attention", "gru_attention_small", ["--dropout", "0.2"])]
+    with pytest.raises(ValueError, match="--models"):
+        families.resolve_models(["lstm"], "tiny")
+
+
+@pytest.mark.slow
+def test_harness_end_to_end(tmp_path):
+    """Prepare -> match parameters -> train ours + lstm -> decode -> JSON, markdown, plots (< 40 s)."""
+    raw = write_copy_corpus(tmp_path / "raw", n_train=300, n_valid=30, n_test=20, src="de", tgt="en")
+    out = tmp_path / "out"
+    rc = bench_run.main([
+        "--suite", "all", "--corpus", str(raw), "--src", "de", "--tgt", "en", "--budget-minutes", "0.5",
+        "--models", "gru_attention", "--size", "tiny", "--out", str(out), "--bpe-merges", "20",
+        "--max-update", "12", "--threads", "1", "--validate-interval-updates", "4", "--log-interval", "2",
+        "--uncached-sentences", "6",
+    ])
+    assert rc == 0
+    res = json.loads((out / "results.json").read_text())
+    e = res["families"]["gru_attention"]
+    assert abs(e["param_gap"]) <= 0.10
+    for side in ("ours", "baseline"):
+        s = e[side]
+        assert s["train"]["updates"] == 12 and s["train"]["train_tokens_per_s"] > 0
+        assert s["train"]["peak_rss_mib"] > 50 and 0 < s["mfu"] < 1
+        assert s["decode"]["full"]["sentences"] == 20 and "nrefs:1" in s["decode"]["signature"]
+        assert s["decode"]["cache_subset"]["identical_hypotheses"] == 1.0
+    assert e["baseline"]["arch"] == "lstm" and e["ours"]["attention"]
+    assert res["machine"]["device"] == "cpu" and res["machine"]["cpu"]
+    r = report.ratios(e)
+    assert r["train_tokens_per_s"] > 0 and r["params"] == pytest.approx(1 / (1 + e["param_gap"]))
+    md = (out / "results.md").read_text()
+    assert "| gru_attention |" in md and "sacreBLEU signature" in md
+    for png in ("loss_gru_attention.png", "attention_gru_attention_ours.png", "bleu_vs_params.png"):
+        assert (out / png).stat().st_size > 1000, png
