@@ -264,6 +264,9 @@ def test_torch_hub_load_and_named_models(corpus, monkeypatch):
     assert fairseq_dense.from_pretrained is hub.from_pretrained
     with pytest.raises(TypeError, match="no_such_option"):
         hub.from_pretrained(out, no_such_option=1)
+    raw = hub.from_pretrained(out, tokenizer=None, bpe=None, dropout=0.25, lenpen=0.5)
+    assert raw.tokenizer is None and raw.bpe is None and raw.cfg.generation.lenpen == 0.5
+    assert raw.cfg.model.dropout == 0.25 and raw.translate(line, lenpen=1.0, **GEN) == expected
 
 
 def test_push_uploads_a_checked_directory(corpus, tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -80,8 +81,10 @@ def read_checkpoint(path: Path) -> Dict[str, Any]:
         ) from None
     if not isinstance(state, dict) or "model" not in state:
         raise PretrainedModelError(f"{path}: not a fairseq checkpoint (no 'model' entry)")
-    if state.get("args") is not None:
-        cfg = convert_namespace_to_omegaconf(state["args"])
+    if state.get("args") is not None:  # checkpoints of fairseq < 0.10
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cfg = convert_namespace_to_omegaconf(state["args"])
     elif state.get("cfg") is not None:
         cfg = OmegaConf.create(state["cfg"], flags={"allow_objects": True})
     else:
@@ -221,6 +224,8 @@ def export_checkpoint(
         raise PretrainedModelError(f"{out_dir}: exists and is not empty (use --force to replace it)")
     paths = select_checkpoints(checkpoints, average_last, update_based)
     states = [read_checkpoint(p) for p in paths]
+    for state in states:  # optimizer state is neither exported nor needed: free it early
+        state.pop("last_optimizer_state", None)
     last = states[-1]
     cfg = last["cfg_obj"]
     arch = getattr(cfg.model, "_name", None) or getattr(cfg.model, "arch", None)
@@ -360,6 +365,6 @@ def _write_weights(tmp: Path, config, states, paths, fp16: bool) -> Tuple[Dict[s
 
 def _write_pickle(path: Path, last: Dict[str, Any], weights: Dict[str, torch.Tensor]) -> None:
     """A plain fairseq checkpoint (pickle) for ``fairseq-generate --path``: no optimizer state."""
-    state = {k: v for k, v in last.items() if k not in ("cfg_obj", "last_optimizer_state", "criterion")}
+    state = {k: v for k, v in last.items() if k not in ("cfg_obj", "criterion")}
     state["model"] = weights
     torch.save(state, path)

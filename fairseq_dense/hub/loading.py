@@ -230,6 +230,9 @@ def build_fairseq_cfg(model_dir: Path, config: Dict[str, Any], overrides: Option
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from omegaconf import OmegaConf, open_dict
 
+    overrides = dict(overrides or {})
+    # tokenizer=None / bpe=None: the caller feeds already tokenized / BPE-split text
+    text_cfg = {key: overrides.pop(key) if key in overrides else config.get(key) for key in ("tokenizer", "bpe")}
     task = config["task"]
     argv = [str(model_dir), "--task", task.get("_name", "translation"), "--arch", config["arch"],
             "--source-lang", task["source_lang"], "--target-lang", task["target_lang"]]
@@ -239,7 +242,7 @@ def build_fairseq_cfg(model_dir: Path, config: Dict[str, Any], overrides: Option
     for key, value in list(task.items()) + list(config["model"].items()):
         if not key.startswith("_"):
             setattr(args, key, value)
-    for key, value in (overrides or {}).items():
+    for key, value in overrides.items():
         if not hasattr(args, key):
             raise TypeError(f"from_pretrained() got an unknown fairseq option '{key}'")
         setattr(args, key, value)
@@ -250,8 +253,8 @@ def build_fairseq_cfg(model_dir: Path, config: Dict[str, Any], overrides: Option
         if OmegaConf.is_config(cfg.model):  # exact values, not through hydra override strings
             with open_dict(cfg.model):
                 for key, value in config["model"].items():
-                    cfg.model[key] = value
-        tokenizer, bpe = config.get("tokenizer"), config.get("bpe")
+                    cfg.model[key] = overrides.get(key, value)
+        tokenizer, bpe = text_cfg["tokenizer"], text_cfg["bpe"]
         cfg.tokenizer = OmegaConf.create(tokenizer) if tokenizer else None
         if bpe:
             bpe = dict(bpe, bpe_codes=str(model_dir / BPE_CODES_NAME))
@@ -329,7 +332,9 @@ def from_pretrained(name_or_path: Union[str, Path], **kwargs):
             its standard cache), or a name from a model class's ``hub_models()``.
         **kwargs: ``revision`` (branch, tag or commit to pin), ``cache_dir``,
             ``local_files_only`` (also honoured: ``HF_HUB_OFFLINE=1``), ``token``;
-            every other keyword is a fairseq option (``beam=5``, ``lenpen=0.6``, ...).
+            ``tokenizer=None`` / ``bpe=None`` for input that is already tokenized /
+            BPE-split; every other keyword is a fairseq option (``beam=5``,
+            ``lenpen=0.6``, or a model option such as ``dropout``).
 
     Returns:
         :class:`fairseq.hub_utils.GeneratorHubInterface`: ``.translate()``,
