@@ -12,6 +12,7 @@ import math
 import os
 import pickle
 import shutil
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -94,6 +95,7 @@ def copy_of(src: Path, dst: Path) -> Path:
 
 # ---------------------------------------------------------------- round trip, every family
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", TINY_ARCHS)
 def test_round_trip_matches_fairseq_generate(corpus, arch, tmp_path):
     """from_pretrained(export).translate(beam 5) == fairseq-generate on the original checkpoint."""
@@ -139,17 +141,20 @@ def test_every_family_is_covered():
 
 # ---------------------------------------------------------------- export options and CLI
 
+@pytest.mark.slow
 def test_cli_export_average_fp16_and_model_card(corpus, tmp_path):
     from huggingface_hub import ModelCard
     from safetensors.torch import load_file
 
     ckpt_dir, out = trained(corpus, FIRST), tmp_path / "avg"
-    rc = export_cli.main([
-        str(ckpt_dir), "--average-last", "2", "--fp16", "--out", str(out), "--data", str(corpus.bin),
+    # the real command line, in its own process (fairseq-dense-export once installed)
+    proc = helpers.run_cli(
+        sys.executable, "-m", "fairseq_dense.cli.export",
+        ckpt_dir, "--average-last", "2", "--fp16", "--out", out, "--data", corpus.bin,
         "--bleu", "12.5", "--bleu-signature", "nrefs:1|case:mixed|tok:13a|version:2.4.0",
-        "--dataset", "copy-task", "--license", "mit", "--tokenizer", "none",
-    ])
-    assert rc == 0
+        "--dataset", "copy-task", "--license", "mit", "--tokenizer", "none", cwd=helpers.REPO,
+    )
+    assert proc.stdout.strip() == str(out)
     config = json.loads((out / "config.json").read_text())
     assert config["checkpoints"] == ["checkpoint1.pt", "checkpoint2.pt"]
     assert config["weights_dtype"] == "float16" and config["tokenizer"] is None and config["bpe"] is None
