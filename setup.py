@@ -35,6 +35,11 @@ setup(
         "console_scripts": [
             "fairseq-dense-quickstart = fairseq_dense.cli.quickstart:main",
             "fairseq-dense-synth = fairseq_dense.data.synthetic:main",
+            "fairseq-dense-prepare = fairseq_dense.data.prepare:main",
+            "fairseq-dense-export = fairseq_dense.cli.export:main",
+            "fairseq-dense-push = fairseq_dense.cli.push:main",
+            "fairseq-dense-plot = fairseq_dense.cli.plot:main",
+            "fairseq-dense-train-ddp = fairseq_dense.cli.train_ddp:main",
         ],
     },
     classifiers=[
