@@ -89,8 +89,9 @@ class LabelSmoothedCrossEntropyWithStatsCriterion(LabelSmoothedCrossEntropyCrite
     @classmethod
     def reduce_metrics(cls, logging_outputs) -> None:
         super().reduce_metrics(logging_outputs)
-        n_err = sum(log.get("n_token_errors", 0) for log in logging_outputs)
-        n_tok = sum(log.get("n_scored_tokens", 0) for log in logging_outputs)
+        # float(): under data-parallel training fairseq all-reduces these into tensors
+        n_err = float(sum(log.get("n_token_errors", 0) for log in logging_outputs))
+        n_tok = float(sum(log.get("n_scored_tokens", 0) for log in logging_outputs))
         if n_tok > 0:
             # "_"-prefixed meters are aggregated but not printed
             metrics.log_scalar_sum("_ter_errors", n_err)

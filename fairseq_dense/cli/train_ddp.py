@@ -1,0 +1,185 @@
+"""Data-parallel ``fairseq-train`` through torchrun, on CPUs (gloo) and GPUs (NCCL).
+
+``fairseq-train --cpu --distributed-world-size 2`` asserts that there are no
+devices, and a plain ``torchrun ... fairseq-train`` silently runs independent
+single-process trainings (fairseq only infers the world size from the number of
+GPUs). This launcher starts ``N`` processes per node with torchrun; each process
+runs :func:`rank_main`, which adds the distributed flags fairseq needs and calls
+fairseq's own training entry point in that process::
+
+    --distributed-init-method env:// --distributed-world-size $WORLD_SIZE
+    --distributed-rank $RANK --device-id $LOCAL_RANK --distributed-no-spawn
+    --distributed-backend gloo|nccl    [--ddp-backend legacy_ddp with --cpu]
+
+Usage (one node)::
+
+    fairseq-dense-train-ddp --nproc 2 data-bin --arch gru_attention_tiny --cpu ...
+    python -m fairseq_dense.cli.train_ddp --nproc 8 data-bin --arch ... # GPUs
+
+Several nodes: run the same command on every node with ``--nnodes``,
+``--node-rank`` and ``--master-addr``/``--master-port`` (or ``--rdzv-endpoint``);
+under SLURM, ``srun`` one launcher per node and take the node rank from
+``$SLURM_NODEID`` (see ``docs/reliability.md``).
+"""
+import argparse
+import logging
+import os
+import sys
+from typing import List, Optional, Sequence
+
+logger = logging.getLogger(__name__)
+
+#: Flags that this launcher sets on every rank; passing them by hand is an error.
+MANAGED_FLAGS = (
+    "--distributed-init-method",
+    "--distributed-world-size",
+    "--distributed-rank",
+    "--distributed-no-spawn",
+    "--device-id",
+)
+
+
+def _has_flag(args: Sequence[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def distributed_args(
+    train_args: Sequence[str], rank: int, world_size: int, local_rank: int, backend: Optional[str] = None
+) -> List[str]:
+    """The ``fairseq-train`` argument list of one rank.
+
+    Args:
+        train_args: the user's ``fairseq-train`` arguments.
+        rank: global rank of this process.
+        world_size: number of processes over all nodes.
+        local_rank: rank on this node (the GPU index on GPU machines).
+        backend: ``gloo`` or ``nccl``; default: ``gloo`` with ``--cpu`` or without
+            CUDA, ``nccl`` otherwise.
+
+    Returns:
+        ``train_args`` followed by the distributed flags.
+
+    Raises:
+        ValueError: a flag this launcher manages was given by hand.
+    """
+    for flag in MANAGED_FLAGS:
+        if _has_flag(train_args, flag):
+            raise ValueError(f"{flag} is set by fairseq-dense-train-ddp; remove it from the arguments")
+    cpu = _has_flag(train_args, "--cpu")
+    if backend is None:
+        import torch
+
+        backend = "gloo" if cpu or not torch.cuda.is_available() else "nccl"
+    out = list(train_args) + [
+        "--distributed-init-method", "env://",
+        "--distributed-world-size", str(world_size),
+        "--distributed-rank", str(rank),
+        "--device-id", str(0 if cpu else local_rank),
+        "--distributed-no-spawn",
+    ]
+    if not _has_flag(train_args, "--distributed-backend"):
+        out += ["--distributed-backend", backend]
+    if cpu and not _has_flag(train_args, "--ddp-backend"):
+        # torch's DistributedDataParallel (fairseq's c10d) with gloo on CPU works, but
+        # fairseq's legacy_ddp all-reduces one flat buffer: fewer gloo calls.
+        out += ["--ddp-backend", "legacy_ddp"]
+    return out
+
+
+def run_train(train_args: Sequence[str]) -> None:
+    """Run ``fairseq-train`` with ``train_args`` in this process (fairseq's ``cli_main``)."""
+    import fairseq_dense  # noqa: F401  (registers the architectures even without --user-dir)
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.distributed import utils as distributed_utils
+    from fairseq_cli import train
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, input_args=list(train_args))
+    cfg = convert_namespace_to_omegaconf(args)
+    distributed_utils.call_main(cfg, train.main)
+
+
+def rank_main(train_args: Sequence[str], backend: Optional[str] = None) -> None:
+    """Entry point of one torchrun worker: train with the distributed flags of this rank."""
+    try:
+        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    except KeyError as e:
+        raise SystemExit(f"fairseq-dense-train-ddp: {e.args[0]} is not set; start workers through torchrun")
+    run_train(distributed_args(train_args, rank, world_size, local_rank, backend))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="fairseq-dense-train-ddp",
+        allow_abbrev=False,
+        description="Data-parallel fairseq-train through torchrun (gloo on CPU, NCCL on GPU). "
+        "Every argument not listed here goes to fairseq-train.",
+    )
+    p.add_argument("--nproc", type=int, default=None,
+                   help="processes per node (default: number of GPUs, or 2 with --cpu)")
+    p.add_argument("--nnodes", default="1", help="number of nodes, or MIN:MAX for elastic runs")
+    p.add_argument("--node-rank", type=int, default=0, help="rank of this node (static rendezvous)")
+    p.add_argument("--master-addr", default="127.0.0.1", help="address of node 0 (static rendezvous)")
+    p.add_argument("--master-port", type=int, default=29500, help="port on node 0 (static rendezvous)")
+    p.add_argument("--rdzv-endpoint", default=None,
+                   help="host:port of a c10d rendezvous (instead of --master-addr/--node-rank)")
+    p.add_argument("--rdzv-id", default="fairseq-dense", help="job id for the c10d rendezvous")
+    p.add_argument("--backend", choices=("gloo", "nccl"), default=None,
+                   help="torch.distributed backend (default: gloo with --cpu, else nccl)")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def torchrun_args(opts: argparse.Namespace, train_args: Sequence[str]) -> List[str]:
+    """The ``torch.distributed.run`` argument list that starts this module as workers."""
+    nproc = opts.nproc
+    if nproc is None:
+        import torch
+
+        nproc = torch.cuda.device_count() if torch.cuda.is_available() and "--cpu" not in train_args else 2
+    if nproc < 1:
+        raise ValueError("--nproc must be >= 1")
+    out = ["--nproc_per_node", str(nproc)]
+    if opts.nnodes == "1":
+        out += ["--standalone"]
+    elif opts.rdzv_endpoint:
+        out += ["--nnodes", opts.nnodes, "--rdzv_backend", "c10d", "--rdzv_endpoint", opts.rdzv_endpoint,
+                "--rdzv_id", opts.rdzv_id]
+    else:
+        out += ["--nnodes", opts.nnodes, "--node_rank", str(opts.node_rank),
+                "--master_addr", opts.master_addr, "--master_port", str(opts.master_port)]
+    worker = ["-m", "fairseq_dense.cli.train_ddp", "--worker"]
+    if opts.backend:
+        worker += ["--backend", opts.backend]
+    return out + worker + ["--"] + list(train_args)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    """``fairseq-dense-train-ddp``: launch (or, with ``--worker``, be) one rank."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" in argv:  # everything after "--" goes to fairseq-train untouched
+        i = argv.index("--")
+        opts, rest = build_parser().parse_known_args(argv[:i])
+        train_args = rest + argv[i + 1:]
+    else:
+        opts, train_args = build_parser().parse_known_args(argv)
+    if opts.worker:
+        rank_main(train_args, opts.backend)
+        return
+    if not train_args:
+        build_parser().error("no fairseq-train arguments given")
+    for flag in MANAGED_FLAGS:
+        if _has_flag(train_args, flag):
+            build_parser().error(f"{flag} is set by the launcher; remove it")
+    from torch.distributed.run import main as torchrun_main
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
+    targs = torchrun_args(opts, train_args)
+    logger.info("torchrun %s", " ".join(targs))
+    torchrun_main(targs)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""Helpers shared by the reliability tests (DDP, resume, determinism, precision, bad input).
+
+Every test iterates over :func:`tiny_archs`, so a family that registers a
+``<model>_tiny`` architecture is covered without editing these tests. Training
+runs in the pytest process (``fairseq_cli.train.main``) wherever possible:
+importing fairseq costs about 5 s per process.
+"""
+import contextlib
+import dataclasses
+import os
+import random
+from pathlib import Path
+from typing import Dict, Iterator, List, Sequence
+
+import torch
+
+import fairseq_dense  # noqa: F401  (registers the families)
+
+#: ``FAIRSEQ_DENSE_FULL_RELIABILITY=1`` runs the fuller (slower) matrix.
+FULL = os.environ.get("FAIRSEQ_DENSE_FULL_RELIABILITY", "0") not in ("", "0")
+
+
+def tiny_archs() -> List[str]:
+    """Every registered ``*_tiny`` architecture whose model class lives in fairseq_dense."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    return sorted(
+        name for name, cls in ARCH_MODEL_REGISTRY.items()
+        if name.endswith("_tiny") and cls.__module__.startswith("fairseq_dense.")
+    )
+
+
+def model_dataclass(arch: str):
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    return getattr(ARCH_MODEL_REGISTRY[arch], "__dataclass", None)
+
+
+def zero_dropout_args(arch: str) -> List[str]:
+    """``--<x>-dropout 0`` for every float dropout option of ``arch``'s model config."""
+    dc = model_dataclass(arch)
+    args = []
+    if dc is not None:
+        for f in dataclasses.fields(dc):
+            if "dropout" in f.name and f.type in (float, "float"):
+                args += ["--" + f.name.replace("_", "-"), "0"]
+    return args or ["--dropout", "0"]
+
+
+def write_corpus(directory: Path, n_train: int, n_valid: int = 8, n_test: int = 8, vocab: int = 8,
+                 seed: int = 0, min_len: int = 2, max_len: int = 6, group: int = 0) -> Path:
+    """A tiny copy-like corpus (the target is the upper-cased source).
+
+    With ``group=g``, training sentences come in runs of ``g`` of the same length
+    (lengths ``min_len``, ``min_len + 2``, ...): with ``--batch-size g`` every batch
+    is one length group, whatever order fairseq gives to equal-length sentences.
+    """
+    rng = random.Random(seed)
+    letters = [chr(ord("a") + i) for i in range(vocab)]
+    directory.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", n_train), ("valid", n_valid), ("test", n_test)):
+        if group and split == "train":
+            lengths = [min_len + 2 * (i // group) for i in range(n)]
+        else:
+            lengths = [rng.randint(min_len, max_len) for _ in range(n)]
+        lines = [" ".join(rng.choice(letters) for _ in range(k)) for k in lengths]
+        (directory / f"{split}.src").write_text("".join(line + "\n" for line in lines))
+        (directory / f"{split}.tgt").write_text("".join(line.upper() + "\n" for line in lines))
+    return directory
+
+
+def preprocess_inprocess(raw: Path, dest: Path) -> Path:
+    """``fairseq-preprocess`` (joined dictionary) in this process."""
+    from fairseq import options
+    from fairseq_cli import preprocess
+
+    parser = options.get_preprocessing_parser()
+    args = parser.parse_args([
+        "--source-lang", "src", "--target-lang", "tgt", "--trainpref", str(raw / "train"),
+        "--validpref", str(raw / "valid"), "--testpref", str(raw / "test"), "--destdir", str(dest),
+        "--workers", "1", "--joined-dictionary",
+    ])
+    preprocess.main(args)
+    return dest
+
+
+def tiny_corpus(root: Path, n_train: int, group: int = 0) -> Path:
+    """Raw + binarised tiny corpus under ``root``; returns the data-bin folder."""
+    raw = write_corpus(root / "raw", n_train=n_train, group=group)
+    return preprocess_inprocess(raw, root / "bin")
+
+
+def base_train_args(bin_dir: Path, save_dir: Path, arch: str, max_update: int, *extra: str) -> List[str]:
+    """A tiny CPU ``fairseq-train`` command line for ``arch``."""
+    return [
+        str(bin_dir), "--arch", arch, "--cpu", "--seed", "3", "--num-workers", "0",
+        "--criterion", "label_smoothed_cross_entropy_with_stats", "--label-smoothing", "0.1",
+        "--max-update", str(max_update), "--save-dir", str(save_dir), "--no-epoch-checkpoints",
+        "--log-format", "json", "--log-interval", "1", *extra,
+    ]
+
+
+@contextlib.contextmanager
+def recorded_losses() -> Iterator[Dict[int, float]]:
+    """Record the unrounded training loss of every update (the log rounds to 3 decimals).
+
+    Reads fairseq's ``train_inner`` loss meter after each ``Trainer.train_step``;
+    test instrumentation only, restored on exit.
+    """
+    from fairseq import metrics
+    from fairseq.trainer import Trainer
+
+    losses: Dict[int, float] = {}
+    original = Trainer.train_step
+
+    def train_step(self, samples, raise_oom=False):
+        out = original(self, samples, raise_oom)
+        meter = metrics.get_meter("train_inner", "loss")
+        if meter is not None and meter.val is not None:
+            losses[self.get_num_updates()] = float(meter.val)
+        return out
+
+    Trainer.train_step = train_step
+    try:
+        yield losses
+    finally:
+        Trainer.train_step = original
+
+
+def train_inprocess(args: Sequence[str]) -> Dict[int, float]:
+    """Run ``fairseq-train args`` in this process as a fresh process would; return losses by update."""
+    from fairseq import checkpoint_utils
+    from fairseq_cli import train
+
+    from fairseq_dense.cli.train_ddp import run_train
+
+    # fairseq keeps the best validation loss on function attributes; a new process starts without
+    for fn in (checkpoint_utils.save_checkpoint, train.should_stop_early):
+        for attr in ("best", "num_runs"):
+            if hasattr(fn, attr):
+                delattr(fn, attr)
+    with recorded_losses() as losses:
+        run_train(list(args))
+    return losses
+
+
+def load_checkpoint(path: Path) -> dict:
+    return torch.load(str(path), map_location="cpu", weights_only=True)
+
+
+def max_abs_diff(a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys(), set(a) ^ set(b)
+    return max((a[k].float() - b[k].float()).abs().max().item() if a[k].numel() else 0.0 for k in a)
+
+
+def assert_tensors_identical(a, b, where: str = "") -> None:
+    """Nested dicts/lists of tensors and plain values are bitwise identical."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), f"{where}: {set(a) ^ set(b)}"
+        for k in a:
+            assert_tensors_identical(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_tensors_identical(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"

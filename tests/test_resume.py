@@ -1,0 +1,128 @@
+"""Exact resume, determinism and atomic checkpoint writes, for every ``*_tiny`` architecture.
+
+Per architecture, in this process (no extra fairseq import):
+
+1. an uninterrupted run of ``TOTAL`` updates;
+2. the same run again in another folder: the checkpoints must be identical
+   (model, optimizer and LR-scheduler state, data iterator) -- determinism;
+3. a run stopped after ``STOP`` updates (mid-epoch), then resumed from its
+   ``checkpoint_last.pt``: every later update logs the same loss (unrounded,
+   within 1e-6) and the final checkpoint equals the uninterrupted one.
+
+Dropout stays on (fairseq reseeds with ``seed + num_updates`` every update), the
+optimizer is Adam (moments in the checkpoint) and the LR scheduler is
+``reduce_lr_on_plateau`` with validation every epoch (plateau state in the
+checkpoint). The task is ``translation_exact_resume``: with fairseq's own
+``translation`` task a resumed run batches equal-length sentences differently
+(see ``fairseq_dense/tasks/translation_exact_resume.py``), which
+``test_plain_translation_task_resume_differs`` pins down.
+"""
+import pytest
+import torch
+
+from tests import reliability_helpers as rh
+
+pytestmark = pytest.mark.slow
+
+N_TRAIN = 24  # 3 batches of 8 -> 3 updates per epoch
+TOTAL, STOP = 8, 4  # the interruption falls mid-epoch (epoch 2, batch 1 of 3)
+EXTRA = [
+    "--optimizer", "adam", "--lr", "0.003", "--clip-norm", "1.0", "--batch-size", "8",
+    "--lr-scheduler", "reduce_lr_on_plateau", "--lr-shrink", "0.5", "--lr-patience", "0",
+    "--max-tokens-valid", "200", "--task", "translation_exact_resume",
+]
+
+
+@pytest.fixture(scope="module")
+def data_bin(tmp_path_factory):
+    return rh.tiny_corpus(tmp_path_factory.mktemp("resume_data"), N_TRAIN)
+
+
+def _deterministic_parts(ckpt: dict) -> dict:
+    """The parts of a checkpoint that must not depend on wall-clock time."""
+    hist = ckpt["optimizer_history"][-1]
+    return {
+        "model": ckpt["model"],
+        "optimizer": ckpt["last_optimizer_state"],
+        "lr_scheduler": hist["lr_scheduler_state"],
+        "num_updates": hist["num_updates"],
+        "train_iterator": ckpt["extra_state"]["train_iterator"],
+        "val_loss": ckpt["extra_state"]["val_loss"],
+    }
+
+
+@pytest.mark.parametrize("arch", rh.tiny_archs())
+def test_resume_is_exact_and_training_deterministic(arch, data_bin, tmp_path):
+    extra = EXTRA
+    full = rh.train_inprocess(rh.base_train_args(data_bin, tmp_path / "full", arch, TOTAL, *extra))
+    assert sorted(full) == list(range(1, TOTAL + 1)), full
+
+    # determinism: same seed, same data -> identical checkpoints
+    again = rh.train_inprocess(rh.base_train_args(data_bin, tmp_path / "again", arch, TOTAL, *extra))
+    assert again == full
+    ref = _deterministic_parts(rh.load_checkpoint(tmp_path / "full" / "checkpoint_last.pt"))
+    rh.assert_tensors_identical(
+        ref, _deterministic_parts(rh.load_checkpoint(tmp_path / "again" / "checkpoint_last.pt")), arch
+    )
+
+    # interrupted after STOP updates, resumed from checkpoint_last.pt
+    first = rh.train_inprocess(rh.base_train_args(data_bin, tmp_path / "cut", arch, STOP, *extra))
+    assert sorted(first) == list(range(1, STOP + 1))
+    mid = rh.load_checkpoint(tmp_path / "cut" / "checkpoint_last.pt")
+    assert mid["extra_state"]["train_iterator"]["iterations_in_epoch"] not in (0, N_TRAIN // 8), (
+        "the interruption should fall mid-epoch"
+    )
+    second = rh.train_inprocess(rh.base_train_args(data_bin, tmp_path / "cut", arch, TOTAL, *extra))
+    assert sorted(second) == list(range(STOP + 1, TOTAL + 1)), "did not resume from checkpoint_last.pt"
+    for u in range(1, TOTAL + 1):
+        got = first.get(u, second.get(u))
+        assert abs(got - full[u]) <= 1e-6, f"{arch}: update {u} loss {got} != uninterrupted {full[u]}"
+    resumed = _deterministic_parts(rh.load_checkpoint(tmp_path / "cut" / "checkpoint_last.pt"))
+    assert rh.max_abs_diff(resumed["model"], ref["model"]) <= 1e-6
+    assert resumed["lr_scheduler"] == ref["lr_scheduler"]
+    assert resumed["train_iterator"] == ref["train_iterator"]
+
+
+def test_crash_while_saving_keeps_previous_checkpoint(data_bin, tmp_path, monkeypatch):
+    """fairseq writes ``<name>.tmp`` and renames it: a crash mid-write leaves the old files intact.
+
+    The whole checkpoint dict (model, optimizer, LR scheduler, our models' extra
+    buffers, iterator state) goes through that one write. fairseq then *copies* the
+    file to the other names due at that moment (e.g. ``checkpoint_best.pt`` ->
+    ``checkpoint_last.pt``); that copy is not atomic (docs/reliability.md).
+    """
+    arch = rh.tiny_archs()[0]
+    save = tmp_path / "ckpt"
+    rh.train_inprocess(rh.base_train_args(data_bin, save, arch, 2, *EXTRA))
+    before = {p.name: p.read_bytes() for p in save.iterdir()}
+    assert "checkpoint_last.pt" in before
+
+    def crashing_save(obj, f, *a, **k):
+        f.write(b"partial garbage")  # half-written bytes, then the crash
+        raise KeyboardInterrupt("simulated crash while saving")
+
+    with monkeypatch.context() as m:
+        m.setattr(torch, "save", crashing_save)
+        with pytest.raises(KeyboardInterrupt):
+            rh.train_inprocess(rh.base_train_args(data_bin, save, arch, 4, *EXTRA))
+
+    after = {p.name: p.read_bytes() for p in save.iterdir()}
+    torn = sorted(set(after) - set(before))
+    assert len(torn) == 1 and torn[0].endswith(".pt.tmp"), torn
+    assert {k: after[k] for k in before} == before, "a crash while saving changed a finished checkpoint"
+    assert rh.load_checkpoint(save / "checkpoint_last.pt")["optimizer_history"][-1]["num_updates"] == 2
+    # resuming after the crash works and the next save replaces the torn file
+    rh.train_inprocess(rh.base_train_args(data_bin, save, arch, 4, *EXTRA))
+    assert rh.load_checkpoint(save / "checkpoint_last.pt")["optimizer_history"][-1]["num_updates"] == 4
+
+
+@pytest.mark.skipif(not rh.FULL, reason="documents fairseq's behaviour; FAIRSEQ_DENSE_FULL_RELIABILITY=1")
+def test_plain_translation_task_resume_differs(data_bin, tmp_path):
+    """With fairseq's ``translation`` task the resumed run sees differently composed batches."""
+    arch = rh.tiny_archs()[0]
+    extra = [a for a in EXTRA if a not in ("--task", "translation_exact_resume")]
+    full = rh.train_inprocess(rh.base_train_args(data_bin, tmp_path / "full", arch, TOTAL, *extra))
+    first = rh.train_inprocess(rh.base_train_args(data_bin, tmp_path / "cut", arch, STOP, *extra))
+    second = rh.train_inprocess(rh.base_train_args(data_bin, tmp_path / "cut", arch, TOTAL, *extra))
+    assert all(first[u] == full[u] for u in first)
+    assert any(abs(second[u] - full[u]) > 1e-6 for u in second)
