@@ -132,8 +132,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def torchrun_args(opts: argparse.Namespace, train_args: Sequence[str]) -> List[str]:
-    """The ``torch.distributed.run`` argument list that starts this module as workers."""
+def torchrun_args(
+    opts: argparse.Namespace, train_args: Sequence[str], worker_module: str = "fairseq_dense.cli.train_ddp"
+) -> List[str]:
+    """The ``torch.distributed.run`` argument list that starts ``worker_module`` as workers.
+
+    Args:
+        opts: the launcher options (:func:`build_parser`).
+        train_args: the ``fairseq-train`` arguments, passed after ``--worker ... --``.
+        worker_module: module run by every worker (tests substitute their own).
+    """
     nproc = opts.nproc
     if nproc is None:
         import torch
@@ -150,7 +158,7 @@ def torchrun_args(opts: argparse.Namespace, train_args: Sequence[str]) -> List[s
     else:
         out += ["--nnodes", opts.nnodes, "--node_rank", str(opts.node_rank),
                 "--master_addr", opts.master_addr, "--master_port", str(opts.master_port)]
-    worker = ["-m", "fairseq_dense.cli.train_ddp", "--worker"]
+    worker = ["-m", worker_module, "--worker"]
     if opts.backend:
         worker += ["--backend", opts.backend]
     return out + worker + ["--"] + list(train_args)

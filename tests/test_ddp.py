@@ -1,0 +1,133 @@
+"""Data-parallel training through ``fairseq-dense-train-ddp`` (torchrun, gloo, ``--cpu``).
+
+For every ``*_tiny`` architecture: 2 processes x batch B for a few updates end with
+the same parameters (within 1e-5) as 1 process x batch 2B, same seed. The
+training set holds exactly 2B sentences, so every epoch is one update: one batch
+of 2B in the single process, one batch of B on each rank (which rank gets which
+half does not matter: gradients are summed). Dropout is off (the masks of a 2B
+batch cannot equal those of two B batches) and the optimizer is SGD with
+momentum (Adam's first steps amplify rounding differences of near-zero gradients).
+
+All architectures train in ONE torchrun launch (``tests/ddp_worker.py`` calls the
+launcher's per-rank entry point for each), while the single-process references
+train in this process.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from fairseq_dense.cli import train_ddp
+from tests import helpers
+from tests import reliability_helpers as rh
+
+pytestmark = pytest.mark.slow
+
+B = 8
+UPDATES = 3
+OPT = ["--optimizer", "sgd", "--lr", "0.5", "--momentum", "0.9", "--disable-validation"]
+
+
+def _args(bin_dir, save_dir, arch, batch):
+    return rh.base_train_args(bin_dir, save_dir, arch, UPDATES, *OPT, "--batch-size", str(batch),
+                              *rh.zero_dropout_args(arch))
+
+
+def _on_simplex(t: torch.Tensor) -> bool:
+    return bool((t >= -1e-6).all()) and torch.allclose(t.sum(-1), torch.ones(()), atol=1e-5)
+
+
+def test_two_processes_equal_one_process_with_double_batch(tmp_path):
+    archs = rh.tiny_archs()
+    bin_dir = rh.tiny_corpus(tmp_path / "data", n_train=2 * B)
+    runs = [_args(bin_dir, tmp_path / "ddp" / arch, arch, B) for arch in archs]
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(runs))
+    opts = train_ddp.build_parser().parse_args(["--nproc", "2"])
+    cmd = [sys.executable, "-m", "torch.distributed.run",
+           *train_ddp.torchrun_args(opts, [str(spec)], worker_module="tests.ddp_worker")]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    ddp = subprocess.Popen(cmd, cwd=helpers.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+    try:
+        for arch in archs:  # the references train while the workers start
+            rh.train_inprocess(_args(bin_dir, tmp_path / "single" / arch, arch, 2 * B))
+        out, _ = ddp.communicate(timeout=600)
+    finally:
+        if ddp.poll() is None:
+            ddp.kill()
+    assert ddp.returncode == 0, out[-5000:]
+
+    for arch in archs:
+        single = rh.load_checkpoint(tmp_path / "single" / arch / "checkpoint_last.pt")
+        multi = rh.load_checkpoint(tmp_path / "ddp" / arch / "checkpoint_last.pt")
+        assert multi["optimizer_history"][-1]["num_updates"] == UPDATES
+        assert multi["cfg"]["distributed_training"]["distributed_world_size"] == 2
+        diff = rh.max_abs_diff(single["model"], multi["model"])
+        assert diff <= 1e-5, f"{arch}: 2 x B vs 1 x 2B parameters differ by {diff}"
+        # branch weights (Weighted Transformer's kappa/alpha) stay on the simplex under DDP
+        for name, t in single["model"].items():
+            if name.rsplit(".", 1)[-1] in ("kappa", "alpha") and _on_simplex(t):
+                assert _on_simplex(multi["model"][name]), f"{arch}: {name} left the simplex under DDP"
+
+
+def test_launcher_builds_rank_arguments():
+    args = train_ddp.distributed_args(["bin", "--cpu", "--arch", "x"], rank=1, world_size=2, local_rank=1)
+    assert args[:4] == ["bin", "--cpu", "--arch", "x"]
+    joined = " ".join(args)
+    for part in ("--distributed-init-method env://", "--distributed-world-size 2", "--distributed-rank 1",
+                 "--distributed-no-spawn", "--distributed-backend gloo", "--ddp-backend legacy_ddp",
+                 "--device-id 0"):
+        assert part in joined
+    gpu = train_ddp.distributed_args(["bin"], rank=3, world_size=8, local_rank=3, backend="nccl")
+    assert "--distributed-backend nccl" in " ".join(gpu) and "--device-id 3" in " ".join(gpu)
+    assert "--ddp-backend" not in gpu
+    with pytest.raises(ValueError, match="--distributed-world-size is set by fairseq-dense-train-ddp"):
+        train_ddp.distributed_args(["bin", "--distributed-world-size", "4"], 0, 2, 0)
+
+
+def test_launcher_torchrun_command(monkeypatch):
+    seen = {}
+    monkeypatch.setattr("torch.distributed.run.main", lambda a: seen.setdefault("args", a))
+    train_ddp.main(["--nproc", "2", "bin", "--cpu", "--lr", "0.1"])
+    a = seen["args"]
+    assert a[:3] == ["--nproc_per_node", "2", "--standalone"]
+    assert a[a.index("-m") + 1: a.index("--")] == ["fairseq_dense.cli.train_ddp", "--worker"]
+    assert a[a.index("--") + 1:] == ["bin", "--cpu", "--lr", "0.1"]
+
+    multi = train_ddp.torchrun_args(
+        train_ddp.build_parser().parse_args(["--nproc", "4", "--nnodes", "2", "--node-rank", "1",
+                                             "--master-addr", "node0", "--backend", "nccl"]), ["bin"])
+    assert multi[:10] == ["--nproc_per_node", "4", "--nnodes", "2", "--node_rank", "1",
+                          "--master_addr", "node0", "--master_port", "29500"]
+    assert "--backend" in multi and "nccl" in multi
+
+    with pytest.raises(SystemExit):
+        train_ddp.main(["--nproc", "2", "bin", "--distributed-rank", "0"])
+
+
+def test_worker_outside_torchrun_says_so(monkeypatch):
+    for var in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(SystemExit, match="RANK is not set; start workers through torchrun"):
+        train_ddp.main(["--worker", "--", "bin", "--cpu"])
+
+
+@pytest.mark.skipif(not rh.FULL, reason="one launcher process per architecture; FAIRSEQ_DENSE_FULL_RELIABILITY=1")
+@pytest.mark.parametrize("arch", rh.tiny_archs())
+def test_console_launcher_end_to_end(arch, tmp_path):
+    """The real ``python -m fairseq_dense.cli.train_ddp --nproc 2 ...`` per architecture."""
+    bin_dir = rh.tiny_corpus(tmp_path / "data", n_train=2 * B)
+    save = tmp_path / "ddp"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fairseq_dense.cli.train_ddp", "--nproc", "2", *_args(bin_dir, save, arch, B)],
+        cwd=helpers.REPO, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    rh.train_inprocess(_args(bin_dir, tmp_path / "single", arch, 2 * B))
+    diff = rh.max_abs_diff(rh.load_checkpoint(tmp_path / "single" / "checkpoint_last.pt")["model"],
+                           rh.load_checkpoint(save / "checkpoint_last.pt")["model"])
+    assert diff <= 1e-5
