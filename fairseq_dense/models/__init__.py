@@ -1,2 +1,3 @@
 """Model families registered by fairseq-dense: one sub-package each."""
 from fairseq_dense.models import gru_attention  # noqa: F401
+from fairseq_dense.models import dense_lstm  # noqa: F401

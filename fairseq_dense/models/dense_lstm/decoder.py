@@ -1,0 +1,244 @@
+"""Dense (or plain) stacked LSTM decoder with (dense) Bahdanau attention."""
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from fairseq.models import FairseqIncrementalDecoder
+from torch import Tensor
+
+from fairseq_dense.modules.bahdanau_attention import BahdanauAttention
+from fairseq_dense.modules.dense_lstm_layer import lstm_cell, shift_in_time
+
+_STATE_KEY = "dense_lstm_state"
+
+
+class DenseLSTMDecoder(FairseqIncrementalDecoder):
+    """Stacked LSTM decoder of DenseRNN (Eq. 3, 4, 6-8).
+
+    Densely Connected Recurrent Neural Network for Sequence-to-Sequence Learning
+    (``papers/densernn-densely-connected-rnn.txt``). At step ``t`` the attention is
+    queried with ``r_{t-1}^{l'}``, the previous state of layer ``l'``
+    (``attention_layer``); its context ``c_t`` is an input of every decoder layer
+    at step ``t`` and of the readout ``tanh(W [y_{t-1}; c_t; r_t^{L_d}])`` before
+    the softmax (Eq. 3). With dense connections layer ``l`` reads
+    ``[o_t^{l-1}; o_{t-1}^{l-1}; c_t]`` with ``o^l = [h^0; ...; h^l]`` (``h^0`` the
+    target embedding) and the readout reads ``[o_t^{L_d}; c_t]``.
+
+    Attention memory: the top encoder layer (plain), ``o^{L_e} = [h^1..h^{L_e}]``
+    as one memory (dense connections only), or one attention per encoder layer
+    with the contexts concatenated (dense attention, Eq. 7-8). The branches are
+    scored in one batched expression per step; ``extra["attn"]`` is their mean.
+
+    Layers ``<= l'`` run step by step (``c_t`` needs ``r_{t-1}^{l'}``); layers above
+    ``l'`` run as one fused ``nn.LSTM`` call over the whole sequence once every
+    ``c_t`` is known. Initial states are zero.
+
+    Incremental state (key ``dense_lstm_state``), all batch-first: ``hidden`` and
+    ``cell`` ``(batch, layers, hidden)``; ``prev_out`` ``(batch, embed + layers *
+    hidden)`` the previous step's ``o^{L_d}``; ``proj_keys`` ``(batch, src_len,
+    sum of attention dims)`` (encoder-only, computed once per sentence).
+
+    Args:
+        dictionary: target dictionary.
+        embed_dim: target embedding size ``E``.
+        hidden_size: size ``H`` of every layer state.
+        num_layers: ``L_d``.
+        encoder_layer_dims: sizes of encoder layers ``h^1..h^{L_e}``.
+        dense: dense connections (DC).
+        dense_attention: one attention per encoder layer (DA).
+        attention_layer: ``l'`` (1-based).
+        attention_dim: scoring-MLP size; None: the size of the attended keys.
+        out_embed_dim: readout size.
+        dropout: dropout on the embedding and layer outputs.
+        softmax_dropout: dropout on the readout before the softmax.
+        share_input_output_embed: tie embedding and softmax weights.
+        max_positions: longest target accepted.
+    """
+
+    def __init__(self, dictionary, embed_dim: int, hidden_size: int, num_layers: int,
+                 encoder_layer_dims: List[int], dense: bool = False, dense_attention: bool = False,
+                 attention_layer: int = 1, attention_dim: Optional[int] = None, out_embed_dim: int = 512,
+                 dropout: float = 0.0, softmax_dropout: float = 0.0,
+                 share_input_output_embed: bool = False, max_positions: int = 1024):
+        super().__init__(dictionary)
+        self.padding_idx = dictionary.pad()
+        self.embed_dim = embed_dim
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.dense = dense
+        self.dense_attention = dense_attention
+        self.attention_layer = attention_layer
+        self.max_target_positions = max_positions
+        if dense_attention:
+            if len(set(encoder_layer_dims)) != 1:
+                raise ValueError("dense attention needs equal encoder layer sizes")
+            memory_dims = list(encoder_layer_dims)
+        elif dense:
+            memory_dims = [sum(encoder_layer_dims)]
+        else:
+            memory_dims = [encoder_layer_dims[-1]]
+        self.context_dim = sum(memory_dims)
+        self.attention_dims = [attention_dim or k for k in memory_dims]
+        self.attentions = nn.ModuleList(
+            BahdanauAttention(hidden_size, k, a) for k, a in zip(memory_dims, self.attention_dims)
+        )
+        self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=self.padding_idx)
+        nn.init.uniform_(self.embed_tokens.weight, -0.1, 0.1)
+        nn.init.zeros_(self.embed_tokens.weight[self.padding_idx])
+        self.dropout = nn.Dropout(dropout)
+        self.layers = nn.ModuleList(nn.LSTM(self._layer_input_dim(j), hidden_size) for j in range(num_layers))
+        if dense:
+            readout_in = embed_dim + num_layers * hidden_size + self.context_dim
+        else:
+            readout_in = embed_dim + hidden_size + self.context_dim
+        self.readout = nn.Linear(readout_in, out_embed_dim)
+        self.softmax_dropout = nn.Dropout(softmax_dropout)
+        self.output_projection = nn.Linear(out_embed_dim, len(dictionary))
+        if share_input_output_embed:
+            self.output_projection.weight = self.embed_tokens.weight
+
+    def _layer_input_dim(self, j: int) -> int:
+        """Input size of 0-based layer ``j``: ``[o_t^{j}; o_{t-1}^{j}; c_t]`` or ``[h_t^{j}; c_t]``."""
+        if self.dense:
+            return 2 * (self.embed_dim + j * self.hidden_size) + self.context_dim
+        return (self.embed_dim if j == 0 else self.hidden_size) + self.context_dim
+
+    def _memories(self, encoder_out: Dict[str, List[Tensor]]) -> Tensor:
+        """The attended encoder states, ``(src_len, batch, context_dim)``."""
+        if self.dense or self.dense_attention:
+            return encoder_out["encoder_layers"][0]
+        return encoder_out["encoder_out"][0]
+
+    def _attend(self, query: Tensor, keys: Tensor, values: Tensor, w_query: Tensor, w_v: Tensor,
+                padding_mask: Tensor) -> Tuple[Tensor, Tensor]:
+        """All attention branches for one step, batched (Bahdanau's MLP per branch).
+
+        Args:
+            query: ``(batch, hidden)`` = ``r_{t-1}^{l'}``.
+            keys: ``(batch, src_len, n, A)`` projected keys.
+            values: ``(batch, src_len, n, d)``.
+            w_query: ``(n * A, hidden)`` the branches' query projections stacked.
+            w_v: ``(n, A)`` the branches' score vectors.
+            padding_mask: ``(batch, src_len)``.
+
+        Returns:
+            ``(context, attn)``: ``(batch, n * d)`` = ``[c_t^1; ...; c_t^n]`` and the
+            mean attention ``(batch, src_len)``.
+        """
+        q = F.linear(query, w_query).view(query.size(0), 1, *w_v.shape)  # B x 1 x n x A
+        scores = (torch.tanh(q + keys) * w_v).sum(-1)  # B x T x n
+        scores = scores.masked_fill(padding_mask.unsqueeze(-1), float("-inf"))
+        attn = torch.softmax(scores.float(), dim=1).type_as(scores)
+        context = torch.einsum("btn,btnd->bnd", attn, values)  # B x n x d
+        return context.reshape(query.size(0), -1), attn.mean(-1)
+
+    def forward(self, prev_output_tokens: Tensor, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+                **unused) -> Tuple[Tensor, Dict[str, List[Optional[Tensor]]]]:
+        """Decode.
+
+        Args:
+            prev_output_tokens: ``(batch, tgt_len)`` shifted targets.
+            encoder_out: output of :class:`DenseLSTMEncoder`.
+            incremental_state: beam-search cache; when given only the last token
+                of ``prev_output_tokens`` is fed.
+
+        Returns:
+            ``(logits, extra)``: ``(batch, tgt_len, vocab)`` and
+            ``{"attn": [(batch, tgt_len, src_len)]}``.
+        """
+        x, extra = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
+        return self.output_layer(x), extra
+
+    def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None, **unused):
+        if incremental_state is not None:
+            prev_output_tokens = prev_output_tokens[:, -1:]
+        bsz, steps = prev_output_tokens.shape
+        n_att = len(self.attentions)
+        memory = self._memories(encoder_out)  # T x B x C
+        values = memory.transpose(0, 1).reshape(bsz, memory.size(0), n_att, -1)  # B x T x n x d
+        padding_mask = encoder_out["encoder_padding_mask"][0]
+        cached = self.get_incremental_state(incremental_state, _STATE_KEY) if incremental_state is not None else None
+        if cached is not None:
+            hidden, cell = cached["hidden"], cached["cell"]
+            prev_out, proj_keys = cached["prev_out"], cached["proj_keys"]
+        else:
+            hidden = memory.new_zeros(bsz, self.num_layers, self.hidden_size)
+            cell = torch.zeros_like(hidden)
+            prev_out = memory.new_zeros(bsz, self.embed_dim + self.num_layers * self.hidden_size)
+            keys_per_branch = memory.split(self.context_dim // n_att, dim=-1)
+            proj_keys = torch.cat([a.project_keys(k) for a, k in zip(self.attentions, keys_per_branch)], -1)
+        keys = proj_keys.view(bsz, proj_keys.size(1), n_att, -1)  # B x T x n x A
+        w_query = torch.cat([a.query_proj.weight for a in self.attentions], 0)
+        w_v = torch.cat([a.v.weight for a in self.attentions], 0)
+        h, c = list(hidden.unbind(1)), list(cell.unbind(1))
+        emb, lp, dense = self.embed_dim, self.attention_layer, self.dense
+
+        y = self.dropout(self.embed_tokens(prev_output_tokens)).transpose(0, 1)  # B x S x E -> S x B x E
+        # layer 1's input parts that do not depend on c_t, for all steps at once
+        first = self.layers[0]
+        known = torch.cat([y, shift_in_time(y, prev_out[:, :emb])], -1) if dense else y
+        k0 = known.size(-1)
+        gates_known = F.linear(known, first.weight_ih_l0[:, :k0], first.bias_ih_l0 + first.bias_hh_l0)
+        prev_step_o = prev_out[:, : emb + lp * self.hidden_size]  # o_{t-1}^{l'}
+        step_outs: List[List[Tensor]] = [[] for _ in range(lp)]
+        contexts, attns = [], []
+        for t in range(steps):
+            ctx, attn = self._attend(h[lp - 1], keys, values, w_query, w_v, padding_mask)
+            outs = [y[t]]  # h_t^0, h_t^1, ... (after dropout)
+            for j in range(lp):
+                lstm = self.layers[j]
+                if j == 0:
+                    gates = gates_known[t] + F.linear(ctx, first.weight_ih_l0[:, k0:])
+                else:
+                    if dense:
+                        inp = torch.cat(outs + [prev_step_o[:, : emb + j * self.hidden_size], ctx], -1)
+                    else:
+                        inp = torch.cat([outs[-1], ctx], -1)
+                    gates = F.linear(inp, lstm.weight_ih_l0, lstm.bias_ih_l0 + lstm.bias_hh_l0)
+                h[j], c[j] = lstm_cell(gates + F.linear(h[j], lstm.weight_hh_l0), c[j])
+                outs.append(self.dropout(h[j]))
+                step_outs[j].append(outs[-1])
+            prev_step_o = torch.cat(outs, -1)
+            contexts.append(ctx)
+            attns.append(attn)
+        ctx_all = torch.stack(contexts, 0)  # S x B x C
+        feats = [y] + [torch.stack(o, 0) for o in step_outs]  # each S x B x dim
+        # layers above l': one fused call each, now that every c_t is known
+        for j in range(lp, self.num_layers):
+            if dense:
+                o = torch.cat(feats, -1)  # o^{j}: S x B x (E + j * H)
+                inp = torch.cat([o, shift_in_time(o, prev_out[:, : o.size(-1)]), ctx_all], -1)
+            else:
+                inp = torch.cat([feats[-1], ctx_all], -1)
+            out, (h_n, c_n) = self.layers[j](inp, (h[j].unsqueeze(0), c[j].unsqueeze(0)))
+            h[j], c[j] = h_n[0], c_n[0]
+            feats.append(self.dropout(out))
+        if dense:
+            readout_in = torch.cat(feats + [ctx_all], -1)  # [o_t^{L_d}; c_t]
+        else:
+            readout_in = torch.cat([y, ctx_all, feats[-1]], -1)  # [y_{t-1}; c_t; r_t^{L_d}]
+        m = self.softmax_dropout(torch.tanh(self.readout(readout_in))).transpose(0, 1)  # S x B -> B x S
+        if incremental_state is not None:
+            self.set_incremental_state(incremental_state, _STATE_KEY, {
+                "hidden": torch.stack(h, 1),
+                "cell": torch.stack(c, 1),
+                "prev_out": torch.cat([f[-1] for f in feats], -1),
+                "proj_keys": proj_keys,
+            })
+        return m, {"attn": [torch.stack(attns, dim=1)]}
+
+    def output_layer(self, features: Tensor) -> Tensor:
+        return self.output_projection(features)
+
+    def reorder_incremental_state(self, incremental_state, new_order: Tensor) -> None:
+        """Reorder every cached tensor along its batch dimension (beam search)."""
+        cached = self.get_incremental_state(incremental_state, _STATE_KEY)
+        if cached is None:
+            return
+        reordered = {k: v.index_select(0, new_order) for k, v in cached.items() if v is not None}
+        self.set_incremental_state(incremental_state, _STATE_KEY, reordered)
+
+    def max_positions(self) -> int:
+        return self.max_target_positions

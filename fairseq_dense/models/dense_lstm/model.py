@@ -1,0 +1,161 @@
+"""DenseRNN encoder-decoder: model registration and named architectures."""
+from fairseq.models import FairseqEncoderDecoderModel, register_model, register_model_architecture
+from fairseq.utils import safe_getattr
+
+from fairseq_dense.models.dense_lstm.config import DenseLSTMConfig
+from fairseq_dense.models.dense_lstm.decoder import DenseLSTMDecoder
+from fairseq_dense.models.dense_lstm.encoder import DenseLSTMEncoder
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+@register_model("dense_lstm", dataclass=DenseLSTMConfig)
+class DenseLSTMModel(FairseqEncoderDecoderModel):
+    """Densely connected stacked LSTM encoder-decoder (DenseRNN).
+
+    Densely Connected Recurrent Neural Network for Sequence-to-Sequence Learning
+    (ICLR 2018 submission, ``papers/densernn-densely-connected-rnn.txt``):
+    dense connections between stacked LSTM layers (Eq. 6, ``--dense-connections``),
+    Bahdanau attention queried by decoder layer ``l'`` (Eq. 4,
+    ``--attention-layer``) and dense attention, one attention per encoder layer
+    with the contexts concatenated (Eq. 7-8, ``--dense-attention``). With both
+    switches off it is the paper's stacked-LSTM baseline.
+    """
+
+    @classmethod
+    def build_model(cls, cfg: DenseLSTMConfig, task):
+        """Build the model, validating option combinations.
+
+        Raises:
+            ValueError: naming the offending flags.
+        """
+        for name in ("encoder_embed_dim", "encoder_hidden_size", "encoder_layers", "decoder_embed_dim",
+                     "decoder_hidden_size", "decoder_layers", "decoder_out_embed_dim"):
+            value = safe_getattr(cfg, name)
+            if value is None or int(value) <= 0:
+                raise ValueError(f"{_flag(name)} must be a positive integer, got {value}")
+        attention_dim = safe_getattr(cfg, "attention_dim", None)
+        if attention_dim is not None and int(attention_dim) <= 0:
+            raise ValueError(f"--attention-dim must be a positive integer, got {attention_dim}")
+        for name in ("dropout", "softmax_dropout"):
+            if not 0.0 <= float(safe_getattr(cfg, name, 0.0)) < 1.0:
+                raise ValueError(f"{_flag(name)} must be in [0, 1)")
+        bidirectional = not safe_getattr(cfg, "no_encoder_bidirectional", False)
+        if bidirectional and cfg.encoder_hidden_size % 2:
+            raise ValueError(
+                f"--encoder-hidden-size ({cfg.encoder_hidden_size}) must be even for a bidirectional encoder "
+                "(half per direction); pass an even size or --no-encoder-bidirectional"
+            )
+        if not 1 <= cfg.attention_layer <= cfg.decoder_layers:
+            raise ValueError(
+                f"--attention-layer must be between 1 and --decoder-layers ({cfg.decoder_layers}), "
+                f"got {cfg.attention_layer}"
+            )
+        if cfg.share_decoder_input_output_embed and cfg.decoder_out_embed_dim != cfg.decoder_embed_dim:
+            raise ValueError(
+                "--share-decoder-input-output-embed requires --decoder-out-embed-dim "
+                f"({cfg.decoder_out_embed_dim}) == --decoder-embed-dim ({cfg.decoder_embed_dim})"
+            )
+        dense = bool(safe_getattr(cfg, "dense_connections", False))
+        encoder = DenseLSTMEncoder(
+            task.source_dictionary,
+            embed_dim=cfg.encoder_embed_dim,
+            hidden_size=cfg.encoder_hidden_size,
+            num_layers=cfg.encoder_layers,
+            bidirectional=bidirectional,
+            dense=dense,
+            dropout=cfg.dropout,
+            max_positions=cfg.max_source_positions,
+        )
+        decoder = DenseLSTMDecoder(
+            task.target_dictionary,
+            embed_dim=cfg.decoder_embed_dim,
+            hidden_size=cfg.decoder_hidden_size,
+            num_layers=cfg.decoder_layers,
+            encoder_layer_dims=encoder.layer_dims,
+            dense=dense,
+            dense_attention=bool(safe_getattr(cfg, "dense_attention", False)),
+            attention_layer=cfg.attention_layer,
+            attention_dim=attention_dim,
+            out_embed_dim=cfg.decoder_out_embed_dim,
+            dropout=cfg.dropout,
+            softmax_dropout=cfg.softmax_dropout,
+            share_input_output_embed=cfg.share_decoder_input_output_embed,
+            max_positions=cfg.max_target_positions,
+        )
+        return cls(encoder, decoder)
+
+
+def _sizes(cfg, layers: int, hidden: int, embed: int = 512, dense: bool = False, dense_attention: bool = False):
+    """Set layers/sizes/switches on both sides unless given on the command line."""
+    cfg.encoder_layers = safe_getattr(cfg, "encoder_layers", layers)
+    cfg.decoder_layers = safe_getattr(cfg, "decoder_layers", layers)
+    cfg.encoder_hidden_size = safe_getattr(cfg, "encoder_hidden_size", hidden)
+    cfg.decoder_hidden_size = safe_getattr(cfg, "decoder_hidden_size", hidden)
+    cfg.encoder_embed_dim = safe_getattr(cfg, "encoder_embed_dim", embed)
+    cfg.decoder_embed_dim = safe_getattr(cfg, "decoder_embed_dim", embed)
+    cfg.decoder_out_embed_dim = safe_getattr(cfg, "decoder_out_embed_dim", embed)
+    # store_true flags: an arch may turn a switch on, the command line cannot turn it off again
+    cfg.dense_connections = safe_getattr(cfg, "dense_connections", False) or dense
+    cfg.dense_attention = safe_getattr(cfg, "dense_attention", False) or dense_attention
+    cfg.attention_layer = safe_getattr(cfg, "attention_layer", 1)
+    cfg.dropout = safe_getattr(cfg, "dropout", 0.2)
+    cfg.softmax_dropout = safe_getattr(cfg, "softmax_dropout", 0.2)
+
+
+@register_model_architecture("dense_lstm", "dense_lstm_baseline_4l")
+def dense_lstm_baseline_4l(cfg):
+    """Stacked-LSTM baseline of Tables 1-2: 4+4 layers, hidden 1024, embeddings 512."""
+    _sizes(cfg, layers=4, hidden=1024)
+
+
+@register_model_architecture("dense_lstm", "dense_lstm_baseline_6l")
+def dense_lstm_baseline_6l(cfg):
+    """Stacked-LSTM baseline with 6+6 layers, hidden 1024, embeddings 512."""
+    _sizes(cfg, layers=6, hidden=1024)
+
+
+@register_model_architecture("dense_lstm", "dense_lstm_6l")
+def dense_lstm_6l(cfg):
+    """DenseRNN-6L of Tables 1-2: DC+DA, 6+6 layers, hidden 256, embeddings 512."""
+    _sizes(cfg, layers=6, hidden=256, dense=True, dense_attention=True)
+
+
+@register_model_architecture("dense_lstm", "dense_lstm_10l")
+def dense_lstm_10l(cfg):
+    """DenseRNN-10L of Tables 1-2: DC+DA, 10+10 layers, hidden 256, embeddings 512."""
+    _sizes(cfg, layers=10, hidden=256, dense=True, dense_attention=True)
+
+
+@register_model_architecture("dense_lstm", "dense_lstm_dc_4l")
+def dense_lstm_dc_4l(cfg):
+    """DenseRNN(DC)-4L of Table 3 (summarisation): hidden 128."""
+    _sizes(cfg, layers=4, hidden=128, dense=True)
+
+
+@register_model_architecture("dense_lstm", "dense_lstm_dcda_4l")
+def dense_lstm_dcda_4l(cfg):
+    """DenseRNN(DC+DA)-4L of Table 3 (summarisation): hidden 150."""
+    _sizes(cfg, layers=4, hidden=150, dense=True, dense_attention=True)
+
+
+@register_model_architecture("dense_lstm", "dense_lstm_dc_8l")
+def dense_lstm_dc_8l(cfg):
+    """DenseRNN(DC)-8L of Table 3 (summarisation): hidden 128."""
+    _sizes(cfg, layers=8, hidden=128, dense=True)
+
+
+@register_model_architecture("dense_lstm", "dense_lstm_dcda_8l")
+def dense_lstm_dcda_8l(cfg):
+    """DenseRNN(DC+DA)-8L of Table 3 (summarisation): hidden 142."""
+    _sizes(cfg, layers=8, hidden=142, dense=True, dense_attention=True)
+
+
+@register_model_architecture("dense_lstm", "dense_lstm_tiny")
+def dense_lstm_tiny(cfg):
+    """Tiny DC+DA model for tests: 2+2 layers, hidden 32, embeddings 32."""
+    cfg.dropout = safe_getattr(cfg, "dropout", 0.0)
+    cfg.softmax_dropout = safe_getattr(cfg, "softmax_dropout", 0.1)
+    _sizes(cfg, layers=2, hidden=32, embed=32, dense=True, dense_attention=True)

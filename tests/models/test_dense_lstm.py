@@ -1,0 +1,247 @@
+"""Tests of DenseRNN (``dense_lstm``): Eq. 6 equivalence, decoding properties, CLI."""
+import argparse
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fairseq_dense  # noqa: F401
+from fairseq_dense.models.dense_lstm import DenseLSTMConfig, DenseLSTMModel
+from fairseq_dense.modules.dense_lstm_layer import lstm_cell, reverse_padded, shift_in_time
+from tests import helpers
+
+VARIANTS = {  # (dense_connections, dense_attention, attention_layer)
+    "baseline": (False, False, 1),
+    "dc": (True, False, 1),
+    "dcda": (True, True, 1),
+    "da": (False, True, 1),
+    "dcda_l2": (True, True, 2),
+}
+
+
+def build(vocab=16, **overrides):
+    torch.manual_seed(0)
+    d = helpers.dummy_dictionary(vocab)
+    kwargs = dict(encoder_embed_dim=8, encoder_hidden_size=10, encoder_layers=3, decoder_embed_dim=8,
+                  decoder_hidden_size=12, decoder_layers=3, decoder_out_embed_dim=8, attention_dim=6,
+                  dropout=0.0, softmax_dropout=0.0)
+    kwargs.update(overrides)
+    model = DenseLSTMModel.build_model(DenseLSTMConfig(**kwargs), helpers.DummyTask(d))
+    return model, d
+
+
+def build_variant(name, **overrides):
+    dc, da, lp = VARIANTS[name]
+    return build(dense_connections=dc, dense_attention=da, attention_layer=lp, **overrides)
+
+
+# ---------------------------------------------------------------- literal Eq. 6 reference
+
+def literal_cell(w_x, w_h, bias, x, o_prev, cell):
+    """Eq. 6 with an LSTM g: ``g(o_{t-1}^l, o_t^{l-1})`` as two separate matrices."""
+    return lstm_cell(F.linear(x, w_x, bias) + F.linear(o_prev, w_h), cell)
+
+
+def map_weights(lstm, lower: int, extra: int = 0):
+    """Fused ``W_ih`` over ``[o_t^{l-1}; o_{t-1}^{l-1}; extra]`` -> literal ``W_x`` over
+    ``[o_t^{l-1}; extra]`` and ``W_h`` over ``o_{t-1}^l = [o_{t-1}^{l-1}; h_{t-1}^l]``."""
+    w = lstm.weight_ih_l0
+    assert w.size(1) == 2 * lower + extra
+    w_x = torch.cat([w[:, :lower], w[:, 2 * lower:]], 1)
+    w_h = torch.cat([w[:, lower:2 * lower], lstm.weight_hh_l0], 1)
+    return w_x, w_h, lstm.bias_ih_l0 + lstm.bias_hh_l0
+
+
+def literal_encoder(model, src_tokens, src_lengths):
+    """Dense encoder, one sentence and one step at a time; right-padded tokens."""
+    enc = model.encoder
+    outs = torch.zeros(src_tokens.size(1), src_tokens.size(0), enc.num_layers * enc.hidden_size)
+    for b in range(src_tokens.size(0)):
+        n = int(src_lengths[b])
+        o = [enc.embed_tokens(src_tokens[b, :n])]  # o^0 per position: n x E
+        for layer in enc.layers:
+            lower = o[-1].size(-1)
+            halves = []
+            for lstm, order in ((layer.forward_lstm, range(n)), (layer.backward_lstm, range(n - 1, -1, -1))):
+                if lstm is None:
+                    continue
+                w_x, w_h, bias = map_weights(lstm, lower)
+                size = lstm.hidden_size
+                h, c = torch.zeros(1, size), torch.zeros(1, size)
+                prev_o = torch.zeros(1, lower)  # o_{t-1}^{l-1}, zero before the first step
+                res = [None] * n
+                for t in order:
+                    # recurrent input o_{t-1}^l = [h_{t-1}^0..h_{t-1}^{l-1}; h_{t-1}^l]
+                    h, c = literal_cell(w_x, w_h, bias, o[-1][t:t + 1], torch.cat([prev_o, h], 1), c)
+                    prev_o = o[-1][t:t + 1]
+                    res[t] = h
+                halves.append(torch.cat(res, 0))
+            o.append(torch.cat([o[-1], torch.cat(halves, -1)], -1))
+        outs[:n, b] = o[-1][:, enc.embed_tokens.embedding_dim:]
+    return outs
+
+
+def literal_decoder(model, enc_out, prev_output_tokens):
+    """Dense decoder, one step at a time, attention through BahdanauAttention.forward."""
+    dec = model.decoder
+    bsz, steps = prev_output_tokens.shape
+    memory = dec._memories(enc_out)
+    mask = enc_out["encoder_padding_mask"][0]
+    branches = memory.split(dec.context_dim // len(dec.attentions), -1)
+    hs = [torch.zeros(bsz, dec.hidden_size) for _ in dec.layers]
+    cs = [torch.zeros(bsz, dec.hidden_size) for _ in dec.layers]
+    prev_o = torch.zeros(bsz, dec.embed_dim + dec.num_layers * dec.hidden_size)  # o_{t-1}^{L_d}
+    weights = [map_weights(lstm, dec.embed_dim + j * dec.hidden_size, dec.context_dim)
+               for j, lstm in enumerate(dec.layers)]
+    logits = []
+    for t in range(steps):
+        q = hs[dec.attention_layer - 1]
+        ctx = torch.cat([att(q, att.project_keys(k), k.transpose(0, 1), mask)[0]
+                         for att, k in zip(dec.attentions, branches)], -1)
+        o = dec.embed_tokens(prev_output_tokens[:, t])
+        for j, (w_x, w_h, bias) in enumerate(weights):
+            rec = torch.cat([prev_o[:, : o.size(1)], hs[j]], 1)  # o_{t-1}^{j}
+            hs[j], cs[j] = literal_cell(w_x, w_h, bias, torch.cat([o, ctx], 1), rec, cs[j])
+            o = torch.cat([o, hs[j]], 1)
+        prev_o = o
+        logits.append(dec.output_layer(torch.tanh(dec.readout(torch.cat([o, ctx], 1)))))
+    return torch.stack(logits, 1)
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize("variant", ["dc", "dcda", "dcda_l2"])
+def test_fused_equals_literal_eq6(variant, bidirectional):
+    """The fused per-layer LSTMs over ``[o_t^{l-1}; o_{t-1}^{l-1}]`` equal Eq. 6 computed literally."""
+    model, d = build_variant(variant, no_encoder_bidirectional=not bidirectional)
+    model.eval()
+    sample = helpers.make_sample(d, left_pad_source=False)
+    ni = sample["net_input"]
+    with torch.no_grad():
+        enc_out = model.encoder(ni["src_tokens"], ni["src_lengths"])
+        ref = literal_encoder(model, ni["src_tokens"], ni["src_lengths"])
+        torch.testing.assert_close(enc_out["encoder_layers"][0], ref, atol=1e-5, rtol=1e-5)
+        full, _ = model.decoder(ni["prev_output_tokens"], encoder_out=enc_out)
+        torch.testing.assert_close(full, literal_decoder(model, enc_out, ni["prev_output_tokens"]),
+                                   atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- decoding properties
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_incremental_reorder_padding(variant):
+    model, d = build_variant(variant)
+    sample = helpers.make_sample(d)
+    helpers.check_output_shape(model, sample, len(d))
+    helpers.check_incremental_equals_full(model, sample)
+    helpers.check_reorder_incremental_state(model, sample)
+    helpers.check_padding_invariance(model, sample)
+
+
+@pytest.mark.parametrize("variant", ["baseline", "dcda", "dcda_l2"])
+def test_every_parameter_gets_finite_gradient(variant):
+    model, d = build_variant(variant, dropout=0.3, softmax_dropout=0.3)
+    helpers.check_all_params_get_finite_grads(model, helpers.make_sample(d))
+
+
+def test_attention_shape_and_mass():
+    model, d = build_variant("dcda")
+    model.eval()
+    sample = helpers.make_sample(d)
+    _, extra = model(**sample["net_input"])
+    attn = extra["attn"][0]
+    b, t = sample["net_input"]["prev_output_tokens"].shape
+    assert attn.shape == (b, t, sample["net_input"]["src_tokens"].size(1))
+    torch.testing.assert_close(attn.sum(-1), torch.ones(b, t))
+    pad = sample["net_input"]["src_tokens"].eq(d.pad())
+    assert attn.masked_select(pad.unsqueeze(1).expand_as(attn)).abs().max() == 0
+
+
+def test_dense_attention_has_one_branch_per_encoder_layer():
+    model, _ = build_variant("dcda")
+    assert len(model.decoder.attentions) == 3 and model.decoder.context_dim == 30
+    model, _ = build_variant("dc")  # DC alone: one attention over o^{L_e} = [h^1; h^2; h^3]
+    assert len(model.decoder.attentions) == 1 and model.decoder.context_dim == 30
+    model, _ = build_variant("baseline")
+    assert len(model.decoder.attentions) == 1 and model.decoder.context_dim == 10
+
+
+def test_shift_and_reverse_helpers():
+    x = torch.arange(12.0).view(4, 3, 1)
+    assert torch.equal(shift_in_time(x)[1:], x[:-1]) and shift_in_time(x)[0].abs().sum() == 0
+    lengths = torch.tensor([4, 2, 3])
+    r = reverse_padded(x, lengths)
+    assert r[:, 1, 0].tolist() == [4.0, 1.0, 7.0, 10.0]
+    assert torch.equal(reverse_padded(r, lengths), x)
+
+
+@pytest.mark.parametrize(
+    "overrides, flag",
+    [
+        (dict(attention_layer=4), "--attention-layer"),
+        (dict(attention_layer=0), "--attention-layer"),
+        (dict(encoder_hidden_size=9), "--encoder-hidden-size"),
+        (dict(decoder_layers=0), "--decoder-layers"),
+        (dict(attention_dim=0), "--attention-dim"),
+        (dict(softmax_dropout=1.0), "--softmax-dropout"),
+        (dict(share_decoder_input_output_embed=True, decoder_out_embed_dim=6),
+         "--share-decoder-input-output-embed"),
+    ],
+)
+def test_bad_options_name_the_flag(overrides, flag):
+    with pytest.raises(ValueError, match=flag):
+        build(**overrides)
+
+
+def test_odd_hidden_ok_when_unidirectional():
+    build(encoder_hidden_size=9, no_encoder_bidirectional=True)
+
+
+def test_named_architectures_apply_switches():
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    expected = {
+        "dense_lstm_baseline_4l": (4, 1024, False, False), "dense_lstm_baseline_6l": (6, 1024, False, False),
+        "dense_lstm_6l": (6, 256, True, True), "dense_lstm_10l": (10, 256, True, True),
+        "dense_lstm_dc_4l": (4, 128, True, False), "dense_lstm_dcda_4l": (4, 150, True, True),
+        "dense_lstm_dc_8l": (8, 128, True, False), "dense_lstm_dcda_8l": (8, 142, True, True),
+        "dense_lstm_tiny": (2, 32, True, True),
+    }
+    for arch, (layers, hidden, dc, da) in expected.items():
+        ns = argparse.Namespace()
+        ARCH_CONFIG_REGISTRY[arch](ns)
+        ARCH_CONFIG_REGISTRY[arch](ns)  # idempotent
+        got = (ns.encoder_layers, ns.decoder_hidden_size, ns.dense_connections, ns.dense_attention)
+        assert got == (layers, hidden, dc, da), arch
+        ns = argparse.Namespace(decoder_layers=3, dense_attention=True)  # command line wins
+        ARCH_CONFIG_REGISTRY[arch](ns)
+        assert ns.decoder_layers == 3 and ns.dense_attention
+
+
+# ---------------------------------------------------------------- CLI end to end
+
+@pytest.mark.slow
+def test_cli_train_and_generate(tmp_path):
+    """Train ``dense_lstm_tiny`` (Adam for speed; the recipe's plateau schedule), beam-search, score."""
+    import sacrebleu
+
+    raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=1500, n_valid=100, n_test=100)
+    data = helpers.preprocess(raw, tmp_path / "bin")
+    ckpt = tmp_path / "ckpt"
+    helpers.run_cli(
+        "fairseq-train", data, "--user-dir", helpers.USER_DIR, "--arch", "dense_lstm_tiny",
+        "--task", "translation", "--criterion", "label_smoothed_cross_entropy_with_stats",
+        "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "0.01", "--clip-norm", "1.0",
+        "--lr-scheduler", "reduce_lr_on_plateau", "--lr-shrink", "0.1",
+        "--batch-size", "32", "--max-epoch", "5", "--cpu", "--seed", "1", "--num-workers", "0",
+        "--save-dir", ckpt, "--no-epoch-checkpoints", "--no-progress-bar", "--log-interval", "50",
+    )
+    gen = helpers.run_cli(
+        "fairseq-generate", data, "--user-dir", helpers.USER_DIR, "--path", ckpt / "checkpoint_best.pt",
+        "--gen-subset", "test", "--beam", "5", "--batch-size", "50", "--required-batch-size-multiple", "1",
+        "--cpu", "--num-workers", "0",
+    )
+    hyps = helpers.hypotheses_from_generate(gen.stdout)
+    refs = helpers.references_from_generate(gen.stdout)
+    assert len(hyps) == 100
+    bleu = sacrebleu.corpus_bleu([hyps[i] for i in sorted(hyps)], [[refs[i] for i in sorted(hyps)]]).score
+    assert bleu > 60.0, f"copy-task BLEU {bleu:.1f}\n{gen.stdout[-2000:]}"
