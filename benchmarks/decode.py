@@ -101,7 +101,7 @@ def bleu(hyps: Dict[int, str], refs: List[str]) -> Dict:
 
 def decode_report(ckpt: str, data_bin: str, raw_test_tgt: str, tgt_lang: str, *, device: str = "cpu",
                   bf16: bool = False, beam: int = 5, batch_size: int = 32, max_sentences: int = 0,
-                  uncached_sentences: int = 40, threads: int = 0) -> Dict:
+                  uncached_sentences: int = 40, threads: int = 0, greedy_bleu: bool = True) -> Dict:
     """Everything measured on a trained checkpoint: beam speed, cache speed-up, BLEU.
 
     Args:
@@ -111,6 +111,7 @@ def decode_report(ckpt: str, data_bin: str, raw_test_tgt: str, tgt_lang: str, *,
         tgt_lang: target language code (for the Moses detokeniser).
         max_sentences: decode only the first N test sentences for BLEU/speed (0: all).
         uncached_sentences: sentences (spread over the test set) decoded with and without the cache.
+        greedy_bleu: also decode with beam 1 (the GRU report's beam vs greedy comparison).
     """
     if threads:
         torch.set_num_threads(threads)
@@ -122,6 +123,7 @@ def decode_report(ckpt: str, data_bin: str, raw_test_tgt: str, tgt_lang: str, *,
     with open(raw_test_tgt, encoding="utf-8") as f:
         refs = f.read().splitlines()
     scores = bleu(detokenised(task, full["hyps"], tgt_lang), refs)
+    greedy = beam_decode(model, task, indices, 1, batch_size, device) if greedy_bleu else None
     step = max(1, len(indices) // max(1, uncached_sentences))
     subset = indices[::step][:uncached_sentences]
     cached = beam_decode(model, task, subset, beam, batch_size, device)
@@ -138,6 +140,9 @@ def decode_report(ckpt: str, data_bin: str, raw_test_tgt: str, tgt_lang: str, *,
             "speedup": (uncached["seconds"] / cached["seconds"]) if cached["seconds"] else None,
             "identical_hypotheses": same,
         },
+        "greedy": None if greedy is None else {
+            "bleu": bleu(detokenised(task, greedy["hyps"], tgt_lang), refs)["bleu"],
+            **{k: v for k, v in greedy.items() if k not in strip}},
         **scores,
     }
 

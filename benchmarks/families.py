@@ -140,6 +140,7 @@ def resolve_models(specs: Optional[List[str]], size: str) -> List[Tuple[str, str
 
 def build_in_process(data_bin: str, arch_args: List[str]):
     """Build a model exactly as ``fairseq-train DATA <arch_args>`` would; returns ``(model, args)``."""
+    import fairseq_dense  # noqa: F401  (our archs must be registered)
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 

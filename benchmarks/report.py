@@ -87,8 +87,8 @@ def markdown(results: Dict) -> str:
         )
     lines += ["", "## Raw measurements", "",
               "| model | arch | params | updates | train tok/s (steady) | peak RSS MiB | matmul GFLOP/s | "
-              "MFU | best valid loss | beam-5 sent/s | beam-5 tok/s | uncached sent/s | BLEU |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "MFU | best valid loss | beam-5 sent/s | beam-5 tok/s | uncached sent/s | BLEU | greedy BLEU |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for fam, e in results["families"].items():
         for side in ("ours", "baseline"):
             s = e.get(side)
@@ -102,7 +102,7 @@ def markdown(results: Dict) -> str:
                 f"| {_fmt(t.get('best_valid_loss'), '.3f')} | {_fmt(_get(d, 'full', 'sentences_per_s'), '.1f')} "
                 f"| {_fmt(_get(d, 'full', 'tokens_per_s'), '.0f')} "
                 f"| {_fmt(_get(d, 'cache_subset', 'uncached', 'sentences_per_s'), '.1f')} "
-                f"| {_fmt(d.get('bleu'))} |"
+                f"| {_fmt(d.get('bleu'))} | {_fmt(_get(d, 'greedy', 'bleu'))} |"
             )
     sigs = sorted({_get(s, "decode", "signature") for e in results["families"].values()
                    for s in (e.get("ours"), e.get("baseline")) if _get(s, "decode", "signature")})

@@ -61,6 +61,8 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-update", type=int, default=0, help="also stop after N updates (0: budget only)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="CPU threads per run")
     p.add_argument("--decode-batch-size", type=int, default=32)
+    p.add_argument("--decode-sentences", type=int, default=0,
+                   help="decode (and score) only the first N test sentences (0: all)")
     p.add_argument("--uncached-sentences", type=int, default=40,
                    help="test sentences decoded both with and without the incremental cache")
     p.add_argument("--param-tolerance", type=float, default=0.10)
@@ -122,7 +124,8 @@ def run_side(name: str, arch_args: List[str], params: int, flops_params: float, 
         logger.info("decoding %s", name)
         res["decode"] = dec.decode_report(
             ckpt, paths["bin"], os.path.join(paths["raw"], f"test.{a.tgt}"), a.tgt, device=a.device,
-            bf16=a.bf16, batch_size=a.decode_batch_size, uncached_sentences=a.uncached_sentences,
+            bf16=a.bf16, batch_size=a.decode_batch_size, max_sentences=a.decode_sentences,
+            uncached_sentences=a.uncached_sentences,
             threads=a.threads)
         if a.suite in ("decode", "all"):
             res["attention"] = dec.attention_maps(ckpt, paths["bin"], device=a.device)
@@ -151,17 +154,21 @@ def main(argv=None) -> int:
     out = os.path.abspath(a.out)
     work = os.path.abspath(a.work_dir or os.path.join(out, "work"))
     os.makedirs(out, exist_ok=True)
-    paths = {"work": work, "raw": os.path.join(work, "raw")}
+    # one folder per subset, so that a different subset is never served stale prepared data
+    subset = f"{a.train_lines or 'all'}-{a.valid_lines or 'all'}-{a.test_lines or 'all'}"
+    paths = {"work": work, "raw": os.path.join(work, f"raw-{subset}")}
     started = time.time()
     subset_corpus(a.corpus, paths["raw"], a.src, a.tgt,
                   {"train": a.train_lines, "valid": a.valid_lines, "test": a.test_lines})
-    prep_dir = prepare(paths["raw"], os.path.join(work, "data"), a.src, a.tgt, merges=a.bpe_merges,
+    prep_dir = prepare(paths["raw"], os.path.join(work, f"data-{subset}-bpe{a.bpe_merges}"), a.src, a.tgt,
+                       merges=a.bpe_merges,
                        workers=min(2, a.threads))
     paths["bin"] = os.path.join(prep_dir, "bin")
     data = token_ratio(os.path.join(prep_dir, "bpe"), a.src, a.tgt)
     data["summary"] = (f"{a.train_lines or 'all'} train / {a.valid_lines or 'all'} valid / "
                        f"{a.test_lines or 'all'} test pairs, joint BPE {a.bpe_merges} merges, "
-                       f"{data['tgt_tokens']:,} target training tokens")
+                       f"{data['tgt_tokens']:,} target training tokens"
+                       + (f"; first {a.decode_sentences} test sentences decoded" if a.decode_sentences else ""))
     try:
         models = families.resolve_models(a.models, a.size)
     except ValueError as e:
