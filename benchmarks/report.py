@@ -168,7 +168,7 @@ def attention_plot(maps: List[Dict], out_png: str, title: str) -> None:
         a = np.array(m["attn"])
         if a.shape != (len(m["tgt"]), len(m["src"])) and a.T.shape == (len(m["tgt"]), len(m["src"])):
             a = a.T
-        ax.imshow(a, cmap="Greys", vmin=0, aspect="auto")
+        ax.imshow(a, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")  # absolute scale: uniform is pale
         ax.set_xticks(range(len(m["src"])))
         ax.set_xticklabels(m["src"][: a.shape[1]], rotation=90, fontsize=7)
         ax.set_yticks(range(len(m["tgt"])))

@@ -176,6 +176,7 @@ def main(argv=None) -> int:
     results = {"suite": a.suite, "command": "python -m benchmarks.run " + " ".join(map(shlex.quote, argv or sys.argv[1:])),
                "machine": machine.describe(a.device, a.threads), "bf16": a.bf16, "corpus": a.corpus,
                "budget_minutes": a.budget_minutes, "data": data, "families": {}}
+    baselines: Dict = {}
     for family, arch, extra in models:
         key = family if sum(m[0] == family for m in models) == 1 else f"{family}:{arch}{':' + ','.join(extra) if extra else ''}"
         entry: Dict = {}
@@ -189,8 +190,11 @@ def main(argv=None) -> int:
             fp_base = families.matmul_params(base_model, data["src_per_tgt"])
             del ours_model, base_model
             safe = key.replace(":", "_").replace("/", "_").replace(",", "_").replace("=", "-")
-            entry["baseline"] = run_side(f"{safe}.baseline", pairing.baseline_args, pairing.baseline_params,
-                                         fp_base, a, paths)
+            base_key = tuple(pairing.baseline_args)
+            if base_key not in baselines:  # ablations of one family share their (identical) baseline run
+                baselines[base_key] = run_side(f"{safe}.baseline", pairing.baseline_args,
+                                               pairing.baseline_params, fp_base, a, paths)
+            entry["baseline"] = dict(baselines[base_key])
             entry["ours"] = run_side(f"{safe}.ours", ["--arch", arch, *extra], pairing.ours_params, fp_ours, a, paths)
             target = entry["baseline"]["train"]["best_valid_loss"]
             entry["convergence_target_valid_loss"] = target

@@ -121,7 +121,7 @@ def plot_loss_curves(runs: Dict[str, Dict[str, List[Dict]]], out_png: str, title
         for ax, tag in zip(axes, ("train_inner", "valid")):
             xs, ys = series(log[tag], "loss", x)
             if xs:
-                ax.plot(xs, ys, marker="o" if tag == "valid" else None, ms=3, label=label)
+                ax.plot(xs, ys, marker="o" if tag == "valid" or len(xs) < 20 else None, ms=3, label=label)
     xlabel = "updates" if x == "num_updates" else "seconds"
     for ax, name in zip(axes, ("training loss (per log interval)", "validation loss")):
         ax.set_xlabel(xlabel)
