@@ -1,0 +1,45 @@
+"""Configuration of Deep-Att / Deep-ED (Zhou et al. 2016).
+
+The dataclass defaults are the paper's deepest Deep-Att model (``deep_att``):
+n_e = 9 encoder layers in two interleaved columns, n_d = 7 decoder layers,
+embeddings 256, LSTM 512, dropout 0.1.
+"""
+from dataclasses import dataclass, field
+
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+
+INTERFACE_CHOICES = ChoiceEnum(["deep_att", "deep_ed"])
+
+
+@dataclass
+class FastForwardLSTMConfig(FairseqDataclass):
+    interface: INTERFACE_CHOICES = field(
+        default="deep_att",
+        metadata={"help": "deep_att: attention over the fc-projected [f; h] of both columns; "
+                          "deep_ed: one fixed vector (last step of column 1, max over time of column 2)"},
+    )
+    encoder_embed_dim: int = field(default=256, metadata={"help": "source embedding size"})
+    encoder_hidden_size: int = field(default=512, metadata={"help": "encoder LSTM size (each layer, each column)"})
+    encoder_layers: int = field(default=9, metadata={"help": "encoder depth n_e (per column)"})
+    encoder_columns: int = field(default=2, metadata={"help": "encoder columns (2: first layers in opposite directions; 1)"})
+    no_interleave: bool = field(
+        default=False,
+        metadata={"help": "unidirectional encoder: every layer runs forward (default: alternate directions)"},
+    )
+    encoder_fc_dim: int = field(
+        default=512, metadata={"help": "deep_att: size of the linear 'fc' projection of [f; h] (attention keys/values)"}
+    )
+    decoder_embed_dim: int = field(default=256, metadata={"help": "target embedding size"})
+    decoder_hidden_size: int = field(default=512, metadata={"help": "decoder LSTM size"})
+    decoder_layers: int = field(default=7, metadata={"help": "decoder depth n_d"})
+    attention_dim: int = field(default=512, metadata={"help": "deep_att: hidden size of the Bahdanau attention MLP"})
+    no_fast_forward: bool = field(
+        default=False, metadata={"help": "drop the fast-forward connections: a plain stacked LSTM (Table 2 'No FF')"}
+    )
+    dropout: float = field(default=0.1, metadata={"help": "dropout on h where it enters the next layer and the softmax"})
+    init_std: float = field(
+        default=0.07,
+        metadata={"help": "std of the Gaussian init of all non-recurrent weights (recurrent matrices start at zero)"},
+    )
+    max_source_positions: int = field(default=1024, metadata={"help": "longest source accepted"})
+    max_target_positions: int = field(default=1024, metadata={"help": "longest target accepted"})

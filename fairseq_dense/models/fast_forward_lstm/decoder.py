@@ -1,0 +1,162 @@
+"""Single-column forward decoder with fast-forward connections (Deep-Att / Deep-ED)."""
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+from fairseq.models import FairseqIncrementalDecoder
+from torch import Tensor
+
+from fairseq_dense.modules.bahdanau_attention import BahdanauAttention
+from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTM, FastForwardLSTMLayer
+
+_STATE_KEY = "ff_lstm_state"
+
+
+class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
+    """Decoder of Zhou et al. (2016), https://arxiv.org/abs/1606.04199, Sec. 3.2 (PD).
+
+    One column, all layers forward, FF connections between layers. The first
+    layer reads ``x_t = [y_{t-1}; c_t]``:
+
+    * ``deep_att``: ``c_t = Attention(h^1_{t-1}, e)`` (Bahdanau, queried by the first
+      decoder layer's previous output; ``h^1_0 = 0``). Only layer 1 is stepped
+      together with the attention; layers 2..n_d run over the whole sequence.
+    * ``deep_ed``: ``c_t = e`` for every step, so layer 1 needs no step loop either.
+
+    The last layer's ``h`` (after dropout) feeds the softmax.
+
+    Incremental state (key ``ff_lstm_state``), all batch-first: ``h`` and ``c``
+    ``(batch, n_d, H)``; ``deep_att``: ``proj_keys`` ``(batch, src_len, attention_dim)``;
+    ``deep_ed``: ``context_gates`` ``(batch, 4H)`` = ``W_c e`` (both encoder-only).
+
+    Args:
+        dictionary: target dictionary.
+        embed_dim: target embedding size.
+        hidden_size: LSTM size ``H``.
+        num_layers: depth ``n_d``.
+        encoder_dim: size of ``e`` (per position for ``deep_att``).
+        interface: ``deep_att`` or ``deep_ed``.
+        attention_dim: Bahdanau MLP size (``deep_att``).
+        fast_forward: use the FF connections.
+        dropout: dropout on ``h`` between layers and before the softmax.
+        init_std: Gaussian std of non-recurrent weights.
+        max_positions: longest target accepted.
+    """
+
+    def __init__(self, dictionary, embed_dim: int, hidden_size: int, num_layers: int, encoder_dim: int,
+                 interface: str = "deep_att", attention_dim: int = 512, fast_forward: bool = True,
+                 dropout: float = 0.1, init_std: float = 0.07, max_positions: int = 1024):
+        super().__init__(dictionary)
+        self.padding_idx = dictionary.pad()
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.interface = interface
+        self.max_target_positions = max_positions
+        self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=self.padding_idx)
+        nn.init.normal_(self.embed_tokens.weight, 0.0, init_std)
+        nn.init.zeros_(self.embed_tokens.weight[self.padding_idx])
+        # layer 1: W_f^1 [y; c] is split so the y-part runs over all steps at once
+        self.first = FastForwardLSTMLayer(embed_dim, hidden_size, init_std=init_std)
+        self.context_proj = nn.Linear(encoder_dim, 4 * hidden_size, bias=False)
+        nn.init.normal_(self.context_proj.weight, 0.0, init_std)
+        self.rest = FastForwardLSTM(
+            FastForwardLSTM.connection_dim(hidden_size, fast_forward), hidden_size, num_layers - 1,
+            fast_forward=fast_forward, interleave=False, dropout=dropout, init_std=init_std,
+        )
+        self.attention = BahdanauAttention(hidden_size, encoder_dim, attention_dim) if interface == "deep_att" else None
+        if self.attention is not None:
+            for p in self.attention.parameters():
+                nn.init.normal_(p, 0.0, init_std)
+        self.dropout = nn.Dropout(dropout)
+        self.output_projection = nn.Linear(hidden_size, len(dictionary))
+        nn.init.normal_(self.output_projection.weight, 0.0, init_std)
+        nn.init.zeros_(self.output_projection.bias)
+
+    def forward(self, prev_output_tokens: Tensor, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+                **unused) -> Tuple[Tensor, Dict[str, List[Optional[Tensor]]]]:
+        """Decode.
+
+        Args:
+            prev_output_tokens: ``(batch, tgt_len)`` shifted targets.
+            encoder_out: output of :class:`FastForwardLSTMEncoder`.
+            incremental_state: beam-search cache; when given only the last token
+                of ``prev_output_tokens`` is fed.
+
+        Returns:
+            ``(logits, extra)``: ``(batch, tgt_len, vocab)`` and, for ``deep_att``,
+            ``{"attn": [(batch, tgt_len, src_len)]}``.
+        """
+        x, extra = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
+        return self.output_layer(x), extra
+
+    def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None, **unused):
+        if incremental_state is not None:
+            prev_output_tokens = prev_output_tokens[:, -1:]
+        enc = encoder_out["encoder_out"][0]  # deep_att: T x B x E; deep_ed: B x E
+        cached = self.get_incremental_state(incremental_state, _STATE_KEY) if incremental_state is not None else None
+        if cached is not None:
+            hs, cs = cached["h"].unbind(1), cached["c"].unbind(1)
+            states: Optional[List[Tuple[Tensor, Tensor]]] = list(zip(hs, cs))
+            enc_cache = cached["proj_keys"] if self.attention is not None else cached["context_gates"]
+        else:
+            states = None
+            enc_cache = self.attention.project_keys(enc) if self.attention is not None else self.context_proj(enc)
+
+        y = self.embed_tokens(prev_output_tokens).transpose(0, 1)  # B x S x C -> S x B x C
+        f1_y = self.first.ff(y)  # S x B x 4H, all steps at once
+        first_state = None if states is None else states[0]
+        attn = None
+        if self.attention is None:
+            f1 = f1_y + enc_cache.unsqueeze(0)  # the fixed context enters every step
+            h1, first_final = self.first.recur(f1, state=first_state)
+        else:
+            f1, h1, first_final, attn = self._attend_and_recur(f1_y, enc, enc_cache, encoder_out, first_state)
+        rest_states = None if states is None else states[1:]
+        f, h, finals = self.rest(self.rest.connect(f1, h1), states=rest_states) if len(self.rest.layers) else (f1, h1, [])
+        if incremental_state is not None:
+            finals = [first_final] + finals
+            cache = {
+                "h": torch.stack([s[0] for s in finals], dim=1),  # B x n_d x H
+                "c": torch.stack([s[1] for s in finals], dim=1),
+                "proj_keys" if self.attention is not None else "context_gates": enc_cache,
+            }
+            self.set_incremental_state(incremental_state, _STATE_KEY, cache)
+        features = self.dropout(h.transpose(0, 1))  # S x B x H -> B x S x H
+        return features, {"attn": [attn]}
+
+    def _attend_and_recur(self, f1_y: Tensor, enc: Tensor, proj_keys: Tensor, encoder_out,
+                          state: Optional[Tuple[Tensor, Tensor]]):
+        """Layer 1 of Deep-Att, step by step: ``c_t`` from ``h^1_{t-1}``, then ``f^1_t = W_y y + W_c c_t``."""
+        values = enc.transpose(0, 1)  # B x T x E
+        padding_mask = encoder_out["encoder_padding_mask"][0]
+        if state is None:
+            zeros = f1_y.new_zeros(f1_y.size(1), self.hidden_size)
+            state = (zeros, zeros)
+        h, c = state
+        empty_x = f1_y.new_zeros(f1_y.size(1), 0)
+        empty_w = f1_y.new_zeros(f1_y.size(2), 0)
+        fs, hs, attns = [], [], []
+        for t in range(f1_y.size(0)):
+            context, a = self.attention(h, proj_keys, values, padding_mask)
+            f_t = f1_y[t] + self.context_proj(context)
+            # input-matrix-free LSTM step (see fast_forward_lstm_recurrence.lstm_recurrence_cell)
+            h, c = torch.lstm_cell(empty_x, (h, c), empty_w, self.first.weight_hh, f_t, None)
+            fs.append(f_t)
+            hs.append(h)
+            attns.append(a)
+        return torch.stack(fs), torch.stack(hs), (h, c), torch.stack(attns, dim=1)  # attn: B x S x T
+
+    def output_layer(self, features: Tensor) -> Tensor:
+        return self.output_projection(features)
+
+    def reorder_incremental_state(self, incremental_state, new_order: Tensor) -> None:
+        """Reorder every cached tensor along its batch dimension (beam search)."""
+        cached = self.get_incremental_state(incremental_state, _STATE_KEY)
+        if cached is None:
+            return
+        reordered = {k: v.index_select(0, new_order) for k, v in cached.items() if v is not None}
+        self.set_incremental_state(incremental_state, _STATE_KEY, reordered)
+
+    def max_positions(self) -> int:
+        return self.max_target_positions

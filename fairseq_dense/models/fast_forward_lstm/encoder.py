@@ -1,0 +1,139 @@
+"""Interleaved bidirectional two-column encoder of Deep-Att / Deep-ED."""
+from typing import Dict, List
+
+import torch
+import torch.nn as nn
+from fairseq import utils
+from fairseq.models import FairseqEncoder
+from torch import Tensor
+
+from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTM, gather_time
+
+
+def right_to_left(x: Tensor, lengths: Tensor) -> Tensor:
+    """Move right-padded ``(T, B, C)`` features to left padding."""
+    t = x.size(0)
+    shift = (t - lengths.to(x.device)).long()
+    # left position p holds right position (p - shift) mod T
+    idx = (torch.arange(t, device=x.device).unsqueeze(1) - shift.unsqueeze(0)) % t
+    return gather_time(x, idx)
+
+
+class FastForwardLSTMEncoder(FairseqEncoder):
+    """Encoder of Zhou et al. (2016), https://arxiv.org/abs/1606.04199, Sec. 3.2.
+
+    One or two columns of :class:`FastForwardLSTM` with no links between them;
+    inside a column the layer directions alternate (interleaved bidirectional),
+    and the first layers of the two columns run in opposite directions. The
+    interface (PI) is built here:
+
+    * ``deep_att``: ``e_t = fc([f^1_t; h^1_t; f^2_t; h^2_t])`` per source position
+      (the last layers of columns 1 and 2; without FF connections only the ``h``);
+    * ``deep_ed``: one vector ``[h^1_last; max_t h^2_t; f^1_last; max_t f^2_t]``.
+      "Last" is the last step the last layer of column 1 processes (the sentence
+      end for a forward layer, its start for a backward one), i.e. its final state.
+
+    Args:
+        dictionary: source dictionary.
+        embed_dim: embedding size.
+        hidden_size: LSTM size ``H``.
+        num_layers: depth of each column.
+        num_columns: 1 or 2.
+        interleave: alternate directions (False: every layer runs forward, both columns).
+        fast_forward: use the FF connections.
+        interface: ``deep_att`` or ``deep_ed``.
+        fc_dim: ``deep_att`` projection size.
+        dropout: dropout on ``h`` between layers.
+        init_std: Gaussian std of non-recurrent weights.
+        max_positions: longest source accepted.
+    """
+
+    def __init__(self, dictionary, embed_dim: int, hidden_size: int, num_layers: int, num_columns: int = 2,
+                 interleave: bool = True, fast_forward: bool = True, interface: str = "deep_att",
+                 fc_dim: int = 512, dropout: float = 0.1, init_std: float = 0.07, max_positions: int = 1024):
+        super().__init__(dictionary)
+        self.padding_idx = dictionary.pad()
+        self.interface = interface
+        self.fast_forward = fast_forward
+        self.max_source_positions = max_positions
+        self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=self.padding_idx)
+        nn.init.normal_(self.embed_tokens.weight, 0.0, init_std)
+        nn.init.zeros_(self.embed_tokens.weight[self.padding_idx])
+        self.columns = nn.ModuleList(
+            FastForwardLSTM(embed_dim, hidden_size, num_layers, fast_forward=fast_forward,
+                            first_reverse=interleave and c == 1, interleave=interleave,
+                            dropout=dropout, init_std=init_std)
+            for c in range(num_columns)
+        )
+        per_column = (5 if fast_forward else 1) * hidden_size  # [f; h] or h
+        if interface == "deep_att":
+            self.fc = nn.Linear(num_columns * per_column, fc_dim)
+            nn.init.normal_(self.fc.weight, 0.0, init_std)
+            nn.init.zeros_(self.fc.bias)
+            self.output_dim = fc_dim
+        else:
+            self.fc = None
+            self.output_dim = num_columns * per_column
+
+    def forward(self, src_tokens: Tensor, src_lengths: Tensor, **unused) -> Dict[str, List[Tensor]]:
+        """Encode a batch.
+
+        Args:
+            src_tokens: ``(batch, src_len)``, left- or right-padded.
+            src_lengths: ``(batch,)``.
+
+        Returns:
+            dict with
+              * ``encoder_out``: ``deep_att``: ``[(src_len, batch, fc_dim)]`` keys/values
+                aligned with ``src_tokens``; ``deep_ed``: ``[(batch, output_dim)]``;
+              * ``encoder_padding_mask``: ``[(batch, src_len)]``, True at padding;
+              * ``src_lengths``: ``[(batch,)]``.
+        """
+        padding_mask = src_tokens.eq(self.padding_idx)
+        left_padded = bool(padding_mask[:, 0].any())
+        if left_padded:  # the columns work on right padding; fairseq defaults to left
+            src_tokens = utils.convert_padding_direction(src_tokens, self.padding_idx, left_to_right=True)
+        lengths = src_lengths.to(src_tokens.device)
+        x = self.embed_tokens(src_tokens).transpose(0, 1)  # B x T x C -> T x B x C
+        outs = [column(x, lengths)[:2] for column in self.columns]  # (f, h): T x B x 4H, T x B x H
+        if self.interface == "deep_att":
+            parts = [torch.cat([f, h], dim=-1) if self.fast_forward else h for f, h in outs]
+            e = self.fc(torch.cat(parts, dim=-1))  # T x B x fc_dim
+            if left_padded:  # back to the caller's layout, so attention columns match src_tokens
+                e = right_to_left(e, lengths)
+            encoder_out = e
+        else:
+            encoder_out = self._fixed_vector(outs, lengths)
+        return {
+            "encoder_out": [encoder_out],
+            "encoder_padding_mask": [padding_mask],
+            "src_lengths": [src_lengths],
+        }
+
+    def _fixed_vector(self, outs, lengths: Tensor) -> Tensor:
+        """Deep-ED: ``[h^1_last; max_t h^2; f^1_last; max_t f^2]`` (``(B, output_dim)``)."""
+        f1, h1 = outs[0]
+        last_layer = self.columns[0].layers[-1]
+        # the final step of the last layer of column 1 in its own direction
+        pos = torch.zeros_like(lengths) if last_layer.reverse else lengths - 1
+        batch = torch.arange(h1.size(1), device=h1.device)
+        h_parts, f_parts = [h1[pos, batch]], [f1[pos, batch]]
+        if len(outs) > 1:
+            f2, h2 = outs[1]
+            pad = torch.arange(h2.size(0), device=h2.device).unsqueeze(1) >= lengths.unsqueeze(0)  # T x B
+            h_parts.append(h2.masked_fill(pad.unsqueeze(-1), float("-inf")).amax(dim=0))
+            f_parts.append(f2.masked_fill(pad.unsqueeze(-1), float("-inf")).amax(dim=0))
+        return torch.cat(h_parts + f_parts if self.fast_forward else h_parts, dim=-1)
+
+    @torch.jit.export
+    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
+        """Reorder every key along its batch dimension (beam search)."""
+        enc = encoder_out["encoder_out"][0]
+        return {
+            "encoder_out": [enc.index_select(1 if enc.dim() == 3 else 0, new_order)],
+            "encoder_padding_mask": [encoder_out["encoder_padding_mask"][0].index_select(0, new_order)],
+            "src_lengths": [encoder_out["src_lengths"][0].index_select(0, new_order)],
+        }
+
+    def max_positions(self) -> int:
+        return self.max_source_positions

@@ -1,0 +1,167 @@
+"""Stacked LSTM with fast-forward connections (Zhou et al. 2016, Eq. 5-6).
+
+Deep Recurrent Models with Fast-Forward Connections for Neural Machine
+Translation, https://arxiv.org/abs/1606.04199. Layer ``k`` is split into a
+feed-forward block and an input-matrix-free recurrence:
+
+    ``f^k_t = W_f^k [half(f^{k-1}_t); dropout(h^{k-1}_t)] + b^k``  (fast-forward on)
+    ``f^k_t = W_f^k dropout(h^{k-1}_t) + b^k``                     (off: a plain stacked LSTM)
+    ``h^k_t, c^k_t = LSTM(f^k_t, h^k_{t-(-1)^k}, c^k_{t-(-1)^k})``
+
+``f^1_t = W_f^1 x_t + b^1``. ``half`` keeps the first half of ``f`` (``2H`` of ``4H``).
+The feed-forward block of a layer is one matrix multiply over the whole sequence;
+only the recurrence is sequential (:mod:`fast_forward_lstm_recurrence`).
+
+Variable lengths: every layer works on right-padded sequences; a layer that runs
+backward in time reverses each sequence inside its length, runs forward and
+reverses back, so padding always trails and never reaches a real position.
+"""
+from typing import List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from fairseq_dense.modules.fast_forward_lstm_recurrence import lstm_recurrence
+
+RECURRENT = "recurrent"
+
+
+def tag_recurrent(param: nn.Parameter) -> nn.Parameter:
+    """Mark a parameter for the ``recurrent`` optimizer group (read by the ``grouped`` scheduler)."""
+    param.param_group = RECURRENT
+    return param
+
+
+def reverse_index(lengths: Tensor, total: int) -> Tensor:
+    """``(T, B)`` gather index reversing each right-padded sequence inside its length.
+
+    Position ``t < len_b`` maps to ``len_b - 1 - t``; padding positions map to
+    themselves. The index is its own inverse.
+    """
+    t = torch.arange(total, device=lengths.device).unsqueeze(1)  # T x 1
+    lengths = lengths.unsqueeze(0)  # 1 x B
+    return torch.where(t < lengths, lengths - 1 - t, t)
+
+
+def gather_time(x: Tensor, index: Tensor) -> Tensor:
+    """``x[index[t, b], b]`` for ``x`` of shape ``(T, B, C)``."""
+    return x.gather(0, index.unsqueeze(-1).expand(-1, -1, x.size(-1)))
+
+
+class FastForwardLSTMLayer(nn.Module):
+    """One layer: feed-forward block ``f`` (``input_dim -> 4H``) and recurrence ``W_hh``.
+
+    Args:
+        input_dim: size of the layer input.
+        hidden_size: LSTM size ``H``.
+        reverse: run backward in time.
+        init_std: std of the Gaussian initialisation of ``W_f`` (``W_hh`` starts at zero).
+    """
+
+    def __init__(self, input_dim: int, hidden_size: int, reverse: bool = False, init_std: float = 0.07):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.reverse = reverse
+        self.init_std = init_std
+        self.ff = nn.Linear(input_dim, 4 * hidden_size)
+        self.weight_hh = tag_recurrent(nn.Parameter(torch.empty(4 * hidden_size, hidden_size)))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Paper Sec. 4.3: recurrent matrices zero, everything else ``N(0, init_std)``, biases zero."""
+        nn.init.normal_(self.ff.weight, 0.0, self.init_std)
+        nn.init.zeros_(self.ff.bias)
+        nn.init.zeros_(self.weight_hh)
+
+    def recur(self, f: Tensor, lengths: Optional[Tensor] = None,
+              state: Optional[Tuple[Tensor, Tensor]] = None) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+        """Run the recurrence on given gates ``f`` ``(T, B, 4H)``.
+
+        Args:
+            f: gate pre-activations, right-padded.
+            lengths: ``(B,)``; needed only when ``reverse``.
+            state: initial ``(h, c)``, each ``(B, H)``; zeros when None.
+
+        Returns:
+            ``(h, (h_T, c_T))``: ``(T, B, H)`` in the caller's time order and the
+            state after the last processed step.
+        """
+        if state is None:
+            zeros = f.new_zeros(f.size(1), self.hidden_size)
+            state = (zeros, zeros)
+        if not self.reverse:
+            return lstm_recurrence(f, state[0], state[1], self.weight_hh)
+        assert lengths is not None, "a backward layer needs the sequence lengths"
+        index = reverse_index(lengths.to(f.device), f.size(0))
+        h, final = lstm_recurrence(gather_time(f, index), state[0], state[1], self.weight_hh)
+        return gather_time(h, index), final
+
+    def forward(self, x: Tensor, lengths: Optional[Tensor] = None,
+                state: Optional[Tuple[Tensor, Tensor]] = None) -> Tuple[Tensor, Tensor, Tuple[Tensor, Tensor]]:
+        """``x`` ``(T, B, input_dim)`` -> ``(f, h, final_state)`` with ``f`` ``(T, B, 4H)``, ``h`` ``(T, B, H)``."""
+        f = self.ff(x)  # all time steps in one matmul
+        h, final = self.recur(f, lengths, state)
+        return f, h, final
+
+
+class FastForwardLSTM(nn.Module):
+    """A stack of :class:`FastForwardLSTMLayer` (one encoder column, or the decoder).
+
+    Args:
+        input_dim: size of the input of the first layer.
+        hidden_size: LSTM size ``H`` of every layer.
+        num_layers: depth.
+        fast_forward: use the fast-forward connections (False: plain stacked LSTM).
+        first_reverse: the first layer runs backward in time.
+        interleave: alternate the direction from layer to layer (False: all layers
+            run in the first layer's direction).
+        dropout: dropout on ``h^{k-1}`` where it enters layer ``k``.
+        init_std: Gaussian std of the non-recurrent weights.
+    """
+
+    def __init__(self, input_dim: int, hidden_size: int, num_layers: int, fast_forward: bool = True,
+                 first_reverse: bool = False, interleave: bool = True, dropout: float = 0.0,
+                 init_std: float = 0.07):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.fast_forward = fast_forward
+        self.dropout = nn.Dropout(dropout)
+        self.layers = nn.ModuleList()
+        for k in range(num_layers):
+            reverse = first_reverse != (interleave and k % 2 == 1)
+            in_dim = input_dim if k == 0 else self.connection_dim(hidden_size, fast_forward)
+            self.layers.append(FastForwardLSTMLayer(in_dim, hidden_size, reverse=reverse, init_std=init_std))
+
+    @staticmethod
+    def connection_dim(hidden_size: int, fast_forward: bool) -> int:
+        """Size of ``[half(f); h]`` (``3H``) or ``h`` (``H``)."""
+        return 3 * hidden_size if fast_forward else hidden_size
+
+    def connect(self, f: Tensor, h: Tensor) -> Tensor:
+        """Input of the next layer: ``[half(f); dropout(h)]`` or ``dropout(h)``."""
+        if self.fast_forward:
+            return torch.cat([f[..., : f.size(-1) // 2], self.dropout(h)], dim=-1)
+        return self.dropout(h)
+
+    def forward(self, x: Tensor, lengths: Optional[Tensor] = None,
+                states: Optional[List[Tuple[Tensor, Tensor]]] = None
+                ) -> Tuple[Tensor, Tensor, List[Tuple[Tensor, Tensor]]]:
+        """Run the stack.
+
+        Args:
+            x: ``(T, B, input_dim)`` right-padded inputs.
+            lengths: ``(B,)``; needed when a layer runs backward.
+            states: per layer initial ``(h, c)`` (incremental decoding); zeros when None.
+
+        Returns:
+            ``(f, h, finals)``: the last layer's ``f`` ``(T, B, 4H)`` and ``h``
+            ``(T, B, H)``, and every layer's final ``(h, c)``.
+        """
+        finals = []
+        f = h = x
+        for k, layer in enumerate(self.layers):
+            inp = x if k == 0 else self.connect(f, h)
+            f, h, final = layer(inp, lengths, None if states is None else states[k])
+            finals.append(final)
+        return f, h, finals
