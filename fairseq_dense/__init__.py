@@ -19,4 +19,5 @@ from fairseq_dense import criterions  # noqa: E402,F401
 from fairseq_dense import lr_schedulers  # noqa: E402,F401
 from fairseq_dense import models  # noqa: E402,F401
 from fairseq_dense import tasks  # noqa: E402,F401
+from fairseq_dense import validation  # noqa: E402,F401  (after models: wraps their loading)
 from fairseq_dense.hub import from_pretrained  # noqa: E402,F401

@@ -1,0 +1,97 @@
+"""``fairseq-dense-interactive``: ``fairseq-interactive`` that refuses empty input lines.
+
+fairseq-interactive strips each input line and translates an empty or
+whitespace-only line as an empty source sentence (EOS only): the model emits
+*something*, silently. fairseq has no hook on its input loop, so this wrapper
+feeds fairseq's own ``fairseq_cli.interactive`` (run in this process, all its
+options apply) through a checking reader: at the first empty/whitespace-only or
+non-UTF-8 line it stops with one line ``fairseq-dense-interactive: error:
+<source>:<line>: ...`` and exit status 1 (lines before it are translated).
+``--allow-empty-lines`` restores fairseq's behaviour.
+
+Usage::
+
+    fairseq-dense-interactive data-bin --path ckpt.pt --user-dir ... < input.txt
+    python -m fairseq_dense.cli.interactive data-bin --path ckpt.pt --input input.txt
+"""
+import io
+import sys
+from typing import BinaryIO, Iterator, List, Optional, Sequence
+
+from fairseq_dense.validation import FairseqDenseError, InputError, check_nonempty_lines
+
+PROG = "fairseq-dense-interactive"
+
+
+def _decoded(stream: BinaryIO, source: str) -> Iterator[str]:
+    for i, raw in enumerate(stream, start=1):
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InputError(f"{source}:{i}: not valid UTF-8 (byte {raw[e.start]:#04x} at column {e.start + 1})")
+
+
+class CheckedLines(io.TextIOBase):
+    """A read-only text stream over ``stream`` that validates each line as it is read.
+
+    Args:
+        stream: binary input (``sys.stdin.buffer`` or an opened file).
+        source: its name in error messages.
+        allow_empty: let empty/whitespace-only lines through.
+    """
+
+    def __init__(self, stream: BinaryIO, source: str, allow_empty: bool = False):
+        super().__init__()
+        lines = _decoded(stream, source)
+        self._lines = lines if allow_empty else check_nonempty_lines(lines, source)
+
+    def readable(self) -> bool:
+        return True
+
+    def readline(self, size: int = -1) -> str:
+        return next(self._lines, "")
+
+    def __next__(self) -> str:
+        line = self.readline()
+        if not line:
+            raise StopIteration
+        return line
+
+
+def _pop_option(argv: List[str], flag: str, default: Optional[str]) -> Optional[str]:
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+            del argv[i:i + 2]
+            return value
+        if a.startswith(flag + "="):
+            del argv[i]
+            return a.split("=", 1)[1]
+    return default
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    """Run fairseq-interactive on checked input; ``SystemExit`` with one line on bad input."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    allow_empty = "--allow-empty-lines" in argv
+    argv = [a for a in argv if a != "--allow-empty-lines"]
+    source = _pop_option(argv, "--input", "-")
+    stream = sys.stdin.buffer if source == "-" else open(source, "rb")
+    saved = sys.stdin, sys.argv
+    sys.stdin = CheckedLines(stream, "stdin" if source == "-" else source, allow_empty)
+    sys.argv = ["fairseq-interactive", *argv, "--input", "-"]
+    try:
+        import fairseq_dense  # noqa: F401  (registers the architectures even without --user-dir)
+        from fairseq_cli import interactive
+
+        interactive.cli_main()
+    except FairseqDenseError as e:
+        raise SystemExit(f"{PROG}: error: {e}")
+    finally:
+        sys.stdin, sys.argv = saved
+        if stream is not sys.stdin.buffer:
+            stream.close()
+
+
+if __name__ == "__main__":
+    main()
