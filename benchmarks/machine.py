@@ -25,7 +25,7 @@ def describe(device: str, threads: int) -> Dict:
         "cpu": cpu_model(),
         "logical_cpus": os.cpu_count(),
         "threads_per_run": threads,
-        "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
         "python": platform.python_version(),
         "torch": torch.__version__,
         "fairseq": getattr(fairseq, "__version__", "?"),

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import families, report, train
+from benchmarks import families, fill_reports, report, train
 from benchmarks import run as bench_run
 from fairseq_dense.cli import plot
 from tests.helpers import write_copy_corpus
@@ -90,3 +90,13 @@ def test_harness_end_to_end(tmp_path):
     assert "| gru_attention |" in md and "sacreBLEU signature" in md
     for png in ("loss_gru_attention.png", "attention_gru_attention_ours.png", "bleu_vs_params.png"):
         assert (out / png).stat().st_size > 1000, png
+    repo = tmp_path / "repo"
+    (repo / "examples" / "gru_attention").mkdir(parents=True)
+    (repo / "benchmarks").mkdir()
+    (repo / "examples" / "gru_attention" / "RESULTS.md").write_text("# claim\n<!-- figures:start -->\nold\n<!-- figures:end -->\nverdict\n")
+    (repo / "benchmarks" / "README.md").write_text("# bench\n")
+    assert fill_reports.main([str(out / "results.json"), "--repo", str(repo)]) == 0
+    filled = (repo / "examples" / "gru_attention" / "RESULTS.md").read_text()
+    assert "old" not in filled and "| gru_attention |" in filled and filled.endswith("verdict\n")
+    assert "loss_gru_attention.png" in filled
+    assert "| gru_attention |" in (repo / "benchmarks" / "README.md").read_text()
