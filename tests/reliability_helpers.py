@@ -90,9 +90,22 @@ def tiny_corpus(root: Path, n_train: int, group: int = 0) -> Path:
     return preprocess_inprocess(raw, root / "bin")
 
 
+def default_task() -> str:
+    """The fairseq-dense training task the reliability tests use for every architecture.
+
+    ``translation_weighted`` (exact resume + simplex projection of ``on_simplex``
+    parameters, a no-op for models without them) where registered, else
+    ``translation_exact_resume``.
+    """
+    from fairseq.tasks import TASK_REGISTRY
+
+    return "translation_weighted" if "translation_weighted" in TASK_REGISTRY else "translation_exact_resume"
+
+
 def base_train_args(bin_dir: Path, save_dir: Path, arch: str, max_update: int, *extra: str) -> List[str]:
-    """A tiny CPU ``fairseq-train`` command line for ``arch``."""
-    return [
+    """A tiny CPU ``fairseq-train`` command line for ``arch`` (``--task`` from :func:`default_task`)."""
+    task = [] if "--task" in extra else ["--task", default_task()]
+    return [*task,
         str(bin_dir), "--arch", arch, "--cpu", "--seed", "3", "--num-workers", "0",
         "--criterion", "label_smoothed_cross_entropy_with_stats", "--label-smoothing", "0.1",
         "--max-update", str(max_update), "--save-dir", str(save_dir), "--no-epoch-checkpoints",

@@ -12,7 +12,8 @@ Per architecture, in this process (no extra fairseq import):
 Dropout stays on (fairseq reseeds with ``seed + num_updates`` every update), the
 optimizer is Adam (moments in the checkpoint) and the LR scheduler is
 ``reduce_lr_on_plateau`` with validation every epoch (plateau state in the
-checkpoint). The task is ``translation_exact_resume``: with fairseq's own
+checkpoint). The task is ``translation_exact_resume`` (or ``translation_weighted``,
+built on it; :func:`reliability_helpers.default_task`): with fairseq's own
 ``translation`` task a resumed run batches equal-length sentences differently
 (see ``fairseq_dense/tasks/translation_exact_resume.py``), which
 ``test_plain_translation_task_resume_differs`` pins down.
@@ -29,7 +30,7 @@ TOTAL, STOP = 8, 4  # the interruption falls mid-epoch (epoch 2, batch 1 of 3)
 EXTRA = [
     "--optimizer", "adam", "--lr", "0.003", "--clip-norm", "1.0", "--batch-size", "8",
     "--lr-scheduler", "reduce_lr_on_plateau", "--lr-shrink", "0.5", "--lr-patience", "0",
-    "--max-tokens-valid", "200", "--task", "translation_exact_resume",
+    "--max-tokens-valid", "200",
 ]
 
 
@@ -120,7 +121,7 @@ def test_crash_while_saving_keeps_previous_checkpoint(data_bin, tmp_path, monkey
 def test_plain_translation_task_resume_differs(data_bin, tmp_path):
     """With fairseq's ``translation`` task the resumed run sees differently composed batches."""
     arch = rh.tiny_archs()[0]
-    extra = [a for a in EXTRA if a not in ("--task", "translation_exact_resume")]
+    extra = EXTRA + ["--task", "translation"]
     full = rh.train_inprocess(rh.base_train_args(data_bin, tmp_path / "full", arch, TOTAL, *extra))
     first = rh.train_inprocess(rh.base_train_args(data_bin, tmp_path / "cut", arch, STOP, *extra))
     second = rh.train_inprocess(rh.base_train_args(data_bin, tmp_path / "cut", arch, TOTAL, *extra))
