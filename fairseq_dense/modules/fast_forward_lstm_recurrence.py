@@ -13,6 +13,7 @@ sequence at once; what remains is
 ``(T, B, H)``, running forward in time. ``benchmarks/fast_forward_lstm_recurrence.py``
 times them; :func:`lstm_recurrence` picks the fastest for the device.
 """
+import warnings
 from typing import List, Tuple
 
 import torch
@@ -42,7 +43,8 @@ def lstm_recurrence_cell(f: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor) -> Tup
     ``lstm_cell(x, (h, c), w_ih, w_hh, b_ih)`` computes ``x W_ih^T + b_ih + h W_hh^T``;
     with a ``(B, 0)`` input and a ``(4H, 0)`` input matrix the first product is
     empty and ``b_ih = f_t`` ``(B, 4H)`` is broadcast-added, so only the recurrent
-    matmul is computed.
+    matmul is computed. CPU only: on CUDA ``lstm_cell`` dispatches to the fused
+    cell, which wants 1-D biases (use :func:`lstm_recurrence_fused_cell` there).
     """
     h, c = h0, c0
     empty_x = f.new_zeros(f.size(1), 0)
@@ -60,9 +62,26 @@ def lstm_recurrence_fused_cell(f: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor) 
     outs: List[Tensor] = []
     w_t = w_hh.t()
     for t in range(f.size(0)):
-        h, c, _ = torch._thnn_fused_lstm_cell(f[t], torch.mm(h, w_t), c)
+        h, c, _ = torch.ops.aten._thnn_fused_lstm_cell(f[t], torch.mm(h, w_t), c)
         outs.append(h)
     return torch.stack(outs), (h, c)
+
+
+def lstm_recurrence_identity(f: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+    """The fused sequence op ``torch._VF.lstm`` (cuDNN on CUDA) with an identity input matrix.
+
+    ``f I^T = f`` costs one extra ``(T*B, 4H) x (4H, 4H)`` product, done for all
+    steps at once; the recurrence then runs inside one cuDNN call (forward and
+    backward) instead of ``T`` Python-level steps.
+    """
+    eye = torch.eye(f.size(-1), device=f.device, dtype=f.dtype)
+    with warnings.catch_warnings():  # eye and w_hh are not one flat buffer: cuDNN copies them
+        warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous chunk")
+        out, h, c = torch._VF.lstm(
+            f, (h0.unsqueeze(0), c0.unsqueeze(0)), [eye, w_hh],
+            False, 1, 0.0, torch.is_grad_enabled(), False, False,  # no biases, 1 layer, no dropout, train, uni, T-first
+        )
+    return out, (h.squeeze(0), c.squeeze(0))
 
 
 def lstm_recurrence(f: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
@@ -76,6 +95,6 @@ def lstm_recurrence(f: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor) -> Tuple[Te
     Returns:
         ``(out, (h_T, c_T))``: ``(T, B, H)`` outputs and the final state.
     """
-    if f.is_cuda:
-        return lstm_recurrence_fused_cell(f, h0, c0, w_hh)
+    if f.is_cuda:  # cuDNN's fused sequence kernel beats T fused cells (benchmark above)
+        return lstm_recurrence_identity(f, h0, c0, w_hh)
     return lstm_recurrence_cell(f, h0, c0, w_hh)

@@ -157,7 +157,9 @@ def test_reverse_index_is_an_involution_that_keeps_padding():
     assert idx[:, 0].tolist() == [2, 1, 0, 3] and idx[:, 1].tolist() == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("form", [rec.lstm_recurrence_loop, rec.lstm_recurrence_cell])
+@pytest.mark.parametrize(
+    "form", [rec.lstm_recurrence_loop, rec.lstm_recurrence_cell, rec.lstm_recurrence_identity]
+)
 def test_recurrence_forms_agree(form):
     torch.manual_seed(0)
     f = torch.randn(5, 3, 16, requires_grad=True)

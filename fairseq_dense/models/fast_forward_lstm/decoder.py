@@ -8,6 +8,7 @@ from torch import Tensor
 
 from fairseq_dense.modules.bahdanau_attention import BahdanauAttention
 from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTM, FastForwardLSTMLayer
+from fairseq_dense.modules.fast_forward_lstm_recurrence import lstm_recurrence
 
 _STATE_KEY = "ff_lstm_state"
 
@@ -134,14 +135,11 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
             zeros = f1_y.new_zeros(f1_y.size(1), self.hidden_size)
             state = (zeros, zeros)
         h, c = state
-        empty_x = f1_y.new_zeros(f1_y.size(1), 0)
-        empty_w = f1_y.new_zeros(f1_y.size(2), 0)
         fs, hs, attns = [], [], []
         for t in range(f1_y.size(0)):
             context, a = self.attention(h, proj_keys, values, padding_mask)
             f_t = f1_y[t] + self.context_proj(context)
-            # input-matrix-free LSTM step (see fast_forward_lstm_recurrence.lstm_recurrence_cell)
-            h, c = torch.lstm_cell(empty_x, (h, c), empty_w, self.first.weight_hh, f_t, None)
+            _, (h, c) = lstm_recurrence(f_t.unsqueeze(0), h, c, self.first.weight_hh)  # one step
             fs.append(f_t)
             hs.append(h)
             attns.append(a)
