@@ -162,7 +162,7 @@ def main(argv=None) -> int:
                   {"train": a.train_lines, "valid": a.valid_lines, "test": a.test_lines})
     prep_dir = prepare(paths["raw"], os.path.join(work, f"data-{subset}-bpe{a.bpe_merges}"), a.src, a.tgt,
                        merges=a.bpe_merges,
-                       workers=min(2, a.threads))
+                       workers=max(1, min(8, a.threads)))
     paths["bin"] = os.path.join(prep_dir, "bin")
     data = token_ratio(os.path.join(prep_dir, "bpe"), a.src, a.tgt)
     data["summary"] = (f"{a.train_lines or 'all'} train / {a.valid_lines or 'all'} valid / "

@@ -66,7 +66,9 @@ def run_training(train_args: List[str], run_dir: str, threads: int, timeout_s: f
     os.makedirs(run_dir, exist_ok=True)
     log_path = os.path.join(run_dir, "train.log")
     stats_path = os.path.join(run_dir, "child_stats.json")
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               PYTHONPATH=os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])))
     cmd = [sys.executable, CHILD, stats_path, *train_args]
     with open(os.path.join(run_dir, "command.json"), "w") as f:
         json.dump(["fairseq-train", *train_args], f, indent=1)
