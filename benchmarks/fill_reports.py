@@ -35,10 +35,19 @@ def _replace_block(path: str, block: str) -> bool:
 def family_block(results: Dict, key: str, results_dir_rel: str) -> str:
     """Markdown figures of one family (one entry of ``results['families']``)."""
     md = report.markdown(results).splitlines()
-    header = [i for i, line in enumerate(md) if line.startswith("| family |")][0]
-    raw_header = [i for i, line in enumerate(md) if line.startswith("| model |")][0]
-    rows = [line for line in md if line.startswith(f"| {key} |")]
-    raw = [line for line in md if line.startswith(f"| {key}/")]
+
+    def table(header_prefix: str, row_prefix: str):
+        start = [i for i, line in enumerate(md) if line.startswith(header_prefix)]
+        if not start:
+            return []
+        body = []
+        for line in md[start[0] + 2:]:
+            if not line.startswith("|"):
+                break
+            if line.startswith(row_prefix):
+                body.append(line)
+        return md[start[0]:start[0] + 2] + body + [""] if body else []
+
     e = results["families"][key]
     m = results["machine"]
     lines = [
@@ -46,8 +55,9 @@ def family_block(results: Dict, key: str, results_dir_rel: str) -> str:
         f"{m['threads_per_run']} threads per run, load average at start {m.get('load_average_at_start')}), "
         f"{results['budget_minutes']} min of training per model; {results['data']['summary']}.",
         "",
-        *md[header:header + 2], *rows, "",
-        *md[raw_header:raw_header + 2], *raw, "",
+        *table("| family | ours", f"| {key} |"),
+        *table("| model |", f"| {key}/"),
+        *table("| family | beam-5", f"| {key} |"),
     ]
     if "error" not in e:
         t = e.get("convergence_target_valid_loss")
@@ -55,9 +65,12 @@ def family_block(results: Dict, key: str, results_dir_rel: str) -> str:
         sig = (e["ours"].get("decode") or {}).get("signature")
         if sig:
             lines.append(f"sacreBLEU signature: `{sig}`.")
-        pngs = [p for p in results.get("plots", []) if key.split(":")[0] in p or p == "bleu_vs_params.png"]
+        family = key.split(":")[0]
+        pngs = [p for p in results.get("plots", []) if family in p or p == "bleu_vs_params.png"]
         if pngs:
             lines += ["", "Plots: " + ", ".join(f"[{p}]({results_dir_rel}/{p})" for p in pngs)]
+            if f"loss_{family}.png" in pngs:
+                lines += ["", f"![loss curves, ours vs baseline]({results_dir_rel}/loss_{family}.png)"]
     return "\n".join(lines)
 
 

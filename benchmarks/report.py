@@ -16,6 +16,12 @@ def _fmt(x, spec=".2f", suffix="") -> str:
     return "n/a" if x is None else f"{x:{spec}}{suffix}"
 
 
+def _verdict(value, threshold) -> str:
+    if value is None:
+        return "n/a"
+    return f"{'met' if value >= threshold else 'missed'} ({value:.2f})"
+
+
 def _get(d: Dict, *path):
     for k in path:
         if not isinstance(d, dict) or d.get(k) is None:
@@ -85,6 +91,17 @@ def markdown(results: Dict) -> str:
             f"{_fmt(_get(b, 'decode', 'cache_subset', 'speedup'), '.1f', 'x')} "
             f"| {_fmt(_get(o, 'decode', 'bleu'))} / {_fmt(_get(b, 'decode', 'bleu'))} | {reached} |"
         )
+    lines += ["", "Targets of issue #8 (met / missed / n/a):", "",
+              "| family | beam-5 decoding >= 1.0x baseline | incremental >= 3x uncached | MFU >= 30% (transformer family) |",
+              "|---|---|---|---|"]
+    for fam, e in results["families"].items():
+        if "error" in e:
+            continue
+        r = ratios(e)
+        speedup = _get(e, "ours", "decode", "cache_subset", "speedup")
+        mfu = e["ours"].get("mfu") if e["baseline"]["arch"] == "transformer" else None
+        lines.append(f"| {fam} | {_verdict(r['beam_sentences_per_s'], 1.0)} | {_verdict(speedup, 3.0)} "
+                     f"| {_verdict(mfu, 0.30)} |")
     lines += ["", "## Raw measurements", "",
               "| model | arch | params | updates | train tok/s (steady) | peak RSS MiB | matmul GFLOP/s | "
               "MFU | best valid loss | beam-5 sent/s | beam-5 tok/s | uncached sent/s | BLEU | greedy BLEU |",
