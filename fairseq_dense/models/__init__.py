@@ -2,3 +2,4 @@
 from fairseq_dense.models import gru_attention  # noqa: F401
 from fairseq_dense.models import dense_lstm  # noqa: F401
 from fairseq_dense.models import fast_forward_lstm  # noqa: F401
+from fairseq_dense.models import weighted_transformer  # noqa: F401

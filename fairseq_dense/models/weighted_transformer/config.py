@@ -1,0 +1,53 @@
+"""Options of the Weighted Transformer that fairseq's transformer does not have."""
+from dataclasses import dataclass, field
+
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+
+INFERENCE_WEIGHT_CHOICES = ChoiceEnum(["learned", "uniform", "random"])
+
+
+@dataclass
+class WeightedTransformerConfig(FairseqDataclass):
+    """Branch options; every fairseq ``transformer`` option applies as well.
+
+    The model is registered the way fairseq registers ``transformer`` (argparse
+    options generated from :class:`~fairseq.models.transformer.TransformerConfig`
+    plus these fields), so that all of fairseq's transformer flags keep working.
+    """
+
+    encoder_branches: int = field(
+        default=0,
+        metadata={"help": "branches M per encoder block (0: --encoder-attention-heads)"},
+    )
+    decoder_branches: int = field(
+        default=0,
+        metadata={"help": "branches M per decoder block (0: --decoder-attention-heads)"},
+    )
+    decoder_branched_self_attn: bool = field(
+        default=False,
+        metadata={
+            "help": "also make decoder self-attention a branched block (with its own "
+            "branch FFNs, so each decoder layer gets a second FFN's parameters)"
+        },
+    )
+    no_simplex: bool = field(
+        default=False,
+        metadata={"help": "do not project kappa/alpha onto the simplex (Table 3 ablation)"},
+    )
+    fixed_kappa: bool = field(
+        default=False, metadata={"help": "kappa fixed to 1, not learned (Table 3 ablation)"}
+    )
+    fixed_alpha: bool = field(
+        default=False, metadata={"help": "alpha fixed to 1, not learned (Table 3 ablation)"}
+    )
+    branch_weights_at_inference: INFERENCE_WEIGHT_CHOICES = field(
+        default="learned",
+        metadata={
+            "help": "in eval mode replace learned kappa/alpha by 'uniform' (1/M) or "
+            "'random' (a fixed draw from the simplex) weights (Table 4); set it at "
+            "generation time with --model-overrides"
+        },
+    )
+    branch_random_seed: int = field(
+        default=1, metadata={"help": "seed of --branch-weights-at-inference random"}
+    )

@@ -1,0 +1,169 @@
+"""Weighted Transformer decoder: fairseq's transformer decoder with branched layers."""
+from typing import Dict, Optional
+
+from fairseq.models.transformer import TransformerDecoderBase
+from fairseq.modules import FairseqDropout, LayerNorm, MultiheadAttention
+from torch import Tensor, nn
+
+from fairseq_dense.models.weighted_transformer.encoder import BranchOptions, wrap_layer
+from fairseq_dense.modules.branched_attention import BranchedAttention
+
+
+class WeightedDecoderLayer(nn.Module):
+    """Masked self-attention, then encoder-decoder attention + FFN as one branched block.
+
+    The self-attention sub-layer is the Transformer's (fairseq's
+    :class:`MultiheadAttention`, residual, dropout, layer norm) unless
+    ``branched_self_attn``, which makes it a branched block with its own FFNs.
+
+    Args:
+        embed_dim: model dimension.
+        num_heads: attention heads.
+        self_attn_block: keyword arguments of the branched self-attention block, or
+            ``None`` for standard multi-head self-attention.
+        cross_block: keyword arguments of the branched encoder-decoder block.
+        dropout, attention_dropout: as in the Transformer.
+        normalize_before: pre-norm instead of post-norm.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        self_attn_block: Optional[dict],
+        cross_block: dict,
+        dropout: float = 0.0,
+        attention_dropout: float = 0.0,
+        normalize_before: bool = False,
+    ):
+        super().__init__()
+        if self_attn_block is not None:
+            self.self_branched = BranchedAttention(self_attention=True, **self_attn_block)
+        else:
+            self.self_branched = None
+            self.self_attn = MultiheadAttention(
+                embed_dim, num_heads, dropout=attention_dropout, self_attention=True
+            )
+            self.self_attn_layer_norm = LayerNorm(embed_dim)
+            self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
+        self.normalize_before = normalize_before
+        self.cross_branched = BranchedAttention(self_attention=False, **cross_block)
+
+    def forward(
+        self,
+        x: Tensor,
+        encoder_out: Optional[Tensor] = None,
+        encoder_padding_mask: Optional[Tensor] = None,
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+        prev_self_attn_state=None,
+        prev_attn_state=None,
+        self_attn_mask: Optional[Tensor] = None,
+        self_attn_padding_mask: Optional[Tensor] = None,
+        need_attn: bool = False,
+        need_head_weights: bool = False,
+    ):
+        """Same call as fairseq's ``TransformerDecoderLayerBase``.
+
+        Args:
+            x: ``(T, B, C)`` decoder states (one step when ``incremental_state``).
+            encoder_out: ``(S, B, C_enc)`` encoder states.
+            encoder_padding_mask: ``(B, S)`` True at padded source positions.
+            incremental_state: decoding cache.
+            self_attn_mask: ``(T, T)`` causal mask (full forward only).
+            self_attn_padding_mask: ``(B, T)`` True at padded target positions.
+            need_attn, need_head_weights: return encoder-decoder attention.
+
+        Returns:
+            ``(x, attn, None)``: ``(T, B, C)`` output and ``(H, B, T, S)`` attention
+            probabilities when asked for (the decoder averages them over heads).
+        """
+        if encoder_out is None:
+            raise ValueError("the Weighted Transformer decoder needs encoder output")
+        if self.self_branched is not None:
+            x, _ = self.self_branched(
+                x,
+                key_padding_mask=self_attn_padding_mask,
+                attn_mask=self_attn_mask,
+                incremental_state=incremental_state,
+            )
+        else:
+            residual = x
+            if self.normalize_before:
+                x = self.self_attn_layer_norm(x)
+            x, _ = self.self_attn(
+                query=x,
+                key=x,
+                value=x,
+                key_padding_mask=self_attn_padding_mask,
+                incremental_state=incremental_state,
+                need_weights=False,
+                attn_mask=self_attn_mask,
+            )
+            x = residual + self.dropout_module(x)
+            if not self.normalize_before:
+                x = self.self_attn_layer_norm(x)
+        x, attn = self.cross_branched(
+            x,
+            key=encoder_out,
+            key_padding_mask=encoder_padding_mask,
+            incremental_state=incremental_state,
+            need_weights=need_attn or need_head_weights,
+        )
+        return x, attn, None
+
+    def make_generation_fast_(self, need_attn: bool = False, **kwargs):
+        """Nothing to prepare (fairseq calls this on every layer before generation)."""
+
+
+class WeightedTransformerDecoder(TransformerDecoderBase):
+    """fairseq's :class:`TransformerDecoderBase` whose layers are branched.
+
+    Only :meth:`build_decoder_layer` differs; embeddings, positions, masks,
+    incremental decoding, output projection and ``{"attn": [B x T x S]}`` are
+    fairseq's. The incremental state lives under one key per attention module, as
+    in fairseq's transformer.
+
+    Args:
+        cfg: fairseq :class:`~fairseq.models.transformer.TransformerConfig`.
+        dictionary: target dictionary.
+        embed_tokens: target embedding.
+        branch: the branch options.
+        output_projection: optional shared output projection.
+    """
+
+    def __init__(self, cfg, dictionary, embed_tokens, branch: BranchOptions, output_projection=None):
+        self.branch = branch  # read by build_decoder_layer during super().__init__
+        self._layers_built = 0
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=False, output_projection=output_projection)
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        if no_encoder_attn:
+            raise ValueError("the Weighted Transformer decoder needs encoder-decoder attention")
+        self._layers_built += 1
+        seed = self.branch.random_seed + 1000 * (100 + self._layers_built)
+        block = dict(
+            embed_dim=cfg.decoder.embed_dim,
+            num_heads=cfg.decoder.attention_heads,
+            num_branches=self.branch.decoder_branches,
+            ffn_embed_dim=cfg.decoder.ffn_embed_dim,
+            dropout=cfg.dropout,
+            attention_dropout=cfg.attention_dropout,
+            activation_dropout=cfg.activation_dropout or getattr(cfg, "relu_dropout", 0) or 0,
+            activation_fn=cfg.activation_fn,
+            normalize_before=cfg.decoder.normalize_before,
+            learn_kappa=self.branch.learn_kappa,
+            learn_alpha=self.branch.learn_alpha,
+            simplex=self.branch.simplex,
+            inference_weights=self.branch.inference_weights,
+        )
+        self_block = dict(block, random_seed=seed + 500) if self.branch.decoder_branched_self_attn else None
+        layer = WeightedDecoderLayer(
+            embed_dim=cfg.decoder.embed_dim,
+            num_heads=cfg.decoder.attention_heads,
+            self_attn_block=self_block,
+            cross_block=dict(block, kdim=cfg.encoder.embed_dim, random_seed=seed),
+            dropout=cfg.dropout,
+            attention_dropout=cfg.attention_dropout,
+            normalize_before=cfg.decoder.normalize_before,
+        )
+        return wrap_layer(layer, cfg)

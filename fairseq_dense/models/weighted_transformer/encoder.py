@@ -1,0 +1,95 @@
+"""Weighted Transformer encoder: fairseq's transformer encoder with branched layers."""
+from dataclasses import dataclass
+from typing import Optional
+
+from fairseq.distributed import fsdp_wrap
+from fairseq.models.transformer import TransformerEncoderBase
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from torch import Tensor, nn
+
+from fairseq_dense.modules.branched_attention import BranchedAttention
+
+
+@dataclass
+class BranchOptions:
+    """What a branched block needs beyond fairseq's transformer config."""
+
+    encoder_branches: int
+    decoder_branches: int
+    decoder_branched_self_attn: bool = False
+    simplex: bool = True
+    learn_kappa: bool = True
+    learn_alpha: bool = True
+    inference_weights: str = "learned"
+    random_seed: int = 1
+
+
+def wrap_layer(layer: nn.Module, cfg) -> nn.Module:
+    """Activation checkpointing and FSDP wrapping as fairseq's transformer does it."""
+    if cfg.checkpoint_activations:
+        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+    min_params = cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0
+    return fsdp_wrap(layer, min_num_params=min_params)
+
+
+class WeightedEncoderLayer(nn.Module):
+    """One encoder layer: self-attention + FFN as one branched block (Eq. 5-7).
+
+    Args: see :class:`~fairseq_dense.modules.branched_attention.BranchedAttention`.
+    """
+
+    def __init__(self, **block_kwargs):
+        super().__init__()
+        self.branched = BranchedAttention(self_attention=True, **block_kwargs)
+
+    def forward(
+        self,
+        x: Tensor,
+        encoder_padding_mask: Optional[Tensor],
+        attn_mask: Optional[Tensor] = None,
+    ) -> Tensor:
+        """``(T, B, C)`` -> ``(T, B, C)``; ``encoder_padding_mask`` is ``(B, T)``, True at pads."""
+        x, _ = self.branched(x, key_padding_mask=encoder_padding_mask, attn_mask=attn_mask)
+        return x
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        """Nothing to upgrade (called by fairseq's encoder for each layer)."""
+
+
+class WeightedTransformerEncoder(TransformerEncoderBase):
+    """fairseq's :class:`TransformerEncoderBase` whose layers are branched blocks.
+
+    Only :meth:`build_encoder_layer` differs; embeddings, positions, padding,
+    ``encoder_out`` dict and ``reorder_encoder_out`` are fairseq's.
+
+    Args:
+        cfg: fairseq :class:`~fairseq.models.transformer.TransformerConfig`.
+        dictionary: source dictionary.
+        embed_tokens: source embedding.
+        branch: the branch options.
+    """
+
+    def __init__(self, cfg, dictionary, embed_tokens, branch: BranchOptions):
+        self.branch = branch  # read by build_encoder_layer during super().__init__
+        self._layers_built = 0
+        super().__init__(cfg, dictionary, embed_tokens)
+
+    def build_encoder_layer(self, cfg):
+        self._layers_built += 1
+        layer = WeightedEncoderLayer(
+            embed_dim=cfg.encoder.embed_dim,
+            num_heads=cfg.encoder.attention_heads,
+            num_branches=self.branch.encoder_branches,
+            ffn_embed_dim=cfg.encoder.ffn_embed_dim,
+            dropout=cfg.dropout,
+            attention_dropout=cfg.attention_dropout,
+            activation_dropout=cfg.activation_dropout or getattr(cfg, "relu_dropout", 0) or 0,
+            activation_fn=cfg.activation_fn,
+            normalize_before=cfg.encoder.normalize_before,
+            learn_kappa=self.branch.learn_kappa,
+            learn_alpha=self.branch.learn_alpha,
+            simplex=self.branch.simplex,
+            inference_weights=self.branch.inference_weights,
+            random_seed=self.branch.random_seed + 1000 * self._layers_built,
+        )
+        return wrap_layer(layer, cfg)

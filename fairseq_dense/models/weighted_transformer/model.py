@@ -1,0 +1,257 @@
+"""Weighted Transformer model and its named architectures.
+
+Ahmed, Keskar and Socher, 2017, "Weighted Transformer Network for Machine
+Translation", https://arxiv.org/abs/1711.02132.
+"""
+import logging
+from typing import Dict, Iterator, Tuple
+
+import torch
+from fairseq.dataclass.utils import gen_parser_from_dataclass
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import TransformerConfig, TransformerModel
+from fairseq.models.transformer.transformer_legacy import base_architecture as fairseq_transformer_base
+from fairseq.utils import safe_getattr
+
+from fairseq_dense.models.weighted_transformer.config import WeightedTransformerConfig
+from fairseq_dense.models.weighted_transformer.decoder import WeightedTransformerDecoder
+from fairseq_dense.models.weighted_transformer.encoder import BranchOptions, WeightedTransformerEncoder
+from fairseq_dense.modules.branched_attention import BranchedAttention
+from fairseq_dense.tasks.translation_weighted import PROJECTION_HOOK_ATTR
+
+logger = logging.getLogger(__name__)
+
+
+
+def branch_options(cfg) -> BranchOptions:
+    """The branch options from a (namespace or transformer) config."""
+    return BranchOptions(
+        encoder_branches=cfg.encoder_branches or cfg.encoder_attention_heads,
+        decoder_branches=cfg.decoder_branches or cfg.decoder_attention_heads,
+        decoder_branched_self_attn=bool(cfg.decoder_branched_self_attn),
+        simplex=not cfg.no_simplex,
+        learn_kappa=not cfg.fixed_kappa,
+        learn_alpha=not cfg.fixed_alpha,
+        inference_weights=str(cfg.branch_weights_at_inference),
+        random_seed=int(cfg.branch_random_seed),
+    )
+
+
+def validate(args) -> None:
+    """Check option combinations; raise ``ValueError`` naming the flags."""
+    for side in ("encoder", "decoder"):
+        m = getattr(args, f"{side}_branches")
+        heads = getattr(args, f"{side}_attention_heads")
+        if m < 0:
+            raise ValueError(f"--{side}-branches must be >= 0 (0: one branch per head)")
+        m = m or heads
+        if heads % m:
+            raise ValueError(f"--{side}-branches ({m}) must divide --{side}-attention-heads ({heads})")
+        if getattr(args, f"{side}_embed_dim") % heads:
+            raise ValueError(f"--{side}-embed-dim must be divisible by --{side}-attention-heads")
+        if getattr(args, f"{side}_ffn_embed_dim") % m:
+            raise ValueError(f"--{side}-ffn-embed-dim must be divisible by --{side}-branches ({m})")
+    unsupported = {
+        "cross_self_attention": "--cross-self-attention",
+        "quant_noise_pq": "--quant-noise-pq",
+        "scale_attn": "--scale-attn",
+        "scale_fc": "--scale-fc",
+        "scale_heads": "--scale-heads",
+        "scale_resids": "--scale-resids",
+        "no_decoder_final_norm": "--no-decoder-final-norm",
+    }
+    for key, flag in unsupported.items():
+        if safe_getattr(args, key, None):
+            raise ValueError(f"{flag} is not supported by --arch weighted_transformer*")
+    if args.no_simplex and args.fixed_kappa and args.fixed_alpha:
+        logger.warning("--no-simplex has no effect with --fixed-kappa and --fixed-alpha")
+
+
+@register_model("weighted_transformer")
+class WeightedTransformerModel(TransformerModel):
+    """Transformer whose attention + FFN sub-layers are weighted branches (Ahmed et al., 2017).
+
+    https://arxiv.org/abs/1711.02132. Built on fairseq's transformer through its
+    hooks: :meth:`build_encoder`/:meth:`build_decoder` return fairseq's encoder and
+    decoder whose ``build_encoder_layer``/``build_decoder_layer`` make branched
+    layers (:class:`~fairseq_dense.modules.branched_attention.BranchedAttention`).
+    Every encoder layer is one branched block; every decoder layer keeps masked
+    multi-head self-attention and makes encoder-decoder attention + FFN one block
+    (``--decoder-branched-self-attn`` makes the self-attention branched as well).
+    All of fairseq's ``transformer`` options apply (e.g. ``--share-all-embeddings``).
+
+    kappa and alpha are tagged ``param_group = "branch"`` (for ``--lr-scheduler
+    grouped``) and ``on_simplex`` (projected after every optimizer step by the
+    ``translation_weighted`` task). Training with simplex weights under another task
+    raises at the first update, so the projection cannot be forgotten silently.
+    """
+
+    @classmethod
+    def add_args(cls, parser):
+        """fairseq's transformer options plus :class:`WeightedTransformerConfig`."""
+        super().add_args(parser)
+        gen_parser_from_dataclass(parser, WeightedTransformerConfig())
+
+    @classmethod
+    def build_model(cls, args, task):
+        """Build the model from fairseq's flat options.
+
+        Args:
+            args: parsed options (fairseq transformer options + branch options).
+            task: a translation task (``translation_weighted`` for training).
+
+        Raises:
+            ValueError: on invalid option combinations, naming the flag.
+        """
+        weighted_transformer_base(args)
+        validate(args)
+        return super().build_model(args, task)
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        cfg = TransformerConfig.from_namespace(args)
+        return WeightedTransformerEncoder(cfg, src_dict, embed_tokens, branch_options(args))
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        cfg = TransformerConfig.from_namespace(args)
+        return WeightedTransformerDecoder(cfg, tgt_dict, embed_tokens, branch_options(args))
+
+    # ------------------------------------------------------------ branch weights
+    def branch_blocks(self) -> Iterator[Tuple[str, BranchedAttention]]:
+        """``(short name, block)`` for every branched block: ``enc<i>``, ``dec<i>``, ``dec<i>.self``."""
+        for i, layer in enumerate(self.encoder.layers):
+            yield f"enc{i}", layer.branched
+        for i, layer in enumerate(self.decoder.layers):
+            if layer.self_branched is not None:
+                yield f"dec{i}.self", layer.self_branched
+            yield f"dec{i}", layer.cross_branched
+
+    def branch_weights(self) -> Dict[str, torch.Tensor]:
+        """Learned kappa/alpha by name, e.g. ``{"enc0.kappa": (M,) tensor, ...}``."""
+        out = {}
+        for name, block in self.branch_blocks():
+            for w in ("kappa", "alpha"):
+                if getattr(block, w) is not None:
+                    out[f"{name}.{w}"] = getattr(block, w).detach()
+        return out
+
+    def needs_projection(self) -> bool:
+        """Whether some learned branch weight must be kept on the simplex."""
+        return any(
+            getattr(p, "on_simplex", False) for p in self.parameters() if p.requires_grad
+        )
+
+    def set_num_updates(self, num_updates):
+        """fairseq calls this before every training forward and on checkpoint load."""
+        super().set_num_updates(num_updates)
+        self._logging_stats = None
+        if not getattr(self, PROJECTION_HOOK_ATTR, False) and self.needs_projection():
+            raise RuntimeError(
+                "weighted_transformer: kappa/alpha must be projected onto the simplex after "
+                "every optimizer step, which the task does: train with --task "
+                "translation_weighted (or pass --no-simplex, or --fixed-kappa --fixed-alpha)"
+            )
+
+    @torch.no_grad()
+    def get_logging_stats(self) -> Dict[str, float]:
+        """Per block and weight vector: entropy (nats) and largest weight.
+
+        Logged by ``label_smoothed_cross_entropy_with_stats`` as e.g.
+        ``model/enc0.kappa_ent``; computed once per update (one device sync).
+        """
+        cached = getattr(self, "_logging_stats", None)
+        if cached is not None:
+            return cached
+        weights = self.branch_weights()
+        if not weights:
+            return {}
+        names, rows = [], []
+        for name, w in weights.items():
+            p = w.float().clamp_min(0)
+            p = p / p.sum().clamp_min(1e-12)
+            ent = -(p * p.clamp_min(1e-12).log()).sum()
+            rows.append(torch.stack([ent, w.float().max()]))
+            names.append(name)
+        values = torch.stack(rows).tolist()
+        stats = {}
+        for name, (ent, mx) in zip(names, values):
+            stats[f"{name}_ent"] = ent
+            stats[f"{name}_max"] = mx
+        self._logging_stats = stats
+        return stats
+
+
+# ------------------------------------------------------------------ architectures
+@register_model_architecture("weighted_transformer", "weighted_transformer")
+def weighted_transformer_base(args):
+    """Configuration (A) of the paper: N=6, d_model 512, d_ff 2048, 8 heads, M=8."""
+    args.encoder_branches = safe_getattr(args, "encoder_branches", 0)
+    args.decoder_branches = safe_getattr(args, "decoder_branches", 0)
+    args.decoder_branched_self_attn = safe_getattr(args, "decoder_branched_self_attn", False)
+    args.no_simplex = safe_getattr(args, "no_simplex", False)
+    args.fixed_kappa = safe_getattr(args, "fixed_kappa", False)
+    args.fixed_alpha = safe_getattr(args, "fixed_alpha", False)
+    args.branch_weights_at_inference = safe_getattr(args, "branch_weights_at_inference", "learned")
+    args.branch_random_seed = safe_getattr(args, "branch_random_seed", 1)
+    args.dropout = safe_getattr(args, "dropout", 0.1)
+    # the paper drops attention probabilities with the residual dropout rate
+    args.attention_dropout = safe_getattr(args, "attention_dropout", args.dropout)
+    fairseq_transformer_base(args)
+
+
+def _paper_size(args, layers: int, dim: int, ffn: int, heads: int, dropout: float):
+    args.encoder_layers = safe_getattr(args, "encoder_layers", layers)
+    args.decoder_layers = safe_getattr(args, "decoder_layers", layers)
+    args.encoder_embed_dim = safe_getattr(args, "encoder_embed_dim", dim)
+    args.decoder_embed_dim = safe_getattr(args, "decoder_embed_dim", dim)
+    args.encoder_ffn_embed_dim = safe_getattr(args, "encoder_ffn_embed_dim", ffn)
+    args.decoder_ffn_embed_dim = safe_getattr(args, "decoder_ffn_embed_dim", ffn)
+    args.encoder_attention_heads = safe_getattr(args, "encoder_attention_heads", heads)
+    args.decoder_attention_heads = safe_getattr(args, "decoder_attention_heads", heads)
+    args.dropout = safe_getattr(args, "dropout", dropout)
+    weighted_transformer_base(args)
+
+
+@register_model_architecture("weighted_transformer", "weighted_transformer_tiny")
+def weighted_transformer_tiny(args):
+    """For tests: N=2, d_model 64, d_ff 256, 4 heads = 4 branches."""
+    _paper_size(args, layers=2, dim=64, ffn=256, heads=4, dropout=0.1)
+
+
+@register_model_architecture("weighted_transformer", "weighted_transformer_c")
+def weighted_transformer_c(args):
+    """Configuration (C): N=2, d_model 512, d_ff 2048, 8 heads, M=8, dropout 0.1."""
+    _paper_size(args, layers=2, dim=512, ffn=2048, heads=8, dropout=0.1)
+
+
+@register_model_architecture("weighted_transformer", "weighted_transformer_n4")
+def weighted_transformer_n4(args):
+    """Table 2, N=4: d_model 512, d_ff 2048, 8 heads, M=8, dropout 0.1."""
+    _paper_size(args, layers=4, dim=512, ffn=2048, heads=8, dropout=0.1)
+
+
+@register_model_architecture("weighted_transformer", "weighted_transformer_a")
+def weighted_transformer_a(args):
+    """Configuration (A): N=6, d_model 512, d_ff 2048, 8 heads, M=8, dropout 0.1."""
+    _paper_size(args, layers=6, dim=512, ffn=2048, heads=8, dropout=0.1)
+
+
+@register_model_architecture("weighted_transformer", "weighted_transformer_n8")
+def weighted_transformer_n8(args):
+    """Table 2, N=8: d_model 512, d_ff 2048, 8 heads, M=8, dropout 0.3."""
+    _paper_size(args, layers=8, dim=512, ffn=2048, heads=8, dropout=0.3)
+
+
+@register_model_architecture("weighted_transformer", "weighted_transformer_b")
+def weighted_transformer_b(args):
+    """Configuration (B): N=6, d_model 1024, d_ff 4096, 16 heads, M=16, dropout 0.3."""
+    _paper_size(args, layers=6, dim=1024, ffn=4096, heads=16, dropout=0.3)
+
+
+def paper_lr_scales(d_model: int, layers: int) -> Tuple[float, float]:
+    """``(d_model^-0.5, (d_model/N)^-0.5)``: the paper's two schedule scales (Sec. 4.1)."""
+    return d_model**-0.5, (d_model / layers) ** -0.5
+
+
+

@@ -1,0 +1,274 @@
+"""Branched attention block of the Weighted Transformer (Ahmed et al., 2017, Eq. 5-7).
+
+https://arxiv.org/abs/1711.02132. One block replaces a Transformer attention
+sub-layer *and* the feed-forward sub-layer after it::
+
+    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)                     (5)
+    hbar_i = kappa_i * (head_i W_i^O + b^O)                           (6)
+    u_i    = LN_a(x + dropout(hbar_i))
+    y      = LN_f(sum_i alpha_i * (u_i + dropout(FFN_i(u_i))))        (7)
+
+with M branches, ``FFN_i(u) = W2_i act(W1_i u + b1_i) + b^2`` of inner size
+``d_ff / M``, and (kappa, alpha) each on the probability simplex (kept there by a
+projection after every optimizer step, see :mod:`fairseq_dense.modules.simplex`).
+Residual connections, the two layer norms and dropout sit where the Transformer
+has them (post-norm; ``normalize_before=True`` gives the pre-norm variant
+``u_i = x + dropout(hbar_i)``, ``FFN_i(LN_f(u_i))``, ``y = sum_i alpha_i (...)``).
+The layer norms and the biases ``b^O``, ``b^2`` are shared by the branches, so the
+block has exactly the parameters of a Transformer attention + FFN sub-layer pair
+plus the 2M weights kappa, alpha.
+
+A branch holds ``num_heads / M`` attention heads (one head per branch by
+default). The M output projections and the M FFNs run as batched matrix products
+(``bmm`` over a branch-major ``(M, T*B, C)`` layout), never a Python loop.
+"""
+import math
+from typing import Dict, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from fairseq import utils
+from fairseq.incremental_decoding_utils import with_incremental_state
+from fairseq.modules import FairseqDropout, LayerNorm
+from torch import Tensor, nn
+
+from fairseq_dense.modules.simplex import ON_SIMPLEX_ATTR, uniform_simplex
+
+#: ``param_group`` tag of kappa/alpha, read by ``--lr-scheduler grouped``
+BRANCH_PARAM_GROUP = "branch"
+INFERENCE_WEIGHTS = ("learned", "uniform", "random")
+
+
+def _branch_matrix(m: int, fan_in: int, fan_out: int) -> nn.Parameter:
+    """``(m, fan_in, fan_out)`` weights, each slice Xavier-uniform for its own shape."""
+    bound = math.sqrt(6.0 / (fan_in + fan_out))
+    return nn.Parameter(torch.empty(m, fan_in, fan_out).uniform_(-bound, bound))
+
+
+@with_incremental_state
+class BranchedAttention(nn.Module):
+    """Multi-branch attention + FFN block (Eq. 5-7), self- or encoder-decoder attention.
+
+    Args:
+        embed_dim: model dimension ``C``.
+        num_heads: attention heads ``H`` (a multiple of ``num_branches``).
+        num_branches: branches ``M``.
+        ffn_embed_dim: total FFN inner size ``d_ff`` (a multiple of ``num_branches``).
+        kdim: dimension of keys/values for encoder-decoder attention (default ``C``).
+        self_attention: keys/values are the input itself (cached step by step when
+            decoding); otherwise they are ``key`` (cached once, static).
+        dropout, attention_dropout, activation_dropout: as in the Transformer.
+        activation_fn: FFN activation name (fairseq's ``get_activation_fn``).
+        normalize_before: pre-norm instead of post-norm.
+        learn_kappa, learn_alpha: learn the weights (else fixed to 1, Table 3).
+        simplex: mark kappa/alpha ``on_simplex`` so they are projected after each step.
+        inference_weights: ``learned``, or ``uniform`` (1/M) or ``random`` (a fixed
+            uniform draw from the simplex) replacing learned kappa/alpha in eval
+            mode (Table 4).
+        random_seed: seed of the ``random`` inference weights.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        num_branches: int,
+        ffn_embed_dim: int,
+        kdim: Optional[int] = None,
+        self_attention: bool = True,
+        dropout: float = 0.0,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        activation_fn: str = "relu",
+        normalize_before: bool = False,
+        learn_kappa: bool = True,
+        learn_alpha: bool = True,
+        simplex: bool = True,
+        inference_weights: str = "learned",
+        random_seed: int = 1,
+    ):
+        super().__init__()
+        if num_branches < 1 or num_heads % num_branches or embed_dim % num_heads:
+            raise ValueError("need num_heads % num_branches == 0 and embed_dim % num_heads == 0")
+        if ffn_embed_dim % num_branches:
+            raise ValueError("ffn_embed_dim must be a multiple of num_branches")
+        if inference_weights not in INFERENCE_WEIGHTS:
+            raise ValueError(f"inference_weights must be one of {INFERENCE_WEIGHTS}")
+        C, M = embed_dim, num_branches
+        kdim = kdim or embed_dim
+        self.embed_dim, self.num_heads, self.num_branches = C, num_heads, M
+        self.head_dim = C // num_heads
+        self.scaling = self.head_dim**-0.5
+        self.self_attention = self_attention
+        self.normalize_before = normalize_before
+        self.inference_weights = inference_weights
+        self.random_seed = random_seed
+
+        self.q_proj = nn.Linear(C, C)
+        self.k_proj = nn.Linear(kdim, C)
+        self.v_proj = nn.Linear(kdim, C)
+        for lin in (self.q_proj, self.k_proj, self.v_proj):
+            nn.init.xavier_uniform_(lin.weight, gain=1 / math.sqrt(2))
+        # W_i^O for all branches: (M, C/M, C); b^O shared
+        self.out_weight = _branch_matrix(M, C // M, C)
+        self.out_bias = nn.Parameter(torch.zeros(C))
+        self.attn_layer_norm = LayerNorm(C)
+        ff = ffn_embed_dim // M
+        self.fc1_weight = _branch_matrix(M, C, ff)
+        self.fc1_bias = nn.Parameter(torch.zeros(M, 1, ff))
+        self.fc2_weight = _branch_matrix(M, ff, C)
+        self.fc2_bias = nn.Parameter(torch.zeros(C))
+        self.final_layer_norm = LayerNorm(C)
+
+        self.kappa = self._branch_weight(M, simplex) if learn_kappa else None
+        self.alpha = self._branch_weight(M, simplex) if learn_alpha else None
+        self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
+        self.attention_dropout = attention_dropout
+        self.activation_dropout_module = FairseqDropout(
+            activation_dropout, module_name=self.__class__.__name__
+        )
+        self.activation_fn = utils.get_activation_fn(activation_fn)
+        self._inference_cache: Dict[str, Tensor] = {}
+
+    @staticmethod
+    def _branch_weight(m: int, simplex: bool) -> nn.Parameter:
+        # "initialised randomly" (paper Sec. 4.1): a random point inside the simplex
+        # (projecting torch.rand(m) instead would zero out about half the branches)
+        r = torch.rand(m) + 0.5
+        w = nn.Parameter(r / r.sum())
+        w.param_group = BRANCH_PARAM_GROUP
+        setattr(w, ON_SIMPLEX_ATTR, simplex)
+        return w
+
+    def branch_weights(self, name: str) -> Optional[Tensor]:
+        """kappa or alpha as used now: ``None`` when fixed to 1, else an ``(M,)`` tensor."""
+        w = getattr(self, name)
+        if w is None or self.training or self.inference_weights == "learned":
+            return w
+        if name not in self._inference_cache:
+            M = self.num_branches
+            if self.inference_weights == "uniform":
+                fixed = torch.full((M,), 1.0 / M)
+            else:
+                g = torch.Generator().manual_seed(self.random_seed + (name == "alpha"))
+                fixed = uniform_simplex(M, g)
+            self._inference_cache[name] = fixed
+        return self._inference_cache[name].to(w)
+
+    # ------------------------------------------------------------------ attention
+    def _kv(self, kv_in: Tensor) -> Tuple[Tensor, Tensor]:
+        """``(S, B, kdim)`` -> keys and values ``(B, H, S, d_head)``."""
+        S, B, _ = kv_in.shape
+        k = self.k_proj(kv_in).view(S, B, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+        v = self.v_proj(kv_in).view(S, B, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+        return k, v
+
+    def _cached_kv(self, q_in, key, key_padding_mask, incremental_state):
+        """Keys, values and key padding mask, read from / written to the decoding cache."""
+        if incremental_state is None:
+            k, v = self._kv(q_in if self.self_attention else key)
+            return k, v, key_padding_mask
+        state = self.get_incremental_state(incremental_state, "attn_state") or {}
+        if not self.self_attention:
+            if "prev_key" not in state:
+                k, v = self._kv(key)
+                state = {"prev_key": k, "prev_value": v, "prev_key_padding_mask": key_padding_mask}
+                self.set_incremental_state(incremental_state, "attn_state", state)
+            return state["prev_key"], state["prev_value"], state["prev_key_padding_mask"]
+        k, v = self._kv(q_in)
+        mask = key_padding_mask
+        if "prev_key" in state:
+            B = k.size(0)
+            prev_mask = state.get("prev_key_padding_mask")
+            if prev_mask is not None or mask is not None:
+                S_prev = state["prev_key"].size(2)
+                if prev_mask is None:
+                    prev_mask = k.new_zeros(B, S_prev, dtype=torch.bool)
+                if mask is None:
+                    mask = k.new_zeros(B, k.size(2), dtype=torch.bool)
+                mask = torch.cat([prev_mask, mask], dim=1)
+            k = torch.cat([state["prev_key"], k], dim=2)
+            v = torch.cat([state["prev_value"], v], dim=2)
+        self.set_incremental_state(
+            incremental_state,
+            "attn_state",
+            {"prev_key": k, "prev_value": v, "prev_key_padding_mask": mask},
+        )
+        return k, v, mask
+
+    def reorder_incremental_state(self, incremental_state, new_order: Tensor):
+        """Reorder every cached tensor along its batch dimension (beam search)."""
+        state = self.get_incremental_state(incremental_state, "attn_state")
+        if state is not None:
+            state = {k: None if t is None else t.index_select(0, new_order) for k, t in state.items()}
+            self.set_incremental_state(incremental_state, "attn_state", state)
+        return incremental_state
+
+    def _attend(self, q, k, v, attn_mask, key_padding_mask, need_weights):
+        """``(B, H, T, d)`` attention; weights ``(H, B, T, S)`` only if asked for."""
+        mask = None
+        if attn_mask is not None:
+            mask = attn_mask.to(q.dtype).view(1, 1, *attn_mask.shape[-2:])
+        if key_padding_mask is not None:
+            pad = key_padding_mask.view(key_padding_mask.size(0), 1, 1, -1).to(torch.bool)
+            pad = torch.zeros(pad.shape, dtype=q.dtype, device=q.device).masked_fill(pad, float("-inf"))
+            mask = pad if mask is None else mask + pad
+        p = self.attention_dropout if self.training else 0.0
+        if not need_weights:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p), None
+        scores = torch.matmul(q * self.scaling, k.transpose(-1, -2))
+        if mask is not None:
+            scores = scores + mask
+        probs = utils.softmax(scores, dim=-1).type_as(q)
+        out = torch.matmul(F.dropout(probs, p=p, training=self.training), v)
+        return out, probs.transpose(0, 1)
+
+    # -------------------------------------------------------------------- forward
+    def forward(
+        self,
+        x: Tensor,
+        key: Optional[Tensor] = None,
+        key_padding_mask: Optional[Tensor] = None,
+        attn_mask: Optional[Tensor] = None,
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+        need_weights: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        """Run the block.
+
+        Args:
+            x: ``(T, B, C)`` input (queries; also keys/values for self-attention).
+            key: ``(S, B, kdim)`` encoder states for encoder-decoder attention.
+            key_padding_mask: ``(B, S)`` True at padded keys.
+            attn_mask: ``(T, S)`` additive mask (e.g. the causal ``-inf`` mask).
+            incremental_state: decoding cache (one step of ``x`` at a time).
+            need_weights: also return attention probabilities.
+
+        Returns:
+            ``(T, B, C)`` output and, if asked for, ``(H, B, T, S)`` attention
+            probabilities (else ``None``).
+        """
+        T, B, C = x.shape
+        M = self.num_branches
+        residual = x
+        h = self.attn_layer_norm(x) if self.normalize_before else x
+        k, v, kpm = self._cached_kv(h, key, key_padding_mask, incremental_state)
+        q = self.q_proj(h).view(T, B, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+        o, probs = self._attend(q, k, v, attn_mask, kpm, need_weights)
+        # (B, H, T, d) -> (T, B, H, d) -> (M, T*B, C/M): heads grouped by branch
+        o = o.permute(2, 0, 1, 3).reshape(T * B, M, C // M).transpose(0, 1)
+        hbar = torch.baddbmm(self.out_bias.view(1, 1, C), o, self.out_weight)  # (M, N, C)
+        kappa = self.branch_weights("kappa")
+        if kappa is not None:
+            hbar = hbar * kappa.view(M, 1, 1)
+        u = residual.reshape(1, T * B, C) + self.dropout_module(hbar)  # (M, N, C)
+        if not self.normalize_before:
+            u = self.attn_layer_norm(u)
+        f = self.final_layer_norm(u) if self.normalize_before else u
+        f = self.activation_fn(torch.baddbmm(self.fc1_bias, f, self.fc1_weight))
+        f = torch.baddbmm(self.fc2_bias.view(1, 1, C), self.activation_dropout_module(f), self.fc2_weight)
+        y = u + self.dropout_module(f)  # (M, N, C)
+        alpha = self.branch_weights("alpha")
+        y = y.sum(0) if alpha is None else torch.einsum("m,mnc->nc", alpha.to(y.dtype), y)
+        if not self.normalize_before:
+            y = self.final_layer_norm(y)
+        return y.view(T, B, C), probs

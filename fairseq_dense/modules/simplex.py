@@ -1,0 +1,150 @@
+"""Euclidean projection onto the probability simplex, and its post-step application.
+
+The Weighted Transformer (Ahmed et al., 2017, https://arxiv.org/abs/1711.02132,
+Sec. 3) keeps its branch weights kappa and alpha on the simplex
+``{w : w_i >= 0, sum_i w_i = 1}`` by replacing them with their Euclidean projection
+after every optimizer step. :func:`project_onto_simplex` is the sort-based
+algorithm (Held et al., 1974; Duchi et al., 2008; Wang & Carreira-Perpinan, 2013,
+https://arxiv.org/abs/1309.1541), vectorised over leading dimensions.
+
+Convention: a parameter that must stay on the simplex carries the attribute
+``param.on_simplex = True``. :func:`project_parameters_after_step` finds those
+parameters, locates the copy the optimizer really updates (the fp32 master weight
+under ``--fp16``/``--bf16``, flattened or not), projects it there, writes the result
+back into the model weight, and leaves alone parameters whose learning rate is 0
+(e.g. frozen by ``--lr-scheduler grouped --group-freeze-last``), so they stay
+bit-identical.
+"""
+from collections import defaultdict
+from typing import Dict, List, Tuple
+
+import torch
+from torch import Tensor
+
+#: attribute that marks a parameter to be kept on the probability simplex
+ON_SIMPLEX_ATTR = "on_simplex"
+
+
+def project_onto_simplex(v: Tensor) -> Tensor:
+    """Euclidean projection of each row of ``v`` onto the probability simplex.
+
+    ``argmin_w ||w - v||_2`` subject to ``w >= 0`` and ``sum(w) = 1``: sort ``v``
+    descending into ``u``, find the largest ``rho`` with
+    ``u_rho - (sum_{j<=rho} u_j - 1) / rho > 0``, and return
+    ``max(v - theta, 0)`` with ``theta = (sum_{j<=rho} u_j - 1) / rho``.
+
+    Args:
+        v: ``(..., M)`` tensor; every slice along the last dimension is projected.
+
+    Returns:
+        ``(..., M)`` tensor of the same dtype, each row non-negative and summing to 1
+        (computed in at least fp32).
+    """
+    if v.size(-1) == 0:
+        raise ValueError("cannot project an empty vector onto the simplex")
+    dtype = v.dtype
+    x = v.float() if dtype in (torch.float16, torch.bfloat16) else v
+    u, _ = torch.sort(x, dim=-1, descending=True)
+    css = u.cumsum(dim=-1) - 1.0
+    k = torch.arange(1, x.size(-1) + 1, device=x.device, dtype=x.dtype)
+    cond = (u - css / k) > 0
+    # rho = index of the last position where cond holds (cond is a prefix of Trues;
+    # position 0 always qualifies)
+    rho = cond.to(torch.int64).cumsum(dim=-1).argmax(dim=-1, keepdim=True)
+    theta = css.gather(-1, rho) / (rho + 1).to(x.dtype)
+    return (x - theta).clamp_min(0.0).to(dtype)
+
+
+def is_on_simplex(v: Tensor, atol: float = 1e-6) -> bool:
+    """Whether every row of ``v`` is non-negative and sums to 1 within ``atol``."""
+    v = v.detach().float()
+    return bool((v >= 0).all()) and bool(((v.sum(-1) - 1).abs() <= atol).all())
+
+
+def simplex_parameters(model: torch.nn.Module) -> List[Tensor]:
+    """The parameters of ``model`` marked ``on_simplex`` that require gradients."""
+    return [
+        p for p in model.parameters() if p.requires_grad and getattr(p, ON_SIMPLEX_ATTR, False)
+    ]
+
+
+def _master_copies(optimizer, params: List[Tensor]) -> Dict[int, Tuple[Tensor, Tensor]]:
+    """Map ``id(model param)`` to ``(master, owner)``: the tensor the optimizer updates
+    for it and the parameter object the optimizer holds (``owner`` differs from
+    ``master`` only for a view into a flat buffer).
+
+    * fp32 training, ``--memory-efficient-fp16``, ``--amp``: the parameter itself;
+    * ``FP16Optimizer`` (``--fp16``/``--bf16``): the fp32 master copy, either its own
+      tensor (``--bf16``, ``--fp16-no-flatten-grads``) or a view into the flat
+      master buffer at the parameter's offset.
+    """
+    fp16_params = getattr(optimizer, "fp16_params", None)
+    fp32_params = getattr(optimizer, "fp32_params", None)
+    if fp16_params is None or fp32_params is None:
+        return {id(p): (p, p) for p in params}
+    wanted = {id(p) for p in params}
+    out: Dict[int, Tuple[Tensor, Tensor]] = {}
+    if isinstance(fp32_params, (list, tuple)):
+        for p16, p32 in zip(fp16_params, fp32_params):
+            if id(p16) in wanted:
+                out[id(p16)] = (p32, p32)
+        return out
+    flat = fp32_params if isinstance(fp32_params, dict) else {None: fp32_params}
+    offsets: Dict = defaultdict(int)
+    single = len(flat) == 1
+    for p16 in fp16_params:
+        key = next(iter(flat)) if single else p16.device.index
+        start = offsets[key]
+        offsets[key] += p16.numel()
+        if id(p16) in wanted:
+            view = flat[key].data[start : start + p16.numel()].view_as(p16)
+            out[id(p16)] = (view, flat[key])
+    return out
+
+
+@torch.no_grad()
+def project_parameters_after_step(model: torch.nn.Module, optimizer) -> int:
+    """Project every ``on_simplex`` parameter of ``model`` where the optimizer keeps it.
+
+    Call right after ``optimizer.step()`` (the ``translation_weighted`` task does, in
+    ``optimizer_step``). Parameters of a parameter group whose learning rate is 0 are
+    skipped. Vectors of the same length are projected in one batched call.
+
+    Args:
+        model: the (possibly DDP-wrapped) model.
+        optimizer: the trainer's :class:`~fairseq.optim.FairseqOptimizer`.
+
+    Returns:
+        the number of parameters projected.
+    """
+    params = simplex_parameters(model)
+    if not params:
+        return 0
+    masters = _master_copies(optimizer, params)
+    frozen = {
+        id(q) for group in optimizer.param_groups if float(group["lr"]) == 0.0 for q in group["params"]
+    }
+    by_len: Dict[Tuple[int, torch.device], List[Tuple[Tensor, Tensor]]] = defaultdict(list)
+    for p in params:
+        if id(p) not in masters:
+            raise RuntimeError("an on_simplex parameter is not held by the optimizer")
+        master, owner = masters[id(p)]
+        if id(owner) in frozen:
+            continue
+        by_len[(p.numel(), master.device)].append((p, master))
+    count = 0
+    for pairs in by_len.values():
+        stacked = torch.stack([m.detach().reshape(-1).float() for _, m in pairs])
+        projected = project_onto_simplex(stacked)
+        for (p, master), row in zip(pairs, projected):
+            master.data.copy_(row.view_as(master))
+            if master.data_ptr() != p.data_ptr():
+                p.data.copy_(master.data)
+            count += 1
+    return count
+
+
+def uniform_simplex(m: int, generator: torch.Generator = None) -> Tensor:
+    """A point drawn uniformly from the ``m``-simplex (a flat Dirichlet sample)."""
+    e = -torch.log(torch.rand(m, generator=generator).clamp_min(1e-12))
+    return e / e.sum()

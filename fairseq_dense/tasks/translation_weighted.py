@@ -1,0 +1,46 @@
+"""``translation_weighted``: translation that keeps simplex-constrained weights on the simplex.
+
+The Weighted Transformer (Ahmed et al., 2017, https://arxiv.org/abs/1711.02132)
+replaces its branch weights kappa and alpha by their Euclidean projection onto the
+probability simplex after every optimizer step. fairseq calls
+``task.optimizer_step(optimizer, model, update_num)`` exactly once per update
+(also with ``--update-freq``, under data-parallel training and with fp16/bf16), so
+this task projects there, on the weights the optimizer keeps (fp32 master copies
+included; see :func:`fairseq_dense.modules.simplex.project_parameters_after_step`).
+It works for any model whose parameters carry ``on_simplex = True``.
+
+Everything else is :class:`~fairseq_dense.tasks.translation_exact_resume.TranslationExactResumeTask`
+(fairseq's ``translation`` with batches that do not depend on where a run was resumed).
+"""
+from fairseq.tasks import register_task
+from fairseq.tasks.translation import TranslationConfig
+
+from fairseq_dense.modules.simplex import project_parameters_after_step, simplex_parameters
+from fairseq_dense.tasks.translation_exact_resume import TranslationExactResumeTask
+
+#: attribute set on every model this task builds (models may check it, see
+#: ``WeightedTransformerModel.set_num_updates``)
+PROJECTION_HOOK_ATTR = "simplex_projection_hooked"
+
+
+@register_task("translation_weighted", dataclass=TranslationConfig)
+class TranslationWeightedTask(TranslationExactResumeTask):
+    """Translation plus the post-step simplex projection of ``on_simplex`` parameters.
+
+    Args:
+        cfg: fairseq's :class:`TranslationConfig` (all ``translation`` options apply).
+        src_dict: source dictionary.
+        tgt_dict: target dictionary.
+    """
+
+    def build_model(self, cfg, from_checkpoint=False):
+        """Build the model and mark it as projected after every step."""
+        model = super().build_model(cfg, from_checkpoint)
+        setattr(model, PROJECTION_HOOK_ATTR, True)
+        return model
+
+    def optimizer_step(self, optimizer, model, update_num):
+        """Step, then project every ``on_simplex`` parameter the step changed."""
+        super().optimizer_step(optimizer, model, update_num)
+        if simplex_parameters(model):
+            project_parameters_after_step(model, optimizer)

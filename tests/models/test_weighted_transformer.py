@@ -1,0 +1,298 @@
+"""Tests of the Weighted Transformer (Ahmed et al., 2017) and its training hooks."""
+import json
+import re
+
+import pytest
+import torch
+from fairseq import optim, options
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from fairseq.models.transformer import TransformerModel
+from fairseq.optim.lr_scheduler import build_lr_scheduler
+from fairseq.trainer import Trainer
+
+import fairseq_dense  # noqa: F401
+from fairseq_dense.models.weighted_transformer import WeightedTransformerModel
+from fairseq_dense.modules.simplex import is_on_simplex, project_onto_simplex
+from fairseq_dense.tasks.translation_weighted import TranslationWeightedTask
+from tests import helpers
+
+TINY = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "16",
+        "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
+        "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
+
+
+def parse(*flags, arch="weighted_transformer_tiny", task="translation_weighted"):
+    parser = options.get_training_parser()
+    return options.parse_args_and_arch(
+        parser, input_args=["/nonexistent", "--arch", arch, "--task", task, "--cpu", *flags]
+    )
+
+
+def build(*flags, arch="weighted_transformer_tiny", vocab=16):
+    torch.manual_seed(0)
+    d = helpers.dummy_dictionary(vocab)
+    args = parse("--dropout", "0", *TINY, *flags, arch=arch)
+    return WeightedTransformerModel.build_model(args, helpers.DummyTask(d)), d
+
+
+VARIANTS = {
+    "default": [],
+    "branched_self_attn": ["--decoder-branched-self-attn"],
+    "pre_norm": ["--encoder-normalize-before", "--decoder-normalize-before"],
+    "two_heads_per_branch": ["--encoder-branches", "2", "--decoder-branches", "2"],
+}
+
+
+def test_output_shape_and_alignment():
+    model, d = build()
+    sample = helpers.make_sample(d)
+    helpers.check_output_shape(model, sample, len(d))
+    model.eval()
+    _, extra = model(**sample["net_input"])
+    attn = extra["attn"][0]
+    b, t = sample["net_input"]["prev_output_tokens"].shape
+    assert attn.shape == (b, t, sample["net_input"]["src_tokens"].size(1))
+    torch.testing.assert_close(attn.sum(-1), torch.ones(b, t))
+    pad = sample["net_input"]["src_tokens"].eq(d.pad()).unsqueeze(1).expand_as(attn)
+    assert attn.masked_select(pad).abs().max() == 0
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_incremental_reorder_padding_grads(variant):
+    model, d = build(*VARIANTS[variant])
+    sample = helpers.make_sample(d)
+    helpers.check_incremental_equals_full(model, sample)
+    helpers.check_reorder_incremental_state(model, sample)
+    helpers.check_padding_invariance(model, sample)
+    model, d = build("--dropout", "0.2", "--attention-dropout", "0.1", *VARIANTS[variant])
+    helpers.check_all_params_get_finite_grads(model, sample)
+
+
+def test_parameter_count_equals_transformer_plus_2m_per_block():
+    d = helpers.dummy_dictionary(16)
+    cases = (
+        ("weighted_transformer_tiny", "transformer_tiny", 4, 2,
+         ["--encoder-ffn-embed-dim", "256", "--decoder-ffn-embed-dim", "256",
+          "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]),
+        ("weighted_transformer_c", "transformer", 8, 2, ["--encoder-layers", "2", "--decoder-layers", "2"]),
+    )
+    for arch, base_arch, m, layers, base_flags in cases:
+        weighted = WeightedTransformerModel.build_model(parse(arch=arch), helpers.DummyTask(d))
+        base_args = parse(*base_flags, arch=base_arch, task="translation")
+        base = TransformerModel.build_model(base_args, helpers.DummyTask(d))
+        n_w = sum(p.numel() for p in weighted.parameters())
+        n_b = sum(p.numel() for p in base.parameters())
+        blocks = 2 * layers  # one branched block per encoder and per decoder layer
+        assert n_w == n_b + blocks * 2 * m, arch
+        assert len(list(weighted.branch_blocks())) == blocks
+
+
+def test_branch_weights_are_tagged_and_on_the_simplex():
+    model, _ = build()
+    weights = model.branch_weights()
+    assert len(weights) == 2 * 4 and set(weights) >= {"enc0.kappa", "dec1.alpha"}
+    for name, block in model.branch_blocks():
+        for p in (block.kappa, block.alpha):
+            assert p.param_group == "branch" and p.on_simplex
+            assert is_on_simplex(p, atol=1e-6) and (p > 0).all()
+    stats = model.get_logging_stats()
+    assert set(stats) == {f"{n}_{s}" for n in weights for s in ("ent", "max")}
+    assert all(0 < v <= 1.3863 + 1e-4 for k, v in stats.items() if k.endswith("_ent"))
+
+
+def test_ablation_flags():
+    model, _ = build("--fixed-kappa")
+    assert all(b.kappa is None and b.alpha is not None for _, b in model.branch_blocks())
+    model, _ = build("--fixed-kappa", "--fixed-alpha")
+    assert model.branch_weights() == {} and not model.needs_projection()
+    model, _ = build("--no-simplex")
+    assert not model.needs_projection()
+    model.set_num_updates(1)  # nothing to project: no task needed
+
+
+def test_inference_weight_override():
+    model, d = build()
+    sample = helpers.make_sample(d)
+    model.eval()
+    learned, _ = model(**sample["net_input"])
+    for mode in ("uniform", "random"):
+        for _, block in model.branch_blocks():
+            block.inference_weights = mode
+        out, _ = model(**sample["net_input"])
+        assert not torch.allclose(out, learned)
+        block = model.encoder.layers[0].branched
+        w = block.branch_weights("kappa")
+        assert is_on_simplex(w)
+        if mode == "uniform":
+            torch.testing.assert_close(w, torch.full((4,), 0.25))
+        helpers.check_incremental_equals_full(model, sample)
+        model.train()
+        assert block.branch_weights("kappa") is block.kappa  # training uses learned weights
+        model.eval()
+
+
+def test_option_errors():
+    for flags, flag in (
+        (["--encoder-branches", "3"], "--encoder-branches"),
+        (["--decoder-branches", "-1"], "--decoder-branches"),
+        (["--decoder-ffn-embed-dim", "30"], "--decoder-ffn-embed-dim"),
+        (["--cross-self-attention"], "--cross-self-attention"),
+    ):
+        with pytest.raises(ValueError, match=flag):
+            build(*flags)
+
+
+def test_training_without_the_projecting_task_raises():
+    model, _ = build()
+    with pytest.raises(RuntimeError, match="--task translation_weighted"):
+        model.set_num_updates(0)
+
+
+# ------------------------------------------------------------ real fairseq updates
+def make_trainer(*flags):
+    d = helpers.dummy_dictionary(16)
+    args = parse("--optimizer", "adam", "--criterion", "label_smoothed_cross_entropy_with_stats",
+                 "--lr-scheduler", "grouped", "--lr", "0.05", "--dropout", "0", *TINY, *flags)
+    cfg = convert_namespace_to_omegaconf(args)
+    torch.manual_seed(0)
+    task = TranslationWeightedTask(cfg.task, d, d)
+    model = task.build_model(cfg.model)
+    trainer = Trainer(cfg, task, model, task.build_criterion(cfg.criterion))
+    return trainer, model, d
+
+
+def samples(d, n, seed):
+    return [helpers.make_sample(d, seed=seed + i) for i in range(n)]
+
+
+def test_projection_after_real_updates_with_update_freq_2(monkeypatch):
+    trainer, model, d = make_trainer("--update-freq", "2", "--group-lr-scale", "branch=0.5")
+    import fairseq_dense.tasks.translation_weighted as tw
+
+    seen = []
+    real = tw.project_parameters_after_step
+
+    def spy(m, optimizer):
+        before = {k: v.clone() for k, v in model.branch_weights().items()}
+        n = real(m, optimizer)
+        seen.append((before, {k: v.clone() for k, v in model.branch_weights().items()}, n))
+        return n
+
+    monkeypatch.setattr(tw, "project_parameters_after_step", spy)
+    for step in range(4):
+        trainer.train_step(samples(d, 2, seed=10 * step))
+    assert trainer.get_num_updates() == 4 and len(seen) == 4  # once per update
+    moved = 0
+    for before, after, n in seen:
+        assert n == 8
+        for name, w in after.items():
+            assert is_on_simplex(w, atol=1e-6), name
+            torch.testing.assert_close(w, project_onto_simplex(before[name]), atol=0, rtol=0)
+            moved += not is_on_simplex(before[name], atol=1e-6)
+    assert moved > 0  # the large branch learning rate really pushed them off the simplex
+
+
+def test_freeze_is_bit_identical_also_after_resume(tmp_path):
+    flags = ["--group-lr-scale", "branch=0.5", "--group-freeze-last", "branch=3", "--max-update", "8"]
+    trainer, model, d = make_trainer(*flags)
+    data = samples(d, 8, seed=0)
+    for i in range(6):  # updates 1..5 train kappa/alpha, 6..8 are frozen
+        if i == 5:
+            frozen = {k: v.clone() for k, v in model.branch_weights().items()}
+            other = model.encoder.layers[0].branched.fc1_weight.detach().clone()
+            trainer.consolidate_optimizer()  # as fairseq's checkpoint_utils does
+            trainer.save_checkpoint(str(tmp_path / "ckpt.pt"), {"train_iterator": {"epoch": 1}})
+        trainer.train_step([data[i]])
+    assert trainer.lr_scheduler.lrs["branch"] == 0.0
+
+    def check(m):
+        for k, v in m.branch_weights().items():
+            assert torch.equal(v, frozen[k]), k
+        assert not torch.equal(m.encoder.layers[0].branched.fc1_weight, other)
+
+    for i in range(6, 8):
+        trainer.train_step([data[i]])
+    check(model)
+
+    resumed, model2, _ = make_trainer(*flags)
+    resumed.load_checkpoint(str(tmp_path / "ckpt.pt"))
+    assert resumed.get_num_updates() == 5
+    for i in range(5, 8):
+        resumed.train_step([data[i]])
+    assert resumed.get_num_updates() == 8
+    check(model2)
+
+
+def test_bf16_master_weights_are_projected():
+    """fairseq's FP16Optimizer (bf16 on CPU; the trainer would take --bf16 --cpu for TPU)."""
+    d = helpers.dummy_dictionary(16)
+    args = parse("--optimizer", "adam", "--lr-scheduler", "grouped", "--lr", "0.05", "--bf16",
+                 "--group-lr-scale", "branch=0.5", "--dropout", "0", *TINY)
+    cfg = convert_namespace_to_omegaconf(args)
+    torch.manual_seed(0)
+    task = TranslationWeightedTask(cfg.task, d, d)
+    model = task.build_model(cfg.model).to(torch.bfloat16)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = optim.FP16Optimizer.build_optimizer(cfg, params)
+    build_lr_scheduler(cfg.lr_scheduler, opt).step_update(0)
+    masters = {id(p16): p32 for p16, p32 in zip(opt.fp16_params, opt.fp32_params)}
+    for step in range(2):
+        sample = helpers.make_sample(d, seed=step)
+        out, _ = model(**sample["net_input"])
+        opt.backward(torch.log_softmax(out.float(), -1).gather(-1, sample["target"].unsqueeze(-1)).mean())
+        task.optimizer_step(opt, model, step)
+        opt.zero_grad()
+    for _, block in model.branch_blocks():
+        for p in (block.kappa, block.alpha):
+            master = masters[id(p)]
+            assert p.dtype == torch.bfloat16 and master.dtype == torch.float32
+            assert is_on_simplex(master, atol=1e-6)
+            assert torch.equal(p.data, master.data.to(torch.bfloat16))
+
+
+# ------------------------------------------------------------------------ CLI
+@pytest.mark.slow
+def test_cli_train_generate_and_dump(tmp_path):
+    raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=2000, n_valid=50, n_test=50, vocab=8,
+                                    max_len=6)
+    data = helpers.preprocess(raw, tmp_path / "bin")
+    ckpt = tmp_path / "ckpt"
+    train = helpers.run_cli(
+        "fairseq-train", data, "--user-dir", helpers.USER_DIR, "--task", "translation_weighted",
+        "--arch", "weighted_transformer_tiny", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
+        "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64", "--share-all-embeddings",
+        "--criterion", "label_smoothed_cross_entropy_with_stats", "--label-smoothing", "0.1",
+        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--adam-eps", "1e-9",
+        "--lr-scheduler", "grouped", "--lr", "0.003", "--group-warmup-updates", "default=40,branch=10",
+        "--group-lr-scale", "default=0.02,branch=0.05", "--group-freeze-last", "branch=20",
+        "--max-update", "240", "--max-tokens", "800", "--cpu", "--seed", "1", "--disable-validation",
+        "--save-dir", ckpt, "--save-interval-updates", "50", "--no-epoch-checkpoints",
+        "--log-interval", "40", "--log-format", "simple",
+    )
+    # branch weights and both groups' learning rates are logged
+    assert "model/enc0.kappa_ent" in train.stderr + train.stdout
+    assert "lr_branch" in train.stderr + train.stdout
+    gen = helpers.run_cli(
+        "fairseq-generate", data, "--user-dir", helpers.USER_DIR, "--task", "translation_weighted",
+        "--path", ckpt / "checkpoint_last.pt", "--beam", "5", "--batch-size", "64",
+        "--required-batch-size-multiple", "1", "--cpu",
+    )
+    hyps = helpers.hypotheses_from_generate(gen.stdout)
+    refs = helpers.references_from_generate(gen.stdout)
+    assert len(hyps) == len(refs) == 50
+    bleu = float(re.search(r"BLEU4 = ([\d.]+)", gen.stdout).group(1))
+    assert bleu >= 40, gen.stdout[-1500:]  # an untrained model scores about 0
+
+    from fairseq_dense.cli.dump_branch_weights import main as dump
+
+    out = tmp_path / "weights"
+    mids = [str(p) for p in ckpt.glob("checkpoint_*_*.pt")]  # every 50 updates (not at epoch ends)
+    assert mids
+    dump([str(ckpt / "checkpoint_last.pt"), *mids, "--out", str(out)])
+    series = json.loads(out.with_name("weights.json").read_text())
+    updates = [c["num_updates"] for c in series["checkpoints"]]
+    assert updates == sorted(updates) and updates[-1] == 240 and len(updates) >= 2
+    last = series["checkpoints"][-1]["weights"]
+    assert set(last) >= {"encoder.layers.0.branched.kappa", "decoder.layers.1.cross_branched.alpha"}
+    assert all(abs(sum(v) - 1) < 1e-5 and min(v) >= 0 for v in last.values())
+    assert out.with_name("weights.png").stat().st_size > 1000
