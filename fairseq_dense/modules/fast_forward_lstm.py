@@ -64,6 +64,8 @@ class FastForwardLSTMLayer(nn.Module):
         self.hidden_size = hidden_size
         self.reverse = reverse
         self.init_std = init_std
+        #: None: choose the form by device (see :meth:`forward`); True/False force it (tests)
+        self.fused_input: Optional[bool] = None
         self.ff = nn.Linear(input_dim, 4 * hidden_size)
         self.weight_hh = tag_recurrent(nn.Parameter(torch.empty(4 * hidden_size, hidden_size)))
         self.reset_parameters()
@@ -97,12 +99,50 @@ class FastForwardLSTMLayer(nn.Module):
         h, final = lstm_recurrence(gather_time(f, index), state[0], state[1], self.weight_hh)
         return gather_time(h, index), final
 
-    def forward(self, x: Tensor, lengths: Optional[Tensor] = None,
-                state: Optional[Tuple[Tensor, Tensor]] = None) -> Tuple[Tensor, Tensor, Tuple[Tensor, Tensor]]:
-        """``x`` ``(T, B, input_dim)`` -> ``(f, h, final_state)`` with ``f`` ``(T, B, 4H)``, ``h`` ``(T, B, H)``."""
-        f = self.ff(x)  # all time steps in one matmul
-        h, final = self.recur(f, lengths, state)
-        return f, h, final
+    def forward(self, x: Tensor, lengths: Optional[Tensor] = None, state: Optional[Tuple[Tensor, Tensor]] = None,
+                f_size: Optional[int] = None) -> Tuple[Tensor, Tensor, Tuple[Tensor, Tensor]]:
+        """Run the layer on ``x`` ``(T, B, input_dim)``.
+
+        Args:
+            x: right-padded inputs.
+            lengths: ``(B,)``; needed only when ``reverse``.
+            state: initial ``(h, c)``; zeros when None.
+            f_size: how many leading columns of ``f`` the caller needs (``4H`` when
+                None, ``2H`` for the next layer's ``half(f)``, 0 for none).
+
+        Returns:
+            ``(f, h, final_state)``: ``f`` ``(T, B, f_size)``, ``h`` ``(T, B, H)``.
+
+        Two equivalent forms: on CPU, ``f = W_f x + b`` once, then the
+        input-matrix-free recurrence (fewest FLOPs). Where torch's fused LSTM is
+        the faster kernel (CUDA: cuDNN), or no ``f`` is needed at all (no FF
+        connections), the fused LSTM gets ``W_f`` as its input matrix and only the
+        requested columns of ``f`` are computed beside it.
+        """
+        four_h = 4 * self.hidden_size
+        f_size = four_h if f_size is None else f_size
+        fused = self.fused_input if self.fused_input is not None else (x.is_cuda or f_size == 0)
+        if not fused:
+            f = self.ff(x)  # all time steps in one matmul
+            h, final = self.recur(f, lengths, state)
+            return f[..., :f_size], h, final
+        f = nn.functional.linear(x, self.ff.weight[:f_size], self.ff.bias[:f_size])
+        if state is None:
+            zeros = x.new_zeros(x.size(1), self.hidden_size)
+            state = (zeros, zeros)
+        index = None
+        if self.reverse:
+            assert lengths is not None, "a backward layer needs the sequence lengths"
+            index = reverse_index(lengths.to(x.device), x.size(0))
+            x = gather_time(x, index)
+        h, h_t, c_t = torch._VF.lstm(
+            x, (state[0].unsqueeze(0), state[1].unsqueeze(0)),
+            [self.ff.weight, self.weight_hh, self.ff.bias, self.ff.bias.new_zeros(four_h)],
+            True, 1, 0.0, torch.is_grad_enabled(), False, False,  # biases, 1 layer, no dropout, train, uni, T-first
+        )
+        if index is not None:
+            h = gather_time(h, index)
+        return f, h, (h_t.squeeze(0), c_t.squeeze(0))
 
 
 class FastForwardLSTM(nn.Module):
@@ -141,11 +181,11 @@ class FastForwardLSTM(nn.Module):
     def connect(self, f: Tensor, h: Tensor) -> Tensor:
         """Input of the next layer: ``[half(f); dropout(h)]`` or ``dropout(h)``."""
         if self.fast_forward:
-            return torch.cat([f[..., : f.size(-1) // 2], self.dropout(h)], dim=-1)
+            return torch.cat([f[..., : 2 * self.hidden_size], self.dropout(h)], dim=-1)
         return self.dropout(h)
 
     def forward(self, x: Tensor, lengths: Optional[Tensor] = None,
-                states: Optional[List[Tuple[Tensor, Tensor]]] = None
+                states: Optional[List[Tuple[Tensor, Tensor]]] = None, last_f: bool = True
                 ) -> Tuple[Tensor, Tensor, List[Tuple[Tensor, Tensor]]]:
         """Run the stack.
 
@@ -153,15 +193,19 @@ class FastForwardLSTM(nn.Module):
             x: ``(T, B, input_dim)`` right-padded inputs.
             lengths: ``(B,)``; needed when a layer runs backward.
             states: per layer initial ``(h, c)`` (incremental decoding); zeros when None.
+            last_f: whether the caller needs the last layer's ``f``.
 
         Returns:
-            ``(f, h, finals)``: the last layer's ``f`` ``(T, B, 4H)`` and ``h``
-            ``(T, B, H)``, and every layer's final ``(h, c)``.
+            ``(f, h, finals)``: the last layer's ``f`` ``(T, B, 4H)`` (``(T, B, 0)``
+            when not ``last_f``) and ``h`` ``(T, B, H)``, and every layer's final ``(h, c)``.
         """
         finals = []
         f = h = x
+        n = len(self.layers)
+        inner_f = 2 * self.hidden_size if self.fast_forward else 0  # the next layer reads half(f)
         for k, layer in enumerate(self.layers):
             inp = x if k == 0 else self.connect(f, h)
-            f, h, final = layer(inp, lengths, None if states is None else states[k])
+            f_size = (4 * self.hidden_size if last_f else 0) if k == n - 1 else inner_f
+            f, h, final = layer(inp, lengths, None if states is None else states[k], f_size=f_size)
             finals.append(final)
         return f, h, finals

@@ -114,7 +114,9 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
         else:
             f1, h1, first_final, attn = self._attend_and_recur(f1_y, enc, enc_cache, encoder_out, first_state)
         rest_states = None if states is None else states[1:]
-        f, h, finals = self.rest(self.rest.connect(f1, h1), states=rest_states) if len(self.rest.layers) else (f1, h1, [])
+        h, finals = h1, []
+        if len(self.rest.layers):
+            _, h, finals = self.rest(self.rest.connect(f1, h1), states=rest_states, last_f=False)
         if incremental_state is not None:
             finals = [first_final] + finals
             cache = {
