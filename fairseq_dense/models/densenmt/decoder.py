@@ -1,0 +1,261 @@
+"""Causal convolutional decoder of DenseNMT with per-layer (dense) attention."""
+import math
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from fairseq.models import FairseqIncrementalDecoder
+from fairseq.modules import PositionalEmbedding
+from torch import Tensor
+
+from fairseq_dense.modules.dense_attention import DenseAttention
+from fairseq_dense.modules.dense_conv import (
+    ConvLayer, Embedding, FeatureBuffer, Linear, conv_rows, glu_rows, linear_rows, plan_blocks,
+)
+
+_STATE_KEY = "densenmt_state"
+
+
+class DenseNMTDecoder(FairseqIncrementalDecoder):
+    """DenseNMT decoder (Shen et al. 2018, https://arxiv.org/abs/1802.00939).
+
+    Every layer is a causal GLU convolution followed by attention ``a^l`` queried
+    by ``L(z^l)`` (see :class:`DenseAttention`). Dense (Eq. 7): layer ``l+1``
+    reads ``[z^l, a^l, ..., z^1, a^1, z^0]``; a summary layer (position-wise linear
+    map to ``embed_dim``) after every ``sumlen - 1`` layers starts a new block. The
+    output is ``fc2`` of the last block's concatenation (summary output included),
+    then the softmax matrix ``fc3``. Residual: ConvS2S,
+    ``x = ((z + W a) sqrt(1/2) + x) sqrt(1/2)``, output ``fc3(fc2(x))``.
+
+    Incremental state (key ``densenmt_state``): ``keys``, ``values``
+    ``(batch, n * src_len, attention_dim)`` and ``mask`` ``(batch, n * src_len)``,
+    the encoder projections, computed once per sentence. Each
+    ``LinearizedConvolution`` keeps its own input buffer.
+
+    Args:
+        dictionary: target dictionary.
+        embed_dim: ``d_0``, width of ``z^0``.
+        hidden_sizes: per-layer growth (dense) or width (residual).
+        kernel_sizes: per-layer causal convolution widths.
+        encoder_dims: widths of the encoder layers in ``encoder_out``.
+        encoder_embed_dim: width of the source embedding.
+        attention: ``multistep``, ``dense1`` or ``dense2``.
+        attention_dim: attention width (also the width of ``a^l`` when dense).
+        dense: dense or residual connections.
+        sumlen: summary period (dense only), or None.
+        out_embed_dim: width of the softmax matrix.
+        factorized_dim: small embedding table size, projected to ``embed_dim``.
+        dropout: dropout probability.
+        use_weight_norm: weight-normalise convolutions and linear maps.
+        max_positions: longest target accepted.
+    """
+
+    def __init__(self, dictionary, embed_dim: int, hidden_sizes: List[int], kernel_sizes: List[int],
+                 encoder_dims: List[int], encoder_embed_dim: int, attention: str = "dense2",
+                 attention_dim: int = 128, dense: bool = True, sumlen: Optional[int] = None,
+                 out_embed_dim: int = 256, factorized_dim: Optional[int] = None, dropout: float = 0.1,
+                 use_weight_norm: bool = True, max_positions: int = 1024):
+        super().__init__(dictionary)
+        self.padding_idx = dictionary.pad()
+        self.embed_dim = embed_dim
+        self.dense = dense
+        self.dropout = dropout
+        self.hidden_sizes = list(hidden_sizes)
+        self.kernel_sizes = list(kernel_sizes)
+        self.attention_dim = attention_dim
+        self.max_target_positions = max_positions
+        wn = use_weight_norm
+        self.embed_tokens = Embedding(len(dictionary), factorized_dim or embed_dim, self.padding_idx)
+        self.embed_factor = Linear(factorized_dim, embed_dim, 0.0, wn) if factorized_dim else None
+        self.embed_positions = PositionalEmbedding(max_positions, embed_dim, self.padding_idx, learned=True)
+        self.attention = DenseAttention(attention, encoder_dims, encoder_embed_dim, attention_dim, dropout, wn)
+        self.pad_left = max(k - 1 for k in kernel_sizes)
+        self.blocks = plan_blocks(len(hidden_sizes), sumlen if dense else None)
+        self.convs = nn.ModuleList()
+        self.query_projs = nn.ModuleList()
+        self.summaries = nn.ModuleList()
+        if dense:
+            self.fc1 = None
+            self.attn_out_projs = None
+            self.block_widths = []
+            for bi, block in enumerate(self.blocks):
+                width = embed_dim
+                for i in block:
+                    h = hidden_sizes[i]
+                    self.convs.append(ConvLayer(width, 2 * h, kernel_sizes[i], dropout, True, wn))
+                    self.query_projs.append(Linear(h, attention_dim, 0.0, wn))
+                    width += h + attention_dim
+                self.block_widths.append(width)
+                if bi < len(self.blocks) - 1:
+                    self.summaries.append(Linear(width, embed_dim, dropout, wn))
+            top = self.block_widths[-1]
+        else:
+            hidden = hidden_sizes[0]
+            self.fc1 = Linear(embed_dim, hidden, dropout, wn)
+            self.attn_out_projs = nn.ModuleList()
+            for i, h in enumerate(hidden_sizes):
+                self.convs.append(ConvLayer(h, 2 * h, kernel_sizes[i], dropout, True, wn))
+                self.query_projs.append(Linear(h, attention_dim, 0.0, wn))
+                self.attn_out_projs.append(Linear(attention_dim, h, 0.0, wn))
+            top = hidden
+        self.out_embed_dim = factorized_dim or out_embed_dim
+        self.fc2 = Linear(top, self.out_embed_dim, dropout, wn)
+        self.fc3 = Linear(self.out_embed_dim, len(dictionary), dropout, wn)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _embed(self, prev_output_tokens: Tensor, incremental_state) -> Tensor:
+        # positions from the whole prefix: with a cache, only the last one is returned
+        positions = self.embed_positions(prev_output_tokens, incremental_state=incremental_state)
+        if incremental_state is not None:
+            prev_output_tokens = prev_output_tokens[:, -1:]
+        x = self.embed_tokens(prev_output_tokens)
+        if self.embed_factor is not None:
+            x = self.embed_factor(x)
+        return F.dropout(x + positions, self.dropout, self.training)  # B x T x C
+
+    def _memory(self, encoder_out, incremental_state) -> Tuple[Tensor, Tensor, Tensor]:
+        cached = self.get_incremental_state(incremental_state, _STATE_KEY) if incremental_state is not None else None
+        if cached is not None:
+            return cached["keys"], cached["values"], cached["mask"]
+        keys, values, mask = self.attention.project_memory(
+            encoder_out["encoder_out"][0], encoder_out["encoder_embedding"][0],
+            encoder_out["encoder_padding_mask"][0],
+        )
+        if incremental_state is not None:
+            self.set_incremental_state(incremental_state, _STATE_KEY,
+                                       {"keys": keys, "values": values, "mask": mask})
+        return keys, values, mask
+
+    # ------------------------------------------------------------------ forward
+
+    def forward(self, prev_output_tokens: Tensor, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+                features_only: bool = False, **unused) -> Tuple[Tensor, Dict[str, List[Optional[Tensor]]]]:
+        """Decode.
+
+        Args:
+            prev_output_tokens: ``(batch, tgt_len)`` shifted targets.
+            encoder_out: output of :class:`DenseNMTEncoder`.
+            incremental_state: beam-search cache; when given only the last token
+                of ``prev_output_tokens`` is fed.
+            features_only: return the ``fc2`` features instead of logits.
+
+        Returns:
+            ``(logits, extra)``: ``(batch, tgt_len, vocab)`` and
+            ``{"attn": [(batch, tgt_len, src_len)]}`` averaged over layers.
+        """
+        x, extra = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
+        if not features_only:
+            x = self.output_layer(x)
+        return x, extra
+
+    def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None, **unused):
+        keys, values, mask = self._memory(encoder_out, incremental_state)
+        x0 = self._embed(prev_output_tokens, incremental_state)
+        if incremental_state is not None:
+            feats, attn = self._step(x0, keys, values, mask, incremental_state)
+        else:
+            feats, attn = self._full(x0, keys, values, mask)
+        feats = F.dropout(feats, self.dropout, self.training)
+        return feats, {"attn": [attn / len(self.convs)]}
+
+    def _attend(self, i: int, z: Tensor, keys, values, mask) -> Tuple[Tensor, Tensor]:
+        """Attention of layer ``i``; ``z`` is ``(B, T, C)``."""
+        return self.attention(self.query_projs[i](z), keys, values, mask)
+
+    def _full(self, x0: Tensor, keys, values, mask) -> Tuple[Tensor, Tensor]:
+        """All positions at once from a ``(B, T, C)`` embedding; returns ``fc2`` features."""
+        bsz, t, _ = x0.shape
+        x0 = x0.permute(2, 1, 0)  # B x T x C -> C x T x B
+        attn_sum = None
+        p = self.pad_left
+        if self.dense:
+            convs = iter(enumerate(self.convs))
+            first = x0
+            for bi, block in enumerate(self.blocks):
+                buf = FeatureBuffer(self.block_widths[bi], t, bsz, p, 0, x0)
+                buf.append(first)
+                for li in block:
+                    i, conv = next(convs)
+                    k = self.kernel_sizes[li]
+                    z = glu_rows(conv_rows(buf.rows(), conv.weight, conv.bias, t, p - (k - 1)))
+                    a, attn = self._attend(i, z.permute(2, 1, 0), keys, values, mask)
+                    attn_sum = attn if attn_sum is None else attn_sum + attn
+                    buf.append(F.dropout(z, self.dropout, self.training))
+                    buf.append(a.permute(2, 1, 0))
+                if bi < len(self.blocks) - 1:
+                    s = self.summaries[bi]
+                    first = linear_rows(buf.center(buf.rows()), s.weight, s.bias)
+            top = buf.center(buf.rows())
+        else:
+            buf = FeatureBuffer(self.embed_dim + self.hidden_sizes[0] * (1 + len(self.convs)), t, bsz, p, 0, x0)
+            buf.append(x0)
+            x = linear_rows(x0, self.fc1.weight, self.fc1.bias)
+            start = buf.width
+            buf.append(x)
+            for i, conv in enumerate(self.convs):
+                k = self.kernel_sizes[i]
+                inp = F.dropout(buf.rows(start, buf.width), self.dropout, self.training)
+                z = glu_rows(conv_rows(inp, conv.weight, conv.bias, t, p - (k - 1)))
+                a, attn = self._attend(i, z.permute(2, 1, 0), keys, values, mask)
+                attn_sum = attn if attn_sum is None else attn_sum + attn
+                y = (z + self.attn_out_projs[i](a).permute(2, 1, 0)) * math.sqrt(0.5)
+                x = (y + x) * math.sqrt(0.5)
+                start = buf.width
+                buf.append(x)
+            top = x
+        out = linear_rows(top, self.fc2.weight, self.fc2.bias)
+        return out.permute(2, 1, 0), attn_sum  # C x T x B -> B x T x C
+
+    def _step(self, x0: Tensor, keys, values, mask, incremental_state) -> Tuple[Tensor, Tensor]:
+        """One position from a ``(B, 1, C)`` embedding, using the convolutions' input buffers."""
+        attn_sum = None
+        if self.dense:
+            convs = iter(enumerate(self.convs))
+            first = x0
+            for bi, block in enumerate(self.blocks):
+                buf = x0.new_zeros(x0.size(0), 1, self.block_widths[bi])  # preallocated step features
+                w = first.size(-1)
+                buf[..., :w] = first
+                for _ in block:
+                    i, conv = next(convs)
+                    z = F.glu(conv(buf[..., :w], incremental_state), dim=-1)
+                    a, attn = self._attend(i, z, keys, values, mask)
+                    attn_sum = attn if attn_sum is None else attn_sum + attn
+                    buf[..., w: w + z.size(-1)] = z
+                    w += z.size(-1)
+                    buf[..., w: w + a.size(-1)] = a
+                    w += a.size(-1)
+                if bi < len(self.blocks) - 1:
+                    first = self.summaries[bi](buf)
+            top = buf
+        else:
+            x = self.fc1(x0)
+            for i, conv in enumerate(self.convs):
+                z = F.glu(conv(x, incremental_state), dim=-1)
+                a, attn = self._attend(i, z, keys, values, mask)
+                attn_sum = attn if attn_sum is None else attn_sum + attn
+                x = ((z + self.attn_out_projs[i](a)) * math.sqrt(0.5) + x) * math.sqrt(0.5)
+            top = x
+        return self.fc2(top), attn_sum
+
+    def output_layer(self, features: Tensor) -> Tensor:
+        return self.fc3(features)
+
+    def reorder_incremental_state(self, incremental_state, new_order: Tensor) -> None:
+        """Reorder the cached encoder projections along the batch (beam search).
+
+        The convolutions' input buffers are reordered by their own
+        ``reorder_incremental_state`` (``reorder_incremental_state_scripting``
+        visits every submodule).
+        """
+        cached = self.get_incremental_state(incremental_state, _STATE_KEY)
+        if cached is None:
+            return
+        reordered = {k: v.index_select(0, new_order) for k, v in cached.items() if v is not None}
+        self.set_incremental_state(incremental_state, _STATE_KEY, reordered)
+
+    def max_positions(self) -> int:
+        return self.max_target_positions

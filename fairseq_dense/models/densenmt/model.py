@@ -1,0 +1,215 @@
+"""DenseNMT encoder-decoder: model registration and named architectures."""
+from typing import List, Optional
+
+from fairseq.models import FairseqEncoderDecoderModel, register_model, register_model_architecture
+from fairseq.utils import safe_getattr
+
+from fairseq_dense.models.densenmt.config import DenseNMTConfig
+from fairseq_dense.models.densenmt.decoder import DenseNMTDecoder
+from fairseq_dense.models.densenmt.encoder import DenseNMTEncoder
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _layer_spec(cfg, side: str, what: str) -> List[int]:
+    """Per-layer sizes from ``--{side}-{what}s`` or ``--{side}-layers`` x ``--{side}-{what}``."""
+    n = int(safe_getattr(cfg, f"{side}_layers"))
+    listed: Optional[List[int]] = safe_getattr(cfg, f"{side}_{what}s", None)
+    if listed is not None and len(listed) > 0:
+        if len(listed) != n:
+            raise ValueError(f"{_flag(f'{side}_{what}s')} has {len(listed)} entries but "
+                             f"{_flag(f'{side}_layers')} is {n}")
+        spec = [int(v) for v in listed]
+    else:
+        spec = [int(safe_getattr(cfg, f"{side}_{what}"))] * n
+    if any(v <= 0 for v in spec):
+        raise ValueError(f"{_flag(f'{side}_{what}')} values must be positive, got {spec}")
+    return spec
+
+
+@register_model("densenmt", dataclass=DenseNMTConfig)
+class DenseNMTModel(FairseqEncoderDecoderModel):
+    """DenseNMT: densely connected convolutional encoder-decoder with dense attention.
+
+    Shen, Tan, He, Qin, Liu: Dense Information Flow for Neural Machine Translation,
+    NAACL 2018, https://arxiv.org/abs/1802.00939. ConvS2S (Gehring et al. 2017)
+    is the special case ``residual`` / ``residual`` / ``multistep``.
+    """
+
+    @classmethod
+    def build_model(cls, cfg: DenseNMTConfig, task):
+        """Build the model, validating option combinations.
+
+        Raises:
+            ValueError: naming the offending flags.
+        """
+        for side in ("encoder", "decoder"):
+            if int(safe_getattr(cfg, f"{side}_layers")) < 1:
+                raise ValueError(f"{_flag(side + '_layers')} must be >= 1")
+        enc_hidden = _layer_spec(cfg, "encoder", "hidden_size")
+        dec_hidden = _layer_spec(cfg, "decoder", "hidden_size")
+        enc_kernels = _layer_spec(cfg, "encoder", "kernel_size")
+        dec_kernels = _layer_spec(cfg, "decoder", "kernel_size")
+        for name in ("encoder_embed_dim", "decoder_embed_dim", "decoder_out_embed_dim", "attention_dim"):
+            if int(safe_getattr(cfg, name)) <= 0:
+                raise ValueError(f"{_flag(name)} must be a positive integer")
+        factor = safe_getattr(cfg, "factorized_embed_dim", None)
+        if factor is not None and int(factor) <= 0:
+            raise ValueError("--factorized-embed-dim must be a positive integer (or unset)")
+        if not 0.0 <= float(cfg.dropout) < 1.0:
+            raise ValueError("--dropout must be in [0, 1)")
+        enc_dense = str(cfg.encoder_connections) == "dense"
+        dec_dense = str(cfg.decoder_connections) == "dense"
+        attention = str(cfg.attention)
+        sumlen = safe_getattr(cfg, "sumlen", None)
+        if sumlen is not None:
+            if int(sumlen) < 2:
+                raise ValueError(f"--sumlen must be >= 2, got {sumlen}")
+            if not (enc_dense or dec_dense):
+                raise ValueError("--sumlen needs --encoder-connections dense or --decoder-connections dense")
+        for side, dense, hidden in (("encoder", enc_dense, enc_hidden), ("decoder", dec_dense, dec_hidden)):
+            if not dense and len(set(hidden)) > 1:
+                raise ValueError(f"{_flag(side + '_hidden_sizes')} must be uniform with "
+                                 f"{_flag(side + '_connections')} residual")
+        use_wn = not cfg.no_weight_norm
+        encoder = DenseNMTEncoder(
+            task.source_dictionary,
+            embed_dim=cfg.encoder_embed_dim,
+            hidden_sizes=enc_hidden,
+            kernel_sizes=enc_kernels,
+            dense=enc_dense,
+            sumlen=sumlen,
+            attention=attention,
+            factorized_dim=factor,
+            dropout=cfg.dropout,
+            use_weight_norm=use_wn,
+            grad_scale=1.0 / (2.0 * len(dec_hidden)),
+            max_positions=cfg.max_source_positions,
+        )
+        decoder = DenseNMTDecoder(
+            task.target_dictionary,
+            embed_dim=cfg.decoder_embed_dim,
+            hidden_sizes=dec_hidden,
+            kernel_sizes=dec_kernels,
+            encoder_dims=encoder.output_dims,
+            encoder_embed_dim=cfg.encoder_embed_dim,
+            attention=attention,
+            attention_dim=cfg.attention_dim,
+            dense=dec_dense,
+            sumlen=sumlen,
+            out_embed_dim=cfg.decoder_out_embed_dim,
+            factorized_dim=factor,
+            dropout=cfg.dropout,
+            use_weight_norm=use_wn,
+            max_positions=cfg.max_target_positions,
+        )
+        return cls(encoder, decoder)
+
+
+# ---------------------------------------------------------------- named architectures
+
+def _set(cfg, **values):
+    for k, v in values.items():
+        setattr(cfg, k, safe_getattr(cfg, k, v))
+
+
+def _fill_defaults(cfg):
+    """Every remaining field from the dataclass defaults (DenseNMT-4L-2)."""
+    d = DenseNMTConfig()
+    for name in d.__dataclass_fields__:
+        if name != "_name":
+            _set(cfg, **{name: getattr(d, name)})
+
+
+def _four_layer(cfg, enc, dec, att, enc_hidden, dec_hidden, attention_dim):
+    _set(cfg, encoder_connections=enc, decoder_connections=dec, attention=att,
+         encoder_hidden_size=enc_hidden, decoder_hidden_size=dec_hidden, attention_dim=attention_dim,
+         encoder_layers=4, decoder_layers=4, encoder_embed_dim=256, decoder_embed_dim=256,
+         decoder_out_embed_dim=256, encoder_kernel_size=3, decoder_kernel_size=3)
+    _fill_defaults(cfg)
+
+
+@register_model_architecture("densenmt", "densenmt_base_4l")
+def densenmt_base_4l(cfg):
+    """BASE-4L: ConvS2S, residual, 4+4 layers, embed and hidden 256, multi-step attention."""
+    _four_layer(cfg, "residual", "residual", "multistep", 256, 256, 256)
+
+
+@register_model_architecture("densenmt", "densenmt_enc_4l")
+def densenmt_enc_4l(cfg):
+    """DenseENC-4L (Table 2): dense encoder (hidden 128), residual decoder, multi-step attention."""
+    _four_layer(cfg, "dense", "residual", "multistep", 128, 256, 256)
+
+
+@register_model_architecture("densenmt", "densenmt_dec_4l")
+def densenmt_dec_4l(cfg):
+    """DenseDEC-4L (Table 2): residual encoder, dense decoder (hidden 128), multi-step attention."""
+    _four_layer(cfg, "residual", "dense", "multistep", 256, 128, 128)
+
+
+@register_model_architecture("densenmt", "densenmt_att_4l")
+def densenmt_att_4l(cfg):
+    """DenseAtt-4L (Table 2): residual encoder and decoder (256), DenseAtt-2."""
+    _four_layer(cfg, "residual", "residual", "dense2", 256, 256, 256)
+
+
+@register_model_architecture("densenmt", "densenmt_4l_1")
+def densenmt_4l_1(cfg):
+    """DenseNMT-4L-1: dense encoder and decoder (hidden 128), DenseAtt-1."""
+    _four_layer(cfg, "dense", "dense", "dense1", 128, 128, 128)
+
+
+@register_model_architecture("densenmt", "densenmt_4l_2")
+def densenmt_4l_2(cfg):
+    """DenseNMT-4L-2: dense encoder and decoder (hidden 128), DenseAtt-2."""
+    _four_layer(cfg, "dense", "dense", "dense2", 128, 128, 128)
+
+
+def _eight_layer(cfg, enc, att, hidden, sumlen):
+    _set(cfg, encoder_connections=enc, decoder_connections=enc, attention=att, encoder_hidden_size=hidden,
+         decoder_hidden_size=hidden, attention_dim=hidden if enc == "dense" else 256, sumlen=sumlen,
+         encoder_layers=8, decoder_layers=8, encoder_embed_dim=256, decoder_embed_dim=256,
+         decoder_out_embed_dim=256)
+    _fill_defaults(cfg)
+
+
+@register_model_architecture("densenmt", "densenmt_base_8l")
+def densenmt_base_8l(cfg):
+    """BASE-8L: ConvS2S, residual, 8+8 layers, hidden 192, multi-step attention."""
+    _eight_layer(cfg, "residual", "multistep", 192, None)
+
+
+@register_model_architecture("densenmt", "densenmt_8l_1")
+def densenmt_8l_1(cfg):
+    """DenseNMT-8L-1: dense, hidden 96, DenseAtt-1, summary layer after 4 layers (sumlen 5)."""
+    _eight_layer(cfg, "dense", "dense1", 96, 5)
+
+
+@register_model_architecture("densenmt", "densenmt_8l_2")
+def densenmt_8l_2(cfg):
+    """DenseNMT-8L-2: dense, hidden 96, DenseAtt-2, summary layer after 4 layers (sumlen 5)."""
+    _eight_layer(cfg, "dense", "dense2", 96, 5)
+
+
+@register_model_architecture("densenmt", "densenmt_wmt_en_de_15")
+def densenmt_wmt_en_de_15(cfg):
+    """DenseNMT-En-De-15: ConvS2S WMT En-De layout (15+15 layers, embed 768, out 512, same
+    kernels) with 1/4 of its hidden sizes, dense, DenseAtt-2, sumlen 6."""
+    hidden = [128] * 9 + [256] * 4 + [512] * 2
+    kernels = [3] * 13 + [1] * 2
+    _set(cfg, encoder_connections="dense", decoder_connections="dense", attention="dense2", sumlen=6,
+         encoder_layers=15, decoder_layers=15, encoder_hidden_sizes=hidden, decoder_hidden_sizes=hidden,
+         encoder_kernel_sizes=kernels, decoder_kernel_sizes=kernels, encoder_embed_dim=768,
+         decoder_embed_dim=768, decoder_out_embed_dim=512, attention_dim=128, dropout=0.1)
+    _fill_defaults(cfg)
+
+
+@register_model_architecture("densenmt", "densenmt_tiny")
+def densenmt_tiny(cfg):
+    """Tiny sizes for tests: 2+2 dense layers, embed 32, growth 16, DenseAtt-2."""
+    _set(cfg, encoder_layers=2, decoder_layers=2, encoder_embed_dim=32, decoder_embed_dim=32,
+         decoder_out_embed_dim=32, encoder_hidden_size=16, decoder_hidden_size=16, attention_dim=16,
+         dropout=0.1)
+    _fill_defaults(cfg)

@@ -1,0 +1,245 @@
+"""Unit and end-to-end tests of DenseNMT."""
+import argparse
+import itertools
+
+import pytest
+import sacrebleu
+import torch
+
+import fairseq_dense  # noqa: F401
+from fairseq.models import ARCH_CONFIG_REGISTRY
+from fairseq_dense.models.densenmt import DenseNMTConfig, DenseNMTModel
+from fairseq_dense.modules.dense_attention import DenseAttention
+from fairseq_dense.modules.dense_conv import FeatureBuffer, conv_rows, glu_rows
+from tests import helpers
+
+ARCHS = ["densenmt_tiny", "densenmt_base_4l", "densenmt_enc_4l", "densenmt_dec_4l", "densenmt_att_4l",
+         "densenmt_4l_1", "densenmt_4l_2", "densenmt_base_8l", "densenmt_8l_1", "densenmt_8l_2",
+         "densenmt_wmt_en_de_15"]
+
+
+def build(vocab=16, **overrides):
+    torch.manual_seed(0)
+    d = helpers.dummy_dictionary(vocab)
+    kwargs = dict(encoder_embed_dim=8, decoder_embed_dim=8, decoder_out_embed_dim=8, encoder_hidden_size=6,
+                  decoder_hidden_size=5, attention_dim=4, encoder_layers=2, decoder_layers=2, dropout=0.0)
+    kwargs.update(overrides)
+    model = DenseNMTModel.build_model(DenseNMTConfig(**kwargs), helpers.DummyTask(d))
+    return model, d
+
+
+# attention mode x summary layers x decoder connections (encoder dense unless noted)
+VARIANTS = [
+    dict(attention=att, decoder_connections=dec, **summ)
+    for att, dec, summ in itertools.product(
+        ("multistep", "dense1", "dense2"), ("dense", "residual"),
+        ({}, dict(sumlen=3, encoder_layers=4, decoder_layers=5)),
+    )
+] + [
+    dict(encoder_connections="residual", decoder_connections="residual", attention="multistep"),  # BASE
+    dict(encoder_connections="residual", attention="dense2"),
+    dict(factorized_embed_dim=4, encoder_kernel_size=4, decoder_kernel_size=2, sumlen=2),
+    dict(encoder_hidden_sizes=[3, 5, 7], encoder_kernel_sizes=[3, 1, 5], encoder_layers=3,
+         decoder_hidden_sizes=[4, 6], decoder_kernel_sizes=[1, 3]),
+]
+
+
+def _id(v):
+    return ",".join(f"{k}={v[k]}" for k in sorted(v)) or "default"
+
+
+@pytest.mark.parametrize("overrides", VARIANTS, ids=_id)
+def test_incremental_equals_full_reorder_padding(overrides):
+    model, d = build(**overrides)
+    sample = helpers.make_sample(d)
+    helpers.check_output_shape(model, sample, len(d))
+    helpers.check_incremental_equals_full(model, sample)
+    helpers.check_reorder_incremental_state(model, sample)
+    helpers.check_padding_invariance(model, sample)
+
+
+@pytest.mark.parametrize("overrides", [VARIANTS[i] for i in (1, 6, 9, 12, 13, 14, 15)], ids=_id)
+def test_every_parameter_gets_finite_gradient(overrides):
+    model, d = build(**dict(overrides, dropout=0.2))
+    helpers.check_all_params_get_finite_grads(model, helpers.make_sample(d))
+
+
+def test_alignment_is_a_distribution_without_mass_on_padding():
+    model, d = build(sumlen=2)
+    model.eval()
+    sample = helpers.make_sample(d)
+    _, extra = model(**sample["net_input"])
+    attn = extra["attn"][0]
+    b, t = sample["net_input"]["prev_output_tokens"].shape
+    assert attn.shape == (b, t, sample["net_input"]["src_tokens"].size(1))
+    torch.testing.assert_close(attn.sum(-1), torch.ones(b, t))
+    pad = sample["net_input"]["src_tokens"].eq(d.pad())
+    assert attn.masked_select(pad.unsqueeze(1).expand_as(attn)).abs().max() == 0
+
+
+def _memory_inputs(dims, embed_dim=6, src_len=5, bsz=2):
+    torch.manual_seed(1)
+    layers = [torch.randn(src_len, bsz, c) for c in dims]
+    emb = torch.randn(src_len, bsz, embed_dim)
+    mask = torch.zeros(bsz, src_len, dtype=torch.bool)
+    mask[1, :2] = True  # left padding in the second sentence
+    query = torch.randn(bsz, 3, 7)
+    return layers, emb, mask, query
+
+
+def _hand_attention(q, k, v, mask):
+    scores = q @ k.transpose(1, 2)
+    scores = scores.masked_fill(mask.unsqueeze(1), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def test_dense_att2_is_sum_of_single_layer_attentions():
+    dims = [3, 4, 5]
+    att = DenseAttention("dense2", dims, embed_dim=6, attention_dim=7)
+    layers, emb, mask, q = _memory_inputs(dims)
+    out, _ = att(q, *att.project_memory(torch.cat(layers, -1), emb, mask))
+    expected = 0
+    for h, kp, vp in zip(layers, att.key_projs, att.value_projs):
+        h, h0 = h.transpose(0, 1), emb.transpose(0, 1)  # B x T x C
+        k = h @ kp.weight.t() + kp.bias  # L_i(h^i)
+        v = torch.cat([h, h0], -1) @ vp.weight.t() + vp.bias  # L_i([h^i, h^0])
+        expected = expected + _hand_attention(q, k, v, mask)
+    torch.testing.assert_close(out, expected)
+
+
+def test_dense_att1_matches_equation_9():
+    dims = [3, 4, 5]
+    att = DenseAttention("dense1", dims, embed_dim=6, attention_dim=7)
+    layers, emb, mask, q = _memory_inputs(dims)
+    out, attn = att(q, *att.project_memory(torch.cat(layers, -1), emb, mask))
+    h = torch.cat(layers, -1).transpose(0, 1)
+    k = h @ att.key_proj.weight.t() + att.key_proj.bias
+    v = h @ att.value_proj.weight.t() + att.value_proj.bias
+    v = v + emb.transpose(0, 1) @ att.embed_proj.weight.t() + att.embed_proj.bias
+    torch.testing.assert_close(out, _hand_attention(q, k, v, mask))
+    assert attn[1, :, :2].abs().max() == 0
+
+
+def test_summary_layers_bound_input_width():
+    sumlen, embed, growth, att_dim = 3, 8, 6, 4
+    model, _ = build(sumlen=sumlen, encoder_layers=7, decoder_layers=7, decoder_hidden_size=growth,
+                     encoder_hidden_size=growth, attention_dim=att_dim)
+    enc_bound = (sumlen - 1) * growth + embed
+    dec_bound = (sumlen - 1) * (growth + att_dim) + embed  # a decoder layer adds z^l and a^l
+    enc_widths = [c.in_channels for c in model.encoder.convs] + [s.in_features for s in model.encoder.summaries]
+    dec_widths = [c.in_channels for c in model.decoder.convs] + [s.in_features for s in model.decoder.summaries]
+    assert len(model.encoder.summaries) == len(model.decoder.summaries) == 3  # after layers 2, 4, 6
+    assert max(enc_widths) == enc_bound and max(dec_widths) == dec_bound
+    assert model.decoder.fc2.in_features <= dec_bound
+    unbounded, _ = build(encoder_layers=7, decoder_layers=7, encoder_hidden_size=growth)
+    assert max(c.in_channels for c in unbounded.encoder.convs) > enc_bound
+
+
+def test_feature_buffer_matches_naive_concatenation():
+    """The copy-free dense stack gives the naive torch.cat result and gradients."""
+    torch.manual_seed(0)
+    t, b, d0, g, k, n = 6, 3, 5, 4, 3, 3
+    x0 = torch.randn(d0, t, b, dtype=torch.float64, requires_grad=True)
+    ws = [torch.randn(k, d0 + i * g, 2 * g, dtype=torch.float64, requires_grad=True) for i in range(n)]
+    bs = [torch.randn(2 * g, dtype=torch.float64, requires_grad=True) for _ in range(n)]
+
+    def buffered():
+        buf = FeatureBuffer(d0 + n * g, t, b, 1, 1, x0)
+        buf.append(x0 * 1.0)
+        for w, bias in zip(ws, bs):
+            buf.append(glu_rows(conv_rows(buf.rows(), w, bias, t, 0)))
+        return buf.center(buf.rows())
+
+    def naive():
+        feats = [x0 * 1.0]
+        for w, bias in zip(ws, bs):
+            inp = torch.cat(feats, 0).permute(1, 2, 0).contiguous()  # C x T x B -> T x B x C
+            feats.append(glu_rows(torch.conv_tbc(inp, w, bias, 1).permute(2, 0, 1)))
+        return torch.cat(feats, 0)
+
+    weights = torch.randn(d0 + n * g, t, b, dtype=torch.float64)
+    got, want = buffered(), naive()
+    torch.testing.assert_close(got, want)
+    for a, c in zip(torch.autograd.grad((got * weights).sum(), [x0] + ws + bs),
+                    torch.autograd.grad((want * weights).sum(), [x0] + ws + bs)):
+        torch.testing.assert_close(a, c)
+
+
+@pytest.mark.parametrize(
+    "overrides, flag",
+    [
+        (dict(sumlen=1), "--sumlen"),
+        (dict(sumlen=3, encoder_connections="residual", decoder_connections="residual"), "--sumlen"),
+        (dict(encoder_hidden_sizes=[4, 4, 4]), "--encoder-hidden-sizes"),
+        (dict(decoder_kernel_sizes=[3]), "--decoder-kernel-sizes"),
+        (dict(encoder_connections="residual", encoder_hidden_sizes=[4, 6]), "--encoder-hidden-sizes"),
+        (dict(dropout=1.0), "--dropout"),
+        (dict(factorized_embed_dim=0), "--factorized-embed-dim"),
+        (dict(decoder_layers=0), "--decoder-layers"),
+        (dict(attention_dim=0), "--attention-dim"),
+    ],
+)
+def test_bad_options_name_the_flag(overrides, flag):
+    with pytest.raises(ValueError, match=flag):
+        build(**overrides)
+
+
+def test_named_archs_build_and_keep_their_settings():
+    d = helpers.dummy_dictionary(16)
+    sizes = {}
+    for arch in ARCHS:
+        ns = argparse.Namespace()
+        ARCH_CONFIG_REGISTRY[arch](ns)
+        ARCH_CONFIG_REGISTRY[arch](ns)  # idempotent
+        cfg = DenseNMTConfig(**{k: v for k, v in vars(ns).items() if k in DenseNMTConfig.__dataclass_fields__})
+        if arch != "densenmt_wmt_en_de_15":  # large: only its settings are checked
+            model = DenseNMTModel.build_model(cfg, helpers.DummyTask(d))
+            sizes[arch] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        assert cfg.attention == {"1": "dense1", "2": "dense2"}.get(arch[-1], cfg.attention)
+    ns = argparse.Namespace()
+    ARCH_CONFIG_REGISTRY["densenmt_wmt_en_de_15"](ns)
+    assert ns.sumlen == 6 and ns.encoder_layers == 15 and ns.attention == "dense2"
+    # Table 2: the 4-layer ablations have roughly the same size (embeddings excluded here)
+    four = [v for k, v in sizes.items() if "4l" in k]
+    assert max(four) / min(four) < 1.25, sizes
+
+
+# ---------------------------------------------------------------- end to end
+
+
+@pytest.mark.slow
+def test_cli_train_and_generate_each_attention_mode(tmp_path):
+    """fairseq-train + fairseq-generate --beam 5 for every attention mode.
+
+    dense2 (the tiny default) trains long enough to learn the copy task; dense1
+    and multistep (with a summary layer, NAG and the convs2s_anneal schedule)
+    train briefly and must decode every test sentence.
+    """
+    raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=2000, n_valid=100, n_test=100)
+    data = helpers.preprocess(raw, tmp_path / "bin")
+    common = ["--user-dir", helpers.USER_DIR, "--arch", "densenmt_tiny", "--cpu", "--max-tokens", "1000",
+              "--criterion", "label_smoothed_cross_entropy_with_stats", "--no-epoch-checkpoints",
+              "--log-format", "simple", "--seed", "1"]
+    runs = {
+        "dense2": ["--optimizer", "adam", "--lr", "0.005", "--clip-norm", "1", "--max-update", "200",
+                   "--dropout", "0"],
+        "dense1": ["--attention", "dense1", "--optimizer", "adam", "--lr", "0.005", "--max-update", "30"],
+        "multistep": ["--attention", "multistep", "--encoder-layers", "3", "--sumlen", "2",
+                      "--optimizer", "nag", "--lr", "0.25", "--clip-norm", "0.1",
+                      "--lr-scheduler", "convs2s_anneal", "--stop-min-lr", "1e-4", "--max-update", "30"],
+    }
+    for mode, extra in runs.items():
+        save = tmp_path / mode
+        helpers.run_cli("fairseq-train", data, *common, *extra, "--save-dir", save)
+        gen = helpers.run_cli(
+            "fairseq-generate", data, "--user-dir", helpers.USER_DIR, "--path", save / "checkpoint_last.pt",
+            "--beam", "5", "--batch-size", "100", "--required-batch-size-multiple", "1", "--cpu",
+            "--gen-subset", "test", "--print-alignment",
+        )
+        hyps = helpers.hypotheses_from_generate(gen.stdout)
+        assert len(hyps) == 100, (mode, gen.stdout[-2000:])
+        assert any(line.startswith("A-") for line in gen.stdout.splitlines())
+        if mode == "dense2":
+            refs = helpers.references_from_generate(gen.stdout)
+            bleu = sacrebleu.corpus_bleu([hyps[i] for i in sorted(hyps)], [[refs[i] for i in sorted(hyps)]])
+            assert bleu.score > 80, bleu
