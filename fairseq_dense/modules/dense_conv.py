@@ -98,6 +98,47 @@ class FeatureBuffer:
         return rows[:, self.pad_left: self.pad_left + self.time]
 
 
+class _ConvRows(torch.autograd.Function):
+    """``k`` GEMMs over shifted views; backward fills one input-gradient tensor.
+
+    Letting autograd differentiate the ``k`` slices would allocate a zero tensor of
+    the whole (growing) input for every tap; here each tap adds into a single one.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, time: int, left: int) -> Tensor:
+        k, c, o = weight.shape
+        b = x.size(2)
+        out = bias.unsqueeze(1).expand(o, time * b).contiguous()
+        for j in range(k):
+            xj = x[:, left + j: left + j + time].reshape(c, time * b)  # a strided view, no copy
+            out.addmm_(weight[j].t(), xj)
+        ctx.save_for_backward(x, weight)
+        ctx.geometry = (time, left)
+        return out.view(o, time, b)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        x, weight = ctx.saved_tensors
+        time, left = ctx.geometry
+        k, c, o = weight.shape
+        b = x.size(2)
+        g = grad.reshape(o, time * b)
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_x = x.new_zeros(x.shape)
+            for j in range(k):
+                grad_x[:, left + j: left + j + time].view(c, time * b).addmm_(weight[j], g)
+        if ctx.needs_input_grad[1]:
+            grad_w = torch.stack(
+                [torch.mm(x[:, left + j: left + j + time].reshape(c, time * b), g.t()) for j in range(k)]
+            )
+        if ctx.needs_input_grad[2]:
+            grad_b = g.sum(dim=1)
+        return grad_x, grad_w, grad_b, None, None
+
+
 def conv_rows(x: Tensor, weight: Tensor, bias: Tensor, time: int, left: int) -> Tensor:
     """1-D convolution over a channel-major, time-padded view, as ``k`` GEMMs.
 
@@ -112,13 +153,7 @@ def conv_rows(x: Tensor, weight: Tensor, bias: Tensor, time: int, left: int) -> 
     Returns:
         ``(O, T, B)``; output frame ``t`` is ``bias + sum_j W_j^T x[:, left + t + j]``.
     """
-    k, c, o = weight.shape
-    b = x.size(2)
-    out = bias.unsqueeze(1).expand(o, time * b).contiguous()
-    for j in range(k):
-        xj = x[:, left + j: left + j + time].reshape(c, time * b)  # a strided view, no copy
-        out = out.addmm(weight[j].t(), xj)
-    return out.view(o, time, b)
+    return _ConvRows.apply(x, weight, bias, time, left)
 
 
 def linear_rows(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
@@ -132,8 +167,7 @@ def linear_rows(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
 
 def glu_rows(x: Tensor) -> Tensor:
     """GLU over the channel dimension of a channel-major tensor (Dauphin et al. 2017)."""
-    a, g = x.chunk(2, dim=0)
-    return a * torch.sigmoid(g)
+    return nn.functional.glu(x, dim=0)
 
 
 # ---------------------------------------------------------------- init factories (fconv)
