@@ -45,8 +45,12 @@ def _sync(device: str) -> None:
 
 
 def beam_decode(model, task, indices: List[int], beam: int = 5, batch_size: int = 32, device: str = "cpu",
-                incremental: bool = True, max_len_a: float = 1.2, max_len_b: int = 10) -> Dict:
+                incremental: bool = True, max_len_a: float = 1.2, max_len_b: int = 10,
+                fixed_length: int = 0) -> Dict:
     """Decode test sentences ``indices`` with beam search; time only the generator calls.
+
+    ``fixed_length`` > 0 forces every hypothesis to exactly that many tokens before EOS
+    (``min_len = max_len``), so that speed does not depend on how long a model's outputs are.
 
     Returns:
         ``{"sentences", "tokens", "seconds", "sentences_per_s", "tokens_per_s", "hyps": {id: token ids}}``.
@@ -54,8 +58,10 @@ def beam_decode(model, task, indices: List[int], beam: int = 5, batch_size: int 
     from fairseq.sequence_generator import SequenceGenerator
 
     dataset = task.dataset("test")
-    gen = SequenceGenerator([model], task.target_dictionary, beam_size=beam,
-                            max_len_a=max_len_a, max_len_b=max_len_b)
+    if fixed_length:
+        max_len_a, max_len_b = 0, fixed_length
+    gen = SequenceGenerator([model], task.target_dictionary, beam_size=beam, max_len_a=max_len_a,
+                            max_len_b=max_len_b, min_len=fixed_length or 1)
     if not incremental:
         gen.model.has_incremental = False
     hyps, n_tok, seconds = {}, 0, 0.0
@@ -101,7 +107,8 @@ def bleu(hyps: Dict[int, str], refs: List[str]) -> Dict:
 
 def decode_report(ckpt: str, data_bin: str, raw_test_tgt: str, tgt_lang: str, *, device: str = "cpu",
                   bf16: bool = False, beam: int = 5, batch_size: int = 32, max_sentences: int = 0,
-                  uncached_sentences: int = 40, threads: int = 0, greedy_bleu: bool = True) -> Dict:
+                  uncached_sentences: int = 40, threads: int = 0, greedy_bleu: bool = True,
+                  fixed_length: int = 20) -> Dict:
     """Everything measured on a trained checkpoint: beam speed, cache speed-up, BLEU.
 
     Args:
@@ -112,6 +119,9 @@ def decode_report(ckpt: str, data_bin: str, raw_test_tgt: str, tgt_lang: str, *,
         max_sentences: decode only the first N test sentences for BLEU/speed (0: all).
         uncached_sentences: sentences (spread over the test set) decoded with and without the cache.
         greedy_bleu: also decode with beam 1 (the GRU report's beam vs greedy comparison).
+        fixed_length: output length forced in the speed comparison (cached vs uncached, and
+            against other models), so that undertrained models' short or runaway outputs do
+            not decide the speed.
     """
     if threads:
         torch.set_num_threads(threads)
@@ -126,8 +136,9 @@ def decode_report(ckpt: str, data_bin: str, raw_test_tgt: str, tgt_lang: str, *,
     greedy = beam_decode(model, task, indices, 1, batch_size, device) if greedy_bleu else None
     step = max(1, len(indices) // max(1, uncached_sentences))
     subset = indices[::step][:uncached_sentences]
-    cached = beam_decode(model, task, subset, beam, batch_size, device)
-    uncached = beam_decode(model, task, subset, beam, batch_size, device, incremental=False)
+    cached = beam_decode(model, task, subset, beam, batch_size, device, fixed_length=fixed_length)
+    uncached = beam_decode(model, task, subset, beam, batch_size, device, incremental=False,
+                           fixed_length=fixed_length)
     same = sum(torch.equal(cached["hyps"][i], uncached["hyps"][i]) for i in subset) / max(1, len(subset))
     strip = ("hyps",)
     return {
@@ -135,6 +146,7 @@ def decode_report(ckpt: str, data_bin: str, raw_test_tgt: str, tgt_lang: str, *,
         "full": {k: v for k, v in full.items() if k not in strip},
         "cache_subset": {
             "sentences": len(subset),
+            "fixed_length": fixed_length,
             "incremental": {k: v for k, v in cached.items() if k not in strip},
             "uncached": {k: v for k, v in uncached.items() if k not in strip},
             "speedup": (uncached["seconds"] / cached["seconds"]) if cached["seconds"] else None,

@@ -65,6 +65,8 @@ def get_parser() -> argparse.ArgumentParser:
                    help="decode (and score) only the first N test sentences (0: all)")
     p.add_argument("--uncached-sentences", type=int, default=40,
                    help="test sentences decoded both with and without the incremental cache")
+    p.add_argument("--decode-length", type=int, default=20,
+                   help="output length forced in the decoding-speed comparison")
     p.add_argument("--param-tolerance", type=float, default=0.10)
     p.add_argument("--seed", type=int, default=1)
     return p
@@ -99,8 +101,12 @@ def token_ratio(bpe_dir: str, src: str, tgt: str) -> Dict:
 
 
 def run_side(name: str, arch_args: List[str], params: int, flops_params: float, a, paths: Dict,
-             target_loss=None) -> Dict:
-    """Train (and decode) one model; returns its raw measurements."""
+             branch_weights: bool = False) -> Dict:
+    """Train (and decode) one model; returns its raw measurements.
+
+    ``branch_weights``: the model has kappa/alpha parameters; keep a checkpoint every
+    validation interval and draw their trajectories with ``dump_branch_weights``.
+    """
     run_dir = os.path.join(paths["work"], "runs", name)
     shutil.rmtree(run_dir, ignore_errors=True)
     res = {"arch": arch_args[arch_args.index("--arch") + 1], "arch_args": arch_args, "params": params,
@@ -112,6 +118,8 @@ def run_side(name: str, arch_args: List[str], params: int, flops_params: float, 
         max_tokens=a.max_tokens, lr=a.lr, warmup_updates=a.warmup_updates, log_interval=a.log_interval,
         validate_interval_updates=a.validate_interval_updates, max_update=a.max_update, seed=a.seed,
     ) + arch_args
+    if branch_weights:
+        args += ["--save-interval-updates", str(a.validate_interval_updates), "--keep-interval-updates", "-1"]
     logger.info("training %s for %.1f min: %s", name, a.budget_minutes, " ".join(map(shlex.quote, arch_args)))
     t = train.run_training(args, run_dir, a.threads, a.budget_minutes * 60 + 900)
     t.update(train.summarise_log(t["log"]))
@@ -119,19 +127,39 @@ def run_side(name: str, arch_args: List[str], params: int, flops_params: float, 
     if t["train_tokens_per_s"]:
         res["train_flops_per_s"] = 6 * flops_params * t["train_tokens_per_s"]
         res["mfu"] = res["train_flops_per_s"] / res["matmul_flops"]
+    if branch_weights:
+        res["branch_weights_png"] = _branch_weights(run_dir, os.path.join(paths["out"], f"branch_weights_{name}"))
     ckpt = os.path.join(run_dir, "checkpoint_best.pt")
     if a.suite != "speed" and os.path.isfile(ckpt):
         logger.info("decoding %s", name)
         res["decode"] = dec.decode_report(
             ckpt, paths["bin"], os.path.join(paths["raw"], f"test.{a.tgt}"), a.tgt, device=a.device,
             bf16=a.bf16, batch_size=a.decode_batch_size, max_sentences=a.decode_sentences,
-            uncached_sentences=a.uncached_sentences,
+            uncached_sentences=a.uncached_sentences, fixed_length=a.decode_length,
             threads=a.threads)
         if a.suite in ("decode", "all"):
             res["attention"] = dec.attention_maps(ckpt, paths["bin"], device=a.device)
         logger.info("%s: BLEU %s, beam-5 %.1f sent/s, cache speed-up %.1fx", name, res["decode"]["bleu"],
                     res["decode"]["full"]["sentences_per_s"] or 0, res["decode"]["cache_subset"]["speedup"] or 0)
     return res
+
+
+def _branch_weights(run_dir: str, out_prefix: str):
+    """kappa/alpha of every kept checkpoint -> ``OUT.json`` + ``OUT.png`` (Weighted Transformer Figure 3)."""
+    import glob
+
+    from fairseq_dense.cli import dump_branch_weights
+
+    paths = glob.glob(os.path.join(run_dir, "checkpoint_*_*.pt")) + glob.glob(os.path.join(run_dir, "checkpoint_last.pt"))
+    try:
+        series = dump_branch_weights.dump(paths)
+        with open(out_prefix + ".json", "w") as f:
+            json.dump(series, f)
+        dump_branch_weights.plot(series, out_prefix + ".png")
+    except Exception as e:  # a plot must not cost the run its figures
+        logger.warning("branch weights of %s: %s", run_dir, e)
+        return None
+    return os.path.basename(out_prefix) + ".png"
 
 
 def main(argv=None) -> int:
@@ -156,7 +184,7 @@ def main(argv=None) -> int:
     os.makedirs(out, exist_ok=True)
     # one folder per subset, so that a different subset is never served stale prepared data
     subset = f"{a.train_lines or 'all'}-{a.valid_lines or 'all'}-{a.test_lines or 'all'}"
-    paths = {"work": work, "raw": os.path.join(work, f"raw-{subset}")}
+    paths = {"work": work, "raw": os.path.join(work, f"raw-{subset}"), "out": out}
     started = time.time()
     subset_corpus(a.corpus, paths["raw"], a.src, a.tgt,
                   {"train": a.train_lines, "valid": a.valid_lines, "test": a.test_lines})
@@ -187,6 +215,7 @@ def main(argv=None) -> int:
             entry["baseline_width"] = pairing.baseline_width
             entry["param_gap"] = pairing.param_gap
             fp_ours = families.matmul_params(ours_model, data["src_per_tgt"])
+            has_branches = any(n.endswith((".kappa", ".alpha")) for n, _ in ours_model.named_parameters())
             fp_base = families.matmul_params(base_model, data["src_per_tgt"])
             del ours_model, base_model
             safe = key.replace(":", "_").replace("/", "_").replace(",", "_").replace("=", "-")
@@ -195,7 +224,8 @@ def main(argv=None) -> int:
                 baselines[base_key] = run_side(f"{safe}.baseline", pairing.baseline_args,
                                                pairing.baseline_params, fp_base, a, paths)
             entry["baseline"] = dict(baselines[base_key])
-            entry["ours"] = run_side(f"{safe}.ours", ["--arch", arch, *extra], pairing.ours_params, fp_ours, a, paths)
+            entry["ours"] = run_side(f"{safe}.ours", ["--arch", arch, *extra], pairing.ours_params, fp_ours, a, paths,
+                                     branch_weights=has_branches)
             target = entry["baseline"]["train"]["best_valid_loss"]
             entry["convergence_target_valid_loss"] = target
             for side in ("ours", "baseline"):

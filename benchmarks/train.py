@@ -28,13 +28,22 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(fairseq_dense.__file__))
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_train_child.py")
 
 
+def default_task() -> str:
+    """``translation_weighted`` when registered (fairseq's translation plus the post-step simplex
+    projection the Weighted Transformer needs; a no-op for every other model), else ``translation``."""
+    from fairseq.tasks import TASK_REGISTRY
+
+    return "translation_weighted" if "translation_weighted" in TASK_REGISTRY else "translation"
+
+
 def common_args(data_bin: str, save_dir: str, src: str, tgt: str, budget_minutes: float, *,
                 device: str = "cpu", bf16: bool = False, max_tokens: int = 4096, lr: float = 1e-3,
                 warmup_updates: int = 50, log_interval: int = 5, validate_interval_updates: int = 25,
-                max_update: int = 0, seed: int = 1) -> List[str]:
+                max_update: int = 0, seed: int = 1, task: str = "") -> List[str]:
     """The ``fairseq-train`` arguments every model shares (same data, budget, optimiser, schedule)."""
     args = [
-        data_bin, "--user-dir", PACKAGE_DIR, "--task", "translation", "--source-lang", src, "--target-lang", tgt,
+        data_bin, "--user-dir", PACKAGE_DIR, "--task", task or default_task(),
+        "--source-lang", src, "--target-lang", tgt,
         "--criterion", "label_smoothed_cross_entropy_with_stats", "--label-smoothing", "0.1",
         "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", str(lr), "--clip-norm", "1.0",
         "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(warmup_updates), "--warmup-init-lr", "1e-7",
