@@ -10,7 +10,7 @@ import dataclasses
 import os
 import random
 from pathlib import Path
-from typing import Dict, Iterator, List, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 import torch
 
@@ -113,12 +113,20 @@ def base_train_args(bin_dir: Path, save_dir: Path, arch: str, max_update: int, *
     ]
 
 
+class SimulatedCrash(KeyboardInterrupt):
+    """Raised by :func:`recorded_losses` to kill a training run at a chosen update."""
+
+
 @contextlib.contextmanager
-def recorded_losses() -> Iterator[Dict[int, float]]:
+def recorded_losses(crash_at: Optional[int] = None) -> Iterator[Dict[int, float]]:
     """Record the unrounded training loss of every update (the log rounds to 3 decimals).
 
     Reads fairseq's ``train_inner`` loss meter after each ``Trainer.train_step``;
     test instrumentation only, restored on exit.
+
+    Args:
+        crash_at: raise :class:`SimulatedCrash` when update ``crash_at + 1`` is
+            about to start (as if the process were killed after update ``crash_at``).
     """
     from fairseq import metrics
     from fairseq.trainer import Trainer
@@ -127,6 +135,8 @@ def recorded_losses() -> Iterator[Dict[int, float]]:
     original = Trainer.train_step
 
     def train_step(self, samples, raise_oom=False):
+        if crash_at is not None and self.get_num_updates() >= crash_at:
+            raise SimulatedCrash(f"simulated crash after update {crash_at}")
         out = original(self, samples, raise_oom)
         meter = metrics.get_meter("train_inner", "loss")
         if meter is not None and meter.val is not None:
@@ -140,8 +150,12 @@ def recorded_losses() -> Iterator[Dict[int, float]]:
         Trainer.train_step = original
 
 
-def train_inprocess(args: Sequence[str]) -> Dict[int, float]:
-    """Run ``fairseq-train args`` in this process as a fresh process would; return losses by update."""
+def train_inprocess(args: Sequence[str], crash_at: Optional[int] = None) -> Dict[int, float]:
+    """Run ``fairseq-train args`` in this process as a fresh process would; return losses by update.
+
+    With ``crash_at``, the run is killed after that update (:class:`SimulatedCrash`
+    is caught) and the losses up to it are returned.
+    """
     from fairseq import checkpoint_utils
     from fairseq_cli import train
 
@@ -152,9 +166,34 @@ def train_inprocess(args: Sequence[str]) -> Dict[int, float]:
         for attr in ("best", "num_runs"):
             if hasattr(fn, attr):
                 delattr(fn, attr)
-    with recorded_losses() as losses:
-        run_train(list(args))
+    with recorded_losses(crash_at) as losses:
+        try:
+            run_train(list(args))
+        except SimulatedCrash:
+            if crash_at is None:
+                raise
     return losses
+
+
+def build_tiny_model(arch: str, dictionary):
+    """``arch`` built from its registered defaults for a task with ``dictionary`` on both sides."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    from tests.helpers import DummyTask
+
+    parser = options.get_training_parser()
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, ["data", "--arch", arch]))
+    return ARCH_MODEL_REGISTRY[arch].build_model(cfg.model, DummyTask(dictionary))
+
+
+def parameter_groups(arch: str) -> List[str]:
+    """The ``param.param_group`` tags ``arch`` declares (for ``--lr-scheduler grouped``)."""
+    from tests.helpers import dummy_dictionary
+
+    model = build_tiny_model(arch, dummy_dictionary(8))
+    return sorted({getattr(p, "param_group") for p in model.parameters() if hasattr(p, "param_group")})
 
 
 def load_checkpoint(path: Path) -> dict:

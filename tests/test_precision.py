@@ -29,21 +29,11 @@ def test_fairseq_turns_bf16_into_tpu():
     assert args.bf16 and args.tpu  # hence no CPU (or GPU) bf16 through fairseq-train
 
 
-def _build(arch, d):
-    from fairseq import options
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from fairseq.models import ARCH_MODEL_REGISTRY
-
-    parser = options.get_training_parser()
-    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, ["data", "--arch", arch]))
-    return ARCH_MODEL_REGISTRY[arch].build_model(cfg.model, helpers.DummyTask(d))
-
-
 @pytest.mark.parametrize("arch", ARCHS)
 def test_model_is_dtype_clean_in_bfloat16(arch):
     torch.manual_seed(0)
     d = helpers.dummy_dictionary(12)
-    model = _build(arch, d).to(torch.bfloat16)
+    model = rh.build_tiny_model(arch, d).to(torch.bfloat16)
     sample = helpers.make_sample(d)
     model.train()
     out, _ = model(**sample["net_input"])

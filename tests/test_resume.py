@@ -5,9 +5,12 @@ Per architecture, in this process (no extra fairseq import):
 1. an uninterrupted run of ``TOTAL`` updates;
 2. the same run again in another folder: the checkpoints must be identical
    (model, optimizer and LR-scheduler state, data iterator) -- determinism;
-3. a run stopped after ``STOP`` updates (mid-epoch), then resumed from its
-   ``checkpoint_last.pt``: every later update logs the same loss (unrounded,
-   within 1e-6) and the final checkpoint equals the uninterrupted one.
+3. a run that saves every ``STOP`` updates and is killed during update
+   ``STOP + 1`` (mid-epoch), then started again with the same command line: it
+   resumes from ``checkpoint_last.pt`` and every later update logs the same loss
+   (unrounded, within 1e-6) and the final checkpoint equals the uninterrupted one.
+   The command line stays the same, so schedules that depend on ``--max-update``
+   (freeze windows, decays) are compared fairly.
 
 Dropout stays on (fairseq reseeds with ``seed + num_updates`` every update), the
 optimizer is Adam (moments in the checkpoint) and the LR scheduler is
@@ -26,9 +29,10 @@ from tests import reliability_helpers as rh
 pytestmark = pytest.mark.slow
 
 N_TRAIN = 24  # 3 batches of 8 -> 3 updates per epoch
-TOTAL, STOP = 8, 4  # the interruption falls mid-epoch (epoch 2, batch 1 of 3)
+TOTAL, STOP = 8, 4  # checkpoint after update 4 (mid-epoch: epoch 2, batch 1 of 3), killed in update 5
 EXTRA = [
     "--optimizer", "adam", "--lr", "0.003", "--clip-norm", "1.0", "--batch-size", "8",
+    "--save-interval-updates", str(STOP),
     "--lr-scheduler", "reduce_lr_on_plateau", "--lr-shrink", "0.5", "--lr-patience", "0",
     "--max-tokens-valid", "200",
 ]
@@ -52,9 +56,7 @@ def _deterministic_parts(ckpt: dict) -> dict:
     }
 
 
-@pytest.mark.parametrize("arch", rh.tiny_archs())
-def test_resume_is_exact_and_training_deterministic(arch, data_bin, tmp_path):
-    extra = EXTRA
+def _check_resume(arch, data_bin, tmp_path, extra):
     full = rh.train_inprocess(rh.base_train_args(data_bin, tmp_path / "full", arch, TOTAL, *extra))
     assert sorted(full) == list(range(1, TOTAL + 1)), full
 
@@ -66,22 +68,53 @@ def test_resume_is_exact_and_training_deterministic(arch, data_bin, tmp_path):
         ref, _deterministic_parts(rh.load_checkpoint(tmp_path / "again" / "checkpoint_last.pt")), arch
     )
 
-    # interrupted after STOP updates, resumed from checkpoint_last.pt
-    first = rh.train_inprocess(rh.base_train_args(data_bin, tmp_path / "cut", arch, STOP, *extra))
-    assert sorted(first) == list(range(1, STOP + 1))
+    # killed after update STOP + 1 (its checkpoint is from update STOP), same command line again
+    cut = rh.base_train_args(data_bin, tmp_path / "cut", arch, TOTAL, *extra)
+    first = rh.train_inprocess(cut, crash_at=STOP + 1)
+    assert sorted(first) == list(range(1, STOP + 2))
     mid = rh.load_checkpoint(tmp_path / "cut" / "checkpoint_last.pt")
+    assert mid["optimizer_history"][-1]["num_updates"] == STOP
     assert mid["extra_state"]["train_iterator"]["iterations_in_epoch"] not in (0, N_TRAIN // 8), (
         "the interruption should fall mid-epoch"
     )
-    second = rh.train_inprocess(rh.base_train_args(data_bin, tmp_path / "cut", arch, TOTAL, *extra))
+    second = rh.train_inprocess(cut)
     assert sorted(second) == list(range(STOP + 1, TOTAL + 1)), "did not resume from checkpoint_last.pt"
     for u in range(1, TOTAL + 1):
-        got = first.get(u, second.get(u))
+        got = second.get(u, first.get(u))
         assert abs(got - full[u]) <= 1e-6, f"{arch}: update {u} loss {got} != uninterrupted {full[u]}"
     resumed = _deterministic_parts(rh.load_checkpoint(tmp_path / "cut" / "checkpoint_last.pt"))
     assert rh.max_abs_diff(resumed["model"], ref["model"]) <= 1e-6
     assert resumed["lr_scheduler"] == ref["lr_scheduler"]
     assert resumed["train_iterator"] == ref["train_iterator"]
+    return mid["model"], ref["model"]
+
+
+@pytest.mark.parametrize("arch", rh.tiny_archs())
+def test_resume_is_exact_and_training_deterministic(arch, data_bin, tmp_path):
+    _check_resume(arch, data_bin, tmp_path, EXTRA)
+
+
+GROUPED_ARCHS = [a for a in rh.tiny_archs() if rh.parameter_groups(a)]
+
+
+@pytest.mark.skipif(not GROUPED_ARCHS, reason="no architecture declares parameter groups")
+@pytest.mark.parametrize("arch", GROUPED_ARCHS)
+def test_resume_with_grouped_schedule_and_freeze_window(arch, data_bin, tmp_path):
+    """``--lr-scheduler grouped``: per-group warm-up and a freeze window spanning the resume."""
+    group = rh.parameter_groups(arch)[0]
+    extra = [
+        "--optimizer", "adam", "--lr", "0.003", "--batch-size", "8", "--max-tokens-valid", "200",
+        "--save-interval-updates", str(STOP), "--lr-scheduler", "grouped", "--group-warmup-updates", f"default=3,{group}=2",
+        "--group-freeze-last", f"{group}={TOTAL - STOP}", "--fp16-no-flatten-grads",
+    ]
+    at_stop, final = _check_resume(arch, data_bin, tmp_path, extra)
+    from tests.helpers import dummy_dictionary
+
+    frozen = [n for n, p in rh.build_tiny_model(arch, dummy_dictionary(8)).named_parameters()
+              if getattr(p, "param_group", None) == group]
+    assert frozen
+    moved = [n for n in frozen if not torch.equal(at_stop[n], final[n])]
+    assert not moved, f"{arch}: group {group!r} changed inside its freeze window: {moved}"
 
 
 def test_crash_while_saving_keeps_previous_checkpoint(data_bin, tmp_path, monkeypatch):
