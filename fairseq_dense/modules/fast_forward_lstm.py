@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from fairseq_dense.modules.fast_forward_lstm_recurrence import lstm_recurrence
+from fairseq_dense.modules.fast_forward_lstm_recurrence import fused_lstm, lstm_recurrence
 
 RECURRENT = "recurrent"
 
@@ -135,14 +135,11 @@ class FastForwardLSTMLayer(nn.Module):
             assert lengths is not None, "a backward layer needs the sequence lengths"
             index = reverse_index(lengths.to(x.device), x.size(0))
             x = gather_time(x, index)
-        h, h_t, c_t = torch._VF.lstm(
-            x, (state[0].unsqueeze(0), state[1].unsqueeze(0)),
-            [self.ff.weight, self.weight_hh, self.ff.bias, self.ff.bias.new_zeros(four_h)],
-            True, 1, 0.0, torch.is_grad_enabled(), False, False,  # biases, 1 layer, no dropout, train, uni, T-first
-        )
+        weights = [self.ff.weight, self.weight_hh, self.ff.bias, self.ff.bias.new_zeros(four_h)]
+        h, final = fused_lstm(x, state[0], state[1], weights)
         if index is not None:
             h = gather_time(h, index)
-        return f, h, (h_t.squeeze(0), c_t.squeeze(0))
+        return f, h, final
 
 
 class FastForwardLSTM(nn.Module):

@@ -67,6 +67,21 @@ def lstm_recurrence_fused_cell(f: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor) 
     return torch.stack(outs), (h, c)
 
 
+def fused_lstm(x: Tensor, h0: Tensor, c0: Tensor, weights: List[Tensor]) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+    """One forward layer of torch's fused LSTM (cuDNN on CUDA) on ``x`` ``(T, B, C)``.
+
+    Args:
+        weights: ``[W_ih, W_hh]`` or ``[W_ih, W_hh, b_ih, b_hh]``.
+    """
+    with warnings.catch_warnings():  # the weights are not one flat buffer: cuDNN copies them
+        warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous chunk")
+        out, h, c = torch._VF.lstm(
+            x, (h0.unsqueeze(0), c0.unsqueeze(0)), weights,
+            len(weights) == 4, 1, 0.0, torch.is_grad_enabled(), False, False,  # 1 layer, no dropout, uni, T-first
+        )
+    return out, (h.squeeze(0), c.squeeze(0))
+
+
 def lstm_recurrence_identity(f: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
     """The fused sequence op ``torch._VF.lstm`` (cuDNN on CUDA) with an identity input matrix.
 
@@ -75,13 +90,7 @@ def lstm_recurrence_identity(f: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor) ->
     backward) instead of ``T`` Python-level steps.
     """
     eye = torch.eye(f.size(-1), device=f.device, dtype=f.dtype)
-    with warnings.catch_warnings():  # eye and w_hh are not one flat buffer: cuDNN copies them
-        warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous chunk")
-        out, h, c = torch._VF.lstm(
-            f, (h0.unsqueeze(0), c0.unsqueeze(0)), [eye, w_hh],
-            False, 1, 0.0, torch.is_grad_enabled(), False, False,  # no biases, 1 layer, no dropout, train, uni, T-first
-        )
-    return out, (h.squeeze(0), c.squeeze(0))
+    return fused_lstm(f, h0, c0, [eye, w_hh])
 
 
 def lstm_recurrence(f: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:

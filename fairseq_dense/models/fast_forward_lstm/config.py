@@ -21,7 +21,9 @@ class FastForwardLSTMConfig(FairseqDataclass):
     encoder_embed_dim: int = field(default=256, metadata={"help": "source embedding size"})
     encoder_hidden_size: int = field(default=512, metadata={"help": "encoder LSTM size (each layer, each column)"})
     encoder_layers: int = field(default=9, metadata={"help": "encoder depth n_e (per column)"})
-    encoder_columns: int = field(default=2, metadata={"help": "encoder columns (2: first layers in opposite directions; 1)"})
+    encoder_columns: int = field(
+        default=2, metadata={"help": "encoder columns (2: first layers in opposite directions; 1)"}
+    )
     no_interleave: bool = field(
         default=False,
         metadata={"help": "unidirectional encoder: every layer runs forward (default: alternate directions)"},
@@ -36,7 +38,9 @@ class FastForwardLSTMConfig(FairseqDataclass):
     no_fast_forward: bool = field(
         default=False, metadata={"help": "drop the fast-forward connections: a plain stacked LSTM (Table 2 'No FF')"}
     )
-    dropout: float = field(default=0.1, metadata={"help": "dropout on h where it enters the next layer and the softmax"})
+    dropout: float = field(
+        default=0.1, metadata={"help": "dropout on h where it enters the next layer and the softmax"}
+    )
     init_std: float = field(
         default=0.07,
         metadata={"help": "std of the Gaussian init of all non-recurrent weights (recurrent matrices start at zero)"},

@@ -95,7 +95,8 @@ class FastForwardLSTMEncoder(FairseqEncoder):
             src_tokens = utils.convert_padding_direction(src_tokens, self.padding_idx, left_to_right=True)
         lengths = src_lengths.to(src_tokens.device)
         x = self.embed_tokens(src_tokens).transpose(0, 1)  # B x T x C -> T x B x C
-        outs = [column(x, lengths, last_f=self.fast_forward)[:2] for column in self.columns]  # (f, h): T x B x 4H, T x B x H
+        # per column (f, h): T x B x 4H (T x B x 0 without FF), T x B x H
+        outs = [column(x, lengths, last_f=self.fast_forward)[:2] for column in self.columns]
         if self.interface == "deep_att":
             parts = [torch.cat([f, h], dim=-1) if self.fast_forward else h for f, h in outs]
             e = self.fc(torch.cat(parts, dim=-1))  # T x B x fc_dim
