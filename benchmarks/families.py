@@ -45,7 +45,7 @@ def lstm_args(width: int, ours_cfg) -> List[str]:
 
 def fconv_args(width: int, ours_cfg) -> List[str]:
     """fairseq ``fconv`` (ConvS2S), 4 layers of kernel 3 each side (the DenseNMT paper's BASE-4L shape)."""
-    n = _layers(ours_cfg, "encoder_layers", 4, hi=8) if isinstance(getattr(ours_cfg, "encoder_layers", None), int) else 4
+    n = _layers(ours_cfg, "encoder_layers", 4, hi=8)
     w = str(width)
     return ["--arch", "fconv", "--encoder-embed-dim", w, "--decoder-embed-dim", w,
             "--decoder-out-embed-dim", w, "--encoder-layers", f"[({w}, 3)] * {n}",

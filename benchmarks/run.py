@@ -150,7 +150,8 @@ def _branch_weights(run_dir: str, out_prefix: str):
 
     from fairseq_dense.cli import dump_branch_weights
 
-    paths = glob.glob(os.path.join(run_dir, "checkpoint_*_*.pt")) + glob.glob(os.path.join(run_dir, "checkpoint_last.pt"))
+    paths = glob.glob(os.path.join(run_dir, "checkpoint_*_*.pt"))
+    paths += glob.glob(os.path.join(run_dir, "checkpoint_last.pt"))
     try:
         series = dump_branch_weights.dump(paths)
         with open(out_prefix + ".json", "w") as f:
@@ -201,12 +202,15 @@ def main(argv=None) -> int:
         models = families.resolve_models(a.models, a.size)
     except ValueError as e:
         raise SystemExit(f"error: {e}")
-    results = {"suite": a.suite, "command": "python -m benchmarks.run " + " ".join(map(shlex.quote, argv or sys.argv[1:])),
+    command = "python -m benchmarks.run " + " ".join(map(shlex.quote, argv or sys.argv[1:]))
+    results = {"suite": a.suite, "command": command,
                "machine": machine.describe(a.device, a.threads), "bf16": a.bf16, "corpus": a.corpus,
                "budget_minutes": a.budget_minutes, "data": data, "families": {}}
     baselines: Dict = {}
     for family, arch, extra in models:
-        key = family if sum(m[0] == family for m in models) == 1 else f"{family}:{arch}{':' + ','.join(extra) if extra else ''}"
+        key = family
+        if sum(m[0] == family for m in models) > 1:  # several entries of one family: name them apart
+            key = f"{family}:{arch}" + (":" + ",".join(extra) if extra else "")
         entry: Dict = {}
         results["families"][key] = entry
         try:

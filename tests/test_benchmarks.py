@@ -1,7 +1,5 @@
 """Smoke tests of the benchmark harness (``python -m benchmarks.run``) and ``fairseq-dense-plot``."""
 import json
-from pathlib import Path
-
 import pytest
 
 from benchmarks import families, fill_reports, report, train
