@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# CPU-sized DenseNMT experiment on Tatoeba German-English: densenmt_4l_2 against the
+# residual ConvS2S baseline densenmt_base_4l at the same parameter budget (both about
+# 4.5-4.7M parameters outside the embeddings; 12.30M / 12.44M in all with the 10,088-type
+# joint vocabulary of 10k BPE merges), same batches, same number of updates, same
+# NAG + convs2s_anneal schedule. Prints validation loss and test BLEU of each.
+#
+#   examples/densenmt/tatoeba-cpu.sh                 # ~25 min per model on 2 cores
+#   MAX_UPDATE=100 examples/densenmt/tatoeba-cpu.sh  # a quick look
+set -euo pipefail
+RAW=${RAW:-../shared/data/tatoeba-deu-eng}
+DATA=${DATA:-data/tatoeba-deu-eng}
+OUT=${OUT:-checkpoints/densenmt-tatoeba}
+MAX_UPDATE=${MAX_UPDATE:-1000}
+ARCHS=${ARCHS:-"densenmt_4l_2 densenmt_base_4l"}
+USER_DIR=${USER_DIR:-$(python -c 'import fairseq_dense, os; print(os.path.dirname(fairseq_dense.__file__))')}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+
+[ -f "$DATA/bin/dict.en.txt" ] || \
+    python examples/translation/prepare.py --raw "$RAW" --src de --tgt en --dest "$DATA" --bpe-merges 10000
+SRC=$(ls "$DATA/bin" | sed -n 's/^train\.\([a-z]*\)-\([a-z]*\)\.\1\.idx$/\1/p' | head -1)
+TGT=$(ls "$DATA/bin" | sed -n 's/^train\.\([a-z]*\)-\([a-z]*\)\.\1\.idx$/\2/p' | head -1)
+
+mkdir -p "$OUT"
+for ARCH in $ARCHS; do
+    SAVE="$OUT/$ARCH"
+    fairseq-train "$DATA/bin" --user-dir "$USER_DIR" --arch "$ARCH" -s "$SRC" -t "$TGT" --cpu \
+        --optimizer nag --lr 0.25 --momentum 0.99 --clip-norm 0.1 \
+        --lr-scheduler convs2s_anneal --lr-shrink 0.1 --stop-min-lr 1e-4 \
+        --criterion label_smoothed_cross_entropy_with_stats --label-smoothing 0.1 \
+        --max-tokens 4096 --max-update "$MAX_UPDATE" --validate-interval-updates 250 \
+        --dropout 0.2 --seed 1 --save-dir "$SAVE" --no-epoch-checkpoints --log-format simple \
+        "$@" 2>&1 | tee "$SAVE.train.log" | grep -E "valid on|done training"
+    fairseq-generate "$DATA/bin" --user-dir "$USER_DIR" --path "$SAVE/checkpoint_last.pt" -s "$SRC" -t "$TGT" \
+        --cpu --beam 5 --batch-size 128 --required-batch-size-multiple 1 --remove-bpe --gen-subset test \
+        > "$SAVE.test.txt" 2>&1
+    echo "$ARCH: $(grep -c '^H-' "$SAVE.test.txt") test sentences; $(tail -1 "$SAVE.test.txt")"
+done
