@@ -37,19 +37,22 @@ run() {  # name arch extra-flags...
         --max-tokens 4096 --stop-time-hours "$HOURS" --max-epoch 100 --cpu --seed 1 --save-dir "$save" \
         --no-epoch-checkpoints --log-format simple --log-interval 50 > "$save.train.log" 2>&1
     fairseq-generate "$WORK/data/bin" --user-dir "$USER_DIR" --path "$save/checkpoint_best.pt" --cpu \
-        --beam 3 --batch-size 64 --required-batch-size-multiple 1 --remove-bpe --gen-subset test > "$save.gen.txt"
+        --beam 3 --batch-size 64 --required-batch-size-multiple 1 --remove-bpe --gen-subset test \
+        > "$save.gen.txt" 2> "$save.gen.log"
     grep ^H- "$save.gen.txt" | sort -t- -k2 -n | cut -f3 > "$save.hyp"
     grep ^T- "$save.gen.txt" | sort -t- -k2 -n | cut -f2 > "$save.ref"
     local valid
     valid=$(grep "valid on 'valid'" "$save.train.log" | sed -E 's/.*\| loss ([0-9.]+).*/\1/' | sort -g | head -1)
+    local updates
+    updates=$(grep -o "num_updates [0-9]*" "$save.train.log" | tail -1 | cut -d' ' -f2)
     local bleu
     bleu=$(sacrebleu "$save.ref" -i "$save.hyp" -b)
-    echo "| $name | $valid | $bleu |" | tee -a "$WORK/results.md"
+    echo "| $name | $updates | $valid | $bleu |" | tee -a "$WORK/results.md"
 }
 
 mkdir -p "$WORK"
-echo "| model (${MINUTES} min CPU each) | best valid loss | test BLEU (beam 3) |" > "$WORK/results.md"
-echo "|---|---|---|" >> "$WORK/results.md"
+echo "| model (${MINUTES} min CPU each) | updates | best valid loss | test BLEU (beam 3) |" > "$WORK/results.md"
+echo "|---|---|---|---|" >> "$WORK/results.md"
 run 2x2-ff deep_att_2x2
 run 2x2-no-ff deep_att_2x2_no_ff
 run 5x3-ff deep_att_5x3
