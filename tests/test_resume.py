@@ -104,7 +104,8 @@ def test_resume_with_grouped_schedule_and_freeze_window(arch, data_bin, tmp_path
     group = rh.parameter_groups(arch)[0]
     extra = [
         "--optimizer", "adam", "--lr", "0.003", "--batch-size", "8", "--max-tokens-valid", "200",
-        "--save-interval-updates", str(STOP), "--lr-scheduler", "grouped", "--group-warmup-updates", f"default=3,{group}=2",
+        "--save-interval-updates", str(STOP), "--lr-scheduler", "grouped",
+        "--group-warmup-updates", f"default=3,{group}=2",
         "--group-freeze-last", f"{group}={TOTAL - STOP}", "--fp16-no-flatten-grads",
     ]
     at_stop, final = _check_resume(arch, data_bin, tmp_path, extra)
