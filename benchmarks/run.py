@@ -68,6 +68,8 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--decode-length", type=int, default=20,
                    help="output length forced in the decoding-speed comparison")
     p.add_argument("--param-tolerance", type=float, default=0.10)
+    p.add_argument("--baseline-param-ratio", type=float, default=1.0,
+                   help="baseline size / ours (2.0: ours has half the baseline's parameters)")
     p.add_argument("--seed", type=int, default=1)
     return p
 
@@ -205,7 +207,8 @@ def main(argv=None) -> int:
     command = "python -m benchmarks.run " + " ".join(map(shlex.quote, argv or sys.argv[1:]))
     results = {"suite": a.suite, "command": command,
                "machine": machine.describe(a.device, a.threads), "bf16": a.bf16, "corpus": a.corpus,
-               "budget_minutes": a.budget_minutes, "data": data, "families": {}}
+               "budget_minutes": a.budget_minutes, "baseline_param_ratio": a.baseline_param_ratio,
+               "data": data, "families": {}}
     baselines: Dict = {}
     for family, arch, extra in models:
         key = family
@@ -215,7 +218,7 @@ def main(argv=None) -> int:
         results["families"][key] = entry
         try:
             pairing, ours_model, base_model = families.match_baseline(
-                paths["bin"], family, arch, extra, a.param_tolerance)
+                paths["bin"], family, arch, extra, a.param_tolerance, param_ratio=a.baseline_param_ratio)
             entry["baseline_width"] = pairing.baseline_width
             entry["param_gap"] = pairing.param_gap
             fp_ours = families.matmul_params(ours_model, data["src_per_tgt"])
