@@ -3,24 +3,30 @@
 https://arxiv.org/abs/1711.02132. One block replaces a Transformer attention
 sub-layer *and* the feed-forward sub-layer after it::
 
-    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)                     (5)
-    hbar_i = kappa_i * (head_i W_i^O + b^O)                           (6)
-    u_i    = LN_a(x + dropout(hbar_i))
-    y      = LN_f(sum_i alpha_i * (u_i + dropout(FFN_i(u_i))))        (7)
+    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)                       (5)
+    hbar_i = kappa_i * (dropout(head_i) W_i^O + b^O)                    (6)
+    u_i    = LN_a(x + hbar_i)
+    y      = LN_f(sum_i alpha_i u_i + dropout(sum_i alpha_i FFN_i(u_i)))  (7)
 
 with M branches, ``FFN_i(u) = W2_i act(W1_i u + b1_i) + b^2`` of inner size
 ``d_ff / M``, and (kappa, alpha) each on the probability simplex (kept there by a
 projection after every optimizer step, see :mod:`fairseq_dense.modules.simplex`).
 Residual connections, the two layer norms and dropout sit where the Transformer
 has them (post-norm; ``normalize_before=True`` gives the pre-norm variant
-``u_i = x + dropout(hbar_i)``, ``FFN_i(LN_f(u_i))``, ``y = sum_i alpha_i (...)``).
-The layer norms and the biases ``b^O``, ``b^2`` are shared by the branches, so the
-block has exactly the parameters of a Transformer attention + FFN sub-layer pair
-plus the 2M weights kappa, alpha.
+``u_i = x + hbar_i``, ``FFN_i(LN_f(u_i))``, no final norm). Dropout acts on the
+heads before ``W_i^O`` and on the alpha-mixed FFN output, i.e. on ``(T*B, C)``
+tensors as in the Transformer rather than on the M times larger per-branch
+ones (a cheaper variant of residual dropout; same expectation). The layer norms
+and the biases ``b^O``, ``b^2`` are shared by the branches, so the block has
+exactly the parameters of a Transformer attention + FFN sub-layer pair plus the
+2M weights kappa, alpha.
 
 A branch holds ``num_heads / M`` attention heads (one head per branch by
 default). The M output projections and the M FFNs run as batched matrix products
-(``bmm`` over a branch-major ``(M, T*B, C)`` layout), never a Python loop.
+(``bmm`` over a branch-major ``(M, T*B, C)`` layout; the alpha-weighted second FFN
+layer is one GEMM), never a Python loop. Cost: the per-branch layer norm needs
+the ``(M, T*B, C)`` tensor ``u``, M*C/d_ff times the size of the Transformer's
+FFN activation, so the block moves more memory than a Transformer layer.
 """
 import math
 from typing import Dict, Optional, Tuple
@@ -254,21 +260,52 @@ class BranchedAttention(nn.Module):
         k, v, kpm = self._cached_kv(h, key, key_padding_mask, incremental_state)
         q = self.q_proj(h).view(T, B, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
         o, probs = self._attend(q, k, v, attn_mask, kpm, need_weights)
-        # (B, H, T, d) -> (T, B, H, d) -> (M, T*B, C/M): heads grouped by branch
-        o = o.permute(2, 0, 1, 3).reshape(T * B, M, C // M).transpose(0, 1)
-        hbar = torch.baddbmm(self.out_bias.view(1, 1, C), o, self.out_weight)  # (M, N, C)
+        N = T * B
+        # (B, H, T, d) -> (T, B, H, d) -> (N, M, C/M): heads grouped by branch
+        o = self.dropout_module(o.permute(2, 0, 1, 3).reshape(N, M, C // M))
         kappa = self.branch_weights("kappa")
-        if kappa is not None:
-            hbar = hbar * kappa.view(M, 1, 1)
-        u = residual.reshape(1, T * B, C) + self.dropout_module(hbar)  # (M, N, C)
-        if not self.normalize_before:
-            u = self.attn_layer_norm(u)
-        f = self.final_layer_norm(u) if self.normalize_before else u
-        f = self.activation_fn(torch.baddbmm(self.fc1_bias, f, self.fc1_weight))
-        f = torch.baddbmm(self.fc2_bias.view(1, 1, C), self.activation_dropout_module(f), self.fc2_weight)
-        y = u + self.dropout_module(f)  # (M, N, C)
         alpha = self.branch_weights("alpha")
-        y = y.sum(0) if alpha is None else torch.einsum("m,mnc->nc", alpha.to(y.dtype), y)
+        if kappa is None or alpha is None:  # fixed to 1 (Table 3)
+            ones = torch.ones(M, dtype=x.dtype, device=x.device)
+        kappa = ones if kappa is None else kappa.to(x.dtype)
+        alpha = ones if alpha is None else alpha.to(x.dtype)
+        res, f = self._branches(residual.reshape(N, C), o, kappa, alpha)
+        # y = sum_i alpha_i u_i + dropout(sum_i alpha_i FFN_i(u_i))
+        y = res + self.dropout_module(f)
         if not self.normalize_before:
             y = self.final_layer_norm(y)
         return y.view(T, B, C), probs
+
+    # ------------------------------------------------------------ the M branches
+    def _ffn_out(self, h: Tensor, alpha: Tensor) -> Tensor:
+        """``sum_i alpha_i (h_i W2_i + b2)`` for ``h`` ``(N, M, d_ff/M)``, one GEMM."""
+        M, _, C = self.fc2_weight.shape
+        w2 = (self.fc2_weight * alpha.view(M, 1, 1)).reshape(-1, C)
+        return torch.addmm(self.fc2_bias * alpha.sum(), h.reshape(h.size(0), -1), w2)
+
+    def _branches(self, x: Tensor, o: Tensor, kappa: Tensor, alpha: Tensor):
+        """Eq. 6-7 for all branches at once; ``u_i`` is an ``(M, N, C)`` tensor.
+
+        kappa scales the (small) output-projection weights rather than the
+        activations, and alpha the second FFN matrices, so that
+        ``sum_i alpha_i FFN_i(u_i)`` is a single ``(N, d_ff) x (d_ff, C)`` product.
+
+        Args:
+            x: ``(N, C)`` residual input; o: ``(N, M, C/M)`` (dropped-out) heads.
+
+        Returns:
+            ``(sum_i alpha_i u_i, sum_i alpha_i FFN_i(u_i))``, both ``(N, C)``.
+        """
+        N, C = x.shape
+        M = self.num_branches
+        w_out = self.out_weight * kappa.view(M, 1, 1)
+        b_out = self.out_bias.view(1, 1, C) * kappa.view(M, 1, 1)
+        # u_i = x + kappa_i (head_i W_i^O + b^O)                         (M, N, C)
+        u = torch.baddbmm(x.view(1, N, C) + b_out, o.transpose(0, 1), w_out)
+        if not self.normalize_before:
+            u = self.attn_layer_norm(u)
+        f = self.final_layer_norm(u) if self.normalize_before else u
+        f = self.activation_fn(torch.baddbmm(self.fc1_bias, f, self.fc1_weight))  # (M, N, d_ff/M)
+        f = self.activation_dropout_module(f).transpose(0, 1)
+        res = torch.mm(alpha.view(1, M), u.reshape(M, N * C)).view(N, C)
+        return res, self._ffn_out(f, alpha)

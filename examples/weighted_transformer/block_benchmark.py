@@ -1,0 +1,129 @@
+"""Micro-benchmark: one branched block vs. a Transformer attention + FFN layer pair.
+
+Times forward + backward of :class:`~fairseq_dense.modules.branched_attention.BranchedAttention`
+against an equivalent post-norm Transformer encoder layer (same parameters up to
+2M, same dropout) built from the same torch primitives fairseq uses (fused
+``F.multi_head_attention_forward``-style projections, SDPA, ``nn.Linear`` FFN).
+Runs without fairseq installed (it stubs the few fairseq helpers the block uses),
+so it also runs on a bare GPU machine::
+
+    python examples/weighted_transformer/block_benchmark.py --device cuda --dtype bf16
+"""
+import argparse
+import importlib.util
+import os
+import sys
+import time
+import types
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def load_block():
+    """Import branched_attention.py, with stand-ins for fairseq where it is missing."""
+    try:
+        import fairseq  # noqa: F401
+    except ImportError:
+        fs = types.ModuleType("fairseq")
+        utils = types.ModuleType("fairseq.utils")
+        utils.softmax = lambda x, dim: F.softmax(x.float(), dim=dim)
+        utils.get_activation_fn = lambda name: F.relu
+        inc = types.ModuleType("fairseq.incremental_decoding_utils")
+        inc.with_incremental_state = lambda cls: cls
+        mods = types.ModuleType("fairseq.modules")
+        mods.LayerNorm = nn.LayerNorm
+
+        class FairseqDropout(nn.Dropout):
+            def __init__(self, p, module_name=None):
+                super().__init__(p)
+
+        mods.FairseqDropout = FairseqDropout
+        fs.utils = utils
+        sys.modules.update({"fairseq": fs, "fairseq.utils": utils, "fairseq.modules": mods,
+                            "fairseq.incremental_decoding_utils": inc})
+    for name in ("fairseq_dense", "fairseq_dense.modules"):
+        sys.modules.setdefault(name, types.ModuleType(name))
+    for name in ("simplex", "branched_attention"):
+        path = os.path.join(ROOT, "fairseq_dense", "modules", name + ".py")
+        spec = importlib.util.spec_from_file_location(f"fairseq_dense.modules.{name}", path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules["fairseq_dense.modules.branched_attention"].BranchedAttention
+
+
+class TransformerLayer(nn.Module):
+    """Post-norm Transformer encoder layer (what fairseq's TransformerEncoderLayer computes)."""
+
+    def __init__(self, C, H, F_, p):
+        super().__init__()
+        self.H, self.p = H, p
+        self.in_proj = nn.Linear(C, 3 * C)
+        self.out_proj = nn.Linear(C, C)
+        self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+        self.fc1, self.fc2 = nn.Linear(C, F_), nn.Linear(F_, C)
+
+    def forward(self, x):
+        T, B, C = x.shape
+        q, k, v = self.in_proj(x).view(T, B, 3, self.H, C // self.H).permute(2, 1, 3, 0, 4)
+        o = F.scaled_dot_product_attention(q, k, v, dropout_p=self.p if self.training else 0.0)
+        o = self.out_proj(o.permute(2, 0, 1, 3).reshape(T, B, C))
+        x = self.ln1(x + F.dropout(o, self.p, self.training))
+        f = self.fc2(F.relu(self.fc1(x)))
+        return self.ln2(x + F.dropout(f, self.p, self.training))
+
+
+def bench(module, x, iters, device):
+    def step():
+        out = module(x)
+        out = out[0] if isinstance(out, tuple) else out
+        out.float().square().mean().backward()
+
+    for _ in range(3):
+        step()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(iters):
+        step()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t) / iters
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--dtype", default="bf16", choices=["fp32", "bf16", "fp16"])
+    ap.add_argument("--dim", type=int, default=512)
+    ap.add_argument("--ffn", type=int, default=2048)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--len", type=int, default=64)
+    ap.add_argument("--dropout", type=float, default=0.1)
+    ap.add_argument("--iters", type=int, default=30)
+    a = ap.parse_args()
+    Block = load_block()
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[a.dtype]
+    torch.manual_seed(0)
+    wt = Block(a.dim, a.heads, a.heads, a.ffn, dropout=a.dropout).to(a.device, dtype).train()
+    tf = TransformerLayer(a.dim, a.heads, a.ffn, a.dropout).to(a.device, dtype).train()
+    x = torch.randn(a.len, a.batch, a.dim, device=a.device, dtype=dtype, requires_grad=True)
+    n_wt, n_tf = (sum(p.numel() for p in m.parameters()) for m in (wt, tf))
+    res = {}
+    for rnd in range(2):  # interleaved, best of two
+        for name, m in (("transformer", tf), ("weighted", wt)):
+            res[name] = min(res.get(name, 1e9), bench(m, x, a.iters, a.device))
+    tokens = a.batch * a.len
+    for name in res:
+        print(f"{name:12s} {1e3 * res[name]:8.3f} ms/step  {tokens / res[name]:12.0f} tokens/s")
+    print(f"params: transformer {n_tf}, weighted {n_wt} (+{n_wt - n_tf})")
+    print(f"throughput ratio weighted/transformer: {res['transformer'] / res['weighted']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
