@@ -108,6 +108,15 @@ def test_launcher_torchrun_command(monkeypatch):
     with pytest.raises(SystemExit):
         train_ddp.main(["--nproc", "2", "bin", "--distributed-rank", "0"])
 
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    def failing(_):
+        raise ChildFailedError("w", {1: ProcessFailure(local_rank=1, pid=1, exitcode=1, error_file="")})
+
+    monkeypatch.setattr("torch.distributed.run.main", failing)
+    with pytest.raises(SystemExit, match=r"^fairseq-dense-train-ddp: error: rank\(s\) 1 failed with exit code 1"):
+        train_ddp.main(["--nproc", "2", "bin", "--cpu"])
+
 
 def test_worker_outside_torchrun_says_so(monkeypatch):
     for var in ("RANK", "WORLD_SIZE"):

@@ -18,7 +18,13 @@ import io
 import sys
 from typing import BinaryIO, Iterator, List, Optional, Sequence
 
-from fairseq_dense.validation import FairseqDenseError, InputError, check_nonempty_lines
+from fairseq_dense.validation import (
+    FairseqDenseError,
+    InputError,
+    check_nonempty_lines,
+    clear_error_message,
+    install_excepthook,
+)
 
 PROG = "fairseq-dense-interactive"
 
@@ -73,6 +79,7 @@ def _pop_option(argv: List[str], flag: str, default: Optional[str]) -> Optional[
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """Run fairseq-interactive on checked input; ``SystemExit`` with one line on bad input."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    install_excepthook(argv0=PROG)  # one line for checkpoint/dictionary errors too
     allow_empty = "--allow-empty-lines" in argv
     argv = [a for a in argv if a != "--allow-empty-lines"]
     source = _pop_option(argv, "--input", "-")
@@ -86,7 +93,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
         interactive.cli_main()
     except FairseqDenseError as e:
-        raise SystemExit(f"{PROG}: error: {e}")
+        raise SystemExit(f"{PROG}: error: {clear_error_message(e) or e}")
     finally:
         sys.stdin, sys.argv = saved
         if stream is not sys.stdin.buffer:

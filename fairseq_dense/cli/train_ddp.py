@@ -174,6 +174,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     else:
         opts, train_args = build_parser().parse_known_args(argv)
     if opts.worker:
+        from fairseq_dense.validation import install_excepthook
+
+        install_excepthook(argv0="fairseq-dense-train-ddp")  # one-line errors per rank
         rank_main(train_args, opts.backend)
         return
     if not train_args:
@@ -186,7 +189,18 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
     targs = torchrun_args(opts, train_args)
     logger.info("torchrun %s", " ".join(targs))
-    torchrun_main(targs)
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    try:
+        torchrun_main(targs)
+    except ChildFailedError as e:
+        # each rank has printed its own error; replace torchrun's report with one line
+        ranks = sorted(e.failures)
+        codes = sorted({f.exitcode for f in e.failures.values()})
+        raise SystemExit(
+            f"fairseq-dense-train-ddp: error: rank(s) {', '.join(map(str, ranks))} failed with exit code "
+            f"{', '.join(map(str, codes))}; their errors are printed above"
+        )
 
 
 if __name__ == "__main__":
