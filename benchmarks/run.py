@@ -240,6 +240,7 @@ def main(argv=None) -> int:
         except Exception as e:  # one broken family must not cost the others their figures
             logger.exception("%s failed", key)
             entry["error"] = f"{type(e).__name__}: {e}"
+        results["plots"] = report.plots(results, out)  # after every family: a stopped run keeps its figures
         _write(results, out)
     results["plots"] = report.plots(results, out)
     results["total_wall_s"] = time.time() - started
