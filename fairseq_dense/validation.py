@@ -215,6 +215,18 @@ def checkpoint_arch(path: str) -> Optional[str]:
         return None
 
 
+def _unreadable_checkpoint(exc: BaseException) -> Optional[str]:
+    """The checkpoint path if ``exc`` came from ``torch.load`` of a file that is not a zip archive."""
+    import zipfile
+
+    for frame in _frames(exc.__traceback__):
+        if frame.f_code.co_name == "load_checkpoint_to_cpu":
+            path = frame.f_locals.get("local_path") or frame.f_locals.get("path")
+            if isinstance(path, str) and os.path.isfile(path) and not zipfile.is_zipfile(path):
+                return path
+    return None
+
+
 def clear_error_message(exc: BaseException, argv=None) -> Optional[str]:
     """The one-line message for ``exc``, or None to keep Python's traceback.
 
@@ -236,6 +248,11 @@ def clear_error_message(exc: BaseException, argv=None) -> Optional[str]:
             return str(e)
     first = chain[0]
     msg = str(first)
+    corrupt = _unreadable_checkpoint(first)
+    if corrupt:
+        return (f"cannot read checkpoint {corrupt}: the file is truncated or not a torch checkpoint "
+                f"(e.g. a crash while fairseq copied it); restore from an intact one (checkpoint_best.pt, "
+                f"checkpoint<N>.pt) with --restore-file, or copy it over {os.path.basename(corrupt)}")
     if msg.startswith("Size of sample #"):
         return msg + " (or --truncate-source when training/generating from binarised data)"
     if any(a in ("--bf16", "--memory-efficient-bf16") for a in argv) and any(

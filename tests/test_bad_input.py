@@ -178,3 +178,14 @@ def test_command_line_tools_print_one_line(corpora, tmp_path):
     # without --user-dir no plugin code runs: fairseq/torch's own error (documented), still non-zero
     assert res["plugin"].returncode != 0
     assert "argparse.Namespace" in res["plugin"].stderr or "_name" in res["plugin"].stderr
+
+
+def test_truncated_checkpoint_last(corpora, tmp_path):
+    """A ``checkpoint_last.pt`` cut short (e.g. a crash during fairseq's non-atomic copy)."""
+    save = tmp_path / "ckpt"
+    save.mkdir()
+    (save / "checkpoint_last.pt").write_bytes(corpora["ckpt"].read_bytes()[:5000])
+    args = rh.base_train_args(corpora["small"], save, ARCHS[0], 2, "--optimizer", "sgd", "--lr", "0.1",
+                              "--batch-size", "8")
+    msg = _message_of(lambda: rh.train_inprocess(args))
+    assert msg.startswith(f"cannot read checkpoint {save / 'checkpoint_last.pt'}: the file is truncated")
