@@ -74,16 +74,17 @@ class DenseAttention(nn.Module):
             padding_mask: ``(batch, src_len)``, True at padding.
 
         Returns:
-            ``keys``, ``values``: ``(batch, n * src_len, d)`` with ``n`` the number
-            of memories (1, or the number of encoder layers for dense2), and the
-            mask ``(batch, n * src_len)``.
+            ``keys`` ``(batch, d, n * src_len)`` (transposed once here, not at every
+            decoding step), ``values`` ``(batch, n * src_len, d)``, with ``n`` the
+            number of memories (1, or the number of encoder layers for dense2), and
+            the mask ``(batch, n * src_len)``.
         """
         layers = layers.transpose(0, 1)  # T x B x C -> B x T x C
         embedding = embedding.transpose(0, 1)
         if self.mode != "dense2":
             keys = self.key_proj(layers)
             values = self.value_proj(layers) + self.embed_proj(embedding)
-            return keys, values, padding_mask
+            return keys.transpose(1, 2).contiguous(), values, padding_mask
         keys, values = [], []
         for h, kp, vp in zip(layers.split(self.layer_dims, dim=-1), self.key_projs, self.value_projs):
             d = h.size(-1)
@@ -91,7 +92,8 @@ class DenseAttention(nn.Module):
             keys.append(kp(h))
             values.append(nn.functional.linear(h, w[:, :d], vp.bias) + nn.functional.linear(embedding, w[:, d:]))
         n = self.num_memories
-        return torch.cat(keys, dim=1), torch.cat(values, dim=1), padding_mask.repeat(1, n)
+        keys = torch.cat(keys, dim=1).transpose(1, 2).contiguous()
+        return keys, torch.cat(values, dim=1), padding_mask.repeat(1, n)
 
     def forward(self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tuple[Tensor, Tensor]:
         """Attend.
@@ -106,7 +108,7 @@ class DenseAttention(nn.Module):
         """
         b, tq, _ = query.shape
         n = self.num_memories
-        scores = torch.bmm(query, keys.transpose(1, 2))  # B x Tq x n*Tk
+        scores = torch.bmm(query, keys)  # B x Tq x n*Tk
         scores = scores.masked_fill(mask.unsqueeze(1), float("-inf"))
         probs = utils.softmax(scores.view(b, tq, n, -1), dim=-1).type_as(scores)  # per memory
         out = torch.bmm(probs.view(b, tq, -1), values)  # sum_i P_i V_i

@@ -18,7 +18,7 @@ _STATE_KEY = "densenmt_state"
 
 
 class DenseNMTDecoder(FairseqIncrementalDecoder):
-    """DenseNMT decoder (Shen et al. 2018, https://arxiv.org/abs/1802.00939).
+    """DenseNMT decoder (Shen et al. 2018, https://arxiv.org/abs/1806.00722).
 
     Every layer is a causal GLU convolution followed by attention ``a^l`` queried
     by ``L(z^l)`` (see :class:`DenseAttention`). Dense (Eq. 7): layer ``l+1``
@@ -28,7 +28,8 @@ class DenseNMTDecoder(FairseqIncrementalDecoder):
     then the softmax matrix ``fc3``. Residual: ConvS2S,
     ``x = ((z + W a) sqrt(1/2) + x) sqrt(1/2)``, output ``fc3(fc2(x))``.
 
-    Incremental state (key ``densenmt_state``): ``keys``, ``values``
+    Incremental state (key ``densenmt_state``): ``keys``
+    ``(batch, attention_dim, n * src_len)``, ``values``
     ``(batch, n * src_len, attention_dim)`` and ``mask`` ``(batch, n * src_len)``,
     the encoder projections, computed once per sentence. Each
     ``LinearizedConvolution`` keeps its own input buffer.
