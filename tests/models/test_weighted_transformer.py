@@ -8,6 +8,7 @@ from fairseq import optim, options
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.models.transformer import TransformerModel
 from fairseq.optim.lr_scheduler import build_lr_scheduler
+from fairseq.tasks.translation import TranslationTask
 from fairseq.trainer import Trainer
 
 import fairseq_dense  # noqa: F401
@@ -144,8 +145,25 @@ def test_option_errors():
 
 def test_training_without_the_projecting_task_raises():
     model, _ = build()
+    model.set_num_updates(0)  # on the simplex (e.g. a trained model loaded for generation)
+    with torch.no_grad():
+        model.decoder.layers[1].cross_branched.alpha.add_(0.01)  # what an unprojected step does
+    model.set_num_updates(0)  # checked once per update number
     with pytest.raises(RuntimeError, match="--task translation_weighted"):
-        model.set_num_updates(0)
+        model.set_num_updates(1)
+
+
+def test_real_updates_under_plain_translation_task_raise():
+    d = helpers.dummy_dictionary(16)
+    args = parse("--optimizer", "adam", "--lr", "0.01", "--lr-scheduler", "fixed", "--dropout", "0", *TINY,
+                 task="translation")
+    cfg = convert_namespace_to_omegaconf(args)
+    task = TranslationTask(cfg.task, d, d)
+    model = task.build_model(cfg.model)
+    trainer = Trainer(cfg, task, model, task.build_criterion(cfg.criterion))
+    with pytest.raises(RuntimeError, match="--task translation_weighted"):
+        for step in range(3):
+            trainer.train_step(samples(d, 1, seed=step))
 
 
 # ------------------------------------------------------------ real fairseq updates
@@ -273,7 +291,7 @@ def test_cli_train_generate_and_dump(tmp_path):
     assert "model/enc0.kappa_ent" in train.stderr + train.stdout
     assert "lr_branch" in train.stderr + train.stdout
     gen = helpers.run_cli(
-        "fairseq-generate", data, "--user-dir", helpers.USER_DIR, "--task", "translation_weighted",
+        "fairseq-generate", data, "--user-dir", helpers.USER_DIR,  # any translation task generates
         "--path", ckpt / "checkpoint_last.pt", "--beam", "5", "--batch-size", "64",
         "--required-batch-size-multiple", "1", "--cpu",
     )

@@ -17,6 +17,7 @@ from fairseq_dense.models.weighted_transformer.config import WeightedTransformer
 from fairseq_dense.models.weighted_transformer.decoder import WeightedTransformerDecoder
 from fairseq_dense.models.weighted_transformer.encoder import BranchOptions, WeightedTransformerEncoder
 from fairseq_dense.modules.branched_attention import BranchedAttention
+from fairseq_dense.modules.simplex import is_on_simplex
 from fairseq_dense.tasks.translation_weighted import PROJECTION_HOOK_ATTR
 
 logger = logging.getLogger(__name__)
@@ -83,7 +84,8 @@ class WeightedTransformerModel(TransformerModel):
     kappa and alpha are tagged ``param_group = "branch"`` (for ``--lr-scheduler
     grouped``) and ``on_simplex`` (projected after every optimizer step by the
     ``translation_weighted`` task). Training with simplex weights under another task
-    raises at the first update, so the projection cannot be forgotten silently.
+    fails within the first updates (once an unprojected step moves kappa/alpha off the
+    simplex), so the projection cannot be forgotten silently.
     """
 
     @classmethod
@@ -143,15 +145,32 @@ class WeightedTransformerModel(TransformerModel):
         )
 
     def set_num_updates(self, num_updates):
-        """fairseq calls this before every training forward and on checkpoint load."""
+        """fairseq calls this before every training forward and when loading a checkpoint.
+
+        Unless the model was built by a task that projects kappa/alpha after every
+        step (``translation_weighted``), checks once per update number that they are
+        still on the simplex and raises otherwise: training under another task fails
+        within the first updates instead of silently dropping the constraint, while
+        loading a trained model for generation under any task works.
+        """
         super().set_num_updates(num_updates)
         self._logging_stats = None
-        if not getattr(self, PROJECTION_HOOK_ATTR, False) and self.needs_projection():
-            raise RuntimeError(
-                "weighted_transformer: kappa/alpha must be projected onto the simplex after "
-                "every optimizer step, which the task does: train with --task "
-                "translation_weighted (or pass --no-simplex, or --fixed-kappa --fixed-alpha)"
-            )
+        if getattr(self, PROJECTION_HOOK_ATTR, False) or num_updates == getattr(self, "_checked_update", None):
+            return
+        self._checked_update = num_updates
+        with torch.no_grad():
+            for name, block in self.branch_blocks():
+                for w in (block.kappa, block.alpha):
+                    if w is None or not getattr(w, "on_simplex", False):
+                        continue
+                    atol = 1e-4 if w.dtype in (torch.float32, torch.float64) else 1e-2
+                    if not is_on_simplex(w, atol=atol):
+                        raise RuntimeError(
+                            f"weighted_transformer: branch weights of {name} left the probability "
+                            "simplex. kappa/alpha must be projected onto it after every optimizer "
+                            "step, which the task does: train with --task translation_weighted "
+                            "(or pass --no-simplex)"
+                        )
 
     @torch.no_grad()
     def get_logging_stats(self) -> Dict[str, float]:

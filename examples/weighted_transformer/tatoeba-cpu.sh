@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# CPU-sized comparison on Tatoeba German-English: weighted_transformer against fairseq's
+# transformer of the same size (2+2 layers, d_model 128, d_ff 512, 4 heads; M = 4
+# branches; same parameters up to the 32 kappa/alpha weights), same batches, same number
+# of updates, same Adam and main schedule. Prints validation loss, test BLEU and, for the
+# Weighted Transformer, the kappa/alpha plot. Extra arguments go to both trainings
+# (e.g. --fixed-alpha for a Table 3 row: it only applies to the weighted model, so pass
+# it with ARCHS=weighted_transformer).
+#
+#   examples/weighted_transformer/tatoeba-cpu.sh                  # ~30 min per model on 2 cores
+#   MAX_UPDATE=100 examples/weighted_transformer/tatoeba-cpu.sh   # a quick look
+set -euo pipefail
+RAW=${RAW:-../shared/data/tatoeba-deu-eng}
+DATA=${DATA:-data/tatoeba-deu-eng}
+OUT=${OUT:-checkpoints/weighted-tatoeba}
+MAX_UPDATE=${MAX_UPDATE:-3000}
+ARCHS=${ARCHS:-"weighted_transformer transformer"}
+USER_DIR=${USER_DIR:-$(python -c 'import fairseq_dense, os; print(os.path.dirname(fairseq_dense.__file__))')}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+
+[ -f "$DATA/bin/dict.en.txt" ] || \
+    python examples/translation/prepare.py --raw "$RAW" --src de --tgt en --dest "$DATA" --bpe-merges 10000
+SRC=$(ls "$DATA/bin" | sed -n 's/^train\.\([a-z]*\)-\([a-z]*\)\.\1\.idx$/\1/p' | head -1)
+TGT=$(ls "$DATA/bin" | sed -n 's/^train\.\([a-z]*\)-\([a-z]*\)\.\1\.idx$/\2/p' | head -1)
+
+# schedule scaled to the budget: main warm-up MAX_UPDATE/8, branch warm-up a tenth of it,
+# kappa/alpha frozen for the last 10% (the paper: 4000, 400, 10k of 60k updates)
+WARM=$((MAX_UPDATE / 8 > 1 ? MAX_UPDATE / 8 : 1))
+BWARM=$((WARM / 10 > 1 ? WARM / 10 : 1))
+FREEZE=$((MAX_UPDATE / 10))
+read -r LR BRANCH_LR < <(python -c "print(128 ** -0.5, (128 / 2) ** -0.5)")
+SIZE=(--encoder-layers 2 --decoder-layers 2 --encoder-embed-dim 128 --decoder-embed-dim 128
+      --encoder-ffn-embed-dim 512 --decoder-ffn-embed-dim 512
+      --encoder-attention-heads 4 --decoder-attention-heads 4 --share-all-embeddings
+      --dropout 0.1 --attention-dropout 0.1)
+
+mkdir -p "$OUT"
+for ARCH in $ARCHS; do
+    SAVE="$OUT/$ARCH"
+    if [ "$ARCH" = transformer ]; then
+        SCHED=(--lr-scheduler grouped --lr "$LR" --group-warmup-updates "default=$WARM")
+    else
+        SCHED=(--lr-scheduler grouped --lr "$LR" --group-lr-scale "default=$LR,branch=$BRANCH_LR"
+               --group-warmup-updates "default=$WARM,branch=$BWARM" --group-freeze-last "branch=$FREEZE")
+    fi
+    fairseq-train "$DATA/bin" --user-dir "$USER_DIR" --task translation_weighted -s "$SRC" -t "$TGT" --cpu \
+        --arch "$ARCH" "${SIZE[@]}" "${SCHED[@]}" \
+        --optimizer adam --adam-betas '(0.9, 0.98)' --adam-eps 1e-9 \
+        --criterion label_smoothed_cross_entropy_with_stats --label-smoothing 0.1 \
+        --max-tokens 4096 --max-update "$MAX_UPDATE" --validate-interval-updates 250 \
+        --save-interval-updates 250 --keep-interval-updates 20 --no-epoch-checkpoints \
+        --seed 1 --save-dir "$SAVE" --log-format simple --log-interval 50 \
+        "$@" 2>&1 | tee "$SAVE.train.log" | grep -E "valid on|done training"
+    fairseq-generate "$DATA/bin" --user-dir "$USER_DIR" --path "$SAVE/checkpoint_last.pt" -s "$SRC" -t "$TGT" \
+        --cpu --beam 5 --batch-size 128 --required-batch-size-multiple 1 --remove-bpe --gen-subset test \
+        > "$SAVE.test.txt" 2>&1
+    echo "$ARCH: $(grep -c '^H-' "$SAVE.test.txt") test sentences; $(tail -1 "$SAVE.test.txt")"
+    if [ "$ARCH" != transformer ]; then
+        shopt -s nullglob
+        python -m fairseq_dense.cli.dump_branch_weights "$SAVE"/checkpoint_*_*.pt "$SAVE/checkpoint_last.pt" \
+            --out "$SAVE.branch_weights" || true
+    fi
+done
