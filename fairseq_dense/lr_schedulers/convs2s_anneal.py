@@ -1,6 +1,6 @@
 """ConvS2S / DenseNMT learning-rate annealing.
 
-DenseNMT (Shen et al. 2018, https://arxiv.org/abs/1802.00939, Sec. 4.3) trains
+DenseNMT (Shen et al. 2018, https://arxiv.org/abs/1806.00722, Sec. 4.3) trains
 with NAG at a fixed learning rate 0.25, divides it by 10 every time the validation
 loss rises (IWSLT) or, for WMT14 En-De as in ConvS2S, every epoch from the first
 rise on, and stops once it falls below 1e-4 (fairseq's ``--stop-min-lr``).

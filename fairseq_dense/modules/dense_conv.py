@@ -1,6 +1,6 @@
 """Dense (concatenative) convolution without per-layer concatenation copies.
 
-DenseNMT (Shen et al. 2018, https://arxiv.org/abs/1802.00939, Eq. 6-7) feeds layer
+DenseNMT (Shen et al. 2018, https://arxiv.org/abs/1806.00722, Eq. 6-7) feeds layer
 ``l+1`` the concatenation of all earlier outputs. A naive ``torch.cat`` per layer
 copies every earlier feature again for every layer and keeps each copy alive for
 the backward pass: quadratic traffic and memory in the depth.

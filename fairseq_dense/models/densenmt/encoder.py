@@ -15,7 +15,7 @@ from fairseq_dense.modules.dense_conv import (
 
 
 class DenseNMTEncoder(FairseqEncoder):
-    """DenseNMT encoder (Shen et al. 2018, https://arxiv.org/abs/1802.00939).
+    """DenseNMT encoder (Shen et al. 2018, https://arxiv.org/abs/1806.00722).
 
     Dense: ``h^{l+1} = GLU(conv([h^l, ..., h^0]))`` (Eq. 5-6), no residual; a summary
     layer (position-wise linear map back to ``embed_dim``) after every

@@ -34,7 +34,7 @@ class DenseNMTModel(FairseqEncoderDecoderModel):
     """DenseNMT: densely connected convolutional encoder-decoder with dense attention.
 
     Shen, Tan, He, Qin, Liu: Dense Information Flow for Neural Machine Translation,
-    NAACL 2018, https://arxiv.org/abs/1802.00939. ConvS2S (Gehring et al. 2017)
+    NAACL 2018, https://arxiv.org/abs/1806.00722. ConvS2S (Gehring et al. 2017)
     is the special case ``residual`` / ``residual`` / ``multistep``.
     """
 
