@@ -2,7 +2,6 @@
 import math
 from typing import Dict, List, Optional, Tuple
 
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from fairseq.models import FairseqIncrementalDecoder
