@@ -143,27 +143,45 @@ def test_option_errors():
             build(*flags)
 
 
-def test_training_without_the_projecting_task_raises():
+def test_fallback_projection_without_the_projecting_task(caplog):
     model, _ = build()
+    before = {k: v.clone() for k, v in model.branch_weights().items()}
     model.set_num_updates(0)  # on the simplex (e.g. a trained model loaded for generation)
+    assert all(torch.equal(v, before[k]) for k, v in model.branch_weights().items())
+    alpha = model.decoder.layers[1].cross_branched.alpha
     with torch.no_grad():
-        model.decoder.layers[1].cross_branched.alpha.add_(0.01)  # what an unprojected step does
-    model.set_num_updates(0)  # checked once per update number
-    with pytest.raises(RuntimeError, match="--task translation_weighted"):
+        alpha.add_(0.01)  # what an unprojected step does
+    expected = project_onto_simplex(alpha.detach().clone())
+    with caplog.at_level("WARNING"):
         model.set_num_updates(1)
+    assert "--task translation_weighted" in caplog.text
+    torch.testing.assert_close(alpha.detach(), expected, atol=0, rtol=0)
+    model = model.to(torch.bfloat16)  # no fallback for half-precision weights
+    with torch.no_grad():
+        model.decoder.layers[1].cross_branched.alpha.add_(0.1)
+    with pytest.raises(RuntimeError, match="--task translation_weighted"):
+        model.set_num_updates(2)
 
 
-def test_real_updates_under_plain_translation_task_raise():
+def test_real_updates_under_plain_translation_task_stay_on_simplex():
     d = helpers.dummy_dictionary(16)
-    args = parse("--optimizer", "adam", "--lr", "0.01", "--lr-scheduler", "fixed", "--dropout", "0", *TINY,
+    args = parse("--optimizer", "adam", "--lr", "0.05", "--lr-scheduler", "fixed", "--dropout", "0", *TINY,
                  task="translation")
     cfg = convert_namespace_to_omegaconf(args)
     task = TranslationTask(cfg.task, d, d)
     model = task.build_model(cfg.model)
     trainer = Trainer(cfg, task, model, task.build_criterion(cfg.criterion))
-    with pytest.raises(RuntimeError, match="--task translation_weighted"):
-        for step in range(3):
-            trainer.train_step(samples(d, 1, seed=step))
+    for step in range(3):
+        trainer.train_step(samples(d, 1, seed=step))
+    model.set_num_updates(trainer.get_num_updates())  # what the next train_step does first
+    for name, w in model.branch_weights().items():
+        assert is_on_simplex(w, atol=1e-6), name
+
+
+def test_inference_weights_option_reaches_every_block():
+    model, _ = build("--branch-weights-at-inference", "uniform", "--decoder-branched-self-attn")
+    assert {b.inference_weights for _, b in model.branch_blocks()} == {"uniform"}
+    assert len(list(model.branch_blocks())) == 6
 
 
 # ------------------------------------------------------------ real fairseq updates
@@ -314,3 +332,4 @@ def test_cli_train_generate_and_dump(tmp_path):
     assert set(last) >= {"encoder.layers.0.branched.kappa", "decoder.layers.1.cross_branched.alpha"}
     assert all(abs(sum(v) - 1) < 1e-5 and min(v) >= 0 for v in last.values())
     assert out.with_name("weights.png").stat().st_size > 1000
+

@@ -17,7 +17,7 @@ from fairseq_dense.models.weighted_transformer.config import WeightedTransformer
 from fairseq_dense.models.weighted_transformer.decoder import WeightedTransformerDecoder
 from fairseq_dense.models.weighted_transformer.encoder import BranchOptions, WeightedTransformerEncoder
 from fairseq_dense.modules.branched_attention import BranchedAttention
-from fairseq_dense.modules.simplex import is_on_simplex
+from fairseq_dense.modules.simplex import is_on_simplex, project_onto_simplex
 from fairseq_dense.tasks.translation_weighted import PROJECTION_HOOK_ATTR
 
 logger = logging.getLogger(__name__)
@@ -83,9 +83,9 @@ class WeightedTransformerModel(TransformerModel):
 
     kappa and alpha are tagged ``param_group = "branch"`` (for ``--lr-scheduler
     grouped``) and ``on_simplex`` (projected after every optimizer step by the
-    ``translation_weighted`` task). Training with simplex weights under another task
-    fails within the first updates (once an unprojected step moves kappa/alpha off the
-    simplex), so the projection cannot be forgotten silently.
+    ``translation_weighted`` task). Under another task :meth:`set_num_updates`
+    projects them as a logged fallback (fp32) or raises (half-precision weights), so
+    the constraint is never dropped silently.
     """
 
     @classmethod
@@ -147,30 +147,44 @@ class WeightedTransformerModel(TransformerModel):
     def set_num_updates(self, num_updates):
         """fairseq calls this before every training forward and when loading a checkpoint.
 
-        Unless the model was built by a task that projects kappa/alpha after every
-        step (``translation_weighted``), checks once per update number that they are
-        still on the simplex and raises otherwise: training under another task fails
-        within the first updates instead of silently dropping the constraint, while
-        loading a trained model for generation under any task works.
+        A model built by ``translation_weighted`` is projected right after every
+        optimizer step by the task. Any other task gets a fallback, once per update
+        number: kappa/alpha that left the simplex are projected here (with a warning).
+        That is exact in fp32 training (the optimizer updates these very tensors; the
+        projection then happens before the next forward instead of right after the
+        step), but cannot reach fp32 master weights, so with half-precision weights
+        (``--fp16``, ``--bf16``, ``--memory-efficient-fp16``) it raises instead. A
+        trained model loaded for generation is on the simplex: nothing happens.
         """
         super().set_num_updates(num_updates)
         self._logging_stats = None
         if getattr(self, PROJECTION_HOOK_ATTR, False) or num_updates == getattr(self, "_checked_update", None):
             return
         self._checked_update = num_updates
+        off = [
+            (name, w)
+            for name, block in self.branch_blocks()
+            for w in (block.kappa, block.alpha)
+            if w is not None and getattr(w, "on_simplex", False) and not is_on_simplex(w, atol=1e-6)
+        ]
+        if not off:
+            return
+        if any(w.dtype not in (torch.float32, torch.float64) for _, w in off):
+            raise RuntimeError(
+                f"weighted_transformer: branch weights of {off[0][0]} left the probability simplex "
+                "and, with half-precision weights, only the task can project the fp32 master "
+                "copies: train with --task translation_weighted (or pass --no-simplex)"
+            )
+        if not getattr(self, "_warned_fallback", False):
+            self._warned_fallback = True
+            logger.warning(
+                "weighted_transformer: kappa/alpha are projected onto the simplex in "
+                "set_num_updates as a fallback; --task translation_weighted projects them right "
+                "after each optimizer step (and reaches fp32 master weights under --fp16/--bf16)"
+            )
         with torch.no_grad():
-            for name, block in self.branch_blocks():
-                for w in (block.kappa, block.alpha):
-                    if w is None or not getattr(w, "on_simplex", False):
-                        continue
-                    atol = 1e-4 if w.dtype in (torch.float32, torch.float64) else 1e-2
-                    if not is_on_simplex(w, atol=atol):
-                        raise RuntimeError(
-                            f"weighted_transformer: branch weights of {name} left the probability "
-                            "simplex. kappa/alpha must be projected onto it after every optimizer "
-                            "step, which the task does: train with --task translation_weighted "
-                            "(or pass --no-simplex)"
-                        )
+            for _, w in off:
+                w.copy_(project_onto_simplex(w))
 
     @torch.no_grad()
     def get_logging_stats(self) -> Dict[str, float]:
