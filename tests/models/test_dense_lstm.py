@@ -205,6 +205,7 @@ def test_named_architectures_apply_switches():
         "dense_lstm_dc_4l": (4, 128, True, False), "dense_lstm_dcda_4l": (4, 150, True, True),
         "dense_lstm_dc_8l": (8, 128, True, False), "dense_lstm_dcda_8l": (8, 142, True, True),
         "dense_lstm_tiny": (2, 32, True, True),
+        "dense_lstm_small": (6, 96, True, True), "dense_lstm_baseline_small": (4, 384, False, False),
     }
     for arch, (layers, hidden, dc, da) in expected.items():
         ns = argparse.Namespace()

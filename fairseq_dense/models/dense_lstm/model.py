@@ -1,4 +1,6 @@
 """DenseRNN encoder-decoder: model registration and named architectures."""
+import dataclasses
+
 from fairseq.models import FairseqEncoderDecoderModel, register_model, register_model_architecture
 from fairseq.utils import safe_getattr
 
@@ -31,6 +33,11 @@ class DenseLSTMModel(FairseqEncoderDecoderModel):
         Raises:
             ValueError: naming the offending flags.
         """
+        # an argparse Namespace (legacy callers) lacks the fields no arch function set
+        defaults = DenseLSTMConfig()
+        for f in dataclasses.fields(DenseLSTMConfig):
+            if safe_getattr(cfg, f.name) is None and getattr(defaults, f.name) is not None:
+                setattr(cfg, f.name, getattr(defaults, f.name))
         for name in ("encoder_embed_dim", "encoder_hidden_size", "encoder_layers", "decoder_embed_dim",
                      "decoder_hidden_size", "decoder_layers", "decoder_out_embed_dim"):
             value = safe_getattr(cfg, name)
@@ -159,3 +166,27 @@ def dense_lstm_tiny(cfg):
     cfg.dropout = safe_getattr(cfg, "dropout", 0.0)
     cfg.softmax_dropout = safe_getattr(cfg, "softmax_dropout", 0.1)
     _sizes(cfg, layers=2, hidden=32, embed=32, dense=True, dense_attention=True)
+
+
+def _small(cfg):
+    cfg.encoder_embed_dim = safe_getattr(cfg, "encoder_embed_dim", 128)
+    cfg.decoder_embed_dim = safe_getattr(cfg, "decoder_embed_dim", 128)
+    cfg.decoder_out_embed_dim = safe_getattr(cfg, "decoder_out_embed_dim", 128)
+    cfg.share_decoder_input_output_embed = True  # a store_true flag: the arch turns it on for good
+
+
+@register_model_architecture("dense_lstm", "dense_lstm_small")
+def dense_lstm_small(cfg):
+    """CPU-sized DenseRNN (DC+DA, 6+6 layers, hidden 96, embeddings 128, tied softmax): 7.4M
+    parameters on an 8k joint vocabulary, 0.6x ``dense_lstm_baseline_small`` (as DenseRNN-6L vs
+    the 4L baseline in the paper: hidden 1/4, more layers)."""
+    _small(cfg)
+    _sizes(cfg, layers=6, hidden=96, embed=128, dense=True, dense_attention=True)
+
+
+@register_model_architecture("dense_lstm", "dense_lstm_baseline_small")
+def dense_lstm_baseline_small(cfg):
+    """CPU-sized stacked baseline (4+4 layers, hidden 384, embeddings 128, tied softmax): 12.4M
+    parameters on an 8k joint vocabulary."""
+    _small(cfg)
+    _sizes(cfg, layers=4, hidden=384, embed=128)
