@@ -18,6 +18,7 @@ if hasattr(torch.serialization, "add_safe_globals"):
 from fairseq_dense import criterions  # noqa: E402,F401
 from fairseq_dense import lr_schedulers  # noqa: E402,F401
 from fairseq_dense import models  # noqa: E402,F401
+from fairseq_dense import shutdown  # noqa: E402,F401  (quiet exit of fairseq's prefetch threads)
 from fairseq_dense import tasks  # noqa: E402,F401
 from fairseq_dense import validation  # noqa: E402,F401  (after models: wraps their loading)
 from fairseq_dense.hub import from_pretrained  # noqa: E402,F401

@@ -1,0 +1,53 @@
+"""fairseq's prefetch threads are parked before interpreter exit (fairseq_dense.shutdown)."""
+import time
+
+from fairseq.data.iterators import BufferedIterator
+
+from fairseq_dense import shutdown
+
+
+class SlowSource:
+    """An iterable whose items take a while to produce, like collating batches."""
+
+    def __init__(self, n: int, delay: float):
+        self.n, self.delay = n, delay
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        for i in range(self.n):
+            time.sleep(self.delay)
+            yield i
+
+
+def consumer(itr: BufferedIterator):
+    (thread,) = [t for t in shutdown._prefetch_threads() if t._queue is itr._queue]
+    return thread
+
+
+def test_quiesce_waits_until_the_producer_is_parked():
+    itr = BufferedIterator(3, SlowSource(50, 0.05))
+    assert next(itr) == 0
+    thread = consumer(itr)
+    assert not shutdown._parked(thread)  # still producing right after the first batch
+    assert shutdown.quiesce_prefetch_threads(timeout=30, threads=[thread])
+    assert thread.is_alive() and shutdown._parked(thread) and itr._queue.full()
+    assert [next(itr) for _ in range(3)] == [1, 2, 3]  # parked, not broken
+
+
+def test_quiesce_gives_up_after_its_timeout():
+    itr = BufferedIterator(10, SlowSource(20, 0.5))
+    next(itr)
+    start = time.monotonic()
+    assert not shutdown.quiesce_prefetch_threads(timeout=0.2, threads=[consumer(itr)])
+    assert time.monotonic() - start < 5
+
+
+def test_finished_threads_count_as_quiet():
+    itr = BufferedIterator(10, SlowSource(2, 0.0))
+    next(itr)
+    thread = consumer(itr)
+    assert list(itr) == [1]
+    thread.join(5)
+    assert shutdown.quiesce_prefetch_threads(timeout=5, threads=[thread])
