@@ -136,6 +136,13 @@ class BranchedAttention(nn.Module):
         self.activation_fn = utils.get_activation_fn(activation_fn)
         self._inference_cache: Dict[str, Tensor] = {}
 
+    def train(self, mode: bool = True):
+        # Weights change between evaluations (optimizer steps), and fairseq's
+        # optimizers write them through ``p.data``, which the version counters in
+        # the cache key do not see: every switch of mode starts a fresh cache.
+        self._inference_cache.clear()
+        return super().train(mode)
+
     @staticmethod
     def _branch_weight(m: int, simplex: bool) -> nn.Parameter:
         # "initialised randomly" (paper Sec. 4.1): a random point inside the simplex
@@ -277,11 +284,32 @@ class BranchedAttention(nn.Module):
         return y.view(T, B, C), probs
 
     # ------------------------------------------------------------ the M branches
-    def _ffn_out(self, h: Tensor, alpha: Tensor) -> Tensor:
-        """``sum_i alpha_i (h_i W2_i + b2)`` for ``h`` ``(N, M, d_ff/M)``, one GEMM."""
+    def _scaled_weights(self, kappa: Tensor, alpha: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``kappa_i W_i^O``, ``kappa_i b^O``, ``alpha_i W2_i`` (flattened), ``sum(alpha) b^2``.
+
+        Weight-sized products: recomputed every call while training (they carry the
+        gradients of kappa and alpha); cached in eval mode without autograd, where an
+        incremental decoding step would otherwise redo them for a handful of tokens.
+        The cache is keyed on the tensors' storage and version (in-place updates of
+        the parameters) and dropped by every :meth:`train` / ``eval()`` call.
+        """
         M, _, C = self.fc2_weight.shape
-        w2 = (self.fc2_weight * alpha.view(M, 1, 1)).reshape(-1, C)
-        return torch.addmm(self.fc2_bias * alpha.sum(), h.reshape(h.size(0), -1), w2)
+        cache_key = None
+        if not self.training and not torch.is_grad_enabled():
+            tensors = (self.out_weight, self.out_bias, self.fc2_weight, self.fc2_bias, kappa, alpha)
+            cache_key = tuple((t.data_ptr(), t._version, t.dtype) for t in tensors)
+            hit = self._inference_cache.get("scaled")
+            if hit is not None and hit[0] == cache_key:
+                return hit[1]
+        out = (
+            self.out_weight * kappa.view(M, 1, 1),
+            self.out_bias.view(1, 1, C) * kappa.view(M, 1, 1),
+            (self.fc2_weight * alpha.view(M, 1, 1)).reshape(-1, C),
+            self.fc2_bias * alpha.sum(),
+        )
+        if cache_key is not None:
+            self._inference_cache["scaled"] = (cache_key, out)
+        return out
 
     def _branches(self, x: Tensor, o: Tensor, kappa: Tensor, alpha: Tensor):
         """Eq. 6-7 for all branches at once; ``u_i`` is an ``(M, N, C)`` tensor.
@@ -298,8 +326,7 @@ class BranchedAttention(nn.Module):
         """
         N, C = x.shape
         M = self.num_branches
-        w_out = self.out_weight * kappa.view(M, 1, 1)
-        b_out = self.out_bias.view(1, 1, C) * kappa.view(M, 1, 1)
+        w_out, b_out, w2, b2 = self._scaled_weights(kappa, alpha)
         # u_i = x + kappa_i (head_i W_i^O + b^O)                         (M, N, C)
         u = torch.baddbmm(x.view(1, N, C) + b_out, o.transpose(0, 1), w_out)
         if not self.normalize_before:
@@ -308,4 +335,5 @@ class BranchedAttention(nn.Module):
         f = self.activation_fn(torch.baddbmm(self.fc1_bias, f, self.fc1_weight))  # (M, N, d_ff/M)
         f = self.activation_dropout_module(f).transpose(0, 1)
         res = torch.mm(alpha.view(1, M), u.reshape(M, N * C)).view(N, C)
-        return res, self._ffn_out(f, alpha)
+        # sum_i alpha_i FFN_i(u_i) as one (N, d_ff) x (d_ff, C) product
+        return res, torch.addmm(b2, f.reshape(N, -1), w2)

@@ -132,6 +132,32 @@ def test_inference_weight_override():
         model.eval()
 
 
+def test_eval_weight_cache_follows_updates():
+    """Eval mode caches kappa/alpha-scaled weights; an in-place update must invalidate it."""
+    model, d = build()
+    sample = helpers.make_sample(d)
+    model.eval()
+    with torch.no_grad():
+        first, _ = model(**sample["net_input"])
+        alpha = model.encoder.layers[0].branched.alpha
+        alpha.copy_(torch.tensor([0.7, 0.1, 0.1, 0.1]))
+        second, _ = model(**sample["net_input"])
+        for _, block in model.branch_blocks():
+            block._inference_cache.clear()
+        fresh, _ = model(**sample["net_input"])
+    assert not torch.allclose(first, second)
+    assert torch.equal(second, fresh)
+
+    # fairseq's optimizers write through ``p.data`` (no version bump): the next
+    # validation (train() then eval()) must still see the new weights
+    with torch.no_grad():
+        model.encoder.layers[0].branched.fc2_weight.data.mul_(2.0)
+        model.train()
+        model.eval()
+        updated, _ = model(**sample["net_input"])
+    assert not torch.allclose(updated, fresh)
+
+
 def test_option_errors():
     for flags, flag in (
         (["--encoder-branches", "3"], "--encoder-branches"),

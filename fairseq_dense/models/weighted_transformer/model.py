@@ -280,11 +280,3 @@ def weighted_transformer_n8(args):
 def weighted_transformer_b(args):
     """Configuration (B): N=6, d_model 1024, d_ff 4096, 16 heads, M=16, dropout 0.3."""
     _paper_size(args, layers=6, dim=1024, ffn=4096, heads=16, dropout=0.3)
-
-
-def paper_lr_scales(d_model: int, layers: int) -> Tuple[float, float]:
-    """``(d_model^-0.5, (d_model/N)^-0.5)``: the paper's two schedule scales (Sec. 4.1)."""
-    return d_model**-0.5, (d_model / layers) ** -0.5
-
-
-
