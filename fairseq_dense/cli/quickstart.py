@@ -29,8 +29,11 @@ def _run(cmd: List[str], log_path: str, echo: bool = True) -> str:
     """Run a command, streaming its output (progress) and keeping a log; returns stdout."""
     logger.info("$ %s", " ".join(shlex.quote(c) for c in cmd))
     out_lines = []
+    # fairseq logs to stdout, which Python block-buffers into a pipe: unbuffered,
+    # so that progress shows while training runs, not when it ends
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
     with open(log_path, "w") as log, subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env
     ) as proc:
         for line in proc.stdout:
             log.write(line)
@@ -49,10 +52,10 @@ def train_command(bin_dir: str, save_dir: str, arch: str, minutes: float, seed: 
     return [
         sys.executable, "-m", "fairseq_cli.train", bin_dir,
         "--user-dir", PACKAGE_DIR, "--arch", arch, "--cpu", "--seed", str(seed),
-        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "0.002", "--clip-norm", "1.0",
-        "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "200", "--warmup-init-lr", "1e-5",
+        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "0.003", "--clip-norm", "1.0",
+        "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100", "--warmup-init-lr", "1e-4",
         "--criterion", "label_smoothed_cross_entropy_with_stats", "--label-smoothing", "0.1",
-        "--max-tokens", "4096", "--max-epoch", "100", "--stop-time-hours", f"{minutes / 60:.4f}",
+        "--max-tokens", "2048", "--max-epoch", "100", "--stop-time-hours", f"{minutes / 60:.4f}",
         "--save-dir", save_dir, "--no-epoch-checkpoints", "--save-interval-updates", "200",
         "--keep-interval-updates", "1", "--log-format", "simple", "--log-interval", "50",
         "--num-workers", "0",
