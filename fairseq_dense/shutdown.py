@@ -36,10 +36,9 @@ def _parked(thread) -> bool:
     ``queue.full()`` alone is not enough: right after the put that filled the queue
     the thread still collates one more batch before it blocks.
     """
-    q = thread._queue
-    # read without q.mutex: these reads are atomic under the GIL, and a parked
-    # producer's Condition.wait must not be made to wait for us
-    return len(q.not_full._waiters) > 0
+    # A waiter on ``not_full`` exists only while a put blocks on a full queue; the
+    # length of that deque is read atomically under the GIL, without q.mutex.
+    return len(thread._queue.not_full._waiters) > 0
 
 
 def quiesce_prefetch_threads(timeout: float = WAIT_SECONDS, threads=None) -> bool:
