@@ -8,6 +8,15 @@ from fairseq_dense.cli.plot import parse_log, plot_loss_curves, plot_model_stats
 logger = logging.getLogger("benchmarks.report")
 
 
+def file_stem(key: str) -> str:
+    """A results key (``family``, ``family:arch:--flag=v,...``) as a portable file-name part.
+
+    Keys of several entries of one family hold ``:`` ``,`` ``=``, which some file
+    systems (and so a clone of a repository holding the plots) do not accept.
+    """
+    return key.replace(":", "_").replace("/", "_").replace(",", "_").replace("=", "-")
+
+
 def _ratio(a, b) -> Optional[float]:
     return a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
 
@@ -155,11 +164,11 @@ def plots(results: Dict, out_dir: str) -> List[str]:
             if log and os.path.isfile(log):
                 runs[f"{e[side]['arch']} ({side})"] = parse_log(log)
         if runs:
-            name = f"loss_{fam}.png"
+            name = f"loss_{file_stem(fam)}.png"
             plot_loss_curves(runs, os.path.join(out_dir, name), f"{fam}: ours vs fairseq counterpart")
             written.append(name)
             ours_log = runs.get(f"{e['ours']['arch']} (ours)", next(iter(runs.values())))
-            name = f"model_stats_{fam}.png"
+            name = f"model_stats_{file_stem(fam)}.png"
             if plot_model_stats(ours_log, os.path.join(out_dir, name), f"{fam}: logged model statistics"):
                 written.append(name)
         if _get(e, "ours", "branch_weights_png"):
@@ -167,7 +176,7 @@ def plots(results: Dict, out_dir: str) -> List[str]:
         for side in ("ours", "baseline"):
             maps = _get(e, side, "attention")
             if maps:
-                name = f"attention_{fam}_{side}.png"
+                name = f"attention_{file_stem(fam)}_{side}.png"
                 attention_plot(maps, os.path.join(out_dir, name), e[side]["arch"])
                 written.append(name)
     pts = [(f"{e[s]['arch']}", e[s]["params"], _get(e, s, "decode", "bleu"))

@@ -225,7 +225,7 @@ def main(argv=None) -> int:
             has_branches = any(n.endswith((".kappa", ".alpha")) for n, _ in ours_model.named_parameters())
             fp_base = families.matmul_params(base_model, data["src_per_tgt"])
             del ours_model, base_model
-            safe = key.replace(":", "_").replace("/", "_").replace(",", "_").replace("=", "-")
+            safe = report.file_stem(key)
             base_key = tuple(pairing.baseline_args)
             if base_key not in baselines:  # ablations of one family share their (identical) baseline run
                 baselines[base_key] = run_side(f"{safe}.baseline", pairing.baseline_args,
