@@ -69,8 +69,9 @@ def family_block(results: Dict, key: str, results_dir_rel: str) -> str:
         pngs = [p for p in results.get("plots", []) if family in p or p == "bleu_vs_params.png"]
         if pngs:
             lines += ["", "Plots: " + ", ".join(f"[{p}]({results_dir_rel}/{p})" for p in pngs)]
-            if f"loss_{family}.png" in pngs:
-                lines += ["", f"![loss curves, ours vs baseline]({results_dir_rel}/loss_{family}.png)"]
+            loss_png = f"loss_{report.file_stem(key)}.png"  # the name report.plots gives it
+            if loss_png in pngs:
+                lines += ["", f"![loss curves, ours vs baseline]({results_dir_rel}/{loss_png})"]
     return "\n".join(lines)
 
 

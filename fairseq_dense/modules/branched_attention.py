@@ -29,7 +29,7 @@ the ``(M, T*B, C)`` tensor ``u``, M*C/d_ff times the size of the Transformer's
 FFN activation, so the block moves more memory than a Transformer layer.
 """
 import math
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -134,7 +134,8 @@ class BranchedAttention(nn.Module):
             activation_dropout, module_name=self.__class__.__name__
         )
         self.activation_fn = utils.get_activation_fn(activation_fn)
-        self._inference_cache: Dict[str, Tensor] = {}
+        # fixed kappa/alpha for --branch-weights-at-inference, and the scaled weights
+        self._inference_cache: Dict[str, Any] = {}
 
     def train(self, mode: bool = True):
         # Weights change between evaluations (optimizer steps), and fairseq's
