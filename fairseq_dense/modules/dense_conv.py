@@ -18,9 +18,11 @@ from typing import List, Optional
 
 import torch
 import torch.nn as nn
-from fairseq.modules import ConvTBC, LinearizedConvolution
+from fairseq.modules import ConvTBC
 from torch import Tensor
 from torch.nn.utils.parametrizations import weight_norm
+
+from fairseq_dense.modules.inference_weights import CachedLinear, CachedLinearizedConvolution
 
 
 class _BufferRows(torch.autograd.Function):
@@ -174,8 +176,11 @@ def glu_rows(x: Tensor) -> Tensor:
 
 def Linear(in_features: int, out_features: int, dropout: float = 0.0, use_weight_norm: bool = True,
            bias: bool = True) -> nn.Linear:
-    """Linear layer with ConvS2S initialisation, optionally weight-normalised."""
-    m = nn.Linear(in_features, out_features, bias=bias)
+    """Linear layer with ConvS2S initialisation, optionally weight-normalised.
+
+    The normalised weight is reused across incremental decoding steps (:class:`CachedLinear`).
+    """
+    m = CachedLinear(in_features, out_features, bias=bias)
     nn.init.normal_(m.weight, mean=0, std=math.sqrt((1 - dropout) / in_features))
     if bias:
         nn.init.constant_(m.bias, 0)
@@ -186,10 +191,13 @@ def ConvLayer(in_channels: int, out_channels: int, kernel_size: int, dropout: fl
               incremental: bool = False, use_weight_norm: bool = True) -> nn.Module:
     """ConvS2S-initialised ConvTBC (encoder) or LinearizedConvolution (decoder).
 
+    The decoder's convolution keeps its step matrix across incremental decoding steps
+    (:class:`CachedLinearizedConvolution`).
+
     ``weight`` is ``(kernel, in, out)``; weight normalisation is over dims 0-1 per
     output channel, as in fconv.
     """
-    cls = LinearizedConvolution if incremental else ConvTBC
+    cls = CachedLinearizedConvolution if incremental else ConvTBC
     m = cls(in_channels, out_channels, kernel_size, padding=kernel_size - 1 if incremental else 0)
     std = math.sqrt((4 * (1.0 - dropout)) / (kernel_size * in_channels))
     nn.init.normal_(m.weight, mean=0, std=std)

@@ -243,3 +243,61 @@ def test_cli_train_and_generate_each_attention_mode(tmp_path):
             refs = helpers.references_from_generate(gen.stdout)
             bleu = sacrebleu.corpus_bleu([hyps[i] for i in sorted(hyps)], [[refs[i] for i in sorted(hyps)]])
             assert bleu.score > 80, bleu
+
+
+def _decode(model, sample):
+    ni = sample["net_input"]
+    with torch.no_grad():
+        return helpers.incremental_decode(model, ni["src_tokens"], ni["src_lengths"], ni["prev_output_tokens"])
+
+
+def test_inference_weight_cache_follows_parameter_updates():
+    """Decoding reuses the normalised weights, but never stale ones.
+
+    fairseq's optimizers write through ``p.data`` (no version bump) in train mode, and
+    ``load_state_dict`` copies under ``no_grad`` (version bump) possibly in eval mode:
+    both must reach the next decoding run.
+    """
+    from fairseq_dense.modules.inference_weights import cached_count
+
+    model, d = build(sumlen=3, encoder_layers=4, decoder_layers=5)
+    other, _ = build(sumlen=3, encoder_layers=4, decoder_layers=5)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    sample = helpers.make_sample(d)
+    model.eval()
+    before = _decode(model, sample)
+    assert cached_count(model.decoder) > 0  # the step matrices and softmax weights were reused
+    torch.testing.assert_close(_decode(model, sample), before)
+
+    model.load_state_dict(other.state_dict())  # in eval mode, weights cached
+    other.eval()
+    torch.testing.assert_close(_decode(model, sample), _decode(other, sample))
+
+    model.train()  # an optimizer step writes through .data, then fairseq calls eval()
+    for p in model.parameters():
+        p.data.mul_(0.5)
+    model.eval()
+    after = _decode(model, sample)
+    ref, _ = build(sumlen=3, encoder_layers=4, decoder_layers=5)
+    ref.load_state_dict(model.state_dict())
+    ref.eval()
+    torch.testing.assert_close(after, _decode(ref, sample))
+    assert not torch.allclose(after, before)
+
+
+def test_inference_weight_cache_off_with_gradients():
+    """Training and any forward with autograd on derive the weights afresh (gradients must flow)."""
+    from fairseq_dense.modules.inference_weights import cached_count
+
+    model, d = build(sumlen=3, encoder_layers=4, decoder_layers=5)
+    sample = helpers.make_sample(d)
+    model.eval()
+    ni = sample["net_input"]
+    helpers.incremental_decode(model, ni["src_tokens"], ni["src_lengths"], ni["prev_output_tokens"])
+    assert cached_count(model) == 0
+    model.train()
+    model(**ni)[0].sum().backward()
+    assert cached_count(model) == 0
+    assert all(p.grad is not None for p in model.decoder.fc3.parameters())
