@@ -18,6 +18,42 @@ import torch
 logger = logging.getLogger("benchmarks.decode")
 
 
+def _register_rnn_flops() -> None:
+    """Teach torch's FLOP counter the fused CPU LSTM/GRU kernel (it counts 0 FLOPs for it otherwise)."""
+    import math
+
+    from torch.utils import flop_counter
+
+    op = getattr(torch.ops.aten, "mkldnn_rnn_layer", None)
+    if op is None or op in getattr(flop_counter, "flop_registry", {}) or op.default in getattr(
+            flop_counter, "flop_registry", {}):
+        return
+
+    @flop_counter.register_flop_formula(op)
+    def _rnn_layer(input_shape, w_ih, w_hh, *args, out_shape=None, **kwargs) -> int:
+        rows = math.prod(input_shape[:-1])  # time steps x batch
+        return 2 * rows * (w_ih[0] * w_ih[1] + w_hh[0] * w_hh[1])
+
+
+def decode_flops(model, gen, sample) -> int:
+    """FLOPs (matmuls, convolutions, attention) of one ``gen.generate`` call on ``sample``."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    _register_rnn_flops()
+    # the counter's module tracker hooks tensors that require grad, which fails for
+    # parametrized weights under inference mode: count with gradients switched off
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    try:
+        for p, _ in flags:
+            p.requires_grad_(False)
+        with FlopCounterMode(display=False) as counter:
+            gen.generate([model], sample)
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)
+    return counter.get_total_flops()
+
+
 def load_checkpoint(path: str, data_bin: str, device: str = "cpu", bf16: bool = False):
     """Load a fairseq checkpoint of any registered model; returns ``(model, task)`` in eval mode."""
     import fairseq_dense  # noqa: F401
@@ -187,3 +223,79 @@ def attention_maps(ckpt: str, data_bin: str, n: int = 3, device: str = "cpu") ->
             tgt = [task.target_dictionary[t] for t in sample["target"][0].tolist()]
             out.append({"src": src, "tgt": tgt, "attn": attn[0].float().cpu().tolist()})
     return out
+
+
+def paired_speed(ours_ckpt: str, baseline_ckpt: str, data_bin: str, *, sentences: int = 200, rounds: int = 3,
+                 beam: int = 5, batch_size: int = 32, fixed_length: int = 20, device: str = "cpu",
+                 bf16: bool = False, threads: int = 0) -> Dict:
+    """Beam decoding speed of two models measured side by side, batch by batch.
+
+    Both checkpoints are loaded into one process; every batch of the same test
+    sentences is decoded by one model and then by the other (the order alternates
+    from round to round), with every hypothesis forced to ``fixed_length`` tokens.
+    Load changes on a shared machine therefore hit both models alike, which timing
+    one model after the other (minutes apart) does not guarantee.
+
+    The FLOPs each model spends on the first batch are counted too (torch's FLOP
+    counter), so that a speed gap can be told apart from a work gap: at equal
+    parameter counts one architecture may simply do more arithmetic per token.
+
+    Returns:
+        ``{"ratio": ours sentences/s / baseline sentences/s (median over rounds),
+        "flop_ratio": ours FLOPs / baseline FLOPs per decoded sentence,
+        "flop_normalised_ratio": ratio x flop_ratio (> 1: ours decodes more FLOP/s),
+        "rounds": [{"ours_s", "baseline_s"}], "sentences", ...}``.
+    """
+    from fairseq.sequence_generator import SequenceGenerator
+
+    if threads:
+        torch.set_num_threads(threads)
+    models = {}
+    for side, ckpt in (("ours", ours_ckpt), ("baseline", baseline_ckpt)):
+        model, task = load_checkpoint(ckpt, data_bin, device, bf16)
+        task.load_dataset("test")
+        gen = SequenceGenerator([model], task.target_dictionary, beam_size=beam, max_len_a=0,
+                                max_len_b=fixed_length, min_len=fixed_length)
+        models[side] = (model, task, gen)
+    dataset = models["ours"][1].dataset("test")
+    n = len(dataset)
+    step = max(1, n // max(1, sentences))
+    subset = list(range(n))[::step][:sentences]
+    batches = list(_batches(dataset, subset, batch_size, device))
+    per_round = []
+    with torch.inference_mode():
+        flops = {}
+        for side in ("ours", "baseline"):  # warm-up (allocator, thread pools) and FLOP count
+            model, _, gen = models[side]
+            gen.generate([model], batches[0])
+            flops[side] = decode_flops(model, gen, batches[0]) / len(batches[0]["id"])
+        for r in range(rounds):
+            seconds = {"ours": 0.0, "baseline": 0.0}
+            order = ("ours", "baseline") if r % 2 == 0 else ("baseline", "ours")
+            for sample in batches:
+                for side in order:
+                    model, _, gen = models[side]
+                    _sync(device)
+                    t0 = time.perf_counter()
+                    gen.generate([model], sample)
+                    _sync(device)
+                    seconds[side] += time.perf_counter() - t0
+            per_round.append({"ours_s": seconds["ours"], "baseline_s": seconds["baseline"]})
+    ratios = sorted(p["baseline_s"] / p["ours_s"] for p in per_round if p["ours_s"])
+    ratio = ratios[len(ratios) // 2] if ratios else None
+    flop_ratio = flops["ours"] / flops["baseline"] if flops["baseline"] else None
+    return {
+        "ratio": ratio,
+        "ratios": ratios,
+        "flops_per_sentence": flops,
+        "flop_ratio": flop_ratio,
+        "flop_normalised_ratio": ratio * flop_ratio if ratio and flop_ratio else None,
+        "rounds": per_round,
+        "sentences": len(subset),
+        "beam": beam,
+        "batch_size": batch_size,
+        "fixed_length": fixed_length,
+        "device": device,
+        "dtype": "bfloat16" if bf16 else "float32",
+        "threads": torch.get_num_threads(),
+    }

@@ -55,6 +55,12 @@ def ratios(entry: Dict) -> Dict:
         "beam_fixed_length_sentences_per_s": _ratio(
             _get(o, "decode", "cache_subset", "incremental", "sentences_per_s"),
             _get(b, "decode", "cache_subset", "incremental", "sentences_per_s")),
+        "train_paired": _get(entry, "train_paired", "ratio"),
+        "train_paired_flops": _get(entry, "train_paired", "flop_ratio"),
+        "train_paired_per_flop": _get(entry, "train_paired", "flop_normalised_ratio"),
+        "beam_paired": _get(entry, "decode_paired", "ratio"),
+        "beam_paired_flops": _get(entry, "decode_paired", "flop_ratio"),
+        "beam_paired_per_flop": _get(entry, "decode_paired", "flop_normalised_ratio"),
         "bleu": _ratio(_get(o, "decode", "bleu"), _get(b, "decode", "bleu")),
         "time_to_baseline_best": _ratio(_get(o, "convergence", "seconds"), _get(b, "convergence", "seconds")),
     }
@@ -80,13 +86,15 @@ def markdown(results: Dict) -> str:
         "schedule, batch size and budget. Throughput, memory and decoding > 1 means ours is faster / "
         "larger; time-to-baseline-best < 1 means ours reached the baseline's best validation loss sooner.",
         "",
-        "| family | ours (params) | baseline (params) | train tok/s | peak mem | MFU ours / base |"
-        " beam-5 sent/s | cache speed-up ours / base | BLEU ours / base | reached baseline best |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| family | ours (params) | baseline (params) | train tok/s | train side by side: speed (FLOPs, per FLOP) "
+        "| peak mem | MFU ours / base |"
+        " beam-5 sent/s | beam-5 side by side: speed (FLOPs, per FLOP) | cache speed-up ours / base "
+        "| BLEU ours / base | reached baseline best |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for fam, e in results["families"].items():
         if "error" in e:
-            lines.append(f"| {fam} | failed: {e['error'][:80]} | | | | | | | | |")
+            lines.append(f"| {fam} | failed: {e['error'][:80]} | | | | | | | | | | |")
             continue
         o, b, r = e["ours"], e["baseline"], ratios(e)
         conv = o.get("convergence") or {}
@@ -96,15 +104,19 @@ def markdown(results: Dict) -> str:
         lines.append(
             f"| {fam} | `{o['arch']}` ({o['params'] / 1e6:.2f}M) | `{b['arch']}` w={e['baseline_width']} "
             f"({b['params'] / 1e6:.2f}M, {100 * (b['params'] - o['params']) / o['params']:+.1f}%) "
-            f"| x{_fmt(r['train_tokens_per_s'])} | x{_fmt(r['peak_memory'])} "
+            f"| x{_fmt(r['train_tokens_per_s'])} "
+            f"| x{_fmt(r['train_paired'])} (x{_fmt(r['train_paired_flops'])}, x{_fmt(r['train_paired_per_flop'])}) "
+            f"| x{_fmt(r['peak_memory'])} "
             f"| {_fmt(o.get('mfu'), '.1%')} / {_fmt(b.get('mfu'), '.1%')} "
             f"| x{_fmt(r['beam_fixed_length_sentences_per_s'])} (free length x{_fmt(r['beam_sentences_per_s'])}) "
+            f"| x{_fmt(r['beam_paired'])} (x{_fmt(r['beam_paired_flops'])}, x{_fmt(r['beam_paired_per_flop'])}) "
             f"| {_fmt(_get(o, 'decode', 'cache_subset', 'speedup'), '.1f', 'x')} / "
             f"{_fmt(_get(b, 'decode', 'cache_subset', 'speedup'), '.1f', 'x')} "
             f"| {_fmt(_get(o, 'decode', 'bleu'))} / {_fmt(_get(b, 'decode', 'bleu'))} | {reached} |"
         )
     lines += ["", "Targets of issue #8 (met / missed / n/a):", "",
-              "| family | beam-5 decoding >= 1.0x baseline (fixed length) | incremental >= 3x uncached "
+              "| family | beam-5 decoding >= 1.0x baseline (side by side; else fixed length) "
+              "| incremental >= 3x uncached "
               "| MFU >= 30% (transformer family) |",
               "|---|---|---|---|"]
     for fam, e in results["families"].items():
@@ -113,7 +125,8 @@ def markdown(results: Dict) -> str:
         r = ratios(e)
         speedup = _get(e, "ours", "decode", "cache_subset", "speedup")
         mfu = e["ours"].get("mfu") if e["baseline"]["arch"] == "transformer" else None
-        lines.append(f"| {fam} | {_verdict(r['beam_fixed_length_sentences_per_s'], 1.0)} | {_verdict(speedup, 3.0)} "
+        beam = r["beam_paired"] if r["beam_paired"] is not None else r["beam_fixed_length_sentences_per_s"]
+        lines.append(f"| {fam} | {_verdict(beam, 1.0)} | {_verdict(speedup, 3.0)} "
                      f"| {_verdict(mfu, 0.30)} |")
     lines += ["", "## Raw measurements", "",
               "| model | arch | params | updates | train tok/s (steady) | peak RSS MiB | matmul GFLOP/s | "
@@ -136,6 +149,13 @@ def markdown(results: Dict) -> str:
                 f"{_fmt(_get(d, 'cache_subset', 'uncached', 'sentences_per_s'), '.1f')} "
                 f"| {_fmt(d.get('bleu'))} | {_fmt(_get(d, 'greedy', 'bleu'))} |"
             )
+    again = {(_get(e, k, "remeasured", "command"), _get(e, k, "remeasured", "date"),
+              _get(e, k, "remeasured", "commit"))
+             for e in results["families"].values() for k in ("train_paired", "decode_paired")
+             if _get(e, k, "remeasured")}
+    for cmd, date, commit in sorted(again, key=str):
+        lines += ["", f"The side-by-side figures were re-measured on {date} by `{cmd}` "
+                  f"(code at commit {commit}) on this run's data and checkpoints."]
     sigs = sorted({_get(s, "decode", "signature") for e in results["families"].values()
                    for s in (e.get("ours"), e.get("baseline")) if _get(s, "decode", "signature")})
     if sigs:
@@ -144,7 +164,17 @@ def markdown(results: Dict) -> str:
               "hypothesis forced to the same length (`min_len = max_len`, see results.json "
               "`cache_subset.fixed_length`), on the same sentences for every model, so that undertrained "
               "models' short or runaway outputs do not decide the speed; \"free length\" is the ratio of "
-              "the ordinary beam search that produced the BLEU scores.", "",
+              "the ordinary beam search that produced the BLEU scores. \"Side by side\" loads both "
+              "checkpoints into one process and decodes every batch of the same test sentences with one "
+              "model and then the other (order alternating per round; median ratio of the rounds; "
+              "results.json `decode_paired`), so that load changes on the machine hit both alike; it also "
+              "counts the FLOPs each model spends per decoded sentence (torch's FLOP counter): \"FLOPs\" "
+              "is ours / baseline work, \"per FLOP\" the speed ratio times that (> 1: ours turns more "
+              "FLOP/s into hypotheses).", "",
+              "Training side by side: both models built in one process from their recorded "
+              "`fairseq-train` commands (task, criterion, optimiser), the same real training batches, "
+              "forward + backward + optimiser step of one model and then the other, batch by batch "
+              "(results.json `train_paired`); FLOPs counted by torch's FLOP counter over one step.", "",
               "FLOPs: 6 x (matmul parameters) per target token, encoder parameters weighted by the "
               "source/target token ratio of the training data; MFU = that x steady tok/s / the dense "
               "matmul FLOP/s measured just before the model's training in the same run.",

@@ -28,7 +28,7 @@ import time
 from typing import Dict, List
 
 from benchmarks import decode as dec
-from benchmarks import families, machine, report, train
+from benchmarks import families, machine, paired_train, report, train
 
 logger = logging.getLogger("benchmarks.run")
 SUITES = ("speed", "convergence", "decode", "all")
@@ -67,6 +67,11 @@ def get_parser() -> argparse.ArgumentParser:
                    help="test sentences decoded both with and without the incremental cache")
     p.add_argument("--decode-length", type=int, default=20,
                    help="output length forced in the decoding-speed comparison")
+    p.add_argument("--paired-sentences", type=int, default=200,
+                   help="test sentences of the side-by-side decoding comparison (ours vs baseline)")
+    p.add_argument("--paired-rounds", type=int, default=3, help="rounds of the side-by-side comparisons")
+    p.add_argument("--paired-train-batches", type=int, default=8,
+                   help="training batches per round of the side-by-side training comparison")
     p.add_argument("--param-tolerance", type=float, default=0.10)
     p.add_argument("--baseline-param-ratio", type=float, default=1.0,
                    help="baseline size / ours (2.0: ours has half the baseline's parameters)")
@@ -144,6 +149,31 @@ def run_side(name: str, arch_args: List[str], params: int, flops_params: float, 
         logger.info("%s: BLEU %s, beam-5 %.1f sent/s, cache speed-up %.1fx", name, res["decode"]["bleu"],
                     res["decode"]["full"]["sentences_per_s"] or 0, res["decode"]["cache_subset"]["speedup"] or 0)
     return res
+
+
+def paired_training(entry: Dict, a):
+    """Side-by-side training speed of the entry's two models, built from their recorded commands."""
+    commands = []
+    for side in ("ours", "baseline"):
+        with open(os.path.join(os.path.dirname(entry[side]["train"]["log"]), "command.json")) as f:
+            commands.append(json.load(f)[1:])
+    logger.info("training ours and baseline side by side (%d batches, %d rounds)", a.paired_train_batches,
+                a.paired_rounds)
+    return paired_train.paired_train_speed(*commands, batches=a.paired_train_batches, rounds=a.paired_rounds,
+                                           threads=a.threads, device=a.device)
+
+
+def paired_decode(entry: Dict, a, data_bin: str):
+    """Side-by-side beam-5 speed of the entry's two checkpoints (see :func:`benchmarks.decode.paired_speed`)."""
+    ckpts = [os.path.join(os.path.dirname(entry[side]["train"]["log"]), "checkpoint_best.pt")
+             for side in ("ours", "baseline")]
+    if not all(os.path.isfile(c) for c in ckpts):
+        return None
+    logger.info("decoding ours and baseline side by side (%d sentences, %d rounds)", a.paired_sentences,
+                a.paired_rounds)
+    return dec.paired_speed(*ckpts, data_bin, sentences=a.paired_sentences, rounds=a.paired_rounds,
+                            batch_size=a.decode_batch_size, fixed_length=a.decode_length, device=a.device,
+                            bf16=a.bf16, threads=a.threads)
 
 
 def _branch_weights(run_dir: str, out_prefix: str):
@@ -233,6 +263,10 @@ def main(argv=None) -> int:
             entry["baseline"] = dict(baselines[base_key])
             entry["ours"] = run_side(f"{safe}.ours", ["--arch", arch, *extra], pairing.ours_params, fp_ours, a, paths,
                                      branch_weights=has_branches)
+            if a.suite in ("speed", "all"):
+                entry["train_paired"] = paired_training(entry, a)
+            if a.suite in ("decode", "all"):
+                entry["decode_paired"] = paired_decode(entry, a, paths["bin"])
             target = entry["baseline"]["train"]["best_valid_loss"]
             entry["convergence_target_valid_loss"] = target
             for side in ("ours", "baseline"):

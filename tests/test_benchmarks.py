@@ -1,8 +1,9 @@
 """Smoke tests of the benchmark harness (``python -m benchmarks.run``) and ``fairseq-dense-plot``."""
 import json
 import pytest
+import torch
 
-from benchmarks import families, fill_reports, report, train
+from benchmarks import families, fill_reports, remeasure, report, train
 from benchmarks import run as bench_run
 from fairseq_dense.cli import plot
 from tests.helpers import write_copy_corpus
@@ -68,7 +69,8 @@ def test_harness_end_to_end(tmp_path):
         "--suite", "all", "--corpus", str(raw), "--src", "de", "--tgt", "en", "--budget-minutes", "0.5",
         "--models", "gru_attention", "--size", "tiny", "--out", str(out), "--bpe-merges", "20",
         "--max-update", "12", "--threads", "1", "--validate-interval-updates", "4", "--log-interval", "2",
-        "--uncached-sentences", "6",
+        "--uncached-sentences", "6", "--paired-sentences", "6", "--paired-rounds", "2",
+        "--paired-train-batches", "2",
     ])
     assert rc == 0
     res = json.loads((out / "results.json").read_text())
@@ -82,7 +84,15 @@ def test_harness_end_to_end(tmp_path):
         assert s["decode"]["cache_subset"]["identical_hypotheses"] == 1.0
     assert e["baseline"]["arch"] == "lstm" and e["ours"]["attention"]
     assert res["machine"]["device"] == "cpu" and res["machine"]["cpu"]
+    trained = e["train_paired"]
+    assert trained["ratio"] > 0 and len(trained["rounds"]) == 2 and trained["target_tokens_per_round"] > 0
+    assert trained["flops_per_step"]["ours"] > 0 and trained["flops_per_step"]["baseline"] > 0
+    paired = e["decode_paired"]
+    assert paired["sentences"] == 6 and len(paired["rounds"]) == 2 and paired["ratio"] > 0
+    assert paired["flops_per_sentence"]["ours"] > 0 and paired["flops_per_sentence"]["baseline"] > 0
+    assert paired["flop_normalised_ratio"] == pytest.approx(paired["ratio"] * paired["flop_ratio"])
     r = report.ratios(e)
+    assert r["beam_paired"] == paired["ratio"]
     assert r["train_tokens_per_s"] > 0 and r["params"] == pytest.approx(1 / (1 + e["param_gap"]))
     md = (out / "results.md").read_text()
     assert "| gru_attention |" in md and "sacreBLEU signature" in md
@@ -98,3 +108,44 @@ def test_harness_end_to_end(tmp_path):
     assert "old" not in filled and "| gru_attention |" in filled and filled.endswith("verdict\n")
     assert "loss_gru_attention.png" in filled
     assert "| gru_attention |" in (repo / "benchmarks" / "README.md").read_text()
+    # the side-by-side decoding comparison can be re-measured on the run's checkpoints
+    assert remeasure.main([str(out / "results.json"), "--sentences", "4", "--train-batches", "2", "--rounds", "1",
+                           "--threads", "1"]) == 0
+    again = json.loads((out / "results.json").read_text())["families"]["gru_attention"]
+    assert again["decode_paired"]["sentences"] == 4 and again["train_paired"]["batches"] == 2
+    assert again["train_paired"]["remeasured"]["command"].startswith("python -m benchmarks.remeasure")
+    assert "were re-measured on" in (out / "results.md").read_text()
+
+
+def test_rnn_flops_are_counted():
+    """torch's FLOP counter skips the fused CPU LSTM kernel unless taught; decode FLOP ratios need it."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from benchmarks.decode import _register_rnn_flops
+
+    _register_rnn_flops()
+    _register_rnn_flops()  # idempotent
+    lstm = torch.nn.LSTM(10, 6, num_layers=2, bidirectional=True)
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+        lstm(torch.randn(7, 3, 10))
+    rows = 7 * 3
+    expected = 2 * rows * 2 * (10 * 24 + 6 * 24) + 2 * rows * 2 * (12 * 24 + 6 * 24)
+    assert counter.get_total_flops() == expected
+
+
+def test_decode_flops_of_a_weight_normalised_model():
+    """FLOP counting works under inference mode for parametrized (weight-normalised) layers."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from benchmarks.decode import decode_flops
+    from tests.models.test_densenmt import build
+    from tests import helpers
+
+    model, d = build(sumlen=3, encoder_layers=4, decoder_layers=5)
+    model.eval()
+    sample = helpers.make_sample(d)
+    gen = SequenceGenerator([model], d, beam_size=2, max_len_a=0, max_len_b=4, min_len=4)
+    with torch.inference_mode():
+        flops = decode_flops(model, gen, sample)
+    assert flops > 0
+    assert all(p.requires_grad for p in model.parameters())  # restored
