@@ -18,28 +18,50 @@ import torch
 logger = logging.getLogger("benchmarks.decode")
 
 
-def _register_rnn_flops() -> None:
-    """Teach torch's FLOP counter the fused CPU LSTM/GRU kernel (it counts 0 FLOPs for it otherwise)."""
+def _register_extra_flops() -> None:
+    """Teach torch's FLOP counter the kernels it counts as 0 FLOPs: the fused CPU LSTM/GRU
+    layer (``mkldnn_rnn_layer``), fairseq's time-batch-channel convolution (``conv_tbc``,
+    used by ``fconv``) and the in-place ``addmm_`` (conv_tbc's backward, DenseNMT's
+    convolutions)."""
     import math
 
     from torch.utils import flop_counter
 
-    op = getattr(torch.ops.aten, "mkldnn_rnn_layer", None)
-    if op is None or op in getattr(flop_counter, "flop_registry", {}) or op.default in getattr(
-            flop_counter, "flop_registry", {}):
-        return
+    registry = getattr(flop_counter, "flop_registry", {})
 
-    @flop_counter.register_flop_formula(op)
-    def _rnn_layer(input_shape, w_ih, w_hh, *args, out_shape=None, **kwargs) -> int:
-        rows = math.prod(input_shape[:-1])  # time steps x batch
-        return 2 * rows * (w_ih[0] * w_ih[1] + w_hh[0] * w_hh[1])
+    def known(op) -> bool:
+        return op is None or op in registry or getattr(op, "default", None) in registry
+
+    rnn = getattr(torch.ops.aten, "mkldnn_rnn_layer", None)
+    if not known(rnn):
+        @flop_counter.register_flop_formula(rnn)
+        def _rnn_layer(input_shape, w_ih, w_hh, *args, out_shape=None, **kwargs) -> int:
+            rows = math.prod(input_shape[:-1])  # time steps x batch
+            return 2 * rows * (w_ih[0] * w_ih[1] + w_hh[0] * w_hh[1])
+
+    def conv_tbc_flops(input_shape, weight_shape, pad) -> int:
+        t, b, _ = input_shape
+        k, c_in, c_out = weight_shape
+        return 2 * (t + 2 * pad - k + 1) * b * k * c_in * c_out
+
+    tbc = getattr(torch.ops.aten, "conv_tbc", None)
+    if not known(tbc):
+        @flop_counter.register_flop_formula(tbc)
+        def _conv_tbc(input_shape, weight_shape, bias_shape=None, pad=0, *args, out_shape=None, **kwargs) -> int:
+            return conv_tbc_flops(input_shape, weight_shape, pad)
+
+    addmm_ = getattr(torch.ops.aten, "addmm_", None)  # conv_tbc's backward and our conv_rows use it
+    if not known(addmm_):
+        @flop_counter.register_flop_formula(addmm_)
+        def _addmm_(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+            return 2 * a_shape[0] * a_shape[1] * b_shape[1]
 
 
 def decode_flops(model, gen, sample) -> int:
     """FLOPs (matmuls, convolutions, attention) of one ``gen.generate`` call on ``sample``."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    _register_rnn_flops()
+    _register_extra_flops()
     # the counter's module tracker hooks tensors that require grad, which fails for
     # parametrized weights under inference mode: count with gradients switched off
     flags = [(p, p.requires_grad) for p in model.parameters()]

@@ -71,9 +71,9 @@ def step_flops(side, sample) -> int:
     """FLOPs of one training step (forward, backward, optimizer) on ``sample``."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from benchmarks.decode import _register_rnn_flops
+    from benchmarks.decode import _register_extra_flops
 
-    _register_rnn_flops()
+    _register_extra_flops()
     task, model, criterion, optimizer, cfg = side
     with FlopCounterMode(display=False) as counter:
         _step(task, model, criterion, optimizer, sample, 1, cfg.optimization.clip_norm)

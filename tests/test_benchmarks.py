@@ -117,14 +117,25 @@ def test_harness_end_to_end(tmp_path):
     assert "were re-measured on" in (out / "results.md").read_text()
 
 
-def test_rnn_flops_are_counted():
-    """torch's FLOP counter skips the fused CPU LSTM kernel unless taught; decode FLOP ratios need it."""
+def test_rnn_and_conv_tbc_flops_are_counted():
+    """torch's FLOP counter skips the fused CPU LSTM kernel and fconv's conv_tbc unless taught;
+    the side-by-side FLOP ratios need both."""
+    from fairseq.modules import ConvTBC
     from torch.utils.flop_counter import FlopCounterMode
 
-    from benchmarks.decode import _register_rnn_flops
+    from benchmarks.decode import _register_extra_flops
 
-    _register_rnn_flops()
-    _register_rnn_flops()  # idempotent
+    _register_extra_flops()
+    _register_extra_flops()  # idempotent
+    conv = ConvTBC(4, 6, 3, padding=1)
+    x = torch.randn(9, 2, 4, requires_grad=True)
+    with FlopCounterMode(display=False) as counter:
+        conv(x).sum().backward()
+    forward = 2 * 9 * 2 * 3 * 4 * 6  # 2 x T_out x B x K x C_in x C_out
+    # backward: input and weight gradients, each a product per tap over the rows it overlaps
+    # (the centre tap all 9 x 2 rows, the two shifted taps 8 x 2 without the padding)
+    backward = 2 * (2 * (16 + 16 + 18) * 4 * 6)
+    assert counter.get_total_flops() == forward + backward
     lstm = torch.nn.LSTM(10, 6, num_layers=2, bidirectional=True)
     with torch.inference_mode(), FlopCounterMode(display=False) as counter:
         lstm(torch.randn(7, 3, 10))
