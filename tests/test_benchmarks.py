@@ -160,3 +160,22 @@ def test_decode_flops_of_a_weight_normalised_model():
         flops = decode_flops(model, gen, sample)
     assert flops > 0
     assert all(p.requires_grad for p in model.parameters())  # restored
+
+
+SIMPLE_LOG = """2026-11-23 07:50:00 | INFO | fairseq_cli.train | start
+2026-11-23 07:54:01 | INFO | train_inner | epoch 001:     50 / 436 loss=10.186, nll_loss=9.681, model/recurrent_norm=7.6822, wps=978.9, num_updates=50, lr_default=0.001, wall=186
+2026-11-23 07:59:05 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.453 | nll_loss 7.688 | ppl 206.22 | num_updates 135
+2026-11-23 07:59:06 | INFO | train | epoch 001 | loss 9.361 | nll_loss 8.711 | num_updates 135 | wall 490
+"""
+
+
+def test_parse_log_reads_simple_format(tmp_path):
+    """The recipes in examples/ log with --log-format simple; their curves must be readable too."""
+    log = tmp_path / "simple.log"
+    log.write_text(SIMPLE_LOG)
+    runs = plot.parse_log(str(log))
+    assert runs["train_inner"] == [{"loss": 10.186, "nll_loss": 9.681, "model/recurrent_norm": 7.6822, "wps": 978.9,
+                                    "num_updates": 50.0, "lr_default": 0.001, "wall": 186.0, "t": 241.0}]
+    assert runs["valid"] == [{"loss": 8.453, "nll_loss": 7.688, "ppl": 206.22, "num_updates": 135.0, "t": 545.0}]
+    assert runs["train"][0]["loss"] == 9.361 and runs["train"][0]["num_updates"] == 135.0
+    assert plot.series(runs["valid"], "loss") == ([135.0], [8.453])

@@ -27,6 +27,27 @@ _LINE = re.compile(
     r"^(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\s*\|\s*\w+\s*\|\s*(?P<tag>[\w.\-/]+)\s*\|\s*(?P<json>\{.*\})\s*$"
 )
 TAGS = ("train_inner", "train", "valid")
+# --log-format simple: "... | train_inner | epoch 001:     50 / 436 loss=10.2, nll_loss=9.7, ..."
+# and "... | valid | epoch 001 | valid on 'valid' subset | loss 8.45 | nll_loss 7.69 | ... | num_updates 135"
+_SIMPLE = re.compile(
+    r"^(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\s*\|\s*\w+\s*\|\s*(?P<tag>train_inner|train|valid)\s*\|"
+    r"\s*epoch \d+(?P<rest>.*)$"
+)
+
+
+def _simple_stats(tag: str, rest: str) -> Optional[Dict[str, str]]:
+    """The statistics of one ``--log-format simple`` line (after ``epoch NNN``), or None."""
+    if tag == "train_inner":  # ":     50 / 436 key=value, key=value"
+        body = re.sub(r"^:\s*\d+\s*/\s*\d+\s*", "", rest)
+        pairs = [item.split("=", 1) for item in body.split(", ") if "=" in item]
+        return {k.strip(): v.strip() for k, v in pairs} or None
+    parts = [p.strip() for p in rest.split(" | ") if p.strip()]
+    stats = {}
+    for part in parts:
+        key, _, value = part.rpartition(" ")
+        if key and " " not in key:  # "valid on 'valid' subset" and the like have spaces
+            stats[key] = value
+    return stats or None
 
 
 def _number(value):
@@ -40,10 +61,10 @@ def _number(value):
 
 
 def parse_log(path: str) -> Dict[str, List[Dict]]:
-    """Parse a fairseq JSON log.
+    """Parse a fairseq log (``--log-format json``, or ``simple`` as the recipes in ``examples/`` write).
 
     Args:
-        path: a log file of ``fairseq-train --log-format json``.
+        path: a log file of ``fairseq-train --log-format json`` (or ``simple``).
 
     Returns:
         ``{"train_inner": [...], "train": [...], "valid": [...]}``, each a list of
@@ -62,10 +83,18 @@ def parse_log(path: str) -> Dict[str, List[Dict]]:
         for line in f:
             line = line.strip()
             m = _LINE.match(line)
+            simple = None if m else _SIMPLE.match(line)
             if m:
                 ts = datetime.strptime(m.group("ts"), "%Y-%m-%d %H:%M:%S")
                 start = start or ts
                 tag, payload, t = m.group("tag"), m.group("json"), (ts - start).total_seconds()
+            elif simple:
+                stats = _simple_stats(simple.group("tag"), simple.group("rest"))
+                if stats is None:
+                    continue
+                ts = datetime.strptime(simple.group("ts"), "%Y-%m-%d %H:%M:%S")
+                start = start or ts
+                tag, payload, t = simple.group("tag"), json.dumps(stats), (ts - start).total_seconds()
             elif line.startswith("{") and line.endswith("}"):
                 tag, payload, t = None, line, None
             else:
