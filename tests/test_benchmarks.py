@@ -179,3 +179,18 @@ def test_parse_log_reads_simple_format(tmp_path):
     assert runs["valid"] == [{"loss": 8.453, "nll_loss": 7.688, "ppl": 206.22, "num_updates": 135.0, "t": 545.0}]
     assert runs["train"][0]["loss"] == 9.361 and runs["train"][0]["num_updates"] == 135.0
     assert plot.series(runs["valid"], "loss") == ([135.0], [8.453])
+
+
+def test_recipe_table(tmp_path, capsys):
+    from benchmarks import recipe_table
+
+    (tmp_path / "a.train.log").write_text(SIMPLE_LOG)
+    (tmp_path / "a.test.txt").write_text("H-0\t-1.0\tx\nGenerate test with beam=5: BLEU4 = 1.23, 20/5/1/0 (BP=1.0)\n")
+    (tmp_path / "b.train.log").write_text(SIMPLE_LOG.replace("loss 8.453", "loss 8.1"))
+    assert recipe_table.main([str(tmp_path / "a.train.log"), str(tmp_path / "b.train.log"),
+                              "--plot", str(tmp_path / "c.png")]) == 0
+    out = capsys.readouterr().out
+    assert "| a | 135 | 8.453 (135) | 8.453 | 1.23 |" in out and "| b | 135 | 8.100 (135) | 8.100 | n/a |" in out
+    assert (tmp_path / "c.png").stat().st_size > 1000
+    with pytest.raises(SystemExit, match="not found"):
+        recipe_table.main([str(tmp_path / "missing.train.log")])
