@@ -20,7 +20,7 @@ logger = logging.getLogger("benchmarks.decode")
 
 def _register_extra_flops() -> None:
     """Teach torch's FLOP counter the kernels it counts as 0 FLOPs: the fused CPU LSTM/GRU
-    layer (``mkldnn_rnn_layer``), fairseq's time-batch-channel convolution (``conv_tbc``,
+    layer (``mkldnn_rnn_layer`` and its backward), fairseq's time-batch-channel convolution (``conv_tbc``,
     used by ``fconv``) and the in-place ``addmm_`` (conv_tbc's backward, DenseNMT's
     convolutions)."""
     import math
@@ -38,6 +38,13 @@ def _register_extra_flops() -> None:
         def _rnn_layer(input_shape, w_ih, w_hh, *args, out_shape=None, **kwargs) -> int:
             rows = math.prod(input_shape[:-1])  # time steps x batch
             return 2 * rows * (w_ih[0] * w_ih[1] + w_hh[0] * w_hh[1])
+
+    rnn_back = getattr(torch.ops.aten, "mkldnn_rnn_layer_backward", None)
+    if not known(rnn_back):
+        @flop_counter.register_flop_formula(rnn_back)
+        def _rnn_layer_backward(input_shape, w_ih, w_hh, *args, out_shape=None, **kwargs) -> int:
+            rows = math.prod(input_shape[:-1])
+            return 4 * rows * (w_ih[0] * w_ih[1] + w_hh[0] * w_hh[1])  # input/state and weight gradients
 
     def conv_tbc_flops(input_shape, weight_shape, pad) -> int:
         t, b, _ = input_shape

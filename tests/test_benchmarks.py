@@ -142,6 +142,10 @@ def test_rnn_and_conv_tbc_flops_are_counted():
     rows = 7 * 3
     expected = 2 * rows * 2 * (10 * 24 + 6 * 24) + 2 * rows * 2 * (12 * 24 + 6 * 24)
     assert counter.get_total_flops() == expected
+    x = torch.randn(7, 3, 10, requires_grad=True)
+    with FlopCounterMode(display=False) as counter:
+        lstm(x)[0].sum().backward()
+    assert counter.get_total_flops() == 3 * expected  # backward: gradients of inputs/states and weights
 
 
 def test_decode_flops_of_a_weight_normalised_model():
