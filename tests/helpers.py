@@ -237,3 +237,18 @@ def references_from_generate(stdout: str) -> Dict[int, str]:
             idx, text = line.split("\t", 1)
             refs[int(idx[2:])] = text
     return refs
+
+
+def autograd_node_counts(output: torch.Tensor) -> Dict[str, int]:
+    """How often each autograd node type occurs in the graph that produced ``output``."""
+    counts: Dict[str, int] = {}
+    seen, stack = set(), [output.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        name = type(node).__name__
+        counts[name] = counts.get(name, 0) + 1
+        stack.extend(n for n, _ in node.next_functions)
+    return counts

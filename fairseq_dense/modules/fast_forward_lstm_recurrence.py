@@ -31,8 +31,8 @@ def lstm_recurrence_loop(f: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor) -> Tup
     h, c = h0, c0
     outs: List[Tensor] = []
     w_t = w_hh.t()
-    for t in range(f.size(0)):
-        h, c = _cell(torch.addmm(f[t], h, w_t), c)
+    for f_t in f.unbind(0):  # unbind: one gradient stack, not a zero-filled copy of f per step
+        h, c = _cell(torch.addmm(f_t, h, w_t), c)
         outs.append(h)
     return torch.stack(outs), (h, c)
 
@@ -50,8 +50,8 @@ def lstm_recurrence_cell(f: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor) -> Tup
     empty_x = f.new_zeros(f.size(1), 0)
     empty_w = f.new_zeros(f.size(2), 0)
     outs: List[Tensor] = []
-    for t in range(f.size(0)):
-        h, c = torch.lstm_cell(empty_x, (h, c), empty_w, w_hh, f[t], None)
+    for f_t in f.unbind(0):
+        h, c = torch.lstm_cell(empty_x, (h, c), empty_w, w_hh, f_t, None)
         outs.append(h)
     return torch.stack(outs), (h, c)
 
@@ -61,8 +61,8 @@ def lstm_recurrence_fused_cell(f: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor) 
     h, c = h0, c0
     outs: List[Tensor] = []
     w_t = w_hh.t()
-    for t in range(f.size(0)):
-        h, c, _ = torch.ops.aten._thnn_fused_lstm_cell(f[t], torch.mm(h, w_t), c)
+    for f_t in f.unbind(0):
+        h, c, _ = torch.ops.aten._thnn_fused_lstm_cell(f_t, torch.mm(h, w_t), c)
         outs.append(h)
     return torch.stack(outs), (h, c)
 

@@ -154,7 +154,7 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None, **unused):
         if incremental_state is not None:
             prev_output_tokens = prev_output_tokens[:, -1:]
-        bsz, steps = prev_output_tokens.shape
+        bsz = prev_output_tokens.size(0)
         n_att = len(self.attentions)
         memory = self._memories(encoder_out)  # T x B x C
         values = memory.transpose(0, 1).reshape(bsz, memory.size(0), n_att, -1)  # B x T x n x d
@@ -181,16 +181,18 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
         known = torch.cat([y, shift_in_time(y, prev_out[:, :emb])], -1) if dense else y
         k0 = known.size(-1)
         gates_known = F.linear(known, first.weight_ih_l0[:, :k0], first.bias_ih_l0 + first.bias_hh_l0)
+        w_ctx = first.weight_ih_l0[:, k0:]  # sliced once: a slice per step costs a weight-sized backward each
         prev_step_o = prev_out[:, : emb + lp * self.hidden_size]  # o_{t-1}^{l'}
         step_outs: List[List[Tensor]] = [[] for _ in range(lp)]
         contexts, attns = [], []
-        for t in range(steps):
+        # unbind rather than y[t]: one gradient stack per tensor, not a zero-filled copy per step
+        for y_t, gates_known_t in zip(y.unbind(0), gates_known.unbind(0)):
             ctx, attn = self._attend(h[lp - 1], keys, values, w_query, w_v, padding_mask)
-            outs = [y[t]]  # h_t^0, h_t^1, ... (after dropout)
+            outs = [y_t]  # h_t^0, h_t^1, ... (after dropout)
             for j in range(lp):
                 lstm = self.layers[j]
                 if j == 0:
-                    gates = gates_known[t] + F.linear(ctx, first.weight_ih_l0[:, k0:])
+                    gates = gates_known_t + F.linear(ctx, w_ctx)
                 else:
                     if dense:
                         inp = torch.cat(outs + [prev_step_o[:, : emb + j * self.hidden_size], ctx], -1)

@@ -138,9 +138,9 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
             state = (zeros, zeros)
         h, c = state
         fs, hs, attns = [], [], []
-        for t in range(f1_y.size(0)):
+        for f1_y_t in f1_y.unbind(0):  # unbind, not f1_y[t]: O(T) gradient traffic, not O(T^2)
             context, a = self.attention(h, proj_keys, values, padding_mask)
-            f_t = f1_y[t] + self.context_proj(context)
+            f_t = f1_y_t + self.context_proj(context)
             _, (h, c) = lstm_recurrence(f_t.unsqueeze(0), h, c, self.first.weight_hh)  # one step
             fs.append(f_t)
             hs.append(h)

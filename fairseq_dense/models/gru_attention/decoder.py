@@ -99,8 +99,8 @@ class GRUAttentionDecoder(FairseqIncrementalDecoder):
         y = self.embed_dropout(self.embed_tokens(prev_output_tokens))
         gi_y = self.input_proj_y(y)  # B x S x 3H, all steps at once
         states, contexts, attns = [], [], []
-        for t in range(prev_output_tokens.size(1)):
-            hidden = self._gru_step(gi_y[:, t], context, hidden)
+        for gi_y_t in gi_y.unbind(1):  # unbind, not gi_y[:, t]: O(T) gradient traffic, not O(T^2)
+            hidden = self._gru_step(gi_y_t, context, hidden)
             context, attn = self.attention(hidden, proj_keys, values, padding_mask)
             states.append(hidden)
             contexts.append(context)
