@@ -34,10 +34,16 @@ SIZE=(--encoder-layers 2 --decoder-layers 2 --encoder-embed-dim 128 --decoder-em
       --encoder-attention-heads 4 --decoder-attention-heads 4 --share-all-embeddings
       --dropout 0.1 --attention-dropout 0.1)
 
+# Table 3's "alpha, kappa both fixed to 1" row has no trainable branch weights, hence no
+# "branch" parameter group for the schedule to address
+fixed() { local f; for f in "${@:2}"; do [ "$f" = "$1" ] && return 0; done; return 1; }
+NO_BRANCH_GROUP=0
+if fixed --fixed-kappa "$@" && fixed --fixed-alpha "$@"; then NO_BRANCH_GROUP=1; fi
+
 mkdir -p "$OUT"
 for ARCH in $ARCHS; do
     SAVE="$OUT/$ARCH"
-    if [ "$ARCH" = transformer ]; then
+    if [ "$ARCH" = transformer ] || [ "$NO_BRANCH_GROUP" = 1 ]; then
         SCHED=(--lr-scheduler grouped --lr "$LR" --group-warmup-updates "default=$WARM")
     else
         SCHED=(--lr-scheduler grouped --lr "$LR" --group-lr-scale "default=$LR,branch=$BRANCH_LR"

@@ -28,15 +28,21 @@ case "$ARCH" in
     *) echo "unknown ARCH $ARCH" >&2; exit 2 ;;
 esac
 read -r LR BRANCH_LR < <(python -c "print($D ** -0.5, ($D / $N) ** -0.5)")
+# Table 3's "alpha, kappa both fixed to 1" row has no trainable branch weights, hence no
+# "branch" parameter group for the schedule to address
+fixed() { local f; for f in "${@:2}"; do [ "$f" = "$1" ] && return 0; done; return 1; }
+if fixed --fixed-kappa "$@" && fixed --fixed-alpha "$@"; then
+    SCHED=(--group-warmup-updates default=4000)
+else
+    SCHED=(--group-lr-scale "default=$LR,branch=$BRANCH_LR" --group-warmup-updates default=4000,branch=400
+           --group-freeze-last branch=10000)
+fi
 
 fairseq-train "$DATA" --user-dir "$USER_DIR" --task translation_weighted \
     --arch "$ARCH" --share-all-embeddings \
     --optimizer adam --adam-betas '(0.9, 0.98)' --adam-eps 1e-9 \
     --criterion label_smoothed_cross_entropy_with_stats --label-smoothing 0.1 \
-    --lr-scheduler grouped --lr "$LR" \
-    --group-lr-scale "default=$LR,branch=$BRANCH_LR" \
-    --group-warmup-updates default=4000,branch=400 \
-    --group-freeze-last branch=10000 --max-update "$MAX_UPDATE" \
+    --lr-scheduler grouped --lr "$LR" "${SCHED[@]}" --max-update "$MAX_UPDATE" \
     --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" \
     --fp16 --fp16-no-flatten-grads \
     --save-dir "$SAVE" --save-interval-updates 5000 --keep-interval-updates 20 \
