@@ -149,13 +149,14 @@ def markdown(results: Dict) -> str:
                 f"{_fmt(_get(d, 'cache_subset', 'uncached', 'sentences_per_s'), '.1f')} "
                 f"| {_fmt(d.get('bleu'))} | {_fmt(_get(d, 'greedy', 'bleu'))} |"
             )
-    again = {(_get(e, k, "remeasured", "command"), _get(e, k, "remeasured", "date"),
-              _get(e, k, "remeasured", "commit"))
-             for e in results["families"].values() for k in ("train_paired", "decode_paired")
+    again = {(what, _get(e, k, "remeasured", "command"), _get(e, k, "remeasured", "date"),
+              _get(e, k, "remeasured", "commit"), _get(e, k, "threads"))
+             for e in results["families"].values()
+             for k, what in (("train_paired", "training"), ("decode_paired", "decoding"))
              if _get(e, k, "remeasured")}
-    for cmd, date, commit in sorted(again, key=str):
-        lines += ["", f"The side-by-side figures were re-measured on {date} by `{cmd}` "
-                  f"(code at commit {commit}) on this run's data and checkpoints."]
+    for what, cmd, date, commit, threads in sorted(again, key=str):
+        lines += ["", f"The side-by-side {what} figures were re-measured on {date} by `{cmd}` "
+                  f"(code at commit {commit}, {threads} thread(s)) on this run's data and checkpoints."]
     sigs = sorted({_get(s, "decode", "signature") for e in results["families"].values()
                    for s in (e.get("ours"), e.get("baseline")) if _get(s, "decode", "signature")})
     if sigs:

@@ -1,4 +1,4 @@
-"""``fairseq-dense-plot``: loss curves from the JSON logs of any fairseq run.
+"""``fairseq-dense-plot``: loss curves from the logs (JSON or simple format) of any fairseq run.
 
     fairseq-train ... --log-format json --log-interval 10 > run.log
     fairseq-dense-plot run_a.log run_b.log --labels ours baseline --out loss.png
@@ -203,9 +203,9 @@ def plot_model_stats(log: Dict[str, List[Dict]], out_png: str, title: str = "") 
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fairseq-dense-plot",
-        description="Plot training/validation loss curves from fairseq-train JSON logs (--log-format json)",
+        description="Plot training/validation loss curves from fairseq-train logs (--log-format json or simple)",
     )
-    parser.add_argument("logs", nargs="+", help="fairseq-train log files (stdout of --log-format json)")
+    parser.add_argument("logs", nargs="+", help="fairseq-train log files (stdout of --log-format json or simple)")
     parser.add_argument("--labels", nargs="+", help="one label per log (default: file names)")
     parser.add_argument("--out", default="loss.png", help="output PNG (default: loss.png)")
     parser.add_argument("--x", choices=("updates", "wall"), default="updates",
