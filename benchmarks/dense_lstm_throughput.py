@@ -103,7 +103,7 @@ def main(argv=None):
     parser.add_argument("--workdir", default=None, help="scratch folder (default: a temporary one)")
     parser.add_argument("--json", default=None, help="write the results here as JSON")
     opts = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(message)s", force=True)
     ours = ["--arch", opts.arch]
     n_ours = count_params(opts.data, ours)
     layers = min(4, our_layers(opts.data, ours))

@@ -89,7 +89,7 @@ def main(argv=None):
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
     torch.manual_seed(0)
     dev = torch.device(args.device)
     x0 = torch.randn(args.time, args.batch, args.embed, device=dev, requires_grad=True)

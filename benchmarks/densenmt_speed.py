@@ -98,7 +98,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--beam", type=int, default=5)
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
     torch.manual_seed(0)
     d = dictionary(args.vocab)
     results = {}

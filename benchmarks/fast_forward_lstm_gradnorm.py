@@ -79,7 +79,7 @@ def main():
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
     from fairseq.data import Dictionary
 
     d = Dictionary()

@@ -110,7 +110,7 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--stack", type=int, default=0, help="also time a column of this depth vs nn.LSTM")
     args = p.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
     forms = dict(FORMS)
     forms["script"] = torch.jit.script(_scripted_loop)
     if args.device == "cuda":  # aten's CUDA lstm_cell wants 1-D biases

@@ -33,3 +33,23 @@ def test_weighted_transformer_tatoeba_recipe_rows(tmp_path, flags):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:] + log[-2000:]
     assert "num_updates 3" in log or "num_updates=3" in log
     assert "10 test sentences" in proc.stdout
+
+
+@pytest.mark.slow
+def test_gru_attention_tatoeba_recipe(tmp_path):
+    """The dropout / beam-vs-greedy recipe: subsets the corpus, prepares it (BPE, binarised),
+    trains once per dropout and decodes each model with beam 5 and greedily."""
+    raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=200, n_valid=20, n_test=10, src="de", tgt="en")
+    out = tmp_path / "out"
+    proc = run_recipe("examples/gru_attention/tatoeba-cpu.sh",
+                      {"RAW": str(raw), "DATA": str(tmp_path / "data"), "OUT": str(out), "EVERY": "2",
+                       "MAX_EPOCH": "1", "ARCH": "gru_attention_tiny"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # every 2nd training pair, the validation and test splits whole
+    assert len((tmp_path / "data.raw" / "train.de").read_text().splitlines()) == 100
+    assert len((tmp_path / "data.raw" / "test.en").read_text().splitlines()) == 10
+    for p in ("0.5", "0.0"):
+        log = (out / f"dropout{p}.train.log").read_text()
+        assert f"dropout: {p}" in log or f"'dropout': {p}" in log, log[:3000]
+        for beam in ("5", "1"):
+            assert f"dropout {p}, beam {beam}: 10 test sentences" in proc.stdout

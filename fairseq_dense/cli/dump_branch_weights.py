@@ -96,7 +96,7 @@ def main(argv: Optional[List[str]] = None) -> Dict:
     parser.add_argument("--out", required=True, help="output prefix: writes OUT.json and OUT.png")
     parser.add_argument("--no-plot", action="store_true", help="write the JSON only")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", force=True)
     try:
         series = dump(args.checkpoints)
     except (FileNotFoundError, ValueError) as e:

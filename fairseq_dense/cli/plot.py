@@ -218,7 +218,7 @@ def get_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
     labels = args.labels or [os.path.basename(p) for p in args.logs]
     if len(labels) != len(args.logs):
         raise SystemExit(f"error: --labels has {len(labels)} names for {len(args.logs)} logs")

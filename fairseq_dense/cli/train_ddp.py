@@ -186,7 +186,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             build_parser().error(f"{flag} is set by the launcher; remove it")
     from torch.distributed.run import main as torchrun_main
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", force=True)
     targs = torchrun_args(opts, train_args)
     logger.info("torchrun %s", " ".join(targs))
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
