@@ -53,3 +53,20 @@ def test_gru_attention_tatoeba_recipe(tmp_path):
         assert f"dropout: {p}" in log or f"'dropout': {p}" in log, log[:3000]
         for beam in ("5", "1"):
             assert f"dropout {p}, beam {beam}: 10 test sentences" in proc.stdout
+
+
+@pytest.mark.slow
+def test_densenmt_tatoeba_recipe_with_fconv_row(tmp_path):
+    """The DenseNMT CPU recipe trains and decodes one of our architectures and fairseq's
+    `fconv` configured as BASE-4L (`fconv_base_4l`), with the same command."""
+    raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=200, n_valid=20, n_test=10, src="de", tgt="en")
+    helpers.preprocess(raw, tmp_path / "data" / "bin", "de", "en")
+    out = tmp_path / "out"
+    proc = run_recipe("examples/densenmt/tatoeba-cpu.sh",
+                      {"DATA": str(tmp_path / "data"), "OUT": str(out), "MAX_UPDATE": "3",
+                       "ARCHS": "densenmt_tiny fconv_base_4l"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    fconv_log = (out / "fconv_base_4l.train.log").read_text()
+    assert "FConvModel" in fconv_log and "[(256, 3)] * 4" in fconv_log, fconv_log[:3000]
+    for arch in ("densenmt_tiny", "fconv_base_4l"):
+        assert f"{arch}: 10 test sentences" in proc.stdout

@@ -7,6 +7,10 @@
 #
 #   examples/densenmt/tatoeba-cpu.sh                 # ~25 min per model on 2 cores
 #   MAX_UPDATE=100 examples/densenmt/tatoeba-cpu.sh  # a quick look
+#
+# ARCHS takes any densenmt architecture (e.g. the Table 2 rows densenmt_enc_4l,
+# densenmt_dec_4l, densenmt_att_4l, densenmt_4l_1) and `fconv_base_4l`: fairseq's own
+# `fconv` configured as BASE-4L (4+4 layers, width 256, kernel 3; 12.17M parameters here).
 set -euo pipefail
 RAW=${RAW:-../shared/data/tatoeba-deu-eng}
 DATA=${DATA:-data/tatoeba-deu-eng}
@@ -24,7 +28,12 @@ TGT=$(ls "$DATA/bin" | sed -n 's/^train\.\([a-z]*\)-\([a-z]*\)\.\1\.idx$/\2/p' |
 mkdir -p "$OUT"
 for ARCH in $ARCHS; do
     SAVE="$OUT/$ARCH"
-    fairseq-train "$DATA/bin" --user-dir "$USER_DIR" --arch "$ARCH" -s "$SRC" -t "$TGT" --cpu \
+    MODEL=(--arch "$ARCH")
+    if [ "$ARCH" = fconv_base_4l ]; then
+        MODEL=(--arch fconv --encoder-embed-dim 256 --decoder-embed-dim 256 --decoder-out-embed-dim 256
+               --encoder-layers "[(256, 3)] * 4" --decoder-layers "[(256, 3)] * 4")
+    fi
+    fairseq-train "$DATA/bin" --user-dir "$USER_DIR" "${MODEL[@]}" -s "$SRC" -t "$TGT" --cpu \
         --optimizer nag --lr 0.25 --momentum 0.99 --clip-norm 0.1 \
         --lr-scheduler convs2s_anneal --lr-shrink 0.1 --stop-min-lr 1e-4 \
         --criterion label_smoothed_cross_entropy_with_stats --label-smoothing 0.1 \
