@@ -22,6 +22,15 @@ def run_name(log_path: str) -> str:
     return base[: -len(".train.log")] if base.endswith(".train.log") else os.path.splitext(base)[0]
 
 
+def unique_names(paths: List[str]) -> List[str]:
+    """Run names from the log file names; where two runs share one (the same arch trained
+    with different flags into different folders), the folder name goes in front."""
+    names = [run_name(p) for p in paths]
+    clash = {n for n in names if names.count(n) > 1}
+    return [f"{os.path.basename(os.path.dirname(os.path.abspath(p)))}/{n}" if n in clash else n
+            for p, n in zip(paths, names)]
+
+
 def generate_bleu(log_path: str) -> Optional[str]:
     """fairseq-generate's ``BLEU4 = ...`` score from the decoding output beside a training log."""
     stem = log_path[: -len(".train.log")] if log_path.endswith(".train.log") else os.path.splitext(log_path)[0]
@@ -37,12 +46,12 @@ def generate_bleu(log_path: str) -> Optional[str]:
 
 def summarise(logs: List[str]) -> List[Dict]:
     rows = []
-    for path in logs:
+    for path, name in zip(logs, unique_names(logs)):
         log = parse_log(path)
         updates, losses = series(log["valid"], "loss")
         last_train = [r for r in log["train_inner"] + log["train"] if isinstance(r.get("num_updates"), float)]
         rows.append({
-            "name": run_name(path),
+            "name": name,
             "updates": int(max([r["num_updates"] for r in last_train] + updates, default=0)),
             "valid": list(zip((int(u) for u in updates), losses)),
             "best": min(losses) if losses else None,

@@ -198,3 +198,18 @@ def test_recipe_table(tmp_path, capsys):
     assert (tmp_path / "c.png").stat().st_size > 1000
     with pytest.raises(SystemExit, match="not found"):
         recipe_table.main([str(tmp_path / "missing.train.log")])
+
+
+def test_recipe_table_names_runs_of_one_arch_by_folder(tmp_path, capsys):
+    """Table 3 rows train the same arch into different folders: the rows must stay apart."""
+    from benchmarks import recipe_table
+
+    for row, loss in (("full", "8.453"), ("neither", "8.9")):
+        (tmp_path / row).mkdir()
+        (tmp_path / row / "wt.train.log").write_text(SIMPLE_LOG.replace("loss 8.453", f"loss {loss}"))
+    (tmp_path / "other.train.log").write_text(SIMPLE_LOG)
+    assert recipe_table.main([str(tmp_path / "full" / "wt.train.log"), str(tmp_path / "neither" / "wt.train.log"),
+                              str(tmp_path / "other.train.log")]) == 0
+    out = capsys.readouterr().out
+    assert "| full/wt | 135 | 8.453 (135) |" in out and "| neither/wt | 135 | 8.900 (135) |" in out
+    assert "| other | 135 |" in out
