@@ -32,9 +32,10 @@ def unique_names(paths: List[str]) -> List[str]:
 
 
 def generate_bleu(log_path: str) -> Optional[str]:
-    """fairseq-generate's ``BLEU4 = ...`` score from the decoding output beside a training log."""
+    """fairseq-generate's ``BLEU4 = ...`` score from the decoding output beside a training log
+    (``NAME.test.txt``, ``NAME.gen.txt`` or, from the GRU recipe, ``NAME.beam5.txt``)."""
     stem = log_path[: -len(".train.log")] if log_path.endswith(".train.log") else os.path.splitext(log_path)[0]
-    for suffix in (".test.txt", ".gen.txt"):
+    for suffix in (".test.txt", ".gen.txt", ".beam5.txt"):
         path = stem + suffix
         if os.path.isfile(path):
             with open(path, encoding="utf-8", errors="replace") as f:
