@@ -23,6 +23,8 @@ import tempfile
 
 import torch
 
+from fairseq_dense.logging_setup import configure_logging
+
 logger = logging.getLogger("benchmarks.dense_lstm_throughput")
 BIN = os.path.dirname(sys.executable)
 USER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "user_dir")
@@ -103,7 +105,7 @@ def main(argv=None):
     parser.add_argument("--workdir", default=None, help="scratch folder (default: a temporary one)")
     parser.add_argument("--json", default=None, help="write the results here as JSON")
     opts = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(message)s", force=True)
+    configure_logging("%(asctime)s | %(message)s")
     ours = ["--arch", opts.arch]
     n_ours = count_params(opts.data, ours)
     layers = min(4, our_layers(opts.data, ours))

@@ -16,6 +16,7 @@ import time
 
 import torch
 
+from fairseq_dense.logging_setup import configure_logging
 from fairseq_dense.modules.dense_conv import FeatureBuffer, conv_rows, glu_rows
 
 logger = logging.getLogger("benchmarks.densenmt_concat")
@@ -89,7 +90,7 @@ def main(argv=None):
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
+    configure_logging("%(message)s")
     torch.manual_seed(0)
     dev = torch.device(args.device)
     x0 = torch.randn(args.time, args.batch, args.embed, device=dev, requires_grad=True)

@@ -20,6 +20,7 @@ from fairseq.models.fconv import FConvModel
 from fairseq.sequence_generator import SequenceGenerator
 
 import fairseq_dense  # noqa: F401
+from fairseq_dense.logging_setup import configure_logging
 from fairseq_dense.models.densenmt import DenseNMTConfig, DenseNMTModel
 
 logger = logging.getLogger("benchmarks.densenmt_speed")
@@ -98,7 +99,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--beam", type=int, default=5)
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
+    configure_logging("%(message)s")
     torch.manual_seed(0)
     d = dictionary(args.vocab)
     results = {}

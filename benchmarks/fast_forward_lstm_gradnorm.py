@@ -20,6 +20,7 @@ from typing import Dict, List
 import torch
 
 import fairseq_dense  # noqa: F401
+from fairseq_dense.logging_setup import configure_logging
 from fairseq_dense.models.fast_forward_lstm import FastForwardLSTMConfig, FastForwardLSTMModel
 
 logger = logging.getLogger("benchmarks.fast_forward_lstm_gradnorm")
@@ -79,7 +80,7 @@ def main():
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
+    configure_logging("%(message)s")
     from fairseq.data import Dictionary
 
     d = Dictionary()

@@ -32,6 +32,7 @@ from typing import Callable, Dict, List
 
 import torch
 
+from fairseq_dense.logging_setup import configure_logging
 from fairseq_dense.modules import fast_forward_lstm_recurrence as rec
 from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTM
 
@@ -110,7 +111,7 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--stack", type=int, default=0, help="also time a column of this depth vs nn.LSTM")
     args = p.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
+    configure_logging("%(message)s")
     forms = dict(FORMS)
     forms["script"] = torch.jit.script(_scripted_loop)
     if args.device == "cuda":  # aten's CUDA lstm_cell wants 1-D biases

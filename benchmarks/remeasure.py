@@ -27,6 +27,7 @@ import sys
 
 from benchmarks import decode as dec
 from benchmarks import machine, paired_train, report
+from fairseq_dense.logging_setup import configure_logging
 
 logger = logging.getLogger("benchmarks.remeasure")
 
@@ -70,8 +71,7 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--families", nargs="*", help="only these result keys (default: all)")
     a = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S",
-                        force=True)
+    configure_logging("%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S")
     with open(a.results) as f:
         results = json.load(f)
     device, bf16 = results["machine"]["device"], results.get("bf16", False)

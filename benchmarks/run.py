@@ -29,6 +29,7 @@ from typing import Dict, List
 
 from benchmarks import decode as dec
 from benchmarks import families, machine, paired_train, report, train
+from fairseq_dense.logging_setup import configure_logging
 
 logger = logging.getLogger("benchmarks.run")
 SUITES = ("speed", "convergence", "decode", "all")
@@ -197,8 +198,7 @@ def _branch_weights(run_dir: str, out_prefix: str):
 
 def main(argv=None) -> int:
     a = get_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S",
-                        force=True)
+    configure_logging("%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
     if a.budget_minutes <= 0:
         raise SystemExit("error: --budget-minutes must be positive")

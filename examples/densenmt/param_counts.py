@@ -11,6 +11,7 @@ from fairseq.data import Dictionary
 from fairseq.models import ARCH_CONFIG_REGISTRY
 
 import fairseq_dense  # noqa: F401
+from fairseq_dense.logging_setup import configure_logging
 from fairseq_dense.models.densenmt import DenseNMTConfig, DenseNMTModel
 
 ARCHS = ["densenmt_base_4l", "densenmt_enc_4l", "densenmt_dec_4l", "densenmt_att_4l", "densenmt_4l_1",
@@ -46,7 +47,7 @@ def main():
     p.add_argument("--max-positions", type=int, default=1024)
     p.add_argument("--factorized", type=int, default=None)
     args = p.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    configure_logging("%(message)s")
     rows = ["| arch | total (M) | embeddings + softmax (M) | rest (M) |", "|---|---|---|---|"]
     for arch in ARCHS:
         total, emb = count(arch, args.vocab, args.max_positions, args.factorized)

@@ -24,6 +24,8 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
+from fairseq_dense.logging_setup import configure_logging
+
 logger = logging.getLogger("fairseq_dense.dump_branch_weights")
 
 SUFFIXES = (".kappa", ".alpha")
@@ -96,7 +98,7 @@ def main(argv: Optional[List[str]] = None) -> Dict:
     parser.add_argument("--out", required=True, help="output prefix: writes OUT.json and OUT.png")
     parser.add_argument("--no-plot", action="store_true", help="write the JSON only")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", force=True)
+    configure_logging("%(levelname)s %(message)s")
     try:
         series = dump(args.checkpoints)
     except (FileNotFoundError, ValueError) as e:

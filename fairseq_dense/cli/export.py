@@ -15,6 +15,8 @@ import logging
 import sys
 from typing import List, Optional
 
+from fairseq_dense.logging_setup import configure_logging
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -55,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", force=True)
+    configure_logging("%(asctime)s | %(levelname)s | %(name)s | %(message)s")
     logging.getLogger("hydra").setLevel(logging.WARNING)  # fairseq's config composition is chatty
     import fairseq_dense  # noqa: F401  (registers the architectures)
     from fairseq_dense.hub import ModelCardInfo, PretrainedModelError, export_checkpoint

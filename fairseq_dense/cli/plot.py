@@ -21,6 +21,8 @@ import re
 from datetime import datetime
 from typing import Dict, List, Optional, Sequence
 
+from fairseq_dense.logging_setup import configure_logging
+
 logger = logging.getLogger("fairseq_dense.plot")
 
 _LINE = re.compile(
@@ -218,7 +220,7 @@ def get_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
+    configure_logging("%(message)s")
     labels = args.labels or [os.path.basename(p) for p in args.logs]
     if len(labels) != len(args.logs):
         raise SystemExit(f"error: --labels has {len(labels)} names for {len(args.logs)} logs")

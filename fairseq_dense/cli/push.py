@@ -9,9 +9,10 @@ first (``config.json`` and every file it names), and the repository is created
 when missing.
 """
 import argparse
-import logging
 import sys
 from typing import List, Optional
+
+from fairseq_dense.logging_setup import configure_logging
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", force=True)
+    configure_logging("%(asctime)s | %(levelname)s | %(name)s | %(message)s")
     from fairseq_dense.hub import PretrainedModelError, push_to_hub
 
     try:

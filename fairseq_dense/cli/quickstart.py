@@ -20,6 +20,7 @@ from typing import Dict, List
 import fairseq_dense
 from fairseq_dense.data import prepare as prep
 from fairseq_dense.data import synthetic
+from fairseq_dense.logging_setup import configure_logging
 
 logger = logging.getLogger("fairseq_dense.quickstart")
 PACKAGE_DIR = os.path.dirname(os.path.abspath(fairseq_dense.__file__))
@@ -113,7 +114,7 @@ def main(argv=None) -> None:
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(message)s", datefmt="%H:%M:%S", force=True)
+    configure_logging("%(asctime)s | %(message)s", datefmt="%H:%M:%S")
     start = time.time()
 
     if args.corpus:

@@ -27,6 +27,8 @@ import os
 import sys
 from typing import List, Optional, Sequence
 
+from fairseq_dense.logging_setup import configure_logging
+
 logger = logging.getLogger(__name__)
 
 #: Flags that this launcher sets on every rank; passing them by hand is an error.
@@ -186,7 +188,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             build_parser().error(f"{flag} is set by the launcher; remove it")
     from torch.distributed.run import main as torchrun_main
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", force=True)
+    configure_logging("%(asctime)s | %(levelname)s | %(name)s | %(message)s")
     targs = torchrun_args(opts, train_args)
     logger.info("torchrun %s", " ".join(targs))
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError

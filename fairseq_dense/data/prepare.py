@@ -22,6 +22,8 @@ import time
 from multiprocessing import Pool
 from typing import List, Sequence
 
+from fairseq_dense.logging_setup import configure_logging
+
 logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "valid", "test")
@@ -201,7 +203,7 @@ def get_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(message)s", datefmt="%H:%M:%S")
+    configure_logging("%(asctime)s | %(message)s", datefmt="%H:%M:%S")
     if args.bpe_merges <= 0:
         raise SystemExit("error: --bpe-merges must be a positive integer")
     try:

@@ -22,6 +22,8 @@ import os
 import random
 from typing import List, Sequence, Tuple
 
+from fairseq_dense.logging_setup import configure_logging
+
 logger = logging.getLogger(__name__)
 
 # source noun -> (target stem, gender)
@@ -139,7 +141,7 @@ def main(argv=None) -> None:
     parser.add_argument("--sizes", type=int, nargs=3, default=[20000, 500, 500], metavar=("TRAIN", "VALID", "TEST"))
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    configure_logging("%(message)s")
     write_corpus(args.out_dir, args.src, args.tgt, args.sizes, args.seed)
 
 
