@@ -17,9 +17,13 @@ from typing import Dict, List, Optional
 from fairseq_dense.cli.plot import parse_log, plot_loss_curves, series
 
 
+def _stem(log_path: str) -> str:
+    """``DIR/NAME`` of ``DIR/NAME.train.log`` (or of any other ``DIR/NAME.ext``)."""
+    return log_path[: -len(".train.log")] if log_path.endswith(".train.log") else os.path.splitext(log_path)[0]
+
+
 def run_name(log_path: str) -> str:
-    base = os.path.basename(log_path)
-    return base[: -len(".train.log")] if base.endswith(".train.log") else os.path.splitext(base)[0]
+    return os.path.basename(_stem(log_path))
 
 
 def unique_names(paths: List[str]) -> List[str]:
@@ -32,10 +36,9 @@ def unique_names(paths: List[str]) -> List[str]:
 
 
 def generate_bleu(log_path: str) -> Optional[str]:
-    """fairseq-generate's ``BLEU4 = ...`` score from the decoding output beside a training log
-    (``NAME.test.txt``, ``NAME.gen.txt`` or, from the GRU recipe, ``NAME.beam5.txt``)."""
-    stem = log_path[: -len(".train.log")] if log_path.endswith(".train.log") else os.path.splitext(log_path)[0]
-    for suffix in (".test.txt", ".gen.txt", ".beam5.txt"):
+    """fairseq-generate's ``BLEU4 = ...`` score from the decoding output beside a training log."""
+    stem = _stem(log_path)
+    for suffix in (".test.txt", ".gen.txt"):
         path = stem + suffix
         if os.path.isfile(path):
             with open(path, encoding="utf-8", errors="replace") as f:

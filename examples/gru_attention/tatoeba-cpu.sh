@@ -46,10 +46,12 @@ for P in $DROPOUTS; do
         --criterion label_smoothed_cross_entropy_with_stats --label-smoothing 0.0 \
         --max-tokens 2048 --max-epoch "$MAX_EPOCH" --seed 1 --save-dir "$SAVE" --no-epoch-checkpoints \
         --log-format simple --log-interval 50 "$@" 2>&1 | tee "$SAVE.train.log" | grep -E "valid on|done training"
+    # beam 5 -> NAME.test.txt (as every recipe; benchmarks.recipe_table reads it), greedy -> NAME.greedy.txt
     for BEAM in 5 1; do
+        GEN="$SAVE.test.txt"; [ "$BEAM" = 1 ] && GEN="$SAVE.greedy.txt"
         fairseq-generate "$DATA/bin" --user-dir "$USER_DIR" --path "$SAVE/checkpoint_best.pt" -s de -t en \
             --cpu --beam "$BEAM" --batch-size 128 --required-batch-size-multiple 1 --remove-bpe \
-            --gen-subset test > "$SAVE.beam$BEAM.txt" 2>&1
-        echo "dropout $P, beam $BEAM: $(grep -c '^H-' "$SAVE.beam$BEAM.txt") test sentences; $(tail -1 "$SAVE.beam$BEAM.txt")"
+            --gen-subset test > "$GEN" 2>&1
+        echo "dropout $P, beam $BEAM: $(grep -c '^H-' "$GEN") test sentences; $(tail -1 "$GEN")"
     done
 done
