@@ -38,14 +38,20 @@ class DenseAttention(nn.Module):
         attention_dim: ``d``, width of queries, keys and values.
         dropout: used only for the ConvS2S initialisation scale.
         use_weight_norm: weight-normalise the projections (fconv).
+        scale_by_source_length: multiply each attention's output by ``sqrt(s)``,
+            ``s`` the sentence's unpadded source length (ConvS2S Sec. 3.4: the
+            output is a weighted mean of ``s`` vectors, and ``s * sqrt(1/s)``
+            restores its variance; fairseq's ``fconv`` does the same). Folded
+            into the values once per sentence.
     """
 
     def __init__(self, mode: str, layer_dims: List[int], embed_dim: int, attention_dim: int,
-                 dropout: float = 0.0, use_weight_norm: bool = True):
+                 dropout: float = 0.0, use_weight_norm: bool = True, scale_by_source_length: bool = False):
         super().__init__()
         if mode not in ATTENTION_MODES:
             raise ValueError(f"unknown attention mode {mode!r}, expected one of {ATTENTION_MODES}")
         self.mode = mode
+        self.scale_by_source_length = scale_by_source_length
         self.layer_dims = list(layer_dims)
         self.attention_dim = attention_dim
         if mode == "dense2":
@@ -83,7 +89,7 @@ class DenseAttention(nn.Module):
         embedding = embedding.transpose(0, 1)
         if self.mode != "dense2":
             keys = self.key_proj(layers)
-            values = self.value_proj(layers) + self.embed_proj(embedding)
+            values = self._scale(self.value_proj(layers) + self.embed_proj(embedding), padding_mask)
             return keys.transpose(1, 2).contiguous(), values, padding_mask
         keys, values = [], []
         for h, kp, vp in zip(layers.split(self.layer_dims, dim=-1), self.key_projs, self.value_projs):
@@ -93,7 +99,18 @@ class DenseAttention(nn.Module):
             values.append(nn.functional.linear(h, w[:, :d], vp.bias) + nn.functional.linear(embedding, w[:, d:]))
         n = self.num_memories
         keys = torch.cat(keys, dim=1).transpose(1, 2).contiguous()
-        return keys, torch.cat(values, dim=1), padding_mask.repeat(1, n)
+        return keys, self._scale(torch.cat(values, dim=1), padding_mask), padding_mask.repeat(1, n)
+
+    def _scale(self, values: Tensor, padding_mask: Tensor) -> Tensor:
+        """``values * sqrt(s)`` per sentence when scaling by source length.
+
+        Every output row is ``sum_j p_j v_j`` with ``sum_j p_j = 1`` per memory, so
+        scaling the values scales the output.
+        """
+        if not self.scale_by_source_length:
+            return values
+        lengths = padding_mask.size(1) - padding_mask.sum(dim=1, dtype=values.dtype)  # B
+        return values * lengths.clamp(min=1).sqrt().view(-1, 1, 1)
 
     def forward(self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tuple[Tensor, Tensor]:
         """Attend.

@@ -38,6 +38,9 @@ VARIANTS = [
 ] + [
     dict(encoder_connections="residual", decoder_connections="residual", attention="multistep"),  # BASE
     dict(encoder_connections="residual", attention="dense2"),
+    dict(encoder_connections="residual", decoder_connections="residual", attention="multistep",
+         attention_length_scale=True),
+    dict(attention="dense2", sumlen=3, encoder_layers=4, attention_length_scale=True),
     dict(factorized_embed_dim=4, encoder_kernel_size=4, decoder_kernel_size=2, sumlen=2),
     dict(encoder_hidden_sizes=[3, 5, 7], encoder_kernel_sizes=[3, 1, 5], encoder_layers=3,
          decoder_hidden_sizes=[4, 6], decoder_kernel_sizes=[1, 3]),
@@ -118,6 +121,20 @@ def test_dense_att1_matches_equation_9():
     v = v + emb.transpose(0, 1) @ att.embed_proj.weight.t() + att.embed_proj.bias
     torch.testing.assert_close(out, _hand_attention(q, k, v, mask))
     assert attn[1, :, :2].abs().max() == 0
+
+
+@pytest.mark.parametrize("mode", ["multistep", "dense1", "dense2"])
+def test_length_scale_multiplies_each_sentence_by_sqrt_of_its_source_length(mode):
+    dims = [3, 4, 5] if mode != "multistep" else [5]
+    plain = DenseAttention(mode, dims, embed_dim=6, attention_dim=7)
+    scaled = DenseAttention(mode, dims, embed_dim=6, attention_dim=7, scale_by_source_length=True)
+    scaled.load_state_dict(plain.state_dict())
+    layers, emb, mask, q = _memory_inputs(dims)  # sentence 2 has 2 padded positions of 5
+    out, attn = plain(q, *plain.project_memory(torch.cat(layers, -1), emb, mask))
+    out_s, attn_s = scaled(q, *scaled.project_memory(torch.cat(layers, -1), emb, mask))
+    torch.testing.assert_close(attn_s, attn)  # the weights are untouched
+    torch.testing.assert_close(out_s[0], out[0] * 5**0.5)
+    torch.testing.assert_close(out_s[1], out[1] * 3**0.5)
 
 
 def test_summary_layers_bound_input_width():

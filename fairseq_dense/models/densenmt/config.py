@@ -68,6 +68,11 @@ class DenseNMTConfig(FairseqDataclass):
         metadata={"help": "summary layer period (Sec. 3.3): a summary layer mapping the concatenation "
                           "back to the embedding size after every sumlen-1 dense layers; off when unset"},
     )
+    attention_length_scale: bool = field(
+        default=False,
+        metadata={"help": "multiply each attention output by sqrt(unpadded source length), the "
+                          "ConvS2S normalisation (Gehring et al. 2017, Sec. 3.4) that fairseq's fconv applies"},
+    )
     dropout: float = field(default=0.2, metadata={"help": "dropout probability"})
     no_weight_norm: bool = field(
         default=False, metadata={"help": "do not weight-normalise convolutions and linear maps"}

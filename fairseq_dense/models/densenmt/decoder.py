@@ -49,13 +49,16 @@ class DenseNMTDecoder(FairseqIncrementalDecoder):
         dropout: dropout probability.
         use_weight_norm: weight-normalise convolutions and linear maps.
         max_positions: longest target accepted.
+        attention_length_scale: scale attention outputs by ``sqrt(source length)``
+            (see :class:`DenseAttention`).
     """
 
     def __init__(self, dictionary, embed_dim: int, hidden_sizes: List[int], kernel_sizes: List[int],
                  encoder_dims: List[int], encoder_embed_dim: int, attention: str = "dense2",
                  attention_dim: int = 128, dense: bool = True, sumlen: Optional[int] = None,
                  out_embed_dim: int = 256, factorized_dim: Optional[int] = None, dropout: float = 0.1,
-                 use_weight_norm: bool = True, max_positions: int = 1024):
+                 use_weight_norm: bool = True, max_positions: int = 1024,
+                 attention_length_scale: bool = False):
         super().__init__(dictionary)
         self.padding_idx = dictionary.pad()
         self.embed_dim = embed_dim
@@ -69,7 +72,8 @@ class DenseNMTDecoder(FairseqIncrementalDecoder):
         self.embed_tokens = Embedding(len(dictionary), factorized_dim or embed_dim, self.padding_idx)
         self.embed_factor = Linear(factorized_dim, embed_dim, 0.0, wn) if factorized_dim else None
         self.embed_positions = PositionalEmbedding(max_positions, embed_dim, self.padding_idx, learned=True)
-        self.attention = DenseAttention(attention, encoder_dims, encoder_embed_dim, attention_dim, dropout, wn)
+        self.attention = DenseAttention(attention, encoder_dims, encoder_embed_dim, attention_dim, dropout, wn,
+                                        scale_by_source_length=attention_length_scale)
         self.pad_left = max(k - 1 for k in kernel_sizes)
         self.blocks = plan_blocks(len(hidden_sizes), sumlen if dense else None)
         self.convs = nn.ModuleList()

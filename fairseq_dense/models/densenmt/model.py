@@ -104,6 +104,7 @@ class DenseNMTModel(FairseqEncoderDecoderModel):
             dropout=cfg.dropout,
             use_weight_norm=use_wn,
             max_positions=cfg.max_target_positions,
+            attention_length_scale=bool(safe_getattr(cfg, "attention_length_scale", False)),
         )
         return cls(encoder, decoder)
 
