@@ -9,6 +9,9 @@
 #
 #   examples/weighted_transformer/tatoeba-cpu.sh                  # ~30 min per model on 2 cores
 #   MAX_UPDATE=100 examples/weighted_transformer/tatoeba-cpu.sh   # a quick look
+#   PEAK_LR=1e-3 WARM=50 MAX_UPDATE=400 examples/weighted_transformer/tatoeba-cpu.sh
+#       # a conventional peak learning rate instead of the paper's d_model^-0.5 scale
+#       # (the kappa/alpha group keeps the paper's ratio to the main rate)
 set -euo pipefail
 RAW=${RAW:-../shared/data/tatoeba-deu-eng}
 DATA=${DATA:-data/tatoeba-deu-eng}
@@ -25,10 +28,15 @@ TGT=$(ls "$DATA/bin" | sed -n 's/^train\.\([a-z]*\)-\([a-z]*\)\.\1\.idx$/\2/p' |
 
 # schedule scaled to the budget: main warm-up MAX_UPDATE/8, branch warm-up a tenth of it,
 # kappa/alpha frozen for the last 10% (the paper: 4000, 400, 10k of 60k updates)
-WARM=$((MAX_UPDATE / 8 > 1 ? MAX_UPDATE / 8 : 1))
+# PEAK_LR (optional) sets the main group's peak rate (reached at update WARM) instead of
+# the paper's d_model^-0.5 scale; the branch group keeps the paper's ratio sqrt(N) = sqrt(2)
+WARM=${WARM:-$((MAX_UPDATE / 8 > 1 ? MAX_UPDATE / 8 : 1))}
 BWARM=$((WARM / 10 > 1 ? WARM / 10 : 1))
 FREEZE=$((MAX_UPDATE / 10))
-read -r LR BRANCH_LR < <(python -c "print(128 ** -0.5, (128 / 2) ** -0.5)")
+read -r LR BRANCH_LR < <(python -c "
+import math
+scale = float('${PEAK_LR:-0}') * math.sqrt($WARM) or 128 ** -0.5
+print(scale, scale * math.sqrt(2))")
 SIZE=(--encoder-layers 2 --decoder-layers 2 --encoder-embed-dim 128 --decoder-embed-dim 128
       --encoder-ffn-embed-dim 512 --decoder-ffn-embed-dim 512
       --encoder-attention-heads 4 --decoder-attention-heads 4 --share-all-embeddings
