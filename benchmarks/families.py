@@ -29,38 +29,66 @@ SIZE_PREFERENCE = {"small": ("small", "tiny"), "tiny": ("tiny", "small")}
 
 
 def _layers(ours_cfg, key: str, default: int, lo: int = 1, hi: int = 6) -> int:
-    value = getattr(ours_cfg, key, None)
+    value = _cfg_value(ours_cfg, key)
     return max(lo, min(hi, value)) if isinstance(value, int) else default
 
 
+def _cfg_value(cfg, key: str):
+    """``cfg.key`` of an argparse namespace or a (struct) omegaconf config; ``None`` if absent."""
+    try:
+        return getattr(cfg, key, None)
+    except Exception:  # omegaconf's ConfigAttributeError for keys outside a struct config
+        return None
+
+
+def same_dropout(ours_cfg, keys=("dropout",)) -> List[str]:
+    """Ours' dropout rates as the counterpart's arguments (``--dropout 0.3`` ...).
+
+    Both models of a pair train with the same regularisation: fairseq's built-ins
+    default to 0.1 (``lstm``, ``fconv``) or 0.0 attention dropout (``transformer``),
+    our archs follow their papers. The rate also decides the kernel (PyTorch's CPU
+    flash attention has no dropout, so attention dropout > 0 takes the unfused path),
+    so unequal rates make neither the speed nor the convergence comparison fair.
+    """
+    out = []
+    for key in keys:
+        value = _cfg_value(ours_cfg, key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out += ["--" + key.replace("_", "-"), str(float(value))]
+    return out
+
+
 def lstm_args(width: int, ours_cfg) -> List[str]:
-    """fairseq ``lstm``: bidirectional encoder with attention, as deep as ours (1-4 layers)."""
+    """fairseq ``lstm``: bidirectional encoder with attention, as deep as ours (1-4 layers), ours' dropout."""
     enc = _layers(ours_cfg, "encoder_layers", 1, hi=4)
     dec = _layers(ours_cfg, "decoder_layers", 1, hi=4)
     w = str(width)
     return ["--arch", "lstm", "--encoder-layers", str(enc), "--decoder-layers", str(dec),
             "--encoder-bidirectional", "--encoder-embed-dim", w, "--encoder-hidden-size", w,
-            "--decoder-embed-dim", w, "--decoder-hidden-size", w, "--decoder-out-embed-dim", w]
+            "--decoder-embed-dim", w, "--decoder-hidden-size", w, "--decoder-out-embed-dim", w,
+            *same_dropout(ours_cfg)]
 
 
 def fconv_args(width: int, ours_cfg) -> List[str]:
-    """fairseq ``fconv`` (ConvS2S), 4 layers of kernel 3 each side (the DenseNMT paper's BASE-4L shape)."""
+    """fairseq ``fconv`` (ConvS2S), 4 layers of kernel 3 each side (the DenseNMT paper's BASE-4L shape),
+    ours' dropout."""
     n = _layers(ours_cfg, "encoder_layers", 4, hi=8)
     w = str(width)
     return ["--arch", "fconv", "--encoder-embed-dim", w, "--decoder-embed-dim", w,
             "--decoder-out-embed-dim", w, "--encoder-layers", f"[({w}, 3)] * {n}",
-            "--decoder-layers", f"[({w}, 3)] * {n}"]
+            "--decoder-layers", f"[({w}, 3)] * {n}", *same_dropout(ours_cfg)]
 
 
 def transformer_args(width: int, ours_cfg) -> List[str]:
-    """fairseq ``transformer`` with ours' depth, 4 heads, FFN 4x the model width."""
+    """fairseq ``transformer`` with ours' depth and dropout rates, 4 heads, FFN 4x the model width."""
     enc = _layers(ours_cfg, "encoder_layers", 3)
     dec = _layers(ours_cfg, "decoder_layers", 3)
     w = str(width)
     return ["--arch", "transformer", "--encoder-layers", str(enc), "--decoder-layers", str(dec),
             "--encoder-embed-dim", w, "--decoder-embed-dim", w,
             "--encoder-ffn-embed-dim", str(4 * width), "--decoder-ffn-embed-dim", str(4 * width),
-            "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
+            "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
+            *same_dropout(ours_cfg, ("dropout", "attention_dropout", "activation_dropout"))]
 
 
 #: counterpart -> (width -> arch arguments, width step)

@@ -60,6 +60,33 @@ def test_resolve_models_errors_and_defaults():
         families.resolve_models(["lstm"], "tiny")
 
 
+def _parsed(args):
+    from fairseq import options
+
+    return options.parse_args_and_arch(options.get_training_parser(), input_args=["unused-data-dir", *args])
+
+
+@pytest.mark.parametrize("ours, baseline", [
+    (["--arch", "weighted_transformer_tiny"], "transformer"),
+    (["--arch", "weighted_transformer_tiny", "--attention-dropout", "0.25", "--dropout", "0.2"], "transformer"),
+    (["--arch", "densenmt_tiny", "--dropout", "0.35"], "fconv"),
+    (["--arch", "gru_attention_tiny", "--dropout", "0.3"], "lstm"),
+])
+def test_counterpart_trains_with_ours_dropout(ours, baseline):
+    """The fairseq counterpart gets ours' dropout rates, not its own defaults (same config, same kernels)."""
+    ours_ns = _parsed(ours)
+    make_args, _ = families.BASELINE_TEMPLATES[baseline]
+    base_ns = _parsed(make_args(64, ours_ns))
+    assert base_ns.arch == baseline
+    keys = ("dropout", "attention_dropout", "activation_dropout") if baseline == "transformer" else ("dropout",)
+    for key in keys:
+        assert getattr(base_ns, key) == pytest.approx(getattr(ours_ns, key)), key
+    if baseline == "transformer":  # the paper's attention dropout, where fairseq's default is 0.0
+        assert base_ns.attention_dropout == ours_ns.attention_dropout > 0
+    if baseline == "lstm":  # fairseq's lstm derives its in/out dropouts from --dropout
+        assert base_ns.decoder_dropout_out == pytest.approx(ours_ns.dropout)
+
+
 @pytest.mark.slow
 def test_harness_end_to_end(tmp_path):
     """Prepare -> match parameters -> train ours + lstm -> decode -> JSON, markdown, plots (< 40 s)."""
