@@ -121,7 +121,10 @@ class FastForwardLSTMLayer(nn.Module):
         """
         four_h = 4 * self.hidden_size
         f_size = four_h if f_size is None else f_size
-        fused = self.fused_input if self.fused_input is not None else (x.is_cuda or f_size == 0)
+        # a single step (incremental decoding) on CPU: the fused op's per-call weight
+        # preparation costs more than its one step saves, so f and one cell step instead
+        fused = self.fused_input if self.fused_input is not None else (
+            x.is_cuda or (f_size == 0 and x.size(0) > 1))
         if not fused:
             f = self.ff(x)  # all time steps in one matmul
             h, final = self.recur(f, lengths, state)
