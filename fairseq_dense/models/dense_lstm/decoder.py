@@ -214,8 +214,16 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
                 inp = torch.cat([o, shift_in_time(o, prev_out[:, : o.size(-1)]), ctx_all], -1)
             else:
                 inp = torch.cat([feats[-1], ctx_all], -1)
-            out, (h_n, c_n) = self.layers[j](inp, (h[j].unsqueeze(0), c[j].unsqueeze(0)))
-            h[j], c[j] = h_n[0], c_n[0]
+            lstm = self.layers[j]
+            if inp.size(0) == 1 and not inp.is_cuda:
+                # one step (incremental decoding): on CPU the fused op's per-call weight
+                # preparation costs more than the step itself; the plain cell is the same math
+                h[j], c[j] = torch.lstm_cell(inp[0], (h[j], c[j]), lstm.weight_ih_l0, lstm.weight_hh_l0,
+                                             lstm.bias_ih_l0, lstm.bias_hh_l0)
+                out = h[j].unsqueeze(0)
+            else:
+                out, (h_n, c_n) = lstm(inp, (h[j].unsqueeze(0), c[j].unsqueeze(0)))
+                h[j], c[j] = h_n[0], c_n[0]
             feats.append(self.dropout(out))
         if dense:
             readout_in = torch.cat(feats + [ctx_all], -1)  # [o_t^{L_d}; c_t]
