@@ -10,7 +10,12 @@ run left in its work folder:
   process, batch by batch), stored under ``decode_paired``;
 - ``train``: :func:`benchmarks.paired_train.paired_train_speed` (both models built from
   their recorded ``fairseq-train`` commands, the same real batches, interleaved),
-  stored under ``train_paired``.
+  stored under ``train_paired``;
+- ``memory``: peak resident memory of ``fairseq-train`` again, per model in a fresh
+  child (the recorded command, ``--max-update`` ``--memory-updates``, nothing saved),
+  replacing ``train.peak_rss_mib`` (the record keeps how it was re-measured under
+  ``train.peak_rss_remeasured``). For runs made before the harness read the child's
+  ``VmHWM``: their figures included the harness's own resident size at the fork.
 
 Each figure keeps the command, date, commit and machine that produced it;
 ``results.md`` is rewritten. Run ``python -m benchmarks.fill_reports`` afterwards to
@@ -25,8 +30,10 @@ import shlex
 import subprocess
 import sys
 
+import tempfile
+
 from benchmarks import decode as dec
-from benchmarks import machine, paired_train, report
+from benchmarks import machine, paired_train, report, train
 from fairseq_dense.logging_setup import configure_logging
 
 logger = logging.getLogger("benchmarks.remeasure")
@@ -61,13 +68,27 @@ def run_dirs(entry):
     return ckpts[0], ckpts[1], data_bin, commands[0], commands[1]
 
 
+def _peak_memory(train_args, updates: int, threads: int, measured) -> dict:
+    """Peak RSS of ``fairseq-train <train_args>`` for ``updates`` updates in a fresh child."""
+    with tempfile.TemporaryDirectory(prefix="remeasure-memory-") as tmp:
+        args = list(train_args) + ["--max-update", str(updates), "--stop-time-hours", "0", "--save-dir", tmp, "--no-save"]
+        got = train.run_training(args, tmp, threads, timeout_s=3600)
+    if got["peak_rss_source"] != "VmHWM":
+        raise RuntimeError("peak memory needs /proc/self/status (Linux); ru_maxrss includes this process")
+    return {"peak_rss_mib": got["peak_rss_mib"], "peak_rss_source": got["peak_rss_source"],
+            "peak_rss_remeasured": dict(measured, updates=updates)}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.remeasure", description=__doc__.split("\n\n")[0])
     p.add_argument("results", help="results.json of a benchmark run whose work folder still exists")
-    p.add_argument("--what", nargs="+", choices=("decode", "train"), default=["decode", "train"])
+    p.add_argument("--what", nargs="+", choices=("decode", "train", "memory"), default=["decode", "train"])
     p.add_argument("--sentences", type=int, default=200, help="test sentences decoded (decode)")
     p.add_argument("--train-batches", type=int, default=8, help="training batches per round (train)")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--memory-updates", type=int, default=30,
+                   help="updates per model for the peak-memory measurement (memory); the run's "
+                        "validation interval applies, so >= it includes a validation pass")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--families", nargs="*", help="only these result keys (default: all)")
     a = p.parse_args(argv)
@@ -109,6 +130,10 @@ def main(argv=None) -> int:
                 remeasured=measured)
             logger.info("%s: training x%.2f (FLOPs x%.2f)", key, entry["train_paired"]["ratio"],
                         entry["train_paired"]["flop_ratio"] or 0)
+        if "memory" in a.what and device == "cpu":
+            for side, args in (("ours", ours_args), ("baseline", base_args)):
+                entry[side]["train"].update(_peak_memory(args, a.memory_updates, a.threads, measured))
+                logger.info("%s %s: peak RSS %.0f MiB", key, side, entry[side]["train"]["peak_rss_mib"])
         done += 1
     with open(a.results, "w") as f:
         json.dump(results, f, indent=1, default=str)

@@ -2,8 +2,8 @@
 
 Why the CLI and not an in-process loop: the figures are then those of the tool
 users run (same data loading, same Trainer, same logging), every model runs in a
-fresh process so peak memory (``ru_maxrss`` from ``os.wait4``; CUDA allocator
-peak reported by the child) belongs to that model alone, and the JSON log doubles
+fresh process so peak memory (the child's ``VmHWM``, see ``_train_child.py``; CUDA
+allocator peak reported by the child) belongs to that model alone, and the JSON log doubles
 as the source of the loss curves (``fairseq-dense-plot`` reads the same files).
 
 Throughput is fairseq's ``wps`` (target tokens per second) per log interval;
@@ -104,10 +104,14 @@ def run_training(train_args: List[str], run_dir: str, threads: int, timeout_s: f
     if os.path.isfile(stats_path):
         with open(stats_path) as f:
             child = json.load(f)
+    # VmHWM where the child could read it; ru_maxrss (which includes the parent's
+    # resident size at the fork on Linux) only as a fallback, and said so
+    hwm = child.get("vm_hwm_kib")
     return {
         "log": log_path,
         "wall_s": wall,
-        "peak_rss_mib": usage.ru_maxrss / 1024.0,  # Linux reports KiB
+        "peak_rss_mib": (hwm if hwm else usage.ru_maxrss) / 1024.0,  # KiB on Linux
+        "peak_rss_source": "VmHWM" if hwm else "ru_maxrss",
         "cuda_max_allocated_mib": child.get("cuda_max_allocated_bytes", 0) / 2**20 or None,
     }
 

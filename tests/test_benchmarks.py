@@ -1,5 +1,9 @@
 """Smoke tests of the benchmark harness (``python -m benchmarks.run``) and ``fairseq-dense-plot``."""
 import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -60,6 +64,21 @@ def test_resolve_models_errors_and_defaults():
         families.resolve_models(["lstm"], "tiny")
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="VmHWM is Linux's")
+def test_child_peak_memory_excludes_the_parents(tmp_path):
+    """A child started by a big parent reports its own peak (VmHWM), not the parent's resident size."""
+    big = torch.ones(160 * 2**20 // 4 * 4)  # 640 MiB resident in this (parent) process
+    code = ("import json, resource, sys; sys.path.insert(0, {root!r}); "
+            "from benchmarks._train_child import vm_hwm_kib; "
+            "print(json.dumps([vm_hwm_kib(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss]))")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code.format(root=root)], capture_output=True, text=True, check=True)
+    hwm_kib, maxrss_kib = json.loads(out.stdout.strip().splitlines()[-1])
+    assert big.sum() > 0
+    assert hwm_kib < 300 * 1024  # a bare interpreter plus benchmarks/_train_child.py
+    assert maxrss_kib > 600 * 1024  # what ru_maxrss would have reported instead
+
+
 def _parsed(args):
     from fairseq import options
 
@@ -107,6 +126,7 @@ def test_harness_end_to_end(tmp_path):
         s = e[side]
         assert s["train"]["updates"] == 12 and s["train"]["train_tokens_per_s"] > 0
         assert s["train"]["peak_rss_mib"] > 50 and 0 < s["mfu"] < 1
+        assert s["train"]["peak_rss_source"] == "VmHWM"
         assert s["decode"]["full"]["sentences"] == 20 and "nrefs:1" in s["decode"]["signature"]
         assert s["decode"]["cache_subset"]["identical_hypotheses"] == 1.0
     assert e["baseline"]["arch"] == "lstm" and e["ours"]["attention"]
