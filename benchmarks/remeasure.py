@@ -29,7 +29,6 @@ import os
 import shlex
 import subprocess
 import sys
-
 import tempfile
 
 from benchmarks import decode as dec
@@ -71,7 +70,8 @@ def run_dirs(entry):
 def _peak_memory(train_args, updates: int, threads: int, measured) -> dict:
     """Peak RSS of ``fairseq-train <train_args>`` for ``updates`` updates in a fresh child."""
     with tempfile.TemporaryDirectory(prefix="remeasure-memory-") as tmp:
-        args = list(train_args) + ["--max-update", str(updates), "--stop-time-hours", "0", "--save-dir", tmp, "--no-save"]
+        args = list(train_args) + ["--max-update", str(updates), "--stop-time-hours", "0",
+                                   "--save-dir", tmp, "--no-save"]
         got = train.run_training(args, tmp, threads, timeout_s=3600)
     if got["peak_rss_source"] != "VmHWM":
         raise RuntimeError("peak memory needs /proc/self/status (Linux); ru_maxrss includes this process")

@@ -156,12 +156,18 @@ def test_harness_end_to_end(tmp_path):
     assert "loss_gru_attention.png" in filled
     assert "| gru_attention |" in (repo / "benchmarks" / "README.md").read_text()
     # the side-by-side decoding comparison can be re-measured on the run's checkpoints
+    # (and so can peak memory, each recorded command again for a few updates in a fresh child)
     assert remeasure.main([str(out / "results.json"), "--sentences", "4", "--train-batches", "2", "--rounds", "1",
-                           "--threads", "1"]) == 0
+                           "--threads", "1", "--what", "decode", "train", "memory", "--memory-updates", "3"]) == 0
     again = json.loads((out / "results.json").read_text())["families"]["gru_attention"]
     assert again["decode_paired"]["sentences"] == 4 and again["train_paired"]["batches"] == 2
     assert again["train_paired"]["remeasured"]["command"].startswith("python -m benchmarks.remeasure")
-    assert "were re-measured on" in (out / "results.md").read_text()
+    for side in ("ours", "baseline"):
+        mem = again[side]["train"]
+        assert mem["peak_rss_source"] == "VmHWM" and mem["peak_rss_remeasured"]["updates"] == 3
+        assert 50 < mem["peak_rss_mib"] < 4096
+    md = (out / "results.md").read_text()
+    assert "were re-measured on" in md and "peak memory figures were re-measured" in md
 
 
 def test_rnn_and_conv_tbc_flops_are_counted():
