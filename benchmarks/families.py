@@ -29,16 +29,10 @@ SIZE_PREFERENCE = {"small": ("small", "tiny"), "tiny": ("tiny", "small")}
 
 
 def _layers(ours_cfg, key: str, default: int, lo: int = 1, hi: int = 6) -> int:
-    value = _cfg_value(ours_cfg, key)
+    from fairseq.utils import safe_getattr  # namespace or (struct) omegaconf config
+
+    value = safe_getattr(ours_cfg, key)
     return max(lo, min(hi, value)) if isinstance(value, int) else default
-
-
-def _cfg_value(cfg, key: str):
-    """``cfg.key`` of an argparse namespace or a (struct) omegaconf config; ``None`` if absent."""
-    try:
-        return getattr(cfg, key, None)
-    except Exception:  # omegaconf's ConfigAttributeError for keys outside a struct config
-        return None
 
 
 def same_dropout(ours_cfg, keys=("dropout",)) -> List[str]:
@@ -50,9 +44,11 @@ def same_dropout(ours_cfg, keys=("dropout",)) -> List[str]:
     flash attention has no dropout, so attention dropout > 0 takes the unfused path),
     so unequal rates make neither the speed nor the convergence comparison fair.
     """
+    from fairseq.utils import safe_getattr  # namespace or (struct) omegaconf config
+
     out = []
     for key in keys:
-        value = _cfg_value(ours_cfg, key)
+        value = safe_getattr(ours_cfg, key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             out += ["--" + key.replace("_", "-"), str(float(value))]
     return out

@@ -157,10 +157,9 @@ def markdown(results: Dict) -> str:
     for what, cmd, date, commit, threads in sorted(again, key=str):
         lines += ["", f"The side-by-side {what} figures were re-measured on {date} by `{cmd}` "
                   f"(code at commit {commit}, {threads} thread(s)) on this run's data and checkpoints."]
-    mem_again = {(_get(s, "train", "peak_rss_remeasured", "command"), _get(s, "train", "peak_rss_remeasured", "date"),
-                  _get(s, "train", "peak_rss_remeasured", "commit"), _get(s, "train", "peak_rss_remeasured", "updates"))
-                 for e in results["families"].values() for s in (e.get("ours"), e.get("baseline"))
-                 if _get(s, "train", "peak_rss_remeasured")}
+    mem_records = [_get(s, "train", "peak_rss_remeasured") for e in results["families"].values()
+                   for s in (e.get("ours"), e.get("baseline"))]
+    mem_again = {tuple(r.get(k) for k in ("command", "date", "commit", "updates")) for r in mem_records if r}
     for cmd, date, commit, updates in sorted(mem_again, key=str):
         lines += ["", f"The peak memory figures were re-measured on {date} by `{cmd}` (code at commit "
                   f"{commit}; each model's recorded `fairseq-train` command for {updates} updates in a fresh "
