@@ -12,6 +12,8 @@ SRC ?= de
 TGT ?= en
 MINUTES ?= 6
 PYTEST_ARGS ?=
+# test processes (pytest-xdist); the tests mostly run single-threaded fairseq commands
+TEST_WORKERS ?= 2
 
 .PHONY: venv quickstart test clean
 
@@ -29,7 +31,7 @@ quickstart: venv
 	$(PY) -m fairseq_dense.cli.quickstart $(if $(CORPUS),--corpus $(CORPUS) --src $(SRC) --tgt $(TGT)) --minutes $(MINUTES)
 
 test: venv
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) quickstart-work

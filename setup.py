@@ -28,7 +28,7 @@ setup(
         "huggingface_hub>=0.20",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-timeout", "matplotlib"],
+        "test": ["pytest>=7", "pytest-timeout", "pytest-xdist", "matplotlib"],
         "plot": ["matplotlib"],
     },
     entry_points={
