@@ -54,15 +54,41 @@ def same_dropout(ours_cfg, keys=("dropout",)) -> List[str]:
     return out
 
 
+def same_embeddings(ours_cfg, width: int) -> List[str]:
+    """Ours' embedding layout as ``lstm`` arguments: embedding sizes and output-table sharing.
+
+    The ``lstm`` counterpart's width is searched for its recurrent stack only; its
+    embedding tables get ours' sizes, and its softmax shares the target embedding when
+    ours does. With the width coupled to the embeddings instead, the two models'
+    parameter budgets were the same but split differently: a baseline with wide untied
+    tables has fewer recurrent weights, so "matched parameters" meant unequal compute
+    (DenseRNN: 1.38x the FLOPs per token of such a baseline). Sizes ours does not have
+    (e.g. GRU's readout) fall back to the width.
+    """
+    from fairseq.utils import safe_getattr  # namespace or (struct) omegaconf config
+
+    def dim(key):
+        value = safe_getattr(ours_cfg, key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else width
+
+    enc, dec = dim("encoder_embed_dim"), dim("decoder_embed_dim")
+    out = ["--encoder-embed-dim", str(enc), "--decoder-embed-dim", str(dec)]
+    if safe_getattr(ours_cfg, "share_all_embeddings", False) and enc == dec:
+        return out + ["--decoder-out-embed-dim", str(dec), "--share-all-embeddings"]
+    if safe_getattr(ours_cfg, "share_decoder_input_output_embed", False):
+        return out + ["--decoder-out-embed-dim", str(dec), "--share-decoder-input-output-embed"]
+    return out + ["--decoder-out-embed-dim", str(dim("decoder_out_embed_dim"))]
+
+
 def lstm_args(width: int, ours_cfg) -> List[str]:
-    """fairseq ``lstm``: bidirectional encoder with attention, as deep as ours (1-4 layers), ours' dropout."""
+    """fairseq ``lstm``: bidirectional encoder with attention, as deep as ours (1-4 layers), hidden
+    size ``width``, ours' embedding layout (:func:`same_embeddings`) and dropout."""
     enc = _layers(ours_cfg, "encoder_layers", 1, hi=4)
     dec = _layers(ours_cfg, "decoder_layers", 1, hi=4)
     w = str(width)
     return ["--arch", "lstm", "--encoder-layers", str(enc), "--decoder-layers", str(dec),
-            "--encoder-bidirectional", "--encoder-embed-dim", w, "--encoder-hidden-size", w,
-            "--decoder-embed-dim", w, "--decoder-hidden-size", w, "--decoder-out-embed-dim", w,
-            *same_dropout(ours_cfg)]
+            "--encoder-bidirectional", "--encoder-hidden-size", w, "--decoder-hidden-size", w,
+            *same_embeddings(ours_cfg, width), *same_dropout(ours_cfg)]
 
 
 def fconv_args(width: int, ours_cfg) -> List[str]:

@@ -106,6 +106,36 @@ def test_counterpart_trains_with_ours_dropout(ours, baseline):
         assert base_ns.decoder_dropout_out == pytest.approx(ours_ns.dropout)
 
 
+@pytest.mark.parametrize("ours, embed, out_dim, tied", [
+    (["--arch", "dense_lstm_small"], 128, 128, True),  # tied softmax, embeddings narrower than the layers
+    (["--arch", "fast_forward_lstm_tiny"], 32, None, False),  # no output size of its own: the width
+    (["--arch", "gru_attention_tiny", "--decoder-embed-dim", "24", "--encoder-embed-dim", "20"], None, None, False),
+])
+def test_lstm_counterpart_has_ours_embedding_layout(ours, embed, out_dim, tied):
+    """The ``lstm`` counterpart's width sets its recurrent sizes only; its embedding tables and
+    softmax sharing follow ours, so equal parameters means equal recurrent work."""
+    ours_ns = _parsed(ours)
+    base_ns = _parsed(families.lstm_args(77, ours_ns))
+    assert base_ns.encoder_hidden_size == base_ns.decoder_hidden_size == 77
+    assert base_ns.encoder_embed_dim == (embed or ours_ns.encoder_embed_dim)
+    assert base_ns.decoder_embed_dim == (embed or ours_ns.decoder_embed_dim)
+    assert base_ns.decoder_out_embed_dim == (out_dim or 77)
+    assert bool(base_ns.share_decoder_input_output_embed) is tied
+
+
+def test_matched_lstm_counterpart_does_the_same_matmul_work(tmp_path):
+    """Matched on parameters, DenseRNN and its counterpart also match on matmul weights per token
+    (with a width-coupled, untied counterpart they differed by 1.4x on the Tatoeba vocabulary)."""
+    for lang in ("de", "en"):  # an 8k joint vocabulary, as the Tatoeba run's; building needs no data
+        (tmp_path / f"dict.{lang}.txt").write_text("".join(f"w{i} 1\n" for i in range(8000)))
+    (tmp_path / "train.de-en.de.idx").touch()  # names the language pair for the counterpart's build
+    data = tmp_path
+    pairing, ours, base = families.match_baseline(str(data), "dense_lstm", "dense_lstm_small", ["-s", "de", "-t", "en"])
+    assert abs(pairing.param_gap) <= 0.05
+    ratio = families.matmul_params(ours, 1.0) / families.matmul_params(base, 1.0)
+    assert 0.9 <= ratio <= 1.1, ratio
+
+
 @pytest.mark.slow
 def test_harness_end_to_end(tmp_path):
     """Prepare -> match parameters -> train ours + lstm -> decode -> JSON, markdown, plots (< 40 s)."""
