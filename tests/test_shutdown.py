@@ -1,4 +1,5 @@
 """fairseq's prefetch threads are parked before interpreter exit (fairseq_dense.shutdown)."""
+import threading
 import time
 
 from fairseq.data.iterators import BufferedIterator
@@ -19,6 +20,22 @@ class SlowSource:
         for i in range(self.n):
             time.sleep(self.delay)
             yield i
+
+
+class GatedSource:
+    """Yields 0, then waits for ``gate`` before yielding 1: the producer thread is
+    certainly alive until the test opens the gate (no race with a fast finish)."""
+
+    def __init__(self):
+        self.gate = threading.Event()
+
+    def __len__(self):
+        return 2
+
+    def __iter__(self):
+        yield 0
+        assert self.gate.wait(30)
+        yield 1
 
 
 def consumer(itr: BufferedIterator):
@@ -45,9 +62,11 @@ def test_quiesce_gives_up_after_its_timeout():
 
 
 def test_finished_threads_count_as_quiet():
-    itr = BufferedIterator(10, SlowSource(2, 0.0))
+    source = GatedSource()
+    itr = BufferedIterator(10, source)
     next(itr)
     thread = consumer(itr)
+    source.gate.set()
     assert list(itr) == [1]
     thread.join(5)
     assert shutdown.quiesce_prefetch_threads(timeout=5, threads=[thread])
