@@ -86,7 +86,8 @@ def markdown(results: Dict) -> str:
         "schedule, batch size and budget. Throughput, memory and decoding > 1 means ours is faster / "
         "larger; time-to-baseline-best < 1 means ours reached the baseline's best validation loss sooner. "
         "The baseline's w= is the width searched to match the parameter count (docs/benchmarks.md: "
-        "channels of fconv, d_model of transformer, hidden size of lstm, which has ours' embedding sizes).",
+        "channels of fconv, d_model of transformer, hidden size of lstm); results.json records each "
+        "baseline's exact options (arch_args).",
         "",
         "| family | ours (params) | baseline (params) | train tok/s | train side by side: speed (FLOPs, per FLOP) "
         "| peak mem | MFU ours / base |"

@@ -129,8 +129,7 @@ def test_matched_lstm_counterpart_does_the_same_matmul_work(tmp_path):
     for lang in ("de", "en"):  # an 8k joint vocabulary, as the Tatoeba run's; building needs no data
         (tmp_path / f"dict.{lang}.txt").write_text("".join(f"w{i} 1\n" for i in range(8000)))
     (tmp_path / "train.de-en.de.idx").touch()  # names the language pair for the counterpart's build
-    data = tmp_path
-    pairing, ours, base = families.match_baseline(str(data), "dense_lstm", "dense_lstm_small", ["-s", "de", "-t", "en"])
+    pairing, ours, base = families.match_baseline(str(tmp_path), "dense_lstm", "dense_lstm_small", ["-s", "de", "-t", "en"])
     assert abs(pairing.param_gap) <= 0.05
     ratio = families.matmul_params(ours, 1.0) / families.matmul_params(base, 1.0)
     assert 0.9 <= ratio <= 1.1, ratio
