@@ -54,7 +54,8 @@ class BahdanauAttention(nn.Module):
         if single:
             query = query.unsqueeze(1)
         # B x S x 1 x A + B x 1 x T x A -> B x S x T
-        scores = self.v(torch.tanh(self.query_proj(query).unsqueeze(2) + proj_keys.unsqueeze(1))).squeeze(-1)
+        # tanh in place: the sum is a fresh (B, S, T, A) tensor, the largest of the step
+        scores = self.v((self.query_proj(query).unsqueeze(2) + proj_keys.unsqueeze(1)).tanh_()).squeeze(-1)
         if padding_mask is not None:
             scores = scores.masked_fill(padding_mask.unsqueeze(1), float("-inf"))
         attn = torch.softmax(scores.float(), dim=-1).type_as(scores)

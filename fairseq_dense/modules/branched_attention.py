@@ -38,6 +38,7 @@ from fairseq.incremental_decoding_utils import with_incremental_state
 from fairseq.modules import FairseqDropout, LayerNorm
 from torch import Tensor, nn
 
+from fairseq_dense.modules import beam_rows
 from fairseq_dense.modules.simplex import ON_SIMPLEX_ATTR, uniform_simplex
 
 #: ``param_group`` tag of kappa/alpha, read by ``--lr-scheduler grouped``
@@ -186,7 +187,9 @@ class BranchedAttention(nn.Module):
         if not self.self_attention:
             if "prev_key" not in state:
                 k, v = self._kv(key)
-                state = {"prev_key": k, "prev_value": v, "prev_key_padding_mask": key_padding_mask}
+                rows = [(k, 0), (v, 0)] + ([] if key_padding_mask is None else [(key_padding_mask, 0)])
+                state = {"prev_key": k, "prev_value": v, "prev_key_padding_mask": key_padding_mask,
+                         beam_rows.ROW_GROUPS: beam_rows.row_groups(rows)}
                 self.set_incremental_state(incremental_state, "attn_state", state)
             return state["prev_key"], state["prev_value"], state["prev_key_padding_mask"]
         k, v = self._kv(q_in)
@@ -211,10 +214,15 @@ class BranchedAttention(nn.Module):
         return k, v, mask
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
-        """Reorder every cached tensor along its batch dimension (beam search)."""
+        """Reorder every cached tensor along its batch dimension (beam search).
+
+        Encoder-decoder attention's keys and values are per sentence: a reorder among a
+        sentence's beams leaves them as they are (:mod:`fairseq_dense.modules.beam_rows`).
+        """
         state = self.get_incremental_state(incremental_state, "attn_state")
         if state is not None:
-            state = {k: None if t is None else t.index_select(0, new_order) for k, t in state.items()}
+            static = () if self.self_attention else ("prev_key", "prev_value", "prev_key_padding_mask")
+            state = beam_rows.reorder_cache(state, new_order, static=static)
             self.set_incremental_state(incremental_state, "attn_state", state)
         return incremental_state
 

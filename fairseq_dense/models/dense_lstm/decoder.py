@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from fairseq.models import FairseqIncrementalDecoder
 from torch import Tensor
 
+from fairseq_dense.modules import beam_rows
 from fairseq_dense.modules.bahdanau_attention import BahdanauAttention
 from fairseq_dense.modules.dense_lstm_layer import lstm_cell, shift_in_time
 
@@ -37,7 +38,9 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
     Incremental state (key ``dense_lstm_state``), all batch-first: ``hidden`` and
     ``cell`` ``(batch, layers, hidden)``; ``prev_out`` ``(batch, embed + layers *
     hidden)`` the previous step's ``o^{L_d}``; ``proj_keys`` ``(batch, src_len,
-    sum of attention dims)`` (encoder-only, computed once per sentence).
+    sum of attention dims)`` and ``values`` ``(batch, src_len, branches, dim)``
+    (encoder-only, computed once per sentence, with their ``row_groups``: beam
+    reorders within a sentence skip them).
 
     Args:
         dictionary: target dictionary.
@@ -127,7 +130,7 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
             mean attention ``(batch, src_len)``.
         """
         q = F.linear(query, w_query).view(query.size(0), 1, *w_v.shape)  # B x 1 x n x A
-        scores = (torch.tanh(q + keys) * w_v).sum(-1)  # B x T x n
+        scores = ((q + keys).tanh_() * w_v).sum(-1)  # B x T x n; tanh in place on the fresh sum
         scores = scores.masked_fill(padding_mask.unsqueeze(-1), float("-inf"))
         attn = torch.softmax(scores.float(), dim=1).type_as(scores)
         context = torch.einsum("btn,btnd->bnd", attn, values)  # B x n x d
@@ -156,19 +159,23 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
             prev_output_tokens = prev_output_tokens[:, -1:]
         bsz = prev_output_tokens.size(0)
         n_att = len(self.attentions)
-        memory = self._memories(encoder_out)  # T x B x C
-        values = memory.transpose(0, 1).reshape(bsz, memory.size(0), n_att, -1)  # B x T x n x d
         padding_mask = encoder_out["encoder_padding_mask"][0]
         cached = self.get_incremental_state(incremental_state, _STATE_KEY) if incremental_state is not None else None
         if cached is not None:
             hidden, cell = cached["hidden"], cached["cell"]
-            prev_out, proj_keys = cached["prev_out"], cached["proj_keys"]
+            prev_out, proj_keys, values = cached["prev_out"], cached["proj_keys"], cached["values"]
+            groups = cached.get(beam_rows.ROW_GROUPS)
         else:
+            memory = self._memories(encoder_out)  # T x B x C
+            values = memory.transpose(0, 1).reshape(bsz, memory.size(0), n_att, -1)  # B x T x n x d
             hidden = memory.new_zeros(bsz, self.num_layers, self.hidden_size)
             cell = torch.zeros_like(hidden)
             prev_out = memory.new_zeros(bsz, self.embed_dim + self.num_layers * self.hidden_size)
             keys_per_branch = memory.split(self.context_dim // n_att, dim=-1)
             proj_keys = torch.cat([a.project_keys(k) for a, k in zip(self.attentions, keys_per_branch)], -1)
+            groups = None
+            if incremental_state is not None:
+                groups = beam_rows.row_groups([(proj_keys, 0), (values, 0)])
         keys = proj_keys.view(bsz, proj_keys.size(1), n_att, -1)  # B x T x n x A
         w_query = torch.cat([a.query_proj.weight for a in self.attentions], 0)
         w_v = torch.cat([a.v.weight for a in self.attentions], 0)
@@ -236,6 +243,8 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
                 "cell": torch.stack(c, 1),
                 "prev_out": torch.cat([f[-1] for f in feats], -1),
                 "proj_keys": proj_keys,
+                "values": values,
+                beam_rows.ROW_GROUPS: groups,
             })
         return m, {"attn": [torch.stack(attns, dim=1)]}
 
@@ -243,11 +252,12 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
         return self.output_projection(features)
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor) -> None:
-        """Reorder every cached tensor along its batch dimension (beam search)."""
+        """Reorder the cache along its batch dimension (beam search); the encoder-side
+        tensors (keys, values) only when the reorder moves rows between sentences."""
         cached = self.get_incremental_state(incremental_state, _STATE_KEY)
         if cached is None:
             return
-        reordered = {k: v.index_select(0, new_order) for k, v in cached.items() if v is not None}
+        reordered = beam_rows.reorder_cache(cached, new_order, static=("proj_keys", "values"))
         self.set_incremental_state(incremental_state, _STATE_KEY, reordered)
 
     def max_positions(self) -> int:

@@ -7,6 +7,7 @@ from fairseq import utils
 from fairseq.models import FairseqEncoder
 from torch import Tensor
 
+from fairseq_dense.modules import beam_rows
 from fairseq_dense.modules.dense_lstm_layer import DenseLSTMEncoderLayer
 
 
@@ -104,9 +105,13 @@ class DenseLSTMEncoder(FairseqEncoder):
             "src_lengths": [src_lengths],
         }
 
-    @torch.jit.export
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
-        """Reorder every key along its batch dimension (beam search)."""
+        """Reorder every key along its batch dimension (beam search); a reorder between
+        identical beam copies of a sentence is skipped (:mod:`fairseq_dense.modules.beam_rows`)."""
+        return beam_rows.reorder_encoder_out(encoder_out, new_order, self._select_rows)
+
+    @staticmethod
+    def _select_rows(encoder_out: Dict[str, List[Tensor]], new_order: Tensor) -> Dict[str, List[Tensor]]:
         return {
             "encoder_out": [encoder_out["encoder_out"][0].index_select(1, new_order)],
             "encoder_layers": [encoder_out["encoder_layers"][0].index_select(1, new_order)],

@@ -8,6 +8,7 @@ from fairseq.models import FairseqIncrementalDecoder
 from fairseq.modules import PositionalEmbedding
 from torch import Tensor
 
+from fairseq_dense.modules import beam_rows
 from fairseq_dense.modules.dense_attention import DenseAttention
 from fairseq_dense.modules.dense_conv import (
     ConvLayer, Embedding, FeatureBuffer, Linear, conv_rows, glu_rows, linear_rows, plan_blocks,
@@ -30,7 +31,8 @@ class DenseNMTDecoder(FairseqIncrementalDecoder):
     Incremental state (key ``densenmt_state``): ``keys``
     ``(batch, attention_dim, n * src_len)``, ``values``
     ``(batch, n * src_len, attention_dim)`` and ``mask`` ``(batch, n * src_len)``,
-    the encoder projections, computed once per sentence. Each
+    the encoder projections, computed once per sentence (with their ``row_groups``:
+    beam reorders within a sentence skip them). Each
     ``LinearizedConvolution`` keeps its own input buffer.
 
     Args:
@@ -128,8 +130,9 @@ class DenseNMTDecoder(FairseqIncrementalDecoder):
             encoder_out["encoder_padding_mask"][0],
         )
         if incremental_state is not None:
-            self.set_incremental_state(incremental_state, _STATE_KEY,
-                                       {"keys": keys, "values": values, "mask": mask})
+            groups = beam_rows.row_groups([(t, 0) for t in (keys, values, mask) if t is not None])
+            self.set_incremental_state(incremental_state, _STATE_KEY, {
+                "keys": keys, "values": values, "mask": mask, beam_rows.ROW_GROUPS: groups})
         return keys, values, mask
 
     # ------------------------------------------------------------------ forward
@@ -258,7 +261,8 @@ class DenseNMTDecoder(FairseqIncrementalDecoder):
         cached = self.get_incremental_state(incremental_state, _STATE_KEY)
         if cached is None:
             return
-        reordered = {k: v.index_select(0, new_order) for k, v in cached.items() if v is not None}
+        # per-sentence tensors: skipped when the reorder stays within a sentence's beams
+        reordered = beam_rows.reorder_cache(cached, new_order, static=("keys", "values", "mask"))
         self.set_incremental_state(incremental_state, _STATE_KEY, reordered)
 
     def max_positions(self) -> int:

@@ -9,6 +9,7 @@ from fairseq.models import FairseqEncoder
 from fairseq.modules import GradMultiply, PositionalEmbedding
 from torch import Tensor
 
+from fairseq_dense.modules import beam_rows
 from fairseq_dense.modules.dense_conv import (
     ConvLayer, Embedding, FeatureBuffer, Linear, conv_rows, glu_rows, linear_rows, plan_blocks,
 )
@@ -170,9 +171,13 @@ class DenseNMTEncoder(FairseqEncoder):
                 first = linear_rows(buf.center(buf.rows()), s.weight, s.bias) * keep
         return buf
 
-    @torch.jit.export
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
-        """Reorder every key along its batch dimension (beam search)."""
+        """Reorder every key along its batch dimension (beam search); a reorder between
+        identical beam copies of a sentence is skipped (:mod:`fairseq_dense.modules.beam_rows`)."""
+        return beam_rows.reorder_encoder_out(encoder_out, new_order, self._select_rows)
+
+    @staticmethod
+    def _select_rows(encoder_out: Dict[str, List[Tensor]], new_order: Tensor) -> Dict[str, List[Tensor]]:
         return {
             "encoder_out": [encoder_out["encoder_out"][0].index_select(1, new_order)],
             "encoder_embedding": [encoder_out["encoder_embedding"][0].index_select(1, new_order)],

@@ -6,6 +6,7 @@ import torch.nn as nn
 from fairseq.models import FairseqIncrementalDecoder
 from torch import Tensor
 
+from fairseq_dense.modules import beam_rows
 from fairseq_dense.modules.bahdanau_attention import BahdanauAttention
 from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTM, FastForwardLSTMLayer
 from fairseq_dense.modules.fast_forward_lstm_recurrence import lstm_recurrence
@@ -28,7 +29,8 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
 
     Incremental state (key ``ff_lstm_state``), all batch-first: ``h`` and ``c``
     ``(batch, n_d, H)``; ``deep_att``: ``proj_keys`` ``(batch, src_len, attention_dim)``;
-    ``deep_ed``: ``context_gates`` ``(batch, 4H)`` = ``W_c e`` (both encoder-only).
+    ``deep_ed``: ``context_gates`` ``(batch, 4H)`` = ``W_c e`` (both encoder-only,
+    with their ``row_groups``: beam reorders within a sentence skip them).
 
     Args:
         dictionary: target dictionary.
@@ -100,9 +102,11 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
             hs, cs = cached["h"].unbind(1), cached["c"].unbind(1)
             states: Optional[List[Tuple[Tensor, Tensor]]] = list(zip(hs, cs))
             enc_cache = cached["proj_keys"] if self.attention is not None else cached["context_gates"]
+            groups = cached.get(beam_rows.ROW_GROUPS)
         else:
             states = None
             enc_cache = self.attention.project_keys(enc) if self.attention is not None else self.context_proj(enc)
+            groups = beam_rows.row_groups([(enc_cache, 0)]) if incremental_state is not None else None
 
         y = self.embed_tokens(prev_output_tokens).transpose(0, 1)  # B x S x C -> S x B x C
         f1_y = self.first.ff(y)  # S x B x 4H, all steps at once
@@ -123,6 +127,7 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
                 "h": torch.stack([s[0] for s in finals], dim=1),  # B x n_d x H
                 "c": torch.stack([s[1] for s in finals], dim=1),
                 "proj_keys" if self.attention is not None else "context_gates": enc_cache,
+                beam_rows.ROW_GROUPS: groups,
             }
             self.set_incremental_state(incremental_state, _STATE_KEY, cache)
         features = self.dropout(h.transpose(0, 1))  # S x B x H -> B x S x H
@@ -151,11 +156,12 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
         return self.output_projection(features)
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor) -> None:
-        """Reorder every cached tensor along its batch dimension (beam search)."""
+        """Reorder the cache along its batch dimension (beam search); the encoder-side
+        tensor only when the reorder moves rows between sentences."""
         cached = self.get_incremental_state(incremental_state, _STATE_KEY)
         if cached is None:
             return
-        reordered = {k: v.index_select(0, new_order) for k, v in cached.items() if v is not None}
+        reordered = beam_rows.reorder_cache(cached, new_order, static=("proj_keys", "context_gates"))
         self.set_incremental_state(incremental_state, _STATE_KEY, reordered)
 
     def max_positions(self) -> int:

@@ -7,6 +7,7 @@ from fairseq import utils
 from fairseq.models import FairseqEncoder
 from torch import Tensor
 
+from fairseq_dense.modules import beam_rows
 from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTM, gather_time
 
 
@@ -126,9 +127,13 @@ class FastForwardLSTMEncoder(FairseqEncoder):
             f_parts.append(f2.masked_fill(pad.unsqueeze(-1), float("-inf")).amax(dim=0))
         return torch.cat(h_parts + f_parts if self.fast_forward else h_parts, dim=-1)
 
-    @torch.jit.export
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
-        """Reorder every key along its batch dimension (beam search)."""
+        """Reorder every key along its batch dimension (beam search); a reorder between
+        identical beam copies of a sentence is skipped (:mod:`fairseq_dense.modules.beam_rows`)."""
+        return beam_rows.reorder_encoder_out(encoder_out, new_order, self._select_rows)
+
+    @staticmethod
+    def _select_rows(encoder_out: Dict[str, List[Tensor]], new_order: Tensor) -> Dict[str, List[Tensor]]:
         enc = encoder_out["encoder_out"][0]
         return {
             "encoder_out": [enc.index_select(1 if enc.dim() == 3 else 0, new_order)],

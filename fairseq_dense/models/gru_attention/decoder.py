@@ -6,6 +6,7 @@ import torch.nn as nn
 from fairseq.models import FairseqIncrementalDecoder
 from torch import Tensor
 
+from fairseq_dense.modules import beam_rows
 from fairseq_dense.modules.bahdanau_attention import BahdanauAttention
 
 _STATE_KEY = "gru_state"
@@ -25,7 +26,8 @@ class GRUAttentionDecoder(FairseqIncrementalDecoder):
 
     Incremental state (key ``gru_state``): ``hidden`` ``(batch, hidden)``,
     ``context`` ``(batch, enc_dim)`` and ``proj_keys`` ``(batch, src_len, attn_dim)``
-    (encoder-only, computed once per sentence).
+    (encoder-only, computed once per sentence, with its ``row_groups``: beam
+    reorders within a sentence skip it).
     """
 
     def __init__(self, dictionary, embed_dim: int, hidden_size: int, encoder_dim: int,
@@ -91,10 +93,12 @@ class GRUAttentionDecoder(FairseqIncrementalDecoder):
         cached = self.get_incremental_state(incremental_state, _STATE_KEY) if incremental_state is not None else None
         if cached is not None:
             hidden, context, proj_keys = cached["hidden"], cached["context"], cached["proj_keys"]
+            groups = cached.get(beam_rows.ROW_GROUPS)
         else:
             hidden = torch.tanh(self.init_proj(encoder_out["encoder_final"][0]))
             context = values.new_zeros(values.size(0), self.encoder_dim)
             proj_keys = self.attention.project_keys(enc)
+            groups = beam_rows.row_groups([(proj_keys, 0)]) if incremental_state is not None else None
 
         y = self.embed_dropout(self.embed_tokens(prev_output_tokens))
         gi_y = self.input_proj_y(y)  # B x S x 3H, all steps at once
@@ -108,7 +112,7 @@ class GRUAttentionDecoder(FairseqIncrementalDecoder):
         if incremental_state is not None:
             self.set_incremental_state(
                 incremental_state, _STATE_KEY,
-                {"hidden": hidden, "context": context, "proj_keys": proj_keys},
+                {"hidden": hidden, "context": context, "proj_keys": proj_keys, beam_rows.ROW_GROUPS: groups},
             )
         s = torch.stack(states, dim=1)  # B x S x H
         c = torch.stack(contexts, dim=1)  # B x S x E
@@ -119,11 +123,12 @@ class GRUAttentionDecoder(FairseqIncrementalDecoder):
         return self.output_projection(features)
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor) -> None:
-        """Reorder every cached tensor along its batch dimension (beam search)."""
+        """Reorder the cache along its batch dimension (beam search); the projected keys
+        only when the reorder moves rows between sentences."""
         cached = self.get_incremental_state(incremental_state, _STATE_KEY)
         if cached is None:
             return
-        reordered = {k: v.index_select(0, new_order) for k, v in cached.items() if v is not None}
+        reordered = beam_rows.reorder_cache(cached, new_order, static=("proj_keys",))
         self.set_incremental_state(incremental_state, _STATE_KEY, reordered)
 
     def max_positions(self) -> int:

@@ -7,6 +7,8 @@ from fairseq import utils
 from fairseq.models import FairseqEncoder
 from torch import Tensor
 
+from fairseq_dense.modules import beam_rows
+
 
 def right_to_left_padding(x: Tensor, lengths: Tensor) -> Tensor:
     """Move right-padded ``(time, batch, dim)`` features to left padding."""
@@ -77,9 +79,13 @@ class GRUAttentionEncoder(FairseqEncoder):
             "src_lengths": [src_lengths],
         }
 
-    @torch.jit.export
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
-        """Reorder every key along its batch dimension (beam search)."""
+        """Reorder every key along its batch dimension (beam search); a reorder between
+        identical beam copies of a sentence is skipped (:mod:`fairseq_dense.modules.beam_rows`)."""
+        return beam_rows.reorder_encoder_out(encoder_out, new_order, self._select_rows)
+
+    @staticmethod
+    def _select_rows(encoder_out: Dict[str, List[Tensor]], new_order: Tensor) -> Dict[str, List[Tensor]]:
         return {
             "encoder_out": [encoder_out["encoder_out"][0].index_select(1, new_order)],
             "encoder_padding_mask": [encoder_out["encoder_padding_mask"][0].index_select(0, new_order)],

@@ -1,12 +1,13 @@
 """Weighted Transformer encoder: fairseq's transformer encoder with branched layers."""
 from dataclasses import dataclass
-from typing import Optional
+from typing import Dict, List, Optional
 
 from fairseq.distributed import fsdp_wrap
 from fairseq.models.transformer import TransformerEncoderBase
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from torch import Tensor, nn
 
+from fairseq_dense.modules import beam_rows
 from fairseq_dense.modules.branched_attention import BranchedAttention
 
 
@@ -59,8 +60,9 @@ class WeightedEncoderLayer(nn.Module):
 class WeightedTransformerEncoder(TransformerEncoderBase):
     """fairseq's :class:`TransformerEncoderBase` whose layers are branched blocks.
 
-    Only :meth:`build_encoder_layer` differs; embeddings, positions, padding,
-    ``encoder_out`` dict and ``reorder_encoder_out`` are fairseq's.
+    :meth:`build_encoder_layer` differs; embeddings, positions, padding and the
+    ``encoder_out`` dict are fairseq's. :meth:`reorder_encoder_out` is fairseq's,
+    skipped when beam search only moves rows among a sentence's identical copies.
 
     Args:
         cfg: fairseq :class:`~fairseq.models.transformer.TransformerConfig`.
@@ -93,3 +95,6 @@ class WeightedTransformerEncoder(TransformerEncoderBase):
             random_seed=self.branch.random_seed + 1000 * self._layers_built,
         )
         return wrap_layer(layer, cfg)
+
+    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
+        return beam_rows.reorder_encoder_out(encoder_out, new_order, super().reorder_encoder_out)

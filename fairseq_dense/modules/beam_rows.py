@@ -1,0 +1,131 @@
+"""Skip beam-search reorders that cannot change a tensor.
+
+Beam search keeps ``beam`` copies of every sentence's encoder output and of the
+decoder caches derived from it (projected attention keys, values), and after every
+step reorders all cached tensors along the batch by ``new_order``. For these
+*per-sentence* tensors the reorder moves rows between identical copies: hypothesis
+``i`` takes the row of hypothesis ``new_order[i]``, a beam of the same sentence.
+The ``index_select`` then costs a full copy of every encoder-sized tensor per step
+and changes nothing.
+
+A ``row_groups`` tensor ``(batch,)`` records which rows are known to be equal:
+rows with the same id are bitwise identical. A reorder that maps every row to a row
+of its own group (``groups[new_order] == groups``) leaves the tensors as they are;
+any other reorder (a finished sentence leaving the batch, a generator that permutes
+sentences) does the ``index_select`` and carries the ids along. The skip is exact:
+it only drops copies between bitwise-equal rows.
+
+Ids come from two places:
+
+- :func:`reorder_encoder_out` starts from "every row its own group" and derives the
+  ids through the reorders themselves: the generator's first reorder expands each
+  sentence to its beams, so afterwards the copies share their sentence's id;
+- :func:`row_groups` compares consecutive rows of tensors that a decoder caches
+  after that expansion (one comparison per batch, cheaper than one reorder).
+"""
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+#: key of the group ids in encoder outputs and decoder caches
+ROW_GROUPS = "row_groups"
+
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(t: Tensor) -> Tensor:
+    """The tensor's bit patterns (floats compared bitwise: ``-0.0 != 0.0``, NaN equals itself)."""
+    if t.is_floating_point() or t.is_complex():
+        return t.contiguous().view(_BITS[t.element_size()])
+    return t
+
+
+def row_groups(tensors: Iterable[Tuple[Tensor, int]]) -> Tensor:
+    """Group ids of runs of consecutive rows that are bitwise equal in every tensor.
+
+    Args:
+        tensors: ``(tensor, batch_dim)`` pairs with the same batch size.
+
+    Returns:
+        ``(batch,)`` int64 ids, non-decreasing; two rows share an id only if they
+        are equal, bit for bit, in all the tensors.
+    """
+    same: Optional[Tensor] = None
+    for t, dim in tensors:
+        b = _bits(t).movedim(dim, 0)
+        if b.size(0) == 0:
+            return torch.zeros(0, dtype=torch.long, device=t.device)
+        eq = b[1:] == b[:-1]
+        if eq.dim() > 1:
+            eq = eq.flatten(1).all(dim=1)
+        same = eq if same is None else same & eq
+    if same is None:
+        raise ValueError("row_groups needs at least one tensor")
+    return torch.cat([same.new_zeros(1, dtype=torch.long), (~same).long().cumsum(0)])
+
+
+def keeps_rows(groups: Optional[Tensor], new_order: Tensor) -> Tuple[bool, Optional[Tensor]]:
+    """``(True, groups)`` if ``new_order`` maps every row to an equal one, else
+    ``(False, groups[new_order])`` (``None`` when no ids are known)."""
+    if groups is None:
+        return False, None
+    new_groups = groups.index_select(0, new_order.to(groups.device))
+    if new_groups.size(0) == groups.size(0) and torch.equal(new_groups, groups):
+        return True, groups
+    return False, new_groups
+
+
+def reorder_encoder_out(
+    encoder_out: Dict[str, List[Tensor]],
+    new_order: Tensor,
+    reorder: Callable[[Dict[str, List[Tensor]], Tensor], Dict[str, List[Tensor]]],
+) -> Dict[str, List[Tensor]]:
+    """An encoder's ``reorder_encoder_out`` that skips reorders between equal rows.
+
+    Args:
+        encoder_out: the encoder's output; may carry ``row_groups: [ids]``.
+        new_order: ``(new_batch,)`` row indices.
+        reorder: the encoder's plain reorder (``index_select`` of every key); it
+            need not know about ``row_groups``.
+    """
+    known = encoder_out.get(ROW_GROUPS)
+    groups = known[0] if known else None
+    if groups is None:
+        # nothing known: every row is its own group (the ids then follow the reorders)
+        batch = _batch_size(encoder_out)
+        groups = None if batch is None else torch.arange(batch, device=new_order.device)
+    keep, new_groups = keeps_rows(groups, new_order)
+    if keep:
+        return encoder_out
+    out = reorder(encoder_out, new_order)
+    if new_groups is not None:
+        out = dict(out)
+        out[ROW_GROUPS] = [new_groups]
+    return out
+
+
+def _batch_size(encoder_out: Dict[str, List[Tensor]]) -> Optional[int]:
+    mask = encoder_out.get("encoder_padding_mask")
+    if mask and mask[0] is not None:
+        return mask[0].size(0)
+    lengths = encoder_out.get("src_lengths")
+    if lengths and lengths[0] is not None:
+        return lengths[0].size(0)
+    return None
+
+
+def reorder_cache(cache: Dict[str, Optional[Tensor]], new_order: Tensor,
+                  static: Sequence[str] = ()) -> Dict[str, Optional[Tensor]]:
+    """Reorder a decoder cache along dim 0; the ``static`` keys (per-sentence tensors
+    covered by the cache's ``row_groups``) only when the reorder moves rows between groups."""
+    keep, new_groups = keeps_rows(cache.get(ROW_GROUPS), new_order)
+    out: Dict[str, Optional[Tensor]] = {}
+    for key, value in cache.items():
+        if key == ROW_GROUPS:
+            out[key] = new_groups
+        elif value is None or (keep and key in static):
+            out[key] = value
+        else:
+            out[key] = value.index_select(0, new_order)
+    return out

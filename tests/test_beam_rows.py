@@ -1,0 +1,104 @@
+"""Beam reorders between a sentence's identical copies are skipped, and exactly so.
+
+Unit checks of :mod:`fairseq_dense.modules.beam_rows`, then, for every ``*_tiny``
+architecture, fairseq's beam search with the skip against the same search with
+every reorder done: identical hypotheses and scores, and the skip did happen.
+"""
+import pytest
+import torch
+
+from fairseq_dense.modules import beam_rows
+from tests import helpers
+from tests import reliability_helpers as rh
+
+ARCHS = rh.tiny_archs()
+
+
+def test_row_groups_marks_runs_of_bitwise_equal_rows():
+    a = torch.tensor([[1.0, 2.0], [1.0, 2.0], [3.0, 4.0], [1.0, 2.0], [1.0, 2.0]])
+    assert beam_rows.row_groups([(a, 0)]).tolist() == [0, 0, 1, 2, 2]
+    # every tensor must agree; batch along dim 1 too
+    b = torch.tensor([[5, 5, 5, 6, 7]]).t()
+    assert beam_rows.row_groups([(a, 0), (b.t(), 1)]).tolist() == [0, 0, 1, 2, 3]
+
+
+def test_row_groups_compares_bits_not_values():
+    z = torch.tensor([[0.0], [-0.0], [float("nan")], [float("nan")]])
+    assert beam_rows.row_groups([(z, 0)]).tolist() == [0, 1, 2, 2]
+    assert beam_rows.row_groups([(torch.ones(1, 3), 0)]).tolist() == [0]
+    assert beam_rows.row_groups([(torch.ones(0, 3), 0)]).numel() == 0
+
+
+def test_reorder_cache_keeps_static_tensors_only_within_groups():
+    keys = torch.arange(4.0).repeat_interleave(2).view(8, 1)  # 4 sentences x 2 beams
+    hidden = torch.randn(8, 3)
+    cache = {"keys": keys, "hidden": hidden, beam_rows.ROW_GROUPS: beam_rows.row_groups([(keys, 0)])}
+    within = torch.tensor([1, 1, 2, 3, 4, 4, 7, 6])
+    out = beam_rows.reorder_cache(cache, within, static=("keys",))
+    assert out["keys"] is keys  # no copy
+    assert torch.equal(out["keys"], keys.index_select(0, within))
+    assert torch.equal(out["hidden"], hidden.index_select(0, within))
+    across = torch.tensor([2, 3, 0, 1, 4, 5, 6, 7])  # sentences swapped
+    out = beam_rows.reorder_cache(cache, across, static=("keys",))
+    assert torch.equal(out["keys"], keys.index_select(0, across))
+    assert out[beam_rows.ROW_GROUPS].tolist() == [1, 1, 0, 0, 2, 2, 3, 3]
+    shrink = torch.tensor([0, 1, 6, 7])  # finished sentences leave the batch
+    out = beam_rows.reorder_cache(cache, shrink, static=("keys",))
+    assert torch.equal(out["keys"], keys.index_select(0, shrink))
+    assert out[beam_rows.ROW_GROUPS].tolist() == [0, 0, 3, 3]
+
+
+def test_reorder_encoder_out_learns_groups_from_the_beam_expansion():
+    calls = []
+
+    def plain(enc, order):
+        calls.append(order)
+        return {"encoder_out": [enc["encoder_out"][0].index_select(1, order)],
+                "encoder_padding_mask": [enc["encoder_padding_mask"][0].index_select(0, order)]}
+
+    enc = {"encoder_out": [torch.randn(4, 3, 2)], "encoder_padding_mask": [torch.zeros(3, 4, dtype=torch.bool)]}
+    expanded = beam_rows.reorder_encoder_out(enc, torch.arange(3).repeat_interleave(2), plain)
+    assert expanded[beam_rows.ROW_GROUPS][0].tolist() == [0, 0, 1, 1, 2, 2]
+    same = beam_rows.reorder_encoder_out(expanded, torch.tensor([1, 0, 2, 2, 5, 4]), plain)
+    assert same is expanded and len(calls) == 1
+    moved = beam_rows.reorder_encoder_out(expanded, torch.tensor([0, 1, 4, 5]), plain)
+    assert len(calls) == 2 and moved[beam_rows.ROW_GROUPS][0].tolist() == [0, 0, 2, 2]
+    assert torch.equal(moved["encoder_out"][0], expanded["encoder_out"][0][:, [0, 1, 4, 5]])
+
+
+def _beam_search(model, d, sample, beam: int = 4):
+    from fairseq.sequence_generator import SequenceGenerator
+
+    gen = SequenceGenerator([model], d, beam_size=beam, max_len_a=0, max_len_b=8, min_len=1)
+    with torch.no_grad():
+        return gen.generate([model], sample)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_beam_search_with_skipped_reorders_equals_full_reorders(arch, monkeypatch):
+    torch.manual_seed(0)
+    d = helpers.dummy_dictionary(12)
+    model = rh.build_tiny_model(arch, d).eval()
+    sample = helpers.make_sample(d, src_lengths=(5, 7, 3, 6, 4), tgt_lengths=(4, 6, 5, 3, 4))
+    plain_keeps = beam_rows.keeps_rows
+    skipped = []
+
+    def counting(groups, new_order):
+        keep, new_groups = plain_keeps(groups, new_order)
+        skipped.append(keep)
+        return keep, new_groups
+
+    monkeypatch.setattr(beam_rows, "keeps_rows", counting)
+    fast = _beam_search(model, d, sample)
+    assert any(skipped), "no reorder was skipped"
+
+    def never(groups, new_order):
+        return False, None if groups is None else groups.index_select(0, new_order)
+
+    monkeypatch.setattr(beam_rows, "keeps_rows", never)
+    full = _beam_search(model, d, sample)
+    for f_hyps, s_hyps in zip(fast, full):
+        assert len(f_hyps) == len(s_hyps)
+        for f, s in zip(f_hyps, s_hyps):
+            assert torch.equal(f["tokens"], s["tokens"])
+            assert torch.allclose(f["positional_scores"], s["positional_scores"], atol=1e-6, rtol=0)
