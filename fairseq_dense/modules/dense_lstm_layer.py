@@ -16,6 +16,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from fairseq_dense.modules.time_index import reverse_index, take_time
+
 
 def shift_in_time(x: Tensor, first: Optional[Tensor] = None) -> Tensor:
     """``out[t] = x[t-1]``, ``out[0] = first`` (zeros when None).
@@ -34,11 +36,8 @@ def reverse_padded(x: Tensor, lengths: Tensor) -> Tensor:
 
     Padding stays at the end, so applying the function twice is the identity.
     """
-    t = x.size(0)
-    pos = torch.arange(t, device=x.device).unsqueeze(1)  # T x 1
-    lens = lengths.to(x.device).long().unsqueeze(0)  # 1 x B
-    idx = torch.where(pos < lens, lens - 1 - pos, pos)  # T x B
-    return x.gather(0, idx.unsqueeze(-1).expand_as(x))
+    index = reverse_index(lengths.to(x.device).long(), x.size(0))
+    return take_time(x, index, index)
 
 
 def lstm_cell(gates: Tensor, cell: Tensor) -> Tuple[Tensor, Tensor]:

@@ -23,6 +23,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from fairseq_dense.modules.fast_forward_lstm_recurrence import fused_lstm, lstm_recurrence
+from fairseq_dense.modules.time_index import reverse_index, take_time
 
 RECURRENT = "recurrent"
 
@@ -31,22 +32,6 @@ def tag_recurrent(param: nn.Parameter) -> nn.Parameter:
     """Mark a parameter for the ``recurrent`` optimizer group (read by the ``grouped`` scheduler)."""
     param.param_group = RECURRENT
     return param
-
-
-def reverse_index(lengths: Tensor, total: int) -> Tensor:
-    """``(T, B)`` gather index reversing each right-padded sequence inside its length.
-
-    Position ``t < len_b`` maps to ``len_b - 1 - t``; padding positions map to
-    themselves. The index is its own inverse.
-    """
-    t = torch.arange(total, device=lengths.device).unsqueeze(1)  # T x 1
-    lengths = lengths.unsqueeze(0)  # 1 x B
-    return torch.where(t < lengths, lengths - 1 - t, t)
-
-
-def gather_time(x: Tensor, index: Tensor) -> Tensor:
-    """``x[index[t, b], b]`` for ``x`` of shape ``(T, B, C)``."""
-    return x.gather(0, index.unsqueeze(-1).expand(-1, -1, x.size(-1)))
 
 
 class FastForwardLSTMLayer(nn.Module):
@@ -96,8 +81,8 @@ class FastForwardLSTMLayer(nn.Module):
             return lstm_recurrence(f, state[0], state[1], self.weight_hh)
         assert lengths is not None, "a backward layer needs the sequence lengths"
         index = reverse_index(lengths.to(f.device), f.size(0))
-        h, final = lstm_recurrence(gather_time(f, index), state[0], state[1], self.weight_hh)
-        return gather_time(h, index), final
+        h, final = lstm_recurrence(take_time(f, index, index), state[0], state[1], self.weight_hh)
+        return take_time(h, index, index), final
 
     def forward(self, x: Tensor, lengths: Optional[Tensor] = None, state: Optional[Tuple[Tensor, Tensor]] = None,
                 f_size: Optional[int] = None) -> Tuple[Tensor, Tensor, Tuple[Tensor, Tensor]]:
@@ -137,11 +122,11 @@ class FastForwardLSTMLayer(nn.Module):
         if self.reverse:
             assert lengths is not None, "a backward layer needs the sequence lengths"
             index = reverse_index(lengths.to(x.device), x.size(0))
-            x = gather_time(x, index)
+            x = take_time(x, index, index)
         weights = [self.ff.weight, self.weight_hh, self.ff.bias, self.ff.bias.new_zeros(four_h)]
         h, final = fused_lstm(x, state[0], state[1], weights)
         if index is not None:
-            h = gather_time(h, index)
+            h = take_time(h, index, index)
         return f, h, final
 
 

@@ -8,7 +8,8 @@ from fairseq.models import FairseqEncoder
 from torch import Tensor
 
 from fairseq_dense.modules import beam_rows
-from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTM, gather_time
+from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTM
+from fairseq_dense.modules.time_index import take_time
 
 
 def right_to_left(x: Tensor, lengths: Tensor) -> Tensor:
@@ -17,7 +18,7 @@ def right_to_left(x: Tensor, lengths: Tensor) -> Tensor:
     shift = (t - lengths.to(x.device)).long()
     # left position p holds right position (p - shift) mod T
     idx = (torch.arange(t, device=x.device).unsqueeze(1) - shift.unsqueeze(0)) % t
-    return gather_time(x, idx)
+    return take_time(x, idx)
 
 
 class FastForwardLSTMEncoder(FairseqEncoder):
