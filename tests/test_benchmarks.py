@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from benchmarks import families, fill_reports, remeasure, report, train
+from benchmarks import beam_reorder, families, fill_reports, remeasure, report, train
 from benchmarks import run as bench_run
 from fairseq_dense.cli import plot
 from tests.helpers import write_copy_corpus
@@ -197,6 +197,11 @@ def test_harness_end_to_end(tmp_path):
         assert 50 < mem["peak_rss_mib"] < 4096
     md = (out / "results.md").read_text()
     assert "were re-measured on" in md and "peak memory figures were re-measured" in md
+    # decoding with and without the skipped beam reorders: same hypotheses
+    assert beam_reorder.main([str(out / "results.json"), "--sentences", "4", "--rounds", "1", "--threads", "1",
+                              "--out", str(tmp_path / "beam_reorder.json")]) == 0
+    skip = json.loads((tmp_path / "beam_reorder.json").read_text())["families"]["gru_attention"]
+    assert skip["same_hypotheses"] and skip["sentences"] == 4 and skip["speed_ratio_skip_vs_every_reorder"] > 0
 
 
 def test_rnn_and_conv_tbc_flops_are_counted():
