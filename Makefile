@@ -1,5 +1,7 @@
 # Two commands set up and run everything:
-#   make quickstart   train + evaluate a small model (synthetic data; CORPUS=DIR for real data)
+#   make quickstart   train + evaluate a small model on real data (Tatoeba De-En from
+#                     ../shared/data when it is there, else a built-in synthetic pair;
+#                     CORPUS=DIR SRC=.. TGT=.. for any other corpus, CORPUS= for the synthetic one)
 #   make test         run the whole test suite
 # Both create (or reuse) the local virtual environment .venv.
 
@@ -7,7 +9,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat setup.py | cksum | cut -d' ' -f1)
-CORPUS ?=
+TATOEBA := ../shared/data/tatoeba-deu-eng
+CORPUS ?= $(if $(wildcard $(TATOEBA)/train.de),$(TATOEBA),)
 SRC ?= de
 TGT ?= en
 MINUTES ?= 6
@@ -28,6 +31,7 @@ $(STAMP): setup.py
 	touch $(STAMP)
 
 quickstart: venv
+	@echo "quick-start corpus: $(if $(CORPUS),$(CORPUS) ($(SRC) -> $(TGT)),built-in synthetic pair (no $(TATOEBA) here))"
 	$(PY) -m fairseq_dense.cli.quickstart $(if $(CORPUS),--corpus $(CORPUS) --src $(SRC) --tgt $(TGT)) --minutes $(MINUTES)
 
 test: venv
