@@ -48,3 +48,23 @@ def test_quickstart_names_a_missing_corpus_file(tmp_path):
                           cwd=tmp_path)
     assert proc.returncode != 0
     assert "valid.xx" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
+def _make_dry_run(*args) -> str:
+    from tests.helpers import REPO
+
+    # -n: print the commands only (nothing is installed or trained)
+    out = subprocess.run(["make", "-n", "-C", str(REPO), "quickstart", *args], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_make_quickstart_uses_the_shared_tatoeba_corpus_when_present():
+    from tests.helpers import SHARED_DATA
+
+    if not (SHARED_DATA / "tatoeba-deu-eng" / "train.de").is_file():
+        pytest.skip("../shared/data/tatoeba-deu-eng is not beside this clone")
+    cmd = _make_dry_run()
+    assert "--corpus ../shared/data/tatoeba-deu-eng --src de --tgt en" in cmd
+    synthetic_cmd = _make_dry_run("CORPUS=")
+    assert "fairseq_dense.cli.quickstart" in synthetic_cmd and "--corpus" not in synthetic_cmd
