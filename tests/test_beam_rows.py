@@ -42,6 +42,9 @@ def test_reorder_cache_keeps_static_tensors_only_within_groups():
     out = beam_rows.reorder_cache(cache, across, static=("keys",))
     assert torch.equal(out["keys"], keys.index_select(0, across))
     assert out[beam_rows.ROW_GROUPS].tolist() == [1, 1, 0, 0, 2, 2, 3, 3]
+    # without known ids, the first reorder finds them from the static tensors
+    found = beam_rows.reorder_cache({"keys": keys, "hidden": hidden}, within, static=("keys",))
+    assert found["keys"] is keys and found[beam_rows.ROW_GROUPS].tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
     shrink = torch.tensor([0, 1, 6, 7])  # finished sentences leave the batch
     out = beam_rows.reorder_cache(cache, shrink, static=("keys",))
     assert torch.equal(out["keys"], keys.index_select(0, shrink))

@@ -20,8 +20,9 @@ Ids come from two places:
 - :func:`reorder_encoder_out` starts from "every row its own group" and derives the
   ids through the reorders themselves: the generator's first reorder expands each
   sentence to its beams, so afterwards the copies share their sentence's id;
-- :func:`row_groups` compares consecutive rows of tensors that a decoder caches
-  after that expansion (one comparison per batch, cheaper than one reorder).
+- :func:`reorder_cache` compares consecutive rows of a decoder cache's per-sentence
+  tensors at its first reorder, after that expansion (one comparison per batch,
+  cheaper than one reorder), and keeps the ids in the cache.
 """
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -117,15 +118,22 @@ def _batch_size(encoder_out: Dict[str, List[Tensor]]) -> Optional[int]:
 
 def reorder_cache(cache: Dict[str, Optional[Tensor]], new_order: Tensor,
                   static: Sequence[str] = ()) -> Dict[str, Optional[Tensor]]:
-    """Reorder a decoder cache along dim 0; the ``static`` keys (per-sentence tensors
-    covered by the cache's ``row_groups``) only when the reorder moves rows between groups."""
-    keep, new_groups = keeps_rows(cache.get(ROW_GROUPS), new_order)
+    """Reorder a decoder cache along dim 0; the ``static`` keys (per-sentence tensors)
+    only when the reorder moves rows between groups of bitwise-equal rows.
+
+    The groups are found from the static tensors themselves at the first reorder and
+    kept under ``row_groups``; a decoder that rebuilds its cache every step carries
+    that key over (``{**cached, ...}``) so that the comparison runs once per batch.
+    """
+    groups = cache.get(ROW_GROUPS)
+    if groups is None:
+        present = [(cache[k], 0) for k in static if cache.get(k) is not None]
+        groups = row_groups(present) if present else None
+    keep, new_groups = keeps_rows(groups, new_order)
     out: Dict[str, Optional[Tensor]] = {}
     for key, value in cache.items():
-        if key == ROW_GROUPS:
-            out[key] = new_groups
-        elif value is None or (keep and key in static):
-            out[key] = value
-        else:
-            out[key] = value.index_select(0, new_order)
+        if key != ROW_GROUPS:
+            out[key] = value if value is None or (keep and key in static) else value.index_select(0, new_order)
+    if new_groups is not None:
+        out[ROW_GROUPS] = new_groups
     return out

@@ -187,9 +187,7 @@ class BranchedAttention(nn.Module):
         if not self.self_attention:
             if "prev_key" not in state:
                 k, v = self._kv(key)
-                rows = [(k, 0), (v, 0)] + ([] if key_padding_mask is None else [(key_padding_mask, 0)])
-                state = {"prev_key": k, "prev_value": v, "prev_key_padding_mask": key_padding_mask,
-                         beam_rows.ROW_GROUPS: beam_rows.row_groups(rows)}
+                state = {"prev_key": k, "prev_value": v, "prev_key_padding_mask": key_padding_mask}
                 self.set_incremental_state(incremental_state, "attn_state", state)
             return state["prev_key"], state["prev_value"], state["prev_key_padding_mask"]
         k, v = self._kv(q_in)

@@ -164,7 +164,6 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
         if cached is not None:
             hidden, cell = cached["hidden"], cached["cell"]
             prev_out, proj_keys, values = cached["prev_out"], cached["proj_keys"], cached["values"]
-            groups = cached.get(beam_rows.ROW_GROUPS)
         else:
             memory = self._memories(encoder_out)  # T x B x C
             values = memory.transpose(0, 1).reshape(bsz, memory.size(0), n_att, -1)  # B x T x n x d
@@ -173,9 +172,6 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
             prev_out = memory.new_zeros(bsz, self.embed_dim + self.num_layers * self.hidden_size)
             keys_per_branch = memory.split(self.context_dim // n_att, dim=-1)
             proj_keys = torch.cat([a.project_keys(k) for a, k in zip(self.attentions, keys_per_branch)], -1)
-            groups = None
-            if incremental_state is not None:
-                groups = beam_rows.row_groups([(proj_keys, 0), (values, 0)])
         keys = proj_keys.view(bsz, proj_keys.size(1), n_att, -1)  # B x T x n x A
         w_query = torch.cat([a.query_proj.weight for a in self.attentions], 0)
         w_v = torch.cat([a.v.weight for a in self.attentions], 0)
@@ -239,12 +235,12 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
         m = self.softmax_dropout(torch.tanh(self.readout(readout_in))).transpose(0, 1)  # S x B -> B x S
         if incremental_state is not None:
             self.set_incremental_state(incremental_state, _STATE_KEY, {
+                **(cached or {}),  # keeps the row groups of the per-sentence tensors
                 "hidden": torch.stack(h, 1),
                 "cell": torch.stack(c, 1),
                 "prev_out": torch.cat([f[-1] for f in feats], -1),
                 "proj_keys": proj_keys,
                 "values": values,
-                beam_rows.ROW_GROUPS: groups,
             })
         return m, {"attn": [torch.stack(attns, dim=1)]}
 

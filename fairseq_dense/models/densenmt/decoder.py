@@ -130,9 +130,8 @@ class DenseNMTDecoder(FairseqIncrementalDecoder):
             encoder_out["encoder_padding_mask"][0],
         )
         if incremental_state is not None:
-            groups = beam_rows.row_groups([(t, 0) for t in (keys, values, mask) if t is not None])
-            self.set_incremental_state(incremental_state, _STATE_KEY, {
-                "keys": keys, "values": values, "mask": mask, beam_rows.ROW_GROUPS: groups})
+            self.set_incremental_state(incremental_state, _STATE_KEY,
+                                       {"keys": keys, "values": values, "mask": mask})
         return keys, values, mask
 
     # ------------------------------------------------------------------ forward

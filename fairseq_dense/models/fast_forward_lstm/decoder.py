@@ -102,11 +102,9 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
             hs, cs = cached["h"].unbind(1), cached["c"].unbind(1)
             states: Optional[List[Tuple[Tensor, Tensor]]] = list(zip(hs, cs))
             enc_cache = cached["proj_keys"] if self.attention is not None else cached["context_gates"]
-            groups = cached.get(beam_rows.ROW_GROUPS)
         else:
             states = None
             enc_cache = self.attention.project_keys(enc) if self.attention is not None else self.context_proj(enc)
-            groups = beam_rows.row_groups([(enc_cache, 0)]) if incremental_state is not None else None
 
         y = self.embed_tokens(prev_output_tokens).transpose(0, 1)  # B x S x C -> S x B x C
         f1_y = self.first.ff(y)  # S x B x 4H, all steps at once
@@ -124,10 +122,10 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
         if incremental_state is not None:
             finals = [first_final] + finals
             cache = {
+                **(cached or {}),  # keeps the row groups of the per-sentence tensor
                 "h": torch.stack([s[0] for s in finals], dim=1),  # B x n_d x H
                 "c": torch.stack([s[1] for s in finals], dim=1),
                 "proj_keys" if self.attention is not None else "context_gates": enc_cache,
-                beam_rows.ROW_GROUPS: groups,
             }
             self.set_incremental_state(incremental_state, _STATE_KEY, cache)
         features = self.dropout(h.transpose(0, 1))  # S x B x H -> B x S x H

@@ -93,12 +93,10 @@ class GRUAttentionDecoder(FairseqIncrementalDecoder):
         cached = self.get_incremental_state(incremental_state, _STATE_KEY) if incremental_state is not None else None
         if cached is not None:
             hidden, context, proj_keys = cached["hidden"], cached["context"], cached["proj_keys"]
-            groups = cached.get(beam_rows.ROW_GROUPS)
         else:
             hidden = torch.tanh(self.init_proj(encoder_out["encoder_final"][0]))
             context = values.new_zeros(values.size(0), self.encoder_dim)
             proj_keys = self.attention.project_keys(enc)
-            groups = beam_rows.row_groups([(proj_keys, 0)]) if incremental_state is not None else None
 
         y = self.embed_dropout(self.embed_tokens(prev_output_tokens))
         gi_y = self.input_proj_y(y)  # B x S x 3H, all steps at once
@@ -112,7 +110,7 @@ class GRUAttentionDecoder(FairseqIncrementalDecoder):
         if incremental_state is not None:
             self.set_incremental_state(
                 incremental_state, _STATE_KEY,
-                {"hidden": hidden, "context": context, "proj_keys": proj_keys, beam_rows.ROW_GROUPS: groups},
+                {**(cached or {}), "hidden": hidden, "context": context, "proj_keys": proj_keys},
             )
         s = torch.stack(states, dim=1)  # B x S x H
         c = torch.stack(contexts, dim=1)  # B x S x E
