@@ -77,9 +77,9 @@ def compare(ckpt: str, data_bin: str, *, sentences: int = 200, rounds: int = 3, 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", help="results.json of a benchmark run whose work folder still exists")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--sentences", type=int, default=200)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: the least noisy)")
+    p.add_argument("--sentences", type=int, default=200, help="test sentences decoded per round")
+    p.add_argument("--rounds", type=int, default=3, help="rounds, the order of the two variants alternating")
     p.add_argument("--families", nargs="*", help="only these result keys (default: all)")
     p.add_argument("--out", help="write the figures here as JSON")
     a = p.parse_args(argv)
