@@ -69,6 +69,27 @@ def test_reorder_encoder_out_learns_groups_from_the_beam_expansion():
     assert torch.equal(moved["encoder_out"][0], expanded["encoder_out"][0][:, [0, 1, 4, 5]])
 
 
+def test_per_group_computes_each_group_once_and_copies_it():
+    x = torch.randn(3, 2, 4).repeat_interleave(2, dim=0)[[0, 1, 2, 3, 5, 4]]  # 3 sentences x 2 beams
+    groups = torch.tensor([7, 7, 2, 2, 9, 9])
+    w = torch.randn(5, 4)
+    seen = []
+
+    def project(v):
+        seen.append(v.size(0))
+        return v @ w.t()
+
+    out = beam_rows.per_group(project, x, groups)
+    assert seen == [3]  # one row per sentence
+    torch.testing.assert_close(out, x @ w.t())
+    assert torch.equal(out[0], out[1]) and torch.equal(out[4], out[5])
+    # unknown or all-distinct groups: every row computed
+    seen.clear()
+    beam_rows.per_group(project, x, None)
+    beam_rows.per_group(project, x, torch.arange(6))
+    assert seen == [6, 6]
+
+
 def _beam_search(model, d, sample, beam: int = 4):
     from fairseq.sequence_generator import SequenceGenerator
 

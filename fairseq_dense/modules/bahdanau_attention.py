@@ -51,6 +51,25 @@ class BahdanauAttention(nn.Module):
             ``(batch[, steps], src_len)``.
         """
         single = query.dim() == 2
+        attn = self.weights(query.unsqueeze(1) if single else query, proj_keys, padding_mask)
+        context = torch.bmm(attn, values)  # B x S x V
+        if single:
+            return context.squeeze(1), attn.squeeze(1)
+        return context, attn
+
+    def weights(self, query: Tensor, proj_keys: Tensor, padding_mask: Optional[Tensor] = None) -> Tensor:
+        """The attention weights alone, for callers that apply them to values of their own
+        (e.g. values already multiplied by the matrices that consume the context).
+
+        Args:
+            query: ``(batch, query_dim)`` or ``(batch, steps, query_dim)``.
+            proj_keys: ``(batch, src_len, attention_dim)`` from :meth:`project_keys`.
+            padding_mask: ``(batch, src_len)``, True at padding.
+
+        Returns:
+            ``(batch[, steps], src_len)``, each row summing to 1.
+        """
+        single = query.dim() == 2
         if single:
             query = query.unsqueeze(1)
         # B x S x 1 x A + B x 1 x T x A -> B x S x T
@@ -59,7 +78,4 @@ class BahdanauAttention(nn.Module):
         if padding_mask is not None:
             scores = scores.masked_fill(padding_mask.unsqueeze(1), float("-inf"))
         attn = torch.softmax(scores.float(), dim=-1).type_as(scores)
-        context = torch.bmm(attn, values)  # B x S x V
-        if single:
-            return context.squeeze(1), attn.squeeze(1)
-        return context, attn
+        return attn.squeeze(1) if single else attn

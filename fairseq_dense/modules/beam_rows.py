@@ -77,6 +77,38 @@ def keeps_rows(groups: Optional[Tensor], new_order: Tensor) -> Tuple[bool, Optio
     return False, new_groups
 
 
+def per_group(fn: Callable[[Tensor], Tensor], x: Tensor, groups: Optional[Tensor]) -> Tensor:
+    """``fn(x)`` computed on one row per group of equal rows and copied to the others.
+
+    Beam search starts every sentence as ``beam`` identical rows; a per-sentence
+    precomputation (e.g. projecting the encoder output) then needs to run once per
+    sentence, not once per hypothesis.
+
+    Args:
+        fn: maps ``(n, ...)`` to ``(n, ...)``, each row on its own.
+        x: ``(batch, ...)``.
+        groups: ``(batch,)`` row-group ids (rows sharing an id are bitwise equal),
+            or None: every row is computed.
+
+    Returns:
+        ``fn(x)``, its rows bitwise equal within a group.
+    """
+    if groups is None or groups.numel() == 0:
+        return fn(x)
+    uniq, inverse = torch.unique(groups, return_inverse=True)
+    if uniq.numel() == groups.numel():
+        return fn(x)
+    rows = torch.arange(groups.numel(), device=groups.device)
+    first = torch.full_like(uniq, groups.numel()).scatter_reduce_(0, inverse, rows, reduce="amin")
+    return fn(x.index_select(0, first)).index_select(0, inverse)
+
+
+def encoder_row_groups(encoder_out: Dict[str, List[Tensor]]) -> Optional[Tensor]:
+    """The ``row_groups`` ids of an encoder output, or None when none are known."""
+    known = encoder_out.get(ROW_GROUPS)
+    return known[0] if known else None
+
+
 def reorder_encoder_out(
     encoder_out: Dict[str, List[Tensor]],
     new_order: Tensor,

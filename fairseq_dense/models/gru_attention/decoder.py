@@ -3,6 +3,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from fairseq.models import FairseqIncrementalDecoder
 from torch import Tensor
 
@@ -24,10 +25,16 @@ class GRUAttentionDecoder(FairseqIncrementalDecoder):
     projected for all steps in one matrix multiply, and the readout/softmax run
     once over the whole sequence after the loop.
 
-    Incremental state (key ``gru_state``): ``hidden`` ``(batch, hidden)``,
-    ``context`` ``(batch, enc_dim)`` and ``proj_keys`` ``(batch, src_len, attn_dim)``
-    (encoder-only, computed once per sentence, with its ``row_groups``: beam
-    reorders within a sentence skip it).
+    Incremental decoding never forms ``c_t``: its only consumers are linear (the
+    GRU's input gates at ``t+1`` and the readout at ``t``), so the annotations are
+    multiplied by those matrices once per sentence, ``P = h [W_c; W_1c]^T``, and a
+    step takes ``a_t P`` (``src_len`` multiply-adds per output instead of ``enc_dim``;
+    the same sums in another order). Incremental state (key ``gru_state``):
+    ``hidden`` ``(batch, hidden)``, ``context_gates`` ``(batch, 3 * hidden)`` =
+    ``W_c c_{t-1}``, and the encoder-only ``proj_keys`` ``(batch, src_len, attn_dim)``
+    and ``proj_values`` ``(batch, src_len, 3 * hidden + readout_dim)``, computed once
+    per sentence (not per beam) and kept with their ``row_groups``: beam reorders
+    within a sentence skip them.
     """
 
     def __init__(self, dictionary, embed_dim: int, hidden_size: int, encoder_dim: int,
@@ -55,9 +62,8 @@ class GRUAttentionDecoder(FairseqIncrementalDecoder):
         if share_input_output_embed:
             self.output_projection.weight = self.embed_tokens.weight
 
-    def _gru_step(self, gi_y: Tensor, context: Tensor, hidden: Tensor) -> Tensor:
-        """One GRU update from precomputed input gates (PyTorch's gate layout)."""
-        gi = gi_y + self.input_proj_c(context)
+    def _gru_step(self, gi: Tensor, hidden: Tensor) -> Tensor:
+        """One GRU update from the input gates ``W_y y + b + W_c c`` (PyTorch's gate layout)."""
         gh = self.hidden_proj(hidden)
         i_r, i_z, i_n = gi.chunk(3, dim=-1)
         h_r, h_z, h_n = gh.chunk(3, dim=-1)
@@ -86,47 +92,72 @@ class GRUAttentionDecoder(FairseqIncrementalDecoder):
 
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None, **unused):
         if incremental_state is not None:
-            prev_output_tokens = prev_output_tokens[:, -1:]
+            return self._extract_step(prev_output_tokens[:, -1], encoder_out, incremental_state)
         enc = encoder_out["encoder_out"][0]  # T x B x E
         values = enc.transpose(0, 1)  # B x T x E
         padding_mask = encoder_out["encoder_padding_mask"][0]
-        cached = self.get_incremental_state(incremental_state, _STATE_KEY) if incremental_state is not None else None
-        if cached is not None:
-            hidden, context, proj_keys = cached["hidden"], cached["context"], cached["proj_keys"]
-        else:
-            hidden = torch.tanh(self.init_proj(encoder_out["encoder_final"][0]))
-            context = values.new_zeros(values.size(0), self.encoder_dim)
-            proj_keys = self.attention.project_keys(enc)
+        hidden = torch.tanh(self.init_proj(encoder_out["encoder_final"][0]))
+        context = values.new_zeros(values.size(0), self.encoder_dim)
+        proj_keys = self.attention.project_keys(enc)
 
         y = self.embed_dropout(self.embed_tokens(prev_output_tokens))
         gi_y = self.input_proj_y(y)  # B x S x 3H, all steps at once
         states, contexts, attns = [], [], []
         for gi_y_t in gi_y.unbind(1):  # unbind, not gi_y[:, t]: O(T) gradient traffic, not O(T^2)
-            hidden = self._gru_step(gi_y_t, context, hidden)
+            hidden = self._gru_step(gi_y_t + self.input_proj_c(context), hidden)
             context, attn = self.attention(hidden, proj_keys, values, padding_mask)
             states.append(hidden)
             contexts.append(context)
             attns.append(attn)
-        if incremental_state is not None:
-            self.set_incremental_state(
-                incremental_state, _STATE_KEY,
-                {**(cached or {}), "hidden": hidden, "context": context, "proj_keys": proj_keys},
-            )
         s = torch.stack(states, dim=1)  # B x S x H
         c = torch.stack(contexts, dim=1)  # B x S x E
         m = self.dropout(torch.tanh(self.readout(torch.cat([c, s], dim=-1))))
         return m, {"attn": [torch.stack(attns, dim=1)]}
 
+    def _context_consumers(self) -> Tensor:
+        """``[W_c; W_1c]`` ``(3H + readout, enc_dim)``: every matrix that multiplies ``c_t``."""
+        return torch.cat([self.input_proj_c.weight, self.readout.weight[:, : self.encoder_dim]], 0)
+
+    def _extract_step(self, tokens: Tensor, encoder_out: Dict[str, List[Tensor]],
+                      incremental_state: Dict[str, Dict[str, Optional[Tensor]]]):
+        """One decoding step: the same equations as the loop of :meth:`extract_features`, with
+        ``W_c c_t`` and ``W_1c c_t`` taken as ``a_t P`` from the per-sentence projection ``P``."""
+        padding_mask = encoder_out["encoder_padding_mask"][0]
+        cached = self.get_incremental_state(incremental_state, _STATE_KEY)
+        if cached is not None:
+            hidden, context_gates = cached["hidden"], cached["context_gates"]
+            proj_keys, proj_values = cached["proj_keys"], cached["proj_values"]
+        else:
+            enc = encoder_out["encoder_out"][0]  # T x B x E
+            groups = beam_rows.encoder_row_groups(encoder_out)
+            hidden = torch.tanh(self.init_proj(encoder_out["encoder_final"][0]))
+            context_gates = hidden.new_zeros(hidden.size(0), 3 * self.hidden_size)  # c_0 = 0
+            proj_keys = beam_rows.per_group(lambda v: self.attention.key_proj(v), enc.transpose(0, 1), groups)
+            weight = self._context_consumers()
+            proj_values = beam_rows.per_group(lambda v: F.linear(v, weight), enc.transpose(0, 1), groups)
+        y = self.embed_dropout(self.embed_tokens(tokens))  # B x E
+        hidden = self._gru_step(self.input_proj_y(y) + context_gates, hidden)
+        attn = self.attention.weights(hidden, proj_keys, padding_mask)  # B x T
+        projected = torch.bmm(attn.unsqueeze(1), proj_values).squeeze(1)  # B x (3H + readout)
+        context_gates, readout_c = projected.split([3 * self.hidden_size, projected.size(1) - 3 * self.hidden_size], -1)
+        readout_s = F.linear(hidden, self.readout.weight[:, self.encoder_dim:], self.readout.bias)
+        m = self.dropout(torch.tanh(readout_c + readout_s))
+        self.set_incremental_state(incremental_state, _STATE_KEY, {
+            **(cached or {}),  # keeps the row groups of the per-sentence tensors
+            "hidden": hidden, "context_gates": context_gates, "proj_keys": proj_keys, "proj_values": proj_values,
+        })
+        return m.unsqueeze(1), {"attn": [attn.unsqueeze(1)]}
+
     def output_layer(self, features: Tensor) -> Tensor:
         return self.output_projection(features)
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor) -> None:
-        """Reorder the cache along its batch dimension (beam search); the projected keys
-        only when the reorder moves rows between sentences."""
+        """Reorder the cache along its batch dimension (beam search); the projected keys and
+        values only when the reorder moves rows between sentences."""
         cached = self.get_incremental_state(incremental_state, _STATE_KEY)
         if cached is None:
             return
-        reordered = beam_rows.reorder_cache(cached, new_order, static=("proj_keys",))
+        reordered = beam_rows.reorder_cache(cached, new_order, static=("proj_keys", "proj_values"))
         self.set_incremental_state(incremental_state, _STATE_KEY, reordered)
 
     def max_positions(self) -> int:
