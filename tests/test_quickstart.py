@@ -25,13 +25,14 @@ def run_quickstart(*args, cwd):
 
 
 def test_quickstart_trains_translates_and_scores(tmp_path):
+    """With the default family's tiny size (the quick-start trains ``weighted_transformer_small``)."""
     raw = synthetic.write_corpus(str(tmp_path / "raw"), "en", "xx", sizes=(1500, 60, 40))
-    proc = run_quickstart("--corpus", raw, "--src", "en", "--tgt", "xx", "--arch", "gru_attention_tiny",
+    proc = run_quickstart("--corpus", raw, "--src", "en", "--tgt", "xx", "--arch", "weighted_transformer_tiny",
                           "--minutes", "0.15", "--bpe-merges", "200", "--work-dir", tmp_path / "work",
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
-    m = re.search(r"Test BLEU \(raw, en->xx, gru_attention_tiny, beam 5\): (\d+\.\d+)", out)
+    m = re.search(r"Test BLEU \(raw, en->xx, weighted_transformer_tiny, beam 5\): (\d+\.\d+)", out)
     assert m, out
     assert 0.0 <= float(m.group(1)) <= 100.0
     assert re.search(r"sacreBLEU signature: nrefs:1\|case:mixed\|eff:no\|tok:13a\|smooth:exp\|version:", out), out
@@ -39,6 +40,12 @@ def test_quickstart_trains_translates_and_scores(tmp_path):
     assert out.count("  SRC: ") == 5 and out.count("  HYP: ") == 5
     # progress was streamed while training ran
     assert re.search(r"^    (train|valid) \| epoch 001 \|", out, re.M), out
+    # the task that projects kappa/alpha right after each step, not the model's fallback
+    train_log = (tmp_path / "work" / "raw" / "train.log").read_text()
+    assert "num_updates" in train_log
+    logs = out + proc.stderr + train_log
+    assert "--task translation_weighted" in logs, logs[-3000:]
+    assert "as a fallback" not in logs, logs[-3000:]
 
 
 def test_quickstart_names_a_missing_corpus_file(tmp_path):

@@ -252,6 +252,13 @@ def weighted_transformer_tiny(args):
     _paper_size(args, layers=2, dim=64, ffn=256, heads=4, dropout=0.1)
 
 
+@register_model_architecture("weighted_transformer", "weighted_transformer_small")
+def weighted_transformer_small(args):
+    """CPU-sized (the quick-start's default): N=2, d_model 128, d_ff 512, 4 heads = 4 branches;
+    about 4M parameters on an 8k joint vocabulary."""
+    _paper_size(args, layers=2, dim=128, ffn=512, heads=4, dropout=0.1)
+
+
 @register_model_architecture("weighted_transformer", "weighted_transformer_c")
 def weighted_transformer_c(args):
     """Configuration (C): N=2, d_model 512, d_ff 2048, 8 heads, M=8, dropout 0.1."""
