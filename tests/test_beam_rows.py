@@ -90,6 +90,24 @@ def test_per_group_computes_each_group_once_and_copies_it():
     assert seen == [6, 6]
 
 
+def test_weighted_rows_reads_each_item_once_for_its_beams_or_copies_per_row():
+    per_item = torch.randn(3, 4, 5)
+    weights = torch.randn(6, 4)
+    expected = lambda items: torch.stack([weights[r] @ per_item[i] for r, i in enumerate(items.tolist())])
+    beams = torch.tensor([0, 0, 1, 1, 2, 2])  # item-major: one (3, 2, 4) x (3, 4, 5) bmm
+    torch.testing.assert_close(beam_rows.weighted_rows(weights, per_item, beams), expected(beams))
+    mixed = torch.tensor([2, 0, 0, 1, 2, 1])  # any other layout: per-row copies
+    torch.testing.assert_close(beam_rows.weighted_rows(weights, per_item, mixed), expected(mixed))
+
+
+def test_compact_drops_items_no_row_uses():
+    per_item = torch.arange(4.0).view(4, 1)
+    kept, rows = beam_rows.compact(per_item, torch.tensor([3, 3, 1, 1]))
+    assert kept.flatten().tolist() == [1.0, 3.0] and rows.tolist() == [1, 1, 0, 0]
+    same, rows = beam_rows.compact(per_item, torch.tensor([0, 1, 2, 3, 3]))
+    assert same is per_item and rows.tolist() == [0, 1, 2, 3, 3]
+
+
 def _beam_search(model, d, sample, beam: int = 4):
     from fairseq.sequence_generator import SequenceGenerator
 

@@ -46,6 +46,8 @@ def test_quickstart_trains_translates_and_scores(tmp_path):
     logs = out + proc.stderr + train_log
     assert "--task translation_weighted" in logs, logs[-3000:]
     assert "as a fallback" not in logs, logs[-3000:]
+    # the branch-weight statistics stay in the log, out of the streamed progress
+    assert "kappa_ent" in train_log and "model/" not in out, out
 
 
 def test_quickstart_names_a_missing_corpus_file(tmp_path):

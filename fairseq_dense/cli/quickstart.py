@@ -11,6 +11,7 @@ quick-start doubles as a worked example of the CLI.
 import argparse
 import logging
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -24,6 +25,15 @@ from fairseq_dense.logging_setup import configure_logging
 
 logger = logging.getLogger("fairseq_dense.quickstart")
 PACKAGE_DIR = os.path.dirname(os.path.abspath(fairseq_dense.__file__))
+
+
+_MODEL_STAT = re.compile(r"(, |\s\|\s)model/[^,|]*?(?=, |\s\|\s|$)")
+
+
+def brief(line: str) -> str:
+    """A progress line without the per-layer model statistics (``model/enc0.kappa_ent=...``,
+    kept in the log) that the Weighted Transformer adds to every line."""
+    return _MODEL_STAT.sub("", line)
 
 
 def _run(cmd: List[str], log_path: str, echo: bool = True) -> str:
@@ -41,7 +51,7 @@ def _run(cmd: List[str], log_path: str, echo: bool = True) -> str:
             out_lines.append(line)
             if echo and ("| INFO | train" in line or "| INFO | valid" in line or "done training" in line
                          or "Traceback" in line or "Error" in line):
-                sys.stdout.write("    " + line.split(" | INFO | ")[-1])
+                sys.stdout.write("    " + brief(line.split(" | INFO | ")[-1].rstrip("\n")) + "\n")
                 sys.stdout.flush()
     if proc.returncode != 0:
         tail = "".join(out_lines[-30:])

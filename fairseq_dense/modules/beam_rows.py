@@ -77,6 +77,23 @@ def keeps_rows(groups: Optional[Tensor], new_order: Tensor) -> Tuple[bool, Optio
     return False, new_groups
 
 
+def group_rows(groups: Optional[Tensor], batch: int, device=None) -> Tuple[Tensor, Tensor]:
+    """``(first, inverse)``: one row per group (the first) and each row's group number, so that
+    ``x.index_select(0, first).index_select(0, inverse)`` equals ``x`` for group-equal rows.
+
+    Args:
+        groups: ``(batch,)`` row-group ids, or None (every row its own group).
+        batch: number of rows.
+    """
+    if groups is None or groups.numel() == 0:
+        rows = torch.arange(batch, device=device)
+        return rows, rows
+    uniq, inverse = torch.unique(groups, return_inverse=True)
+    rows = torch.arange(groups.numel(), device=groups.device)
+    first = torch.full_like(uniq, groups.numel()).scatter_reduce_(0, inverse, rows, reduce="amin")
+    return first, inverse
+
+
 def per_group(fn: Callable[[Tensor], Tensor], x: Tensor, groups: Optional[Tensor]) -> Tensor:
     """``fn(x)`` computed on one row per group of equal rows and copied to the others.
 
@@ -93,14 +110,45 @@ def per_group(fn: Callable[[Tensor], Tensor], x: Tensor, groups: Optional[Tensor
     Returns:
         ``fn(x)``, its rows bitwise equal within a group.
     """
-    if groups is None or groups.numel() == 0:
+    first, inverse = group_rows(groups, x.size(0), x.device)
+    if first.numel() == x.size(0):
         return fn(x)
-    uniq, inverse = torch.unique(groups, return_inverse=True)
-    if uniq.numel() == groups.numel():
-        return fn(x)
-    rows = torch.arange(groups.numel(), device=groups.device)
-    first = torch.full_like(uniq, groups.numel()).scatter_reduce_(0, inverse, rows, reduce="amin")
     return fn(x.index_select(0, first)).index_select(0, inverse)
+
+
+def compact(per_item: Tensor, item_of_row: Tensor) -> Tuple[Tensor, Tensor]:
+    """Drop the items (dim 0 of ``per_item``) that no row refers to any more, e.g. the
+    sentences that left the beam search's batch; renumber ``item_of_row`` to match."""
+    used = torch.unique(item_of_row)
+    if used.numel() == per_item.size(0):
+        return per_item, item_of_row
+    return per_item.index_select(0, used), torch.searchsorted(used, item_of_row)
+
+
+def weighted_rows(weights: Tensor, per_item: Tensor, item_of_row: Tensor) -> Tensor:
+    """``out[r] = weights[r] @ per_item[item_of_row[r]]``: each row's weights applied to its
+    item's matrix (e.g. attention weights to a per-sentence projection of the annotations).
+
+    When the rows are the items' beams laid out item-major (``item_of_row`` =
+    ``0,0,..,1,1,..``: fairseq's beam search), every item's matrix is read once for all
+    its rows (one ``bmm`` of ``(items, beam, K) x (items, K, W)``); otherwise each row
+    gets a copy of its item's matrix.
+
+    Args:
+        weights: ``(rows, K)``.
+        per_item: ``(items, K, W)``.
+        item_of_row: ``(rows,)`` int64.
+
+    Returns:
+        ``(rows, W)``.
+    """
+    rows, items = weights.size(0), per_item.size(0)
+    if items and rows % items == 0:
+        beam = rows // items
+        expected = torch.arange(items, device=item_of_row.device).repeat_interleave(beam)
+        if torch.equal(item_of_row, expected):
+            return torch.bmm(weights.view(items, beam, -1), per_item).view(rows, -1)
+    return torch.bmm(weights.unsqueeze(1), per_item.index_select(0, item_of_row)).squeeze(1)
 
 
 def encoder_row_groups(encoder_out: Dict[str, List[Tensor]]) -> Optional[Tensor]:

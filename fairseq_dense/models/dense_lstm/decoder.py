@@ -156,22 +156,16 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
 
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None, **unused):
         if incremental_state is not None:
-            prev_output_tokens = prev_output_tokens[:, -1:]
+            return self._extract_step(prev_output_tokens[:, -1], encoder_out, incremental_state)
         bsz = prev_output_tokens.size(0)
         n_att = len(self.attentions)
         padding_mask = encoder_out["encoder_padding_mask"][0]
-        cached = self.get_incremental_state(incremental_state, _STATE_KEY) if incremental_state is not None else None
-        if cached is not None:
-            hidden, cell = cached["hidden"], cached["cell"]
-            prev_out, proj_keys, values = cached["prev_out"], cached["proj_keys"], cached["values"]
-        else:
-            memory = self._memories(encoder_out)  # T x B x C
-            values = memory.transpose(0, 1).reshape(bsz, memory.size(0), n_att, -1)  # B x T x n x d
-            hidden = memory.new_zeros(bsz, self.num_layers, self.hidden_size)
-            cell = torch.zeros_like(hidden)
-            prev_out = memory.new_zeros(bsz, self.embed_dim + self.num_layers * self.hidden_size)
-            keys_per_branch = memory.split(self.context_dim // n_att, dim=-1)
-            proj_keys = torch.cat([a.project_keys(k) for a, k in zip(self.attentions, keys_per_branch)], -1)
+        memory = self._memories(encoder_out)  # T x B x C
+        values = memory.transpose(0, 1).reshape(bsz, memory.size(0), n_att, -1)  # B x T x n x d
+        hidden = memory.new_zeros(bsz, self.num_layers, self.hidden_size)
+        cell = torch.zeros_like(hidden)
+        prev_out = memory.new_zeros(bsz, self.embed_dim + self.num_layers * self.hidden_size)
+        proj_keys = self._project_keys(memory)
         keys = proj_keys.view(bsz, proj_keys.size(1), n_att, -1)  # B x T x n x A
         w_query = torch.cat([a.query_proj.weight for a in self.attentions], 0)
         w_v = torch.cat([a.v.weight for a in self.attentions], 0)
@@ -217,43 +211,119 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
                 inp = torch.cat([o, shift_in_time(o, prev_out[:, : o.size(-1)]), ctx_all], -1)
             else:
                 inp = torch.cat([feats[-1], ctx_all], -1)
-            lstm = self.layers[j]
-            if inp.size(0) == 1 and not inp.is_cuda:
-                # one step (incremental decoding): on CPU the fused op's per-call weight
-                # preparation costs more than the step itself; the plain cell is the same math
-                h[j], c[j] = torch.lstm_cell(inp[0], (h[j], c[j]), lstm.weight_ih_l0, lstm.weight_hh_l0,
-                                             lstm.bias_ih_l0, lstm.bias_hh_l0)
-                out = h[j].unsqueeze(0)
-            else:
-                out, (h_n, c_n) = lstm(inp, (h[j].unsqueeze(0), c[j].unsqueeze(0)))
-                h[j], c[j] = h_n[0], c_n[0]
+            out, _ = self.layers[j](inp, (h[j].unsqueeze(0), c[j].unsqueeze(0)))
             feats.append(self.dropout(out))
         if dense:
             readout_in = torch.cat(feats + [ctx_all], -1)  # [o_t^{L_d}; c_t]
         else:
             readout_in = torch.cat([y, ctx_all, feats[-1]], -1)  # [y_{t-1}; c_t; r_t^{L_d}]
         m = self.softmax_dropout(torch.tanh(self.readout(readout_in))).transpose(0, 1)  # S x B -> B x S
-        if incremental_state is not None:
-            self.set_incremental_state(incremental_state, _STATE_KEY, {
-                **(cached or {}),  # keeps the row groups of the per-sentence tensors
-                "hidden": torch.stack(h, 1),
-                "cell": torch.stack(c, 1),
-                "prev_out": torch.cat([f[-1] for f in feats], -1),
-                "proj_keys": proj_keys,
-                "values": values,
-            })
         return m, {"attn": [torch.stack(attns, dim=1)]}
+
+    def _project_keys(self, memory: Tensor) -> Tensor:
+        """``(src_len, batch, context_dim)`` -> ``(batch, src_len, sum of attention dims)``."""
+        keys_per_branch = memory.split(self.context_dim // len(self.attentions), dim=-1)
+        return torch.cat([a.project_keys(k) for a, k in zip(self.attentions, keys_per_branch)], -1)
+
+    def _context_columns(self, width: int, readout: bool = False) -> slice:
+        """Where ``c_t`` sits in a layer's input (last) or in the readout's."""
+        if readout and not self.dense:
+            return slice(self.embed_dim, self.embed_dim + self.context_dim)  # [y; c; r^{L_d}]
+        return slice(width - self.context_dim, width)
+
+    def _context_consumers(self) -> Tensor:
+        """Every matrix that multiplies ``c_t``, stacked: ``(4H * layers + readout, context_dim)``."""
+        parts = [lstm.weight_ih_l0[:, self._context_columns(lstm.weight_ih_l0.size(1))] for lstm in self.layers]
+        parts.append(self.readout.weight[:, self._context_columns(self.readout.weight.size(1), readout=True)])
+        return torch.cat(parts, 0)
+
+    def _extract_step(self, tokens: Tensor, encoder_out: Dict[str, List[Tensor]],
+                      incremental_state: Dict[str, Dict[str, Optional[Tensor]]]):
+        """One decoding step: the equations of :meth:`extract_features` for one position, with
+        every product ``W c_t`` taken as ``sum_i a_ti (W h_i)`` from a per-sentence projection of
+        the attended states (``c_t`` itself is never formed)."""
+        bsz = tokens.size(0)
+        n_att, hid, emb, lp = len(self.attentions), self.hidden_size, self.embed_dim, self.attention_layer
+        padding_mask = encoder_out["encoder_padding_mask"][0]
+        cached = self.get_incremental_state(incremental_state, _STATE_KEY)
+        if cached is not None:
+            hidden, cell, prev_out = cached["hidden"], cached["cell"], cached["prev_out"]
+            proj_keys, proj_values, sentence = cached["proj_keys"], cached["proj_values"], cached["sentence"]
+        else:
+            memory = self._memories(encoder_out)  # T x B x C
+            groups = beam_rows.encoder_row_groups(encoder_out)
+            hidden = memory.new_zeros(bsz, self.num_layers, hid)
+            cell = torch.zeros_like(hidden)
+            prev_out = memory.new_zeros(bsz, emb + self.num_layers * hid)
+            proj_keys = beam_rows.per_group(lambda m: self._project_keys(m.transpose(0, 1)),
+                                            memory.transpose(0, 1), groups)
+            first, sentence = beam_rows.group_rows(groups, bsz, memory.device)
+            # P[s, t, i] = W_i h^i_t for every branch i (W_i: the consumers' columns of branch i),
+            # once per sentence: (S, T, n, d) x (n, d, W) -> (S, T * n, W), matching a's (t, i) order
+            mem = memory.transpose(0, 1).index_select(0, first)  # S x T x C
+            n_sent, src_len = mem.shape[:2]
+            w = self._context_consumers().view(-1, n_att, self.context_dim // n_att)  # W x n x d
+            per_branch = mem.reshape(n_sent * src_len, n_att, -1).transpose(0, 1)  # n x S*T x d
+            proj = torch.bmm(per_branch, w.permute(1, 2, 0))  # n x S*T x W
+            proj_values = proj.transpose(0, 1).reshape(n_sent, src_len * n_att, -1)
+        keys = proj_keys.view(bsz, proj_keys.size(1), n_att, -1)  # B x T x n x A
+        w_query = torch.cat([a.query_proj.weight for a in self.attentions], 0)
+        w_v = torch.cat([a.v.weight for a in self.attentions], 0)
+        h, c = list(hidden.unbind(1)), list(cell.unbind(1))
+
+        # attention with r_{t-1}^{l'}; all context products at once
+        q = F.linear(h[lp - 1], w_query).view(bsz, 1, *w_v.shape)  # B x 1 x n x A
+        scores = ((q + keys).tanh_() * w_v).sum(-1)  # B x T x n
+        scores = scores.masked_fill(padding_mask.unsqueeze(-1), float("-inf"))
+        attn = torch.softmax(scores.float(), dim=1).type_as(scores)
+        ctx_products = beam_rows.weighted_rows(attn.reshape(bsz, -1), proj_values, sentence)  # B x W
+        ctx_gates = ctx_products.split([4 * hid] * self.num_layers + [self.readout.out_features], -1)
+
+        y = self.dropout(self.embed_tokens(tokens))  # B x E
+        outs = [y]  # h_t^0, h_t^1, ... (after dropout)
+        for j, lstm in enumerate(self.layers):
+            if self.dense:
+                inp = torch.cat(outs + [prev_out[:, : emb + j * hid]], -1)  # [o_t^{j}; o_{t-1}^{j}]
+            else:
+                inp = outs[-1]
+            w_ih = lstm.weight_ih_l0
+            gates = torch.addmm(lstm.bias_ih_l0 + lstm.bias_hh_l0, inp, w_ih[:, : inp.size(1)].t())
+            gates = gates + ctx_gates[j] + F.linear(h[j], lstm.weight_hh_l0)
+            h[j], c[j] = lstm_cell(gates, c[j])
+            outs.append(self.dropout(h[j]))
+        if self.dense:
+            readout_in = torch.cat(outs, -1)  # o_t^{L_d}
+            w_out = self.readout.weight[:, : readout_in.size(1)]
+        else:
+            readout_in = torch.cat([y, outs[-1]], -1)  # [y_{t-1}; r_t^{L_d}]
+            w_out = torch.cat([self.readout.weight[:, :emb], self.readout.weight[:, emb + self.context_dim:]], 1)
+        m = torch.tanh(F.linear(readout_in, w_out, self.readout.bias) + ctx_gates[-1])
+        m = self.softmax_dropout(m)
+        self.set_incremental_state(incremental_state, _STATE_KEY, {
+            **(cached or {}),  # keeps the row groups of the per-sentence tensors
+            "hidden": torch.stack(h, 1),
+            "cell": torch.stack(c, 1),
+            "prev_out": torch.cat(outs, -1),
+            "proj_keys": proj_keys,
+            "proj_values": proj_values,
+            "sentence": sentence,
+        })
+        return m.unsqueeze(1), {"attn": [attn.mean(-1).unsqueeze(1)]}
 
     def output_layer(self, features: Tensor) -> Tensor:
         return self.output_projection(features)
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor) -> None:
-        """Reorder the cache along its batch dimension (beam search); the encoder-side
-        tensors (keys, values) only when the reorder moves rows between sentences."""
+        """Reorder the cache along its batch dimension (beam search): the projected keys only
+        when the reorder moves rows between sentences; the per-sentence ``proj_values`` never
+        (rows follow ``sentence``), only dropping the sentences that left the batch."""
         cached = self.get_incremental_state(incremental_state, _STATE_KEY)
         if cached is None:
             return
-        reordered = beam_rows.reorder_cache(cached, new_order, static=("proj_keys", "values"))
+        per_row = {k: v for k, v in cached.items() if k != "proj_values"}
+        reordered = beam_rows.reorder_cache(per_row, new_order, static=("proj_keys",))
+        reordered["proj_values"], reordered["sentence"] = beam_rows.compact(cached["proj_values"],
+                                                                           reordered["sentence"])
         self.set_incremental_state(incremental_state, _STATE_KEY, reordered)
 
     def max_positions(self) -> int:

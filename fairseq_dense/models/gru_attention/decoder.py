@@ -31,10 +31,10 @@ class GRUAttentionDecoder(FairseqIncrementalDecoder):
     step takes ``a_t P`` (``src_len`` multiply-adds per output instead of ``enc_dim``;
     the same sums in another order). Incremental state (key ``gru_state``):
     ``hidden`` ``(batch, hidden)``, ``context_gates`` ``(batch, 3 * hidden)`` =
-    ``W_c c_{t-1}``, and the encoder-only ``proj_keys`` ``(batch, src_len, attn_dim)``
-    and ``proj_values`` ``(batch, src_len, 3 * hidden + readout_dim)``, computed once
-    per sentence (not per beam) and kept with their ``row_groups``: beam reorders
-    within a sentence skip them.
+    ``W_c c_{t-1}``, the encoder-only ``proj_keys`` ``(batch, src_len, attn_dim)``
+    (computed once per sentence, kept with its ``row_groups``: beam reorders within a
+    sentence skip it), and ``P`` once per sentence, ``proj_values`` ``(sentences,
+    src_len, 3 * hidden + readout_dim)``, with each row's ``sentence`` ``(batch,)``.
     """
 
     def __init__(self, dictionary, embed_dim: int, hidden_size: int, encoder_dim: int,
@@ -126,25 +126,27 @@ class GRUAttentionDecoder(FairseqIncrementalDecoder):
         cached = self.get_incremental_state(incremental_state, _STATE_KEY)
         if cached is not None:
             hidden, context_gates = cached["hidden"], cached["context_gates"]
-            proj_keys, proj_values = cached["proj_keys"], cached["proj_values"]
+            proj_keys, proj_values, sentence = cached["proj_keys"], cached["proj_values"], cached["sentence"]
         else:
             enc = encoder_out["encoder_out"][0]  # T x B x E
             groups = beam_rows.encoder_row_groups(encoder_out)
             hidden = torch.tanh(self.init_proj(encoder_out["encoder_final"][0]))
             context_gates = hidden.new_zeros(hidden.size(0), 3 * self.hidden_size)  # c_0 = 0
             proj_keys = beam_rows.per_group(lambda v: self.attention.key_proj(v), enc.transpose(0, 1), groups)
-            weight = self._context_consumers()
-            proj_values = beam_rows.per_group(lambda v: F.linear(v, weight), enc.transpose(0, 1), groups)
+            first, sentence = beam_rows.group_rows(groups, hidden.size(0), hidden.device)
+            # one P per sentence (not per beam), rows find theirs through `sentence`
+            proj_values = F.linear(enc.transpose(0, 1).index_select(0, first), self._context_consumers())
         y = self.embed_dropout(self.embed_tokens(tokens))  # B x E
         hidden = self._gru_step(self.input_proj_y(y) + context_gates, hidden)
         attn = self.attention.weights(hidden, proj_keys, padding_mask)  # B x T
-        projected = torch.bmm(attn.unsqueeze(1), proj_values).squeeze(1)  # B x (3H + readout)
+        projected = beam_rows.weighted_rows(attn, proj_values, sentence)  # B x (3H + readout)
         context_gates, readout_c = projected.split([3 * self.hidden_size, projected.size(1) - 3 * self.hidden_size], -1)
         readout_s = F.linear(hidden, self.readout.weight[:, self.encoder_dim:], self.readout.bias)
         m = self.dropout(torch.tanh(readout_c + readout_s))
         self.set_incremental_state(incremental_state, _STATE_KEY, {
             **(cached or {}),  # keeps the row groups of the per-sentence tensors
-            "hidden": hidden, "context_gates": context_gates, "proj_keys": proj_keys, "proj_values": proj_values,
+            "hidden": hidden, "context_gates": context_gates, "proj_keys": proj_keys,
+            "proj_values": proj_values, "sentence": sentence,
         })
         return m.unsqueeze(1), {"attn": [attn.unsqueeze(1)]}
 
@@ -152,12 +154,16 @@ class GRUAttentionDecoder(FairseqIncrementalDecoder):
         return self.output_projection(features)
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor) -> None:
-        """Reorder the cache along its batch dimension (beam search); the projected keys and
-        values only when the reorder moves rows between sentences."""
+        """Reorder the cache along its batch dimension (beam search): the projected keys only
+        when the reorder moves rows between sentences; the per-sentence ``proj_values`` never
+        (rows follow ``sentence``), only dropping the sentences that left the batch."""
         cached = self.get_incremental_state(incremental_state, _STATE_KEY)
         if cached is None:
             return
-        reordered = beam_rows.reorder_cache(cached, new_order, static=("proj_keys", "proj_values"))
+        per_row = {k: v for k, v in cached.items() if k != "proj_values"}
+        reordered = beam_rows.reorder_cache(per_row, new_order, static=("proj_keys",))
+        reordered["proj_values"], reordered["sentence"] = beam_rows.compact(cached["proj_values"],
+                                                                           reordered["sentence"])
         self.set_incremental_state(incremental_state, _STATE_KEY, reordered)
 
     def max_positions(self) -> int:
