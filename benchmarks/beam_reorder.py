@@ -41,8 +41,7 @@ def compare(ckpt: str, data_bin: str, *, sentences: int = 200, rounds: int = 3, 
     model, task = dec.load_checkpoint(ckpt, data_bin)
     task.load_dataset("test")
     dataset = task.dataset("test")
-    step = max(1, len(dataset) // max(1, sentences))
-    batches = list(dec._batches(dataset, list(range(len(dataset)))[::step][:sentences], batch_size, "cpu"))
+    batches = dec.spread_batches(dataset, sentences, batch_size, "cpu")
     gen = SequenceGenerator([model], task.target_dictionary, beam_size=beam, max_len_a=0,
                             max_len_b=fixed_length, min_len=fixed_length)
     variants = {"skip": None, "every_reorder": _never}

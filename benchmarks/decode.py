@@ -104,6 +104,17 @@ def _batches(dataset, indices: List[int], batch_size: int, device: str):
         yield utils.move_to_cuda(sample) if device == "cuda" else sample
 
 
+def spread(indices: List[int], n: int) -> List[int]:
+    """``n`` of ``indices`` spread evenly over them (every ``len/n``-th; all when ``n >= len``)."""
+    step = max(1, len(indices) // max(1, n))
+    return indices[::step][:n]
+
+
+def spread_batches(dataset, sentences: int, batch_size: int, device: str) -> list:
+    """Batches of ``sentences`` test sentences spread over the split (the side-by-side decoders')."""
+    return list(_batches(dataset, spread(list(range(len(dataset))), sentences), batch_size, device))
+
+
 def _sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -199,8 +210,7 @@ def decode_report(ckpt: str, data_bin: str, raw_test_tgt: str, tgt_lang: str, *,
         refs = f.read().splitlines()
     scores = bleu(detokenised(task, full["hyps"], tgt_lang), refs)
     greedy = beam_decode(model, task, indices, 1, batch_size, device) if greedy_bleu else None
-    step = max(1, len(indices) // max(1, uncached_sentences))
-    subset = indices[::step][:uncached_sentences]
+    subset = spread(indices, uncached_sentences)
     cached = beam_decode(model, task, subset, beam, batch_size, device, fixed_length=fixed_length)
     uncached = beam_decode(model, task, subset, beam, batch_size, device, incremental=False,
                            fixed_length=fixed_length)
@@ -287,10 +297,7 @@ def paired_speed(ours_ckpt: str, baseline_ckpt: str, data_bin: str, *, sentences
                                 max_len_b=fixed_length, min_len=fixed_length)
         models[side] = (model, task, gen)
     dataset = models["ours"][1].dataset("test")
-    n = len(dataset)
-    step = max(1, n // max(1, sentences))
-    subset = list(range(n))[::step][:sentences]
-    batches = list(_batches(dataset, subset, batch_size, device))
+    batches = spread_batches(dataset, sentences, batch_size, device)
     per_round = []
     with torch.inference_mode():
         flops = {}
@@ -320,7 +327,7 @@ def paired_speed(ours_ckpt: str, baseline_ckpt: str, data_bin: str, *, sentences
         "flop_ratio": flop_ratio,
         "flop_normalised_ratio": ratio * flop_ratio if ratio and flop_ratio else None,
         "rounds": per_round,
-        "sentences": len(subset),
+        "sentences": sum(len(b["id"]) for b in batches),
         "beam": beam,
         "batch_size": batch_size,
         "fixed_length": fixed_length,

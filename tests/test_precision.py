@@ -46,6 +46,27 @@ def test_model_is_dtype_clean_in_bfloat16(arch):
     assert not bad, f"{arch}: non-finite bf16 gradients in {bad}"
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_incremental_decoding_runs_in_bfloat16(arch):
+    """The beam-search path (per-sentence caches included) keeps the model's dtype and
+    gives the float32 model's probabilities up to bfloat16 rounding."""
+    torch.manual_seed(0)
+    d = helpers.dummy_dictionary(12)
+    model = rh.build_tiny_model(arch, d).eval()
+    ni = helpers.make_sample(d)["net_input"]
+    args = (ni["src_tokens"], ni["src_lengths"], ni["prev_output_tokens"])
+    with torch.no_grad():
+        ref = helpers.incremental_decode(model, *args).exp()
+        model = model.to(torch.bfloat16)
+        low = helpers.incremental_decode(model, *args).exp()
+        out, _ = model.decoder(ni["prev_output_tokens"][:, :1], encoder_out=model.encoder(*args[:2]),
+                               incremental_state={})
+    assert out.dtype == torch.bfloat16
+    mask = ni["prev_output_tokens"].ne(d.pad())
+    assert torch.isfinite(low[mask]).all()
+    assert (low - ref).abs()[mask].max() < 0.05
+
+
 @pytest.fixture(scope="module")
 def gpu_data(tmp_path_factory):
     return rh.tiny_corpus(tmp_path_factory.mktemp("precision"), n_train=256)
