@@ -7,6 +7,7 @@ checks what the user is promised: BLEU with its signature, wall times, examples.
 """
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -48,6 +49,14 @@ def test_quickstart_trains_translates_and_scores(tmp_path):
     assert "as a fallback" not in logs, logs[-3000:]
     # the branch-weight statistics stay in the log, out of the streamed progress
     assert "kappa_ent" in train_log and "model/" not in out, out
+    # the printed fairseq-interactive command translates raw input
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("Translate your own sentences"))
+    source = (tmp_path / "raw" / "test.en").read_text().splitlines()[0]
+    inter = subprocess.run(shlex.split(lines[at + 1]), input=source + "\n", cwd=tmp_path, capture_output=True,
+                           text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert inter.returncode == 0, inter.stderr[-3000:]
+    assert re.search(r"^D-0\t\S+\t", inter.stdout, re.M), inter.stdout + inter.stderr[-2000:]
 
 
 def test_quickstart_names_a_missing_corpus_file(tmp_path):

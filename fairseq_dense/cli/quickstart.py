@@ -85,6 +85,17 @@ def generate_command(bin_dir: str, checkpoint: str, beam: int) -> List[str]:
     ]
 
 
+def interactive_command(bin_dir: str, checkpoint: str, codes: str, src: str, tgt: str, beam: int) -> List[str]:
+    """``fairseq-interactive`` on the trained model, reading raw sentences: the same Moses
+    tokenisation (no escaping, no aggressive dash splits) and BPE codes as the prepared data."""
+    return [
+        sys.executable, "-m", "fairseq_cli.interactive", bin_dir,
+        "--user-dir", PACKAGE_DIR, "--path", checkpoint, "--source-lang", src, "--target-lang", tgt,
+        "--tokenizer", "moses", "--moses-no-escape", "--moses-no-dash-splits",
+        "--bpe", "subword_nmt", "--bpe-codes", codes, "--beam", str(beam), "--cpu",
+    ]
+
+
 def parse_generate(stdout: str, key: str) -> Dict[int, str]:
     out = {}
     for line in stdout.splitlines():
@@ -176,6 +187,10 @@ def main(argv=None) -> None:
     print("\nExample translations:")
     for s, r, h in examples:
         print(f"  SRC: {s}\n  REF: {r}\n  HYP: {h}\n")
+    cmd = interactive_command(os.path.join(data, "bin"), os.path.join(save_dir, "checkpoint_best.pt"),
+                              os.path.join(data, "bpecodes"), src, tgt, args.beam)
+    print("Translate your own sentences (one per line; D- lines are the detokenised translations):")
+    print("  " + " ".join(shlex.quote(c) for c in cmd) + (" # lower-case the input too" if args.lowercase else ""))
 
 
 if __name__ == "__main__":
