@@ -25,7 +25,10 @@ class TableModel(torch.nn.Module):
     def forward(self, src_tokens, src_lengths, prev_output_tokens):
         return self.logits, None
 
+    calls = 0
+
     def get_normalized_probs(self, net_output, log_probs, sample=None):
+        self.calls += 1
         return torch.log_softmax(net_output[0], dim=-1)
 
     def get_targets(self, sample, net_output):
@@ -62,6 +65,20 @@ def test_token_errors_exclude_padding():
     d, logits, sample = _setup()
     n_err, n_tok = token_errors(logits.view(-1, 6), sample["target"].view(-1), d.pad())
     assert (n_err, n_tok) == (1, 2)
+
+
+def test_token_errors_count_only_strictly_better_words():
+    scores = torch.tensor([[0.0, 2.0, 2.0], [1.0, 0.5, 0.2], [3.0, 3.0, -1.0]])
+    # gold 2 ties the best (right), gold 1 is beaten (wrong), gold 1 ties word 0 (right)
+    assert token_errors(scores, torch.tensor([2, 1, 1]), padding_idx=-5) == (1, 3)
+
+
+def test_ter_needs_no_second_softmax():
+    d, logits, sample = _setup()
+    model = TableModel(logits)
+    _, _, log = build_criterion(d, 0.1)(model, sample)
+    assert model.calls == 1  # the loss's only
+    assert (log["n_token_errors"], log["n_scored_tokens"]) == (1, 2)
 
 
 def test_loss_and_ter_hand_computed():

@@ -21,11 +21,16 @@ class LabelSmoothedCrossEntropyWithStatsCriterionConfig(LabelSmoothedCrossEntrop
     pass
 
 
-def token_errors(lprobs: torch.Tensor, target: torch.Tensor, padding_idx: int):
+def token_errors(scores: torch.Tensor, target: torch.Tensor, padding_idx: int):
     """Count wrongly predicted target tokens under teacher forcing.
 
+    A token is wrong when some other word scores strictly higher than the gold one (a
+    tie with the gold word counts as right). The same as ``argmax != target`` except on
+    exact ties, and several times cheaper on CPU (``amax`` is vectorised, ``argmax``
+    is not).
+
     Args:
-        lprobs: ``(N, V)`` log-probabilities (or any scores; only argmax is used).
+        scores: ``(N, V)`` logits or log-probabilities (any monotone per-row transform).
         target: ``(N,)`` gold token ids.
         padding_idx: id whose positions are excluded.
 
@@ -33,7 +38,8 @@ def token_errors(lprobs: torch.Tensor, target: torch.Tensor, padding_idx: int):
         ``(n_errors, n_tokens)`` as Python ints, padding excluded.
     """
     mask = target.ne(padding_idx)
-    wrong = lprobs.argmax(dim=-1).ne(target) & mask
+    gold = scores.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    wrong = gold.lt(scores.amax(dim=-1)) & mask
     return int(wrong.sum().item()), int(mask.sum().item())
 
 
@@ -64,8 +70,8 @@ class LabelSmoothedCrossEntropyWithStatsCriterion(LabelSmoothedCrossEntropyCrite
             "sample_size": sample_size,
         }
         with torch.no_grad():
-            lprobs, target = self.get_lprobs_and_target(model, net_output, sample)
-            n_err, n_tok = token_errors(lprobs, target, self.padding_idx)
+            scores, target = self._scores_and_target(model, net_output, sample)
+            n_err, n_tok = token_errors(scores, target, self.padding_idx)
         logging_output["n_token_errors"] = n_err
         logging_output["n_scored_tokens"] = n_tok
         if self.report_accuracy:
@@ -74,6 +80,21 @@ class LabelSmoothedCrossEntropyWithStatsCriterion(LabelSmoothedCrossEntropyCrite
             logging_output["total"] = total.data
         logging_output.update(self.model_stats(model))
         return loss, sample_size, logging_output
+
+    def _scores_and_target(self, model, net_output, sample):
+        """``(N, V)`` scores whose per-row order is the model's prediction, and ``(N,)`` targets.
+
+        The decoder's logits where they are the full-vocabulary output (their argmax is the
+        log-softmax's: no second softmax over every token, which cost about a tenth of a
+        CPU training step); the normalised probabilities otherwise (adaptive softmax).
+        """
+        if getattr(getattr(model, "decoder", None), "adaptive_softmax", None) is not None:
+            return self.get_lprobs_and_target(model, net_output, sample)
+        scores, target = net_output[0], model.get_targets(sample, net_output)
+        if self.ignore_prefix_size > 0:
+            scores = scores[:, self.ignore_prefix_size:, :]
+            target = target[:, self.ignore_prefix_size:]
+        return scores.reshape(-1, scores.size(-1)), target.reshape(-1)
 
     @staticmethod
     def model_stats(model) -> Dict[str, float]:
