@@ -29,8 +29,11 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
 
     Incremental state (key ``ff_lstm_state``), all batch-first: ``h`` and ``c``
     ``(batch, n_d, H)``; ``deep_att``: ``proj_keys`` ``(batch, src_len, attention_dim)``;
-    ``deep_ed``: ``context_gates`` ``(batch, 4H)`` = ``W_c e`` (both encoder-only,
-    with their ``row_groups``: beam reorders within a sentence skip them).
+    ``deep_ed``: ``context_gates`` ``(batch, 4H)`` = ``W_c e`` (both encoder-only, computed
+    once per sentence, with their ``row_groups``: beam reorders within a sentence skip
+    them). ``deep_att`` beam search never forms ``c_t``: its only consumer is ``W_c``, so
+    ``P = W_c h_i`` is computed once per sentence (``proj_values`` ``(sentences, src_len,
+    4H)``, with each row's ``sentence``) and a step adds ``a_t P`` to ``f^1_t``.
 
     Args:
         dictionary: target dictionary.
@@ -98,10 +101,24 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
             prev_output_tokens = prev_output_tokens[:, -1:]
         enc = encoder_out["encoder_out"][0]  # deep_att: T x B x E; deep_ed: B x E
         cached = self.get_incremental_state(incremental_state, _STATE_KEY) if incremental_state is not None else None
+        per_sentence = {}  # deep_att beam search: P = W_c h_i per sentence, each row's sentence
         if cached is not None:
             hs, cs = cached["h"].unbind(1), cached["c"].unbind(1)
             states: Optional[List[Tuple[Tensor, Tensor]]] = list(zip(hs, cs))
             enc_cache = cached["proj_keys"] if self.attention is not None else cached["context_gates"]
+            if self.attention is not None:
+                per_sentence = {"proj_values": cached["proj_values"], "sentence": cached["sentence"]}
+        elif incremental_state is not None:
+            states = None
+            groups = beam_rows.encoder_row_groups(encoder_out)
+            if self.attention is None:
+                enc_cache = beam_rows.per_group(self.context_proj, enc, groups)
+            else:
+                values = enc.transpose(0, 1)  # B x T x E
+                enc_cache = beam_rows.per_group(self.attention.key_proj, values, groups)
+                first, sentence = beam_rows.group_rows(groups, values.size(0), values.device)
+                per_sentence = {"proj_values": self.context_proj(values.index_select(0, first)),
+                                "sentence": sentence}
         else:
             states = None
             enc_cache = self.attention.project_keys(enc) if self.attention is not None else self.context_proj(enc)
@@ -113,6 +130,9 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
         if self.attention is None:
             f1 = f1_y + enc_cache.unsqueeze(0)  # the fixed context enters every step
             h1, first_final = self.first.recur(f1, state=first_state)
+        elif per_sentence:
+            f1, h1, first_final, attn = self._attend_and_recur_step(f1_y, enc_cache, per_sentence, encoder_out,
+                                                                    first_state)
         else:
             f1, h1, first_final, attn = self._attend_and_recur(f1_y, enc, enc_cache, encoder_out, first_state)
         rest_states = None if states is None else states[1:]
@@ -126,6 +146,7 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
                 "h": torch.stack([s[0] for s in finals], dim=1),  # B x n_d x H
                 "c": torch.stack([s[1] for s in finals], dim=1),
                 "proj_keys" if self.attention is not None else "context_gates": enc_cache,
+                **per_sentence,
             }
             self.set_incremental_state(incremental_state, _STATE_KEY, cache)
         features = self.dropout(h.transpose(0, 1))  # S x B x H -> B x S x H
@@ -150,6 +171,19 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
             attns.append(a)
         return torch.stack(fs), torch.stack(hs), (h, c), torch.stack(attns, dim=1)  # attn: B x S x T
 
+    def _attend_and_recur_step(self, f1_y: Tensor, proj_keys: Tensor, per_sentence: Dict[str, Tensor],
+                               encoder_out, state: Optional[Tuple[Tensor, Tensor]]):
+        """One step of :meth:`_attend_and_recur` for beam search: ``W_c c_t`` is taken as
+        ``a_t P`` with ``P = W_c h_i`` computed once per sentence (``c_t`` is never formed)."""
+        if state is None:
+            zeros = f1_y.new_zeros(f1_y.size(1), self.hidden_size)
+            state = (zeros, zeros)
+        h, c = state
+        a = self.attention.weights(h, proj_keys, encoder_out["encoder_padding_mask"][0])  # B x T
+        f_t = f1_y[0] + beam_rows.weighted_rows(a, per_sentence["proj_values"], per_sentence["sentence"])
+        _, (h, c) = lstm_recurrence(f_t.unsqueeze(0), h, c, self.first.weight_hh)
+        return f_t.unsqueeze(0), h.unsqueeze(0), (h, c), a.unsqueeze(1)
+
     def output_layer(self, features: Tensor) -> Tensor:
         return self.output_projection(features)
 
@@ -159,7 +193,11 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
         cached = self.get_incremental_state(incremental_state, _STATE_KEY)
         if cached is None:
             return
-        reordered = beam_rows.reorder_cache(cached, new_order, static=("proj_keys", "context_gates"))
+        per_row = {k: v for k, v in cached.items() if k != "proj_values"}
+        reordered = beam_rows.reorder_cache(per_row, new_order, static=("proj_keys", "context_gates"))
+        if "proj_values" in cached:  # per sentence: rows follow `sentence`, finished sentences dropped
+            reordered["proj_values"], reordered["sentence"] = beam_rows.compact(cached["proj_values"],
+                                                                               reordered["sentence"])
         self.set_incremental_state(incremental_state, _STATE_KEY, reordered)
 
     def max_positions(self) -> int:
