@@ -144,3 +144,45 @@ def test_beam_search_with_skipped_reorders_equals_full_reorders(arch, monkeypatc
         for f, s in zip(f_hyps, s_hyps):
             assert torch.equal(f["tokens"], s["tokens"])
             assert torch.allclose(f["positional_scores"], s["positional_scores"], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_beam_search_with_cache_equals_beam_search_without(arch, monkeypatch):
+    """The cached path (per-sentence projections, finished sentences dropped from them)
+    finds the hypotheses that re-running the full decoder at every step finds.
+
+    An untrained tiny model never ends a sentence early, so the end-of-sentence logit is
+    raised by a few small offsets: some sentences then finish before others and leave the
+    batch (and, for the families that keep per-sentence projections, those projections).
+    """
+    from fairseq.sequence_generator import SequenceGenerator
+
+    d = helpers.dummy_dictionary(12)
+    sample = helpers.make_sample(d, src_lengths=(5, 7, 3, 6, 4, 2, 7), tgt_lengths=(4, 6, 5, 3, 4, 2, 6))
+    plain_compact = beam_rows.compact
+    dropped = []
+
+    def counting(per_item, item_of_row):
+        out = plain_compact(per_item, item_of_row)
+        dropped.append(per_item.size(0) - out[0].size(0))
+        return out
+
+    monkeypatch.setattr(beam_rows, "compact", counting)
+    for eos_offset in (0.05, 0.1, 0.15, 0.2):
+        torch.manual_seed(0)
+        model = rh.build_tiny_model(arch, d).eval()
+        out_proj = getattr(model.decoder, "output_projection", None)
+        if getattr(out_proj, "bias", None) is not None:
+            with torch.no_grad():
+                out_proj.bias[d.eos()] += eos_offset
+        cached = _beam_search(model, d, sample)
+        gen = SequenceGenerator([model], d, beam_size=4, max_len_a=0, max_len_b=8, min_len=1)
+        gen.model.has_incremental = False
+        with torch.no_grad():
+            uncached = gen.generate([model], sample)
+        for c_hyps, u_hyps in zip(cached, uncached):
+            assert [h["tokens"].tolist() for h in c_hyps] == [h["tokens"].tolist() for h in u_hyps]
+            for c, u in zip(c_hyps, u_hyps):
+                torch.testing.assert_close(c["positional_scores"], u["positional_scores"], atol=1e-4, rtol=0)
+    if dropped:  # families with per-sentence projections
+        assert max(dropped) > 0, f"{arch}: no finished sentence was dropped from the per-sentence cache"
