@@ -26,9 +26,16 @@ def _fmt(x, spec=".2f", suffix="") -> str:
 
 
 def _verdict(value, threshold) -> str:
+    """``met (1.07)`` / ``missed (0.71)``; three decimals where two would print the threshold
+    itself for a miss (``missed (0.999)``, not ``missed (1.00)``)."""
     if value is None:
         return "n/a"
-    return f"{'met' if value >= threshold else 'missed'} ({value:.2f})"
+    met = value >= threshold
+    for digits in range(2, 7):
+        shown = f"{value:.{digits}f}"
+        if met or float(shown) < threshold:
+            break
+    return f"{'met' if met else 'missed'} ({shown})"
 
 
 def _get(d: Dict, *path):

@@ -300,3 +300,12 @@ def test_recipe_table_names_runs_of_one_arch_by_folder(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| full/wt | 135 | 8.453 (135) |" in out and "| neither/wt | 135 | 8.900 (135) |" in out
     assert "| other | 135 |" in out
+
+
+def test_verdict_never_prints_a_miss_as_the_threshold():
+    assert report._verdict(1.07, 1.0) == "met (1.07)"
+    assert report._verdict(0.7123, 1.0) == "missed (0.71)"
+    assert report._verdict(0.9986, 1.0) == "missed (0.999)"
+    assert report._verdict(0.99996, 1.0) == "missed (0.99996)"
+    assert report._verdict(0.2999, 0.30) == "missed (0.2999)"
+    assert report._verdict(None, 1.0) == "n/a"
