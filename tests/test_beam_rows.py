@@ -108,6 +108,20 @@ def test_compact_drops_items_no_row_uses():
     assert same is per_item and rows.tolist() == [0, 1, 2, 3, 3]
 
 
+def test_reorder_cache_keeps_per_sentence_tensors_and_drops_finished_sentences():
+    per_sent_a, per_sent_b = torch.arange(3.0).view(3, 1), torch.arange(30.0, 33.0).view(3, 1)
+    cache = {"hidden": torch.arange(6.0).view(6, 1), "a": per_sent_a, "b": per_sent_b,
+             beam_rows.SENTENCE: torch.tensor([0, 0, 1, 1, 2, 2])}
+    within = beam_rows.reorder_cache(cache, torch.tensor([1, 0, 2, 2, 5, 4]), per_sentence=("a", "b"))
+    assert within["a"] is per_sent_a and within["b"] is per_sent_b  # never copied between rows
+    assert within[beam_rows.SENTENCE].tolist() == [0, 0, 1, 1, 2, 2]
+    # sentence 1 finished: its rows leave, both per-sentence tensors lose its entry
+    out = beam_rows.reorder_cache(cache, torch.tensor([0, 1, 5, 4]), per_sentence=("a", "b"))
+    assert out["a"].flatten().tolist() == [0.0, 2.0] and out["b"].flatten().tolist() == [30.0, 32.0]
+    assert out[beam_rows.SENTENCE].tolist() == [0, 0, 1, 1]
+    assert out["hidden"].flatten().tolist() == [0.0, 1.0, 5.0, 4.0]
+
+
 def _beam_search(model, d, sample, beam: int = 4):
     from fairseq.sequence_generator import SequenceGenerator
 

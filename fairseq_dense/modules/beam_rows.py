@@ -31,6 +31,8 @@ from torch import Tensor
 
 #: key of the group ids in encoder outputs and decoder caches
 ROW_GROUPS = "row_groups"
+#: key of each row's sentence in decoder caches that keep tensors once per sentence
+SENTENCE = "sentence"
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -197,13 +199,17 @@ def _batch_size(encoder_out: Dict[str, List[Tensor]]) -> Optional[int]:
 
 
 def reorder_cache(cache: Dict[str, Optional[Tensor]], new_order: Tensor,
-                  static: Sequence[str] = ()) -> Dict[str, Optional[Tensor]]:
+                  static: Sequence[str] = (), per_sentence: Sequence[str] = ()) -> Dict[str, Optional[Tensor]]:
     """Reorder a decoder cache along dim 0; the ``static`` keys (per-sentence tensors)
     only when the reorder moves rows between groups of bitwise-equal rows.
 
     The groups are found from the static tensors themselves at the first reorder and
     kept under ``row_groups``; a decoder that rebuilds its cache every step carries
     that key over (``{**cached, ...}``) so that the comparison runs once per batch.
+
+    The ``per_sentence`` keys hold one entry per sentence, not per row (rows find theirs
+    through ``cache[SENTENCE]``, which is reordered like any row tensor): they are never
+    copied between rows, only cut down to the sentences still in the batch (:func:`compact`).
     """
     groups = cache.get(ROW_GROUPS)
     if groups is None:
@@ -212,8 +218,12 @@ def reorder_cache(cache: Dict[str, Optional[Tensor]], new_order: Tensor,
     keep, new_groups = keeps_rows(groups, new_order)
     out: Dict[str, Optional[Tensor]] = {}
     for key, value in cache.items():
-        if key != ROW_GROUPS:
+        if key != ROW_GROUPS and key not in per_sentence:
             out[key] = value if value is None or (keep and key in static) else value.index_select(0, new_order)
     if new_groups is not None:
         out[ROW_GROUPS] = new_groups
+    sentence = out.get(SENTENCE)
+    for key in per_sentence:
+        if cache.get(key) is not None:
+            out[key], out[SENTENCE] = compact(cache[key], sentence)
     return out

@@ -248,7 +248,7 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
         cached = self.get_incremental_state(incremental_state, _STATE_KEY)
         if cached is not None:
             hidden, cell, prev_out = cached["hidden"], cached["cell"], cached["prev_out"]
-            proj_keys, proj_values, sentence = cached["proj_keys"], cached["proj_values"], cached["sentence"]
+            proj_keys, proj_values, sentence = cached["proj_keys"], cached["proj_values"], cached[beam_rows.SENTENCE]
         else:
             memory = self._memories(encoder_out)  # T x B x C
             groups = beam_rows.encoder_row_groups(encoder_out)
@@ -291,22 +291,22 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
             gates = gates + ctx_gates[j] + F.linear(h[j], lstm.weight_hh_l0)
             h[j], c[j] = lstm_cell(gates, c[j])
             outs.append(self.dropout(h[j]))
-        if self.dense:
-            readout_in = torch.cat(outs, -1)  # o_t^{L_d}
-            w_out = self.readout.weight[:, : readout_in.size(1)]
-        else:
-            readout_in = torch.cat([y, outs[-1]], -1)  # [y_{t-1}; r_t^{L_d}]
-            w_out = torch.cat([self.readout.weight[:, :emb], self.readout.weight[:, emb + self.context_dim:]], 1)
-        m = torch.tanh(F.linear(readout_in, w_out, self.readout.bias) + ctx_gates[-1])
-        m = self.softmax_dropout(m)
+        o = torch.cat(outs, -1)  # o_t^{L_d}
+        w_out = self.readout.weight
+        if self.dense:  # [o_t^{L_d}; c_t]
+            readout = F.linear(o, w_out[:, : o.size(1)], self.readout.bias)
+        else:  # [y_{t-1}; c_t; r_t^{L_d}]: the columns on either side of c's, no weight copy
+            readout = F.linear(y, w_out[:, :emb], self.readout.bias) + F.linear(
+                outs[-1], w_out[:, emb + self.context_dim:])
+        m = self.softmax_dropout(torch.tanh(readout + ctx_gates[-1]))
         self.set_incremental_state(incremental_state, _STATE_KEY, {
             **(cached or {}),  # keeps the row groups of the per-sentence tensors
             "hidden": torch.stack(h, 1),
             "cell": torch.stack(c, 1),
-            "prev_out": torch.cat(outs, -1),
+            "prev_out": o,
             "proj_keys": proj_keys,
             "proj_values": proj_values,
-            "sentence": sentence,
+            beam_rows.SENTENCE: sentence,
         })
         return m.unsqueeze(1), {"attn": [attn.mean(-1).unsqueeze(1)]}
 
@@ -320,10 +320,7 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
         cached = self.get_incremental_state(incremental_state, _STATE_KEY)
         if cached is None:
             return
-        per_row = {k: v for k, v in cached.items() if k != "proj_values"}
-        reordered = beam_rows.reorder_cache(per_row, new_order, static=("proj_keys",))
-        reordered["proj_values"], reordered["sentence"] = beam_rows.compact(cached["proj_values"],
-                                                                           reordered["sentence"])
+        reordered = beam_rows.reorder_cache(cached, new_order, static=("proj_keys",), per_sentence=("proj_values",))
         self.set_incremental_state(incremental_state, _STATE_KEY, reordered)
 
     def max_positions(self) -> int:

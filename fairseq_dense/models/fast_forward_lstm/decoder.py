@@ -107,7 +107,7 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
             states: Optional[List[Tuple[Tensor, Tensor]]] = list(zip(hs, cs))
             enc_cache = cached["proj_keys"] if self.attention is not None else cached["context_gates"]
             if self.attention is not None:
-                per_sentence = {"proj_values": cached["proj_values"], "sentence": cached["sentence"]}
+                per_sentence = {k: cached[k] for k in ("proj_values", beam_rows.SENTENCE)}
         elif incremental_state is not None:
             states = None
             groups = beam_rows.encoder_row_groups(encoder_out)
@@ -118,7 +118,7 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
                 enc_cache = beam_rows.per_group(self.attention.key_proj, values, groups)
                 first, sentence = beam_rows.group_rows(groups, values.size(0), values.device)
                 per_sentence = {"proj_values": self.context_proj(values.index_select(0, first)),
-                                "sentence": sentence}
+                                beam_rows.SENTENCE: sentence}
         else:
             states = None
             enc_cache = self.attention.project_keys(enc) if self.attention is not None else self.context_proj(enc)
@@ -180,7 +180,8 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
             state = (zeros, zeros)
         h, c = state
         a = self.attention.weights(h, proj_keys, encoder_out["encoder_padding_mask"][0])  # B x T
-        f_t = f1_y[0] + beam_rows.weighted_rows(a, per_sentence["proj_values"], per_sentence["sentence"])
+        f_t = f1_y[0] + beam_rows.weighted_rows(a, per_sentence["proj_values"],
+                                                   per_sentence[beam_rows.SENTENCE])
         _, (h, c) = lstm_recurrence(f_t.unsqueeze(0), h, c, self.first.weight_hh)
         return f_t.unsqueeze(0), h.unsqueeze(0), (h, c), a.unsqueeze(1)
 
@@ -193,11 +194,8 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
         cached = self.get_incremental_state(incremental_state, _STATE_KEY)
         if cached is None:
             return
-        per_row = {k: v for k, v in cached.items() if k != "proj_values"}
-        reordered = beam_rows.reorder_cache(per_row, new_order, static=("proj_keys", "context_gates"))
-        if "proj_values" in cached:  # per sentence: rows follow `sentence`, finished sentences dropped
-            reordered["proj_values"], reordered["sentence"] = beam_rows.compact(cached["proj_values"],
-                                                                               reordered["sentence"])
+        reordered = beam_rows.reorder_cache(cached, new_order, static=("proj_keys", "context_gates"),
+                                            per_sentence=("proj_values",))
         self.set_incremental_state(incremental_state, _STATE_KEY, reordered)
 
     def max_positions(self) -> int:

@@ -126,7 +126,7 @@ class GRUAttentionDecoder(FairseqIncrementalDecoder):
         cached = self.get_incremental_state(incremental_state, _STATE_KEY)
         if cached is not None:
             hidden, context_gates = cached["hidden"], cached["context_gates"]
-            proj_keys, proj_values, sentence = cached["proj_keys"], cached["proj_values"], cached["sentence"]
+            proj_keys, proj_values, sentence = cached["proj_keys"], cached["proj_values"], cached[beam_rows.SENTENCE]
         else:
             enc = encoder_out["encoder_out"][0]  # T x B x E
             groups = beam_rows.encoder_row_groups(encoder_out)
@@ -146,7 +146,7 @@ class GRUAttentionDecoder(FairseqIncrementalDecoder):
         self.set_incremental_state(incremental_state, _STATE_KEY, {
             **(cached or {}),  # keeps the row groups of the per-sentence tensors
             "hidden": hidden, "context_gates": context_gates, "proj_keys": proj_keys,
-            "proj_values": proj_values, "sentence": sentence,
+            "proj_values": proj_values, beam_rows.SENTENCE: sentence,
         })
         return m.unsqueeze(1), {"attn": [attn.unsqueeze(1)]}
 
@@ -160,10 +160,7 @@ class GRUAttentionDecoder(FairseqIncrementalDecoder):
         cached = self.get_incremental_state(incremental_state, _STATE_KEY)
         if cached is None:
             return
-        per_row = {k: v for k, v in cached.items() if k != "proj_values"}
-        reordered = beam_rows.reorder_cache(per_row, new_order, static=("proj_keys",))
-        reordered["proj_values"], reordered["sentence"] = beam_rows.compact(cached["proj_values"],
-                                                                           reordered["sentence"])
+        reordered = beam_rows.reorder_cache(cached, new_order, static=("proj_keys",), per_sentence=("proj_values",))
         self.set_incremental_state(incremental_state, _STATE_KEY, reordered)
 
     def max_positions(self) -> int:
