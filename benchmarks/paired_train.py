@@ -32,7 +32,10 @@ def build_trainable(train_args: List[str]):
     model = task.build_model(cfg.model)
     criterion = task.build_criterion(cfg.criterion)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = optim.build_optimizer(cfg.optimizer, params)
+    if cfg.common.amp:  # as fairseq's Trainer: float16 autocast in train_step, scaled loss
+        optimizer = optim.AMPOptimizer.build_optimizer(cfg, params)
+    else:
+        optimizer = optim.build_optimizer(cfg.optimizer, params)
     return task, model, criterion, optimizer, cfg
 
 
@@ -110,6 +113,10 @@ def paired_train_speed(ours_args: List[str], baseline_args: List[str], *, batche
     for name, side in sides.items():  # warm-up step, then a counted one
         _step(side[0], side[1], side[2], side[3], warm, 1, side[4].optimization.clip_norm)
         flops[name] = step_flops(side, warm)
+        if device == "cuda":  # cuDNN algorithm search and the caching allocator meet every batch shape once
+            for sample in samples:
+                _step(side[0], side[1], side[2], side[3], sample, 1, side[4].optimization.clip_norm)
+            torch.cuda.synchronize()
     per_round = []
     for r in range(rounds):
         seconds = {"ours": 0.0, "baseline": 0.0}

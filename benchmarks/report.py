@@ -86,7 +86,9 @@ def markdown(results: Dict) -> str:
         f"torch {m['torch']}, fairseq {m['fairseq']}, Python {m['python']}"
         + (f"; GPU {m['gpu']}" if m.get("gpu") else "") + ".",
         f"Every figure below was measured on **{m['device']}**"
-        + (" in bfloat16" if results.get("bf16") else " in float32") + f"; budget {results['budget_minutes']} "
+        + "; training in " + ("float16 autocast (fairseq --amp)" if results.get("amp") else "float32")
+        + ", decoding in " + ("bfloat16" if results.get("bf16") else "float32")
+        + f"; budget {results['budget_minutes']} "
         f"min of training per model; data: `{results['corpus']}` ({results['data']['summary']}).",
         "",
         "Ratios are ours / baseline, both trained in this run on the same data with the same optimiser, "

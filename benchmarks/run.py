@@ -47,7 +47,11 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", choices=("small", "tiny"), default="small",
                    help="which named size of a family to use when --models names only the family")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--bf16", action="store_true", help="train (--bf16) and decode in bfloat16")
+    p.add_argument("--bf16", action="store_true",
+                   help="decode in bfloat16 (training stays float32 unless --amp: fairseq-train's own --bf16 "
+                        "turns on --tpu and needs torch_xla)")
+    p.add_argument("--amp", action="store_true",
+                   help="train with fairseq's --amp (CUDA float16 autocast, float32 master weights, loss scaling)")
     p.add_argument("--out", default="benchmarks/out/latest", help="folder for results.json/.md and plots")
     p.add_argument("--work-dir", default="", help="prepared data and checkpoints (default: OUT/work)")
     p.add_argument("--bpe-merges", type=int, default=8000)
@@ -119,10 +123,11 @@ def run_side(name: str, arch_args: List[str], params: int, flops_params: float, 
     shutil.rmtree(run_dir, ignore_errors=True)
     res = {"arch": arch_args[arch_args.index("--arch") + 1], "arch_args": arch_args, "params": params,
            "matmul_params_per_tgt_token": flops_params, "device": a.device}
-    dtype = "bfloat16" if a.bf16 else "float32"
+    dtype = "float16" if a.amp else "float32"  # training's matmul dtype: the MFU denominator
     res["matmul_flops"] = machine.matmul_flops(a.device, dtype, threads=a.threads)
+    res["matmul_dtype"] = dtype
     args = train.common_args(
-        paths["bin"], run_dir, a.src, a.tgt, a.budget_minutes, device=a.device, bf16=a.bf16,
+        paths["bin"], run_dir, a.src, a.tgt, a.budget_minutes, device=a.device, amp=a.amp,
         max_tokens=a.max_tokens, lr=a.lr, warmup_updates=a.warmup_updates, log_interval=a.log_interval,
         validate_interval_updates=a.validate_interval_updates, max_update=a.max_update, seed=a.seed,
     ) + arch_args
@@ -207,8 +212,8 @@ def main(argv=None) -> int:
 
         if not torch.cuda.is_available():
             raise SystemExit("error: --device cuda but torch sees no CUDA device")
-    if a.bf16 and a.device != "cuda":
-        logger.warning("--bf16 on CPU: fairseq trains in bfloat16 on CPU too, but it is rarely faster")
+    if a.amp and a.device != "cuda":
+        raise SystemExit("error: --amp needs --device cuda (fairseq's --amp is CUDA float16 autocast)")
     import fairseq_dense  # noqa: F401
     from fairseq_dense.data.prepare import prepare
 
@@ -236,7 +241,7 @@ def main(argv=None) -> int:
         raise SystemExit(f"error: {e}")
     command = "python -m benchmarks.run " + " ".join(map(shlex.quote, argv or sys.argv[1:]))
     results = {"suite": a.suite, "command": command,
-               "machine": machine.describe(a.device, a.threads), "bf16": a.bf16, "corpus": a.corpus,
+               "machine": machine.describe(a.device, a.threads), "bf16": a.bf16, "amp": a.amp, "corpus": a.corpus,
                "budget_minutes": a.budget_minutes, "baseline_param_ratio": a.baseline_param_ratio,
                "data": data, "families": {}}
     baselines: Dict = {}

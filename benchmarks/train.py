@@ -37,7 +37,7 @@ def default_task() -> str:
 
 
 def common_args(data_bin: str, save_dir: str, src: str, tgt: str, budget_minutes: float, *,
-                device: str = "cpu", bf16: bool = False, max_tokens: int = 4096, lr: float = 1e-3,
+                device: str = "cpu", amp: bool = False, max_tokens: int = 4096, lr: float = 1e-3,
                 warmup_updates: int = 50, log_interval: int = 5, validate_interval_updates: int = 25,
                 max_update: int = 0, seed: int = 1, task: str = "") -> List[str]:
     """The ``fairseq-train`` arguments every model shares (same data, budget, optimiser, schedule)."""
@@ -58,8 +58,8 @@ def common_args(data_bin: str, save_dir: str, src: str, tgt: str, budget_minutes
         args += ["--max-update", str(max_update)]
     if device == "cpu":
         args.append("--cpu")
-    if bf16:
-        args.append("--bf16")
+    if amp:  # not --bf16: fairseq's option parsing turns --bf16 into --tpu (torch_xla), on GPUs too
+        args.append("--amp")
     return args
 
 

@@ -309,3 +309,17 @@ def test_verdict_never_prints_a_miss_as_the_threshold():
     assert report._verdict(0.99996, 1.0) == "missed (0.99996)"
     assert report._verdict(0.2999, 0.30) == "missed (0.2999)"
     assert report._verdict(None, 1.0) == "n/a"
+
+
+def test_mixed_precision_options_reach_fairseq_train_as_amp_not_bf16():
+    """fairseq's option parsing turns ``--bf16`` into ``--tpu`` (torch_xla), on GPUs too: the
+    harness trains with ``--amp`` and keeps ``--bf16`` for its own decoding."""
+    from fairseq import options
+
+    args = train.common_args("data", "save", "de", "en", 1.0, device="cuda", amp=True)
+    assert "--amp" in args and "--bf16" not in args and "--cpu" not in args
+    parsed = options.parse_args_and_arch(options.get_training_parser(), args + ["--arch", "lstm"])
+    assert parsed.amp and not parsed.tpu
+    assert "--amp" not in train.common_args("data", "save", "de", "en", 1.0)
+    with pytest.raises(SystemExit, match="--amp needs --device cuda"):
+        bench_run.main(["--corpus", "x", "--budget-minutes", "1", "--amp"])

@@ -19,6 +19,9 @@ MAX_UPDATE=${MAX_UPDATE:-1000}
 ARCHS=${ARCHS:-"densenmt_4l_2 densenmt_base_4l"}
 USER_DIR=${USER_DIR:-$(python -c 'import fairseq_dense, os; print(os.path.dirname(fairseq_dense.__file__))')}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+# DEVICE=cuda trains and decodes on the GPU (float32; add --amp for float16 autocast)
+DEVICE=${DEVICE:-cpu}
+DEV=(); [ "$DEVICE" = cpu ] && DEV=(--cpu)
 
 [ -f "$DATA/bin/dict.en.txt" ] || \
     python examples/translation/prepare.py --raw "$RAW" --src de --tgt en --dest "$DATA" --bpe-merges 10000
@@ -33,7 +36,7 @@ for ARCH in $ARCHS; do
         MODEL=(--arch fconv --encoder-embed-dim 256 --decoder-embed-dim 256 --decoder-out-embed-dim 256
                --encoder-layers "[(256, 3)] * 4" --decoder-layers "[(256, 3)] * 4")
     fi
-    fairseq-train "$DATA/bin" --user-dir "$USER_DIR" "${MODEL[@]}" -s "$SRC" -t "$TGT" --cpu \
+    fairseq-train "$DATA/bin" --user-dir "$USER_DIR" "${MODEL[@]}" -s "$SRC" -t "$TGT" "${DEV[@]}" \
         --optimizer nag --lr 0.25 --momentum 0.99 --clip-norm 0.1 \
         --lr-scheduler convs2s_anneal --lr-shrink 0.1 --stop-min-lr 1e-4 \
         --criterion label_smoothed_cross_entropy_with_stats --label-smoothing 0.1 \
@@ -41,7 +44,7 @@ for ARCH in $ARCHS; do
         --dropout 0.2 --seed 1 --save-dir "$SAVE" --no-epoch-checkpoints --log-format simple \
         "$@" 2>&1 | tee "$SAVE.train.log" | grep -E "valid on|done training"
     fairseq-generate "$DATA/bin" --user-dir "$USER_DIR" --path "$SAVE/checkpoint_last.pt" -s "$SRC" -t "$TGT" \
-        --cpu --beam 5 --batch-size 128 --required-batch-size-multiple 1 --remove-bpe --gen-subset test \
+        "${DEV[@]}" --beam 5 --batch-size 128 --required-batch-size-multiple 1 --remove-bpe --gen-subset test \
         > "$SAVE.test.txt" 2>&1
     echo "$ARCH: $(grep -c '^H-' "$SAVE.test.txt") test sentences; $(tail -1 "$SAVE.test.txt")"
 done

@@ -20,6 +20,9 @@ MAX_UPDATE=${MAX_UPDATE:-3000}
 ARCHS=${ARCHS:-"weighted_transformer transformer"}
 USER_DIR=${USER_DIR:-$(python -c 'import fairseq_dense, os; print(os.path.dirname(fairseq_dense.__file__))')}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+# DEVICE=cuda trains and decodes on the GPU (float32; add --amp for float16 autocast)
+DEVICE=${DEVICE:-cpu}
+DEV=(); [ "$DEVICE" = cpu ] && DEV=(--cpu)
 
 [ -f "$DATA/bin/dict.en.txt" ] || \
     python examples/translation/prepare.py --raw "$RAW" --src de --tgt en --dest "$DATA" --bpe-merges 10000
@@ -57,7 +60,7 @@ for ARCH in $ARCHS; do
         SCHED=(--lr-scheduler grouped --lr "$LR" --group-lr-scale "default=$LR,branch=$BRANCH_LR"
                --group-warmup-updates "default=$WARM,branch=$BWARM" --group-freeze-last "branch=$FREEZE")
     fi
-    fairseq-train "$DATA/bin" --user-dir "$USER_DIR" --task translation_weighted -s "$SRC" -t "$TGT" --cpu \
+    fairseq-train "$DATA/bin" --user-dir "$USER_DIR" --task translation_weighted -s "$SRC" -t "$TGT" "${DEV[@]}" \
         --arch "$ARCH" "${SIZE[@]}" "${SCHED[@]}" \
         --optimizer adam --adam-betas '(0.9, 0.98)' --adam-eps 1e-9 \
         --criterion label_smoothed_cross_entropy_with_stats --label-smoothing 0.1 \
@@ -66,7 +69,7 @@ for ARCH in $ARCHS; do
         --seed 1 --save-dir "$SAVE" --log-format simple --log-interval 50 \
         "$@" 2>&1 | tee "$SAVE.train.log" | grep -E "valid on|done training"
     fairseq-generate "$DATA/bin" --user-dir "$USER_DIR" --path "$SAVE/checkpoint_last.pt" -s "$SRC" -t "$TGT" \
-        --cpu --beam 5 --batch-size 128 --required-batch-size-multiple 1 --remove-bpe --gen-subset test \
+        "${DEV[@]}" --beam 5 --batch-size 128 --required-batch-size-multiple 1 --remove-bpe --gen-subset test \
         > "$SAVE.test.txt" 2>&1
     echo "$ARCH: $(grep -c '^H-' "$SAVE.test.txt") test sentences; $(tail -1 "$SAVE.test.txt")"
     if [ "$ARCH" != transformer ]; then

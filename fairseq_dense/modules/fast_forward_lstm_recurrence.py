@@ -73,10 +73,15 @@ def fused_lstm(x: Tensor, h0: Tensor, c0: Tensor, weights: List[Tensor]) -> Tupl
     Args:
         weights: ``[W_ih, W_hh]`` or ``[W_ih, W_hh, b_ih, b_hh]``.
     """
+    # cuDNN wants contiguous states and one dtype for input, states and weights; under
+    # autocast x is already float16/bfloat16 while parameters and states are float32
+    dtype = x.dtype
+    weights = [w.to(dtype) for w in weights]
+    hx = (h0.to(dtype).unsqueeze(0).contiguous(), c0.to(dtype).unsqueeze(0).contiguous())
     with warnings.catch_warnings():  # the weights are not one flat buffer: cuDNN copies them
         warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous chunk")
         out, h, c = torch._VF.lstm(
-            x, (h0.unsqueeze(0), c0.unsqueeze(0)), weights,
+            x, hx, weights,
             len(weights) == 4, 1, 0.0, torch.is_grad_enabled(), False, False,  # 1 layer, no dropout, uni, T-first
         )
     return out, (h.squeeze(0), c.squeeze(0))

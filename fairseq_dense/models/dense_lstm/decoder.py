@@ -211,7 +211,7 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
                 inp = torch.cat([o, shift_in_time(o, prev_out[:, : o.size(-1)]), ctx_all], -1)
             else:
                 inp = torch.cat([feats[-1], ctx_all], -1)
-            out, _ = self.layers[j](inp, (h[j].unsqueeze(0), c[j].unsqueeze(0)))
+            out, _ = self.layers[j](inp, (h[j].unsqueeze(0).contiguous(), c[j].unsqueeze(0).contiguous()))
             feats.append(self.dropout(out))
         if dense:
             readout_in = torch.cat(feats + [ctx_all], -1)  # [o_t^{L_d}; c_t]
