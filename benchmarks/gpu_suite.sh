@@ -34,6 +34,12 @@ PYTHON=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda}
 STAGES=${*:-tests harness convergence}
 
+for STAGE in $STAGES; do
+    case $STAGE in tests | harness | convergence) ;;
+    *) echo "error: unknown stage '$STAGE' (tests, harness, convergence)" >&2; exit 2 ;;
+    esac
+done
+
 # the recipes call `python`; give them this interpreter under that name (a fresh folder,
 # never a link that an earlier run could have left pointing somewhere else)
 if ! command -v python >/dev/null || [ "$(command -v python)" != "$(command -v "$PYTHON")" ]; then
@@ -103,10 +109,6 @@ for STAGE in $STAGES; do
             "$PYTHON" -m benchmarks.recipe_table "$D"/*.train.log --plot "$D.png" > "$D.md" || true
             echo "== $(basename "$D")"; cat "$D.md"
         done
-        ;;
-    *)
-        echo "error: unknown stage '$STAGE' (tests, harness, convergence)" >&2
-        exit 2
         ;;
     esac
 done

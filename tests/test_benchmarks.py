@@ -323,3 +323,14 @@ def test_mixed_precision_options_reach_fairseq_train_as_amp_not_bf16():
     assert "--amp" not in train.common_args("data", "save", "de", "en", 1.0)
     with pytest.raises(SystemExit, match="--amp needs --device cuda"):
         bench_run.main(["--corpus", "x", "--budget-minutes", "1", "--amp"])
+
+
+def test_gpu_suite_says_what_is_wrong(tmp_path):
+    """``benchmarks/gpu_suite.sh``: no CUDA device, or an unknown stage, is one clear line."""
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "gpu_suite.sh")
+    env = dict(os.environ, OUT=str(tmp_path / "out"), PYTHON=sys.executable)
+    if not torch.cuda.is_available():
+        p = subprocess.run(["bash", script, "tests"], env=env, capture_output=True, text=True)
+        assert p.returncode != 0 and "torch sees no CUDA device" in p.stderr
+    p = subprocess.run(["bash", script, "tests", "bogus"], env=dict(env, DEVICE="cpu"), capture_output=True, text=True)
+    assert p.returncode == 2 and "unknown stage 'bogus'" in p.stderr
