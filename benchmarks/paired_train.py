@@ -111,11 +111,12 @@ def paired_train_speed(ours_args: List[str], baseline_args: List[str], *, batche
     tokens = sum(int(s["ntokens"]) for s in samples)
     flops = {}
     for name, side in sides.items():  # warm-up step, then a counted one
-        _step(side[0], side[1], side[2], side[3], warm, 1, side[4].optimization.clip_norm)
+        task, model, criterion, optimizer, cfg = side
+        _step(task, model, criterion, optimizer, warm, 1, cfg.optimization.clip_norm)
         flops[name] = step_flops(side, warm)
         if device == "cuda":  # cuDNN algorithm search and the caching allocator meet every batch shape once
             for sample in samples:
-                _step(side[0], side[1], side[2], side[3], sample, 1, side[4].optimization.clip_norm)
+                _step(task, model, criterion, optimizer, sample, 1, cfg.optimization.clip_norm)
             torch.cuda.synchronize()
     per_round = []
     for r in range(rounds):

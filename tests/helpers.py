@@ -143,7 +143,7 @@ def check_reorder_incremental_state(model, sample, atol: float = 1e-5) -> None:
     model.eval()
     ni = sample["net_input"]
     b = ni["src_tokens"].size(0)
-    perm = torch.arange(b - 1, -1, -1)
+    perm = torch.arange(b - 1, -1, -1, device=ni["src_tokens"].device)
     with torch.no_grad():
         reordered = incremental_decode(model, ni["src_tokens"], ni["src_lengths"], ni["prev_output_tokens"], perm)
         direct = incremental_decode(
@@ -152,6 +152,27 @@ def check_reorder_incremental_state(model, sample, atol: float = 1e-5) -> None:
     mask = ni["prev_output_tokens"][perm].ne(model.decoder.dictionary.pad())
     diff = (reordered - direct).abs().amax(dim=-1)[mask].max().item()
     assert diff < atol, f"reordered vs permuted-batch max abs diff {diff}"
+
+
+def beam_search(model, d: Dictionary, sample, beam: int = 4, cached: bool = True):
+    """fairseq's beam search (at most 8 tokens); ``cached=False`` re-runs the full decoder
+    at every step instead of using the incremental state."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    gen = SequenceGenerator([model], d, beam_size=beam, max_len_a=0, max_len_b=8, min_len=1)
+    if not cached:
+        gen.model.has_incremental = False
+    with torch.no_grad():
+        return gen.generate([model], sample)
+
+
+def assert_same_hypotheses(got, want, atol: float) -> None:
+    """Two beam searches found the same hypotheses, in the same order, with the same scores."""
+    assert len(got) == len(want)
+    for g_hyps, w_hyps in zip(got, want):
+        assert [h["tokens"].tolist() for h in g_hyps] == [h["tokens"].tolist() for h in w_hyps]
+        for g, w in zip(g_hyps, w_hyps):
+            torch.testing.assert_close(g["positional_scores"], w["positional_scores"], atol=atol, rtol=0)
 
 
 def flip_padding(tokens: torch.Tensor, pad: int) -> torch.Tensor:

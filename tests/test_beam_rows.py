@@ -122,14 +122,6 @@ def test_reorder_cache_keeps_per_sentence_tensors_and_drops_finished_sentences()
     assert out["hidden"].flatten().tolist() == [0.0, 1.0, 5.0, 4.0]
 
 
-def _beam_search(model, d, sample, beam: int = 4):
-    from fairseq.sequence_generator import SequenceGenerator
-
-    gen = SequenceGenerator([model], d, beam_size=beam, max_len_a=0, max_len_b=8, min_len=1)
-    with torch.no_grad():
-        return gen.generate([model], sample)
-
-
 @pytest.mark.parametrize("arch", ARCHS)
 def test_beam_search_with_skipped_reorders_equals_full_reorders(arch, monkeypatch):
     torch.manual_seed(0)
@@ -145,19 +137,15 @@ def test_beam_search_with_skipped_reorders_equals_full_reorders(arch, monkeypatc
         return keep, new_groups
 
     monkeypatch.setattr(beam_rows, "keeps_rows", counting)
-    fast = _beam_search(model, d, sample)
+    fast = helpers.beam_search(model, d, sample)
     assert any(skipped), "no reorder was skipped"
 
     def never(groups, new_order):
         return False, None if groups is None else groups.index_select(0, new_order)
 
     monkeypatch.setattr(beam_rows, "keeps_rows", never)
-    full = _beam_search(model, d, sample)
-    for f_hyps, s_hyps in zip(fast, full):
-        assert len(f_hyps) == len(s_hyps)
-        for f, s in zip(f_hyps, s_hyps):
-            assert torch.equal(f["tokens"], s["tokens"])
-            assert torch.allclose(f["positional_scores"], s["positional_scores"], atol=1e-6, rtol=0)
+    full = helpers.beam_search(model, d, sample)
+    helpers.assert_same_hypotheses(fast, full, atol=1e-6)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -169,8 +157,6 @@ def test_beam_search_with_cache_equals_beam_search_without(arch, monkeypatch):
     raised by a few small offsets: some sentences then finish before others and leave the
     batch (and, for the families that keep per-sentence projections, those projections).
     """
-    from fairseq.sequence_generator import SequenceGenerator
-
     d = helpers.dummy_dictionary(12)
     sample = helpers.make_sample(d, src_lengths=(5, 7, 3, 6, 4, 2, 7), tgt_lengths=(4, 6, 5, 3, 4, 2, 6))
     plain_compact = beam_rows.compact
@@ -189,14 +175,8 @@ def test_beam_search_with_cache_equals_beam_search_without(arch, monkeypatch):
         if getattr(out_proj, "bias", None) is not None:
             with torch.no_grad():
                 out_proj.bias[d.eos()] += eos_offset
-        cached = _beam_search(model, d, sample)
-        gen = SequenceGenerator([model], d, beam_size=4, max_len_a=0, max_len_b=8, min_len=1)
-        gen.model.has_incremental = False
-        with torch.no_grad():
-            uncached = gen.generate([model], sample)
-        for c_hyps, u_hyps in zip(cached, uncached):
-            assert [h["tokens"].tolist() for h in c_hyps] == [h["tokens"].tolist() for h in u_hyps]
-            for c, u in zip(c_hyps, u_hyps):
-                torch.testing.assert_close(c["positional_scores"], u["positional_scores"], atol=1e-4, rtol=0)
+        cached = helpers.beam_search(model, d, sample)
+        uncached = helpers.beam_search(model, d, sample, cached=False)
+        helpers.assert_same_hypotheses(cached, uncached, atol=1e-4)
     if dropped:  # families with per-sentence projections
         assert max(dropped) > 0, f"{arch}: no finished sentence was dropped from the per-sentence cache"

@@ -46,20 +46,11 @@ def test_cuda_matches_cpu_and_incremental_equals_full(arch):
     diff = (torch.log_softmax(out.float(), -1).cpu() - torch.log_softmax(ref.float(), -1)).abs()
     assert diff.amax(-1)[mask.cpu()].max() < 1e-4, f"{arch}: CUDA vs CPU log-probs differ by {diff.max()}"
     helpers.check_incremental_equals_full(model, sample, atol=1e-4)
-    ni = sample["net_input"]
-    order = torch.tensor([2, 0, 3, 1], device="cuda")
-    with torch.no_grad():
-        full = torch.log_softmax(model(**ni)[0].float(), -1).index_select(0, order)
-        inc = helpers.incremental_decode(model, ni["src_tokens"], ni["src_lengths"], ni["prev_output_tokens"],
-                                         new_order=order)
-    mask = ni["prev_output_tokens"].index_select(0, order).ne(d.pad())
-    assert (full - inc).abs().amax(-1)[mask].max() < 1e-4, f"{arch}: reordered incremental state differs"
+    helpers.check_reorder_incremental_state(model, sample, atol=1e-4)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_cuda_beam_search_with_cache_equals_without(arch):
-    from fairseq.sequence_generator import SequenceGenerator
-
     torch.manual_seed(0)
     d = helpers.dummy_dictionary(12)
     model = rh.build_tiny_model(arch, d).eval().cuda()
@@ -68,16 +59,8 @@ def test_cuda_beam_search_with_cache_equals_without(arch):
         with torch.no_grad():
             out_proj.bias[d.eos()] += 0.1
     sample = _sample(d, "cuda")
-    hyps = []
-    for cached in (True, False):
-        gen = SequenceGenerator([model], d, beam_size=4, max_len_a=0, max_len_b=8, min_len=1)
-        gen.model.has_incremental = cached
-        with torch.no_grad():
-            hyps.append(gen.generate([model], sample))
-    for c_hyps, u_hyps in zip(*hyps):
-        assert [h["tokens"].tolist() for h in c_hyps] == [h["tokens"].tolist() for h in u_hyps]
-        for c, u in zip(c_hyps, u_hyps):
-            torch.testing.assert_close(c["positional_scores"], u["positional_scores"], atol=1e-4, rtol=0)
+    helpers.assert_same_hypotheses(helpers.beam_search(model, d, sample),
+                                   helpers.beam_search(model, d, sample, cached=False), atol=1e-4)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
