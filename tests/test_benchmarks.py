@@ -334,3 +334,55 @@ def test_gpu_suite_says_what_is_wrong(tmp_path):
         assert p.returncode != 0 and "torch sees no CUDA device" in p.stderr
     p = subprocess.run(["bash", script, "tests", "bogus"], env=dict(env, DEVICE="cpu"), capture_output=True, text=True)
     assert p.returncode == 2 and "unknown stage 'bogus'" in p.stderr
+
+
+def test_concurrent_convergence_says_what_is_wrong(tmp_path):
+    from benchmarks import concurrent_convergence as cc
+
+    with pytest.raises(SystemExit):  # argparse: not NAME=ARGS
+        cc.get_parser().parse_args([str(tmp_path), "--src", "de", "--tgt", "en", "--model", "dense_lstm_tiny",
+                                    "--reference", "x", "--budget-minutes", "1", "--out", str(tmp_path)])
+    (tmp_path / "dict.en.txt").write_text("a 1\n")
+    base = [str(tmp_path), "--src", "de", "--tgt", "en", "--budget-minutes", "1", "--out", str(tmp_path / "o")]
+    for extra, message in [
+        (["--model", "a=--arch,x", "--reference", "a"], "at least two"),
+        (["--model", "a=--arch,x", "--model", "a=--arch,y", "--reference", "a"], "must differ"),
+        (["--model", "a=--arch,x", "--model", "b=--arch,y", "--reference", "c"], "none of the --model names"),
+    ]:
+        with pytest.raises(SystemExit, match=message):
+            cc.check_args(cc.get_parser().parse_args(base + extra))
+    bad_bin = base.copy()
+    bad_bin[0] = str(tmp_path / "missing")
+    with pytest.raises(SystemExit, match="no dict.en.txt"):
+        cc.check_args(cc.get_parser().parse_args(bad_bin + ["--model", "a=--arch,x", "--model", "b=--arch,y",
+                                                             "--reference", "a"]))
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_concurrent_convergence_end_to_end(tmp_path):
+    """Two tiny models trained at once; each reaches (or not) the reference's best loss."""
+    from benchmarks import concurrent_convergence as cc
+    from fairseq_dense.data.prepare import prepare
+
+    raw = write_copy_corpus(tmp_path / "raw", n_train=300, n_valid=30, n_test=20, src="de", tgt="en")
+    data = os.path.join(prepare(str(raw), str(tmp_path / "prep"), "de", "en", merges=20, workers=1), "bin")
+    out = tmp_path / "out"
+    assert cc.main([data, "--src", "de", "--tgt", "en", "--budget-minutes", "1", "--max-update", "8",
+                    "--validate-interval-updates", "4", "--log-interval", "2", "--out", str(out),
+                    "--model", "gru=--arch,gru_attention_tiny", "--model", "dense=--arch,dense_lstm_tiny",
+                    "--reference", "gru"]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["reference"] == "gru" and res["threads_per_run"] == 1
+    gru, dense = res["runs"]["gru"], res["runs"]["dense"]
+    assert res["target_valid_loss"] == gru["summary"]["best_valid_loss"]
+    assert gru["reached"]["updates"] == gru["summary"]["best_valid_updates"]
+    for run in (gru, dense):
+        assert run["summary"]["updates"] == 8 and len(run["summary"]["valid_curve"]) >= 2
+        assert run["params"] > 1000 and "--max-update" in run["command"]
+    reached = dense["reached"]["updates"]
+    best = dense["summary"]["best_valid_loss"]
+    assert (reached is not None) == (best <= res["target_valid_loss"] + 1e-9)
+    md = (out / "results.md").read_text()
+    assert "| `gru` |" in md and "| `dense` |" in md
+    assert (out / "curves.png").stat().st_size > 1000 and (out / "curves_wall.png").stat().st_size > 1000

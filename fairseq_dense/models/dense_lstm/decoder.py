@@ -8,7 +8,7 @@ from fairseq.models import FairseqIncrementalDecoder
 from torch import Tensor
 
 from fairseq_dense.modules import beam_rows
-from fairseq_dense.modules.bahdanau_attention import BahdanauAttention
+from fairseq_dense.modules.bahdanau_attention import BahdanauAttention, additive_scores
 from fairseq_dense.modules.dense_lstm_layer import lstm_cell, shift_in_time
 
 _STATE_KEY = "dense_lstm_state"
@@ -119,9 +119,10 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
 
         Args:
             query: ``(batch, hidden)`` = ``r_{t-1}^{l'}``.
-            keys: ``(batch, src_len, n, A)`` projected keys.
+            keys: ``(batch, src_len, n, A)`` projected keys (doubled, see
+                :func:`~fairseq_dense.modules.bahdanau_attention.additive_scores`).
             values: ``(batch, src_len, n, d)``.
-            w_query: ``(n * A, hidden)`` the branches' query projections stacked.
+            w_query: ``(n * A, hidden)`` the branches' query projections stacked, doubled.
             w_v: ``(n, A)`` the branches' score vectors.
             padding_mask: ``(batch, src_len)``.
 
@@ -130,7 +131,7 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
             mean attention ``(batch, src_len)``.
         """
         q = F.linear(query, w_query).view(query.size(0), 1, *w_v.shape)  # B x 1 x n x A
-        scores = ((q + keys).tanh_() * w_v).sum(-1)  # B x T x n; tanh in place on the fresh sum
+        scores = additive_scores(q + keys, w_v)  # B x T x n, overwriting the fresh sum
         scores = scores.masked_fill(padding_mask.unsqueeze(-1), float("-inf"))
         attn = torch.softmax(scores.float(), dim=1).type_as(scores)
         context = torch.einsum("btn,btnd->bnd", attn, values)  # B x n x d
@@ -167,7 +168,7 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
         prev_out = memory.new_zeros(bsz, self.embed_dim + self.num_layers * self.hidden_size)
         proj_keys = self._project_keys(memory)
         keys = proj_keys.view(bsz, proj_keys.size(1), n_att, -1)  # B x T x n x A
-        w_query = torch.cat([a.query_proj.weight for a in self.attentions], 0)
+        w_query = 2 * torch.cat([a.query_proj.weight for a in self.attentions], 0)  # the keys are doubled too
         w_v = torch.cat([a.v.weight for a in self.attentions], 0)
         h, c = list(hidden.unbind(1)), list(cell.unbind(1))
         emb, lp, dense = self.embed_dim, self.attention_layer, self.dense
@@ -221,7 +222,8 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
         return m, {"attn": [torch.stack(attns, dim=1)]}
 
     def _project_keys(self, memory: Tensor) -> Tensor:
-        """``(src_len, batch, context_dim)`` -> ``(batch, src_len, sum of attention dims)``."""
+        """``(src_len, batch, context_dim)`` -> ``(batch, src_len, sum of attention dims)``, every
+        branch's keys doubled (:meth:`BahdanauAttention.project_keys`)."""
         keys_per_branch = memory.split(self.context_dim // len(self.attentions), dim=-1)
         return torch.cat([a.project_keys(k) for a, k in zip(self.attentions, keys_per_branch)], -1)
 
@@ -267,13 +269,13 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
             proj = torch.bmm(per_branch, w.permute(1, 2, 0))  # n x S*T x W
             proj_values = proj.transpose(0, 1).reshape(n_sent, src_len * n_att, -1)
         keys = proj_keys.view(bsz, proj_keys.size(1), n_att, -1)  # B x T x n x A
-        w_query = torch.cat([a.query_proj.weight for a in self.attentions], 0)
+        w_query = 2 * torch.cat([a.query_proj.weight for a in self.attentions], 0)  # the keys are doubled too
         w_v = torch.cat([a.v.weight for a in self.attentions], 0)
         h, c = list(hidden.unbind(1)), list(cell.unbind(1))
 
         # attention with r_{t-1}^{l'}; all context products at once
         q = F.linear(h[lp - 1], w_query).view(bsz, 1, *w_v.shape)  # B x 1 x n x A
-        scores = ((q + keys).tanh_() * w_v).sum(-1)  # B x T x n
+        scores = additive_scores(q + keys, w_v)  # B x T x n
         scores = scores.masked_fill(padding_mask.unsqueeze(-1), float("-inf"))
         attn = torch.softmax(scores.float(), dim=1).type_as(scores)
         ctx_products = beam_rows.weighted_rows(attn.reshape(bsz, -1), proj_values, sentence)  # B x W
@@ -286,9 +288,10 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
                 inp = torch.cat(outs + [prev_out[:, : emb + j * hid]], -1)  # [o_t^{j}; o_{t-1}^{j}]
             else:
                 inp = outs[-1]
-            w_ih = lstm.weight_ih_l0
-            gates = torch.addmm(lstm.bias_ih_l0 + lstm.bias_hh_l0, inp, w_ih[:, : inp.size(1)].t())
-            gates = gates + ctx_gates[j] + F.linear(h[j], lstm.weight_hh_l0)
+            # W [inp; c_t] + b + W_hh h: two accumulating products onto W c_t + b
+            gates = torch.addmm(ctx_gates[j] + (lstm.bias_ih_l0 + lstm.bias_hh_l0), inp,
+                                lstm.weight_ih_l0[:, : inp.size(1)].t())
+            gates = torch.addmm(gates, h[j], lstm.weight_hh_l0.t())
             h[j], c[j] = lstm_cell(gates, c[j])
             outs.append(self.dropout(h[j]))
         o = torch.cat(outs, -1)  # o_t^{L_d}

@@ -115,7 +115,7 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
                 enc_cache = beam_rows.per_group(self.context_proj, enc, groups)
             else:
                 values = enc.transpose(0, 1)  # B x T x E
-                enc_cache = beam_rows.per_group(self.attention.key_proj, values, groups)
+                enc_cache = beam_rows.per_group(self.attention.project_keys_batch_first, values, groups)
                 first, sentence = beam_rows.group_rows(groups, values.size(0), values.device)
                 per_sentence = {"proj_values": self.context_proj(values.index_select(0, first)),
                                 beam_rows.SENTENCE: sentence}

@@ -132,7 +132,7 @@ class GRUAttentionDecoder(FairseqIncrementalDecoder):
             groups = beam_rows.encoder_row_groups(encoder_out)
             hidden = torch.tanh(self.init_proj(encoder_out["encoder_final"][0]))
             context_gates = hidden.new_zeros(hidden.size(0), 3 * self.hidden_size)  # c_0 = 0
-            proj_keys = beam_rows.per_group(lambda v: self.attention.key_proj(v), enc.transpose(0, 1), groups)
+            proj_keys = beam_rows.per_group(self.attention.project_keys_batch_first, enc.transpose(0, 1), groups)
             first, sentence = beam_rows.group_rows(groups, hidden.size(0), hidden.device)
             # one P per sentence (not per beam), rows find theirs through `sentence`
             proj_values = F.linear(enc.transpose(0, 1).index_select(0, first), self._context_consumers())
