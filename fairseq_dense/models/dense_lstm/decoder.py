@@ -205,15 +205,21 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
             attns.append(attn)
         ctx_all = torch.stack(contexts, 0)  # S x B x C
         feats = [y] + [torch.stack(o, 0) for o in step_outs]  # each S x B x dim
+        # o_{t-1}: every part of o shifted once and kept, so that layer j's input is one
+        # concatenation of parts (not o, its shifted copy and then both again)
+        widths = [emb] + [self.hidden_size] * self.num_layers
+        firsts = prev_out.split(widths, -1)
+        shifted = [shift_in_time(f, first) for f, first in zip(feats, firsts)] if dense else []
         # layers above l': one fused call each, now that every c_t is known
         for j in range(lp, self.num_layers):
-            if dense:
-                o = torch.cat(feats, -1)  # o^{j}: S x B x (E + j * H)
-                inp = torch.cat([o, shift_in_time(o, prev_out[:, : o.size(-1)]), ctx_all], -1)
+            if dense:  # [o_t^{j}; o_{t-1}^{j}; c_t], o^{j} = [h^0; ...; h^{j}]
+                inp = torch.cat(feats + shifted + [ctx_all], -1)
             else:
                 inp = torch.cat([feats[-1], ctx_all], -1)
             out, _ = self.layers[j](inp, (h[j].unsqueeze(0).contiguous(), c[j].unsqueeze(0).contiguous()))
             feats.append(self.dropout(out))
+            if dense and j + 1 < self.num_layers:
+                shifted.append(shift_in_time(feats[-1], firsts[j + 1]))
         if dense:
             readout_in = torch.cat(feats + [ctx_all], -1)  # [o_t^{L_d}; c_t]
         else:
