@@ -23,6 +23,8 @@ import argparse
 import json
 import logging
 import os
+import shlex
+import sys
 import threading
 import time
 from typing import Dict, List
@@ -164,7 +166,8 @@ def main(argv=None) -> int:
         return 1
     for run in runs.values():
         run["reached"] = train.time_to_reach(run["summary"]["valid_curve"], target)
-    results = {"command": "python -m benchmarks.concurrent_convergence " + " ".join(argv or os.sys.argv[1:]),
+    command = "python -m benchmarks.concurrent_convergence " + " ".join(map(shlex.quote, argv or sys.argv[1:]))
+    results = {"command": command,
                "machine": desc, "threads_per_run": a.threads, "budget_minutes": a.budget_minutes,
                "reference": a.reference, "target_valid_loss": target, "runs": runs,
                "total_wall_s": time.time() - started}
