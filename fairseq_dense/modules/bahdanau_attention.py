@@ -13,7 +13,7 @@ def additive_scores(doubled_sum: Tensor, v: Tensor) -> Tensor:
     ``tanh(z) = 2 sigmoid(2 z) - 1``, so ``v^T tanh(z) = 2 v^T sigmoid(2 z) - sum(v)``;
     the constant ``sum(v)`` is the same for every source position and cancels in the
     softmax over them, so ``softmax(2 v^T sigmoid(2 z))`` is the paper's attention. On CPUs
-    ``torch.tanh`` costs about 5x ``torch.sigmoid`` per element (PyTorch 2.13, AVX-512), and
+    ``torch.tanh`` costs 5-7x ``torch.sigmoid`` per element (PyTorch 2.13, AVX-512), and
     this ``(..., src_len, attention_dim)`` tensor is the largest of an attention step. The
     callers fold the factor 2 of ``2 z`` into their (once per sentence) projected keys and
     their query projection, so no pass over the large tensor is added.
