@@ -47,22 +47,16 @@ def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data_bin", help="fairseq-preprocess output folder")
-    p.add_argument("--src", required=True)
-    p.add_argument("--tgt", required=True)
+    p.add_argument("--src", required=True, help="source language code of DATA_BIN")
+    p.add_argument("--tgt", required=True, help="target language code of DATA_BIN")
     p.add_argument("--model", action="append", type=parse_model, required=True,
                    help="NAME=ARGS, the model's fairseq-train arguments comma-separated (repeat)")
     p.add_argument("--reference", required=True, help="NAME of the run whose best validation loss is the target")
     p.add_argument("--budget-minutes", type=float, required=True, help="wall-clock training budget of every run")
     p.add_argument("--out", required=True, help="folder for results.json/.md, curves.png and the runs")
     p.add_argument("--threads", type=int, default=1, help="threads per run")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--max-tokens", type=int, default=4096)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--warmup-updates", type=int, default=50)
-    p.add_argument("--validate-interval-updates", type=int, default=25)
-    p.add_argument("--log-interval", type=int, default=5)
-    p.add_argument("--max-update", type=int, default=0, help="also stop every run after N updates (0: budget only)")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where every run trains")
+    train.add_training_options(p)
     return p
 
 
@@ -132,10 +126,7 @@ def main(argv=None) -> int:
     for name, model_args in a.model:
         run_dir = os.path.join(out, "runs", name)
         common = train.common_args(os.path.abspath(a.data_bin), os.path.join(run_dir, "checkpoints"), a.src, a.tgt,
-                                   a.budget_minutes, device=a.device, max_tokens=a.max_tokens, lr=a.lr,
-                                   warmup_updates=a.warmup_updates, log_interval=a.log_interval,
-                                   validate_interval_updates=a.validate_interval_updates,
-                                   max_update=a.max_update, seed=a.seed)
+                                   a.budget_minutes, device=a.device, **train.training_kwargs(a))
         runs[name] = {"command": ["fairseq-train", *common, *model_args], "run_dir": run_dir,
                       "params": count_params(common + model_args)}
     desc = machine.describe(a.device, a.threads)

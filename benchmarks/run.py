@@ -58,12 +58,7 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-lines", type=int, default=0, help="use the first N training pairs (0: all)")
     p.add_argument("--valid-lines", type=int, default=500, help="use the first N validation pairs (0: all)")
     p.add_argument("--test-lines", type=int, default=0, help="use the first N test pairs (0: all)")
-    p.add_argument("--max-tokens", type=int, default=4096)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--warmup-updates", type=int, default=50)
-    p.add_argument("--log-interval", type=int, default=5)
-    p.add_argument("--validate-interval-updates", type=int, default=25)
-    p.add_argument("--max-update", type=int, default=0, help="also stop after N updates (0: budget only)")
+    train.add_training_options(p)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="CPU threads per run")
     p.add_argument("--decode-batch-size", type=int, default=32)
     p.add_argument("--decode-sentences", type=int, default=0,
@@ -80,7 +75,6 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--param-tolerance", type=float, default=0.10)
     p.add_argument("--baseline-param-ratio", type=float, default=1.0,
                    help="baseline size / ours (2.0: ours has half the baseline's parameters)")
-    p.add_argument("--seed", type=int, default=1)
     return p
 
 
@@ -126,11 +120,8 @@ def run_side(name: str, arch_args: List[str], params: int, flops_params: float, 
     dtype = "float16" if a.amp else "float32"  # training's matmul dtype: the MFU denominator
     res["matmul_flops"] = machine.matmul_flops(a.device, dtype, threads=a.threads)
     res["matmul_dtype"] = dtype
-    args = train.common_args(
-        paths["bin"], run_dir, a.src, a.tgt, a.budget_minutes, device=a.device, amp=a.amp,
-        max_tokens=a.max_tokens, lr=a.lr, warmup_updates=a.warmup_updates, log_interval=a.log_interval,
-        validate_interval_updates=a.validate_interval_updates, max_update=a.max_update, seed=a.seed,
-    ) + arch_args
+    args = train.common_args(paths["bin"], run_dir, a.src, a.tgt, a.budget_minutes, device=a.device, amp=a.amp,
+                             **train.training_kwargs(a)) + arch_args
     if branch_weights:
         args += ["--save-interval-updates", str(a.validate_interval_updates), "--keep-interval-updates", "-1"]
     logger.info("training %s for %.1f min: %s", name, a.budget_minutes, " ".join(map(shlex.quote, arch_args)))

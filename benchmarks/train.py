@@ -11,6 +11,7 @@ steady state is the median over the intervals after the warm-up (the first
 ``warmup_fraction`` of updates, at least two intervals), which also discounts the
 few intervals that contain a validation pass.
 """
+import argparse
 import json
 import logging
 import os
@@ -34,6 +35,27 @@ def default_task() -> str:
     from fairseq.tasks import TASK_REGISTRY
 
     return "translation_weighted" if "translation_weighted" in TASK_REGISTRY else "translation"
+
+
+# the options of common_args a benchmark's command line exposes, with the harness's defaults
+TRAINING_OPTIONS = ("max_tokens", "lr", "warmup_updates", "log_interval", "validate_interval_updates",
+                    "max_update", "seed")
+
+
+def add_training_options(p: argparse.ArgumentParser) -> None:
+    """Add :data:`TRAINING_OPTIONS` to a benchmark's parser (one set of defaults for every script)."""
+    p.add_argument("--max-tokens", type=int, default=4096, help="fairseq-train --max-tokens of every run")
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (Adam, inverse-sqrt schedule)")
+    p.add_argument("--warmup-updates", type=int, default=50, help="learning-rate warm-up updates")
+    p.add_argument("--log-interval", type=int, default=5, help="updates between training log lines")
+    p.add_argument("--validate-interval-updates", type=int, default=25, help="updates between validations")
+    p.add_argument("--max-update", type=int, default=0, help="also stop after N updates (0: budget only)")
+    p.add_argument("--seed", type=int, default=1, help="fairseq-train --seed of every run")
+
+
+def training_kwargs(a: argparse.Namespace) -> Dict:
+    """The :data:`TRAINING_OPTIONS` of parsed arguments, as keyword arguments of :func:`common_args`."""
+    return {name: getattr(a, name) for name in TRAINING_OPTIONS}
 
 
 def common_args(data_bin: str, save_dir: str, src: str, tgt: str, budget_minutes: float, *,

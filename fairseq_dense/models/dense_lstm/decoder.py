@@ -168,8 +168,7 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
         prev_out = memory.new_zeros(bsz, self.embed_dim + self.num_layers * self.hidden_size)
         proj_keys = self._project_keys(memory)
         keys = proj_keys.view(bsz, proj_keys.size(1), n_att, -1)  # B x T x n x A
-        w_query = 2 * torch.cat([a.query_proj.weight for a in self.attentions], 0)  # the keys are doubled too
-        w_v = torch.cat([a.v.weight for a in self.attentions], 0)
+        w_query, w_v = self._scoring_weights()
         h, c = list(hidden.unbind(1)), list(cell.unbind(1))
         emb, lp, dense = self.embed_dim, self.attention_layer, self.dense
 
@@ -227,6 +226,12 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
         m = self.softmax_dropout(torch.tanh(self.readout(readout_in))).transpose(0, 1)  # S x B -> B x S
         return m, {"attn": [torch.stack(attns, dim=1)]}
 
+    def _scoring_weights(self) -> Tuple[Tensor, Tensor]:
+        """Every branch's query projection stacked and doubled (the keys are doubled too,
+        :func:`additive_scores`), ``(n * A, hidden)``, and their score vectors, ``(n, A)``."""
+        w_query = 2 * torch.cat([a.query_proj.weight for a in self.attentions], 0)
+        return w_query, torch.cat([a.v.weight for a in self.attentions], 0)
+
     def _project_keys(self, memory: Tensor) -> Tensor:
         """``(src_len, batch, context_dim)`` -> ``(batch, src_len, sum of attention dims)``, every
         branch's keys doubled (:meth:`BahdanauAttention.project_keys`)."""
@@ -275,8 +280,7 @@ class DenseLSTMDecoder(FairseqIncrementalDecoder):
             proj = torch.bmm(per_branch, w.permute(1, 2, 0))  # n x S*T x W
             proj_values = proj.transpose(0, 1).reshape(n_sent, src_len * n_att, -1)
         keys = proj_keys.view(bsz, proj_keys.size(1), n_att, -1)  # B x T x n x A
-        w_query = 2 * torch.cat([a.query_proj.weight for a in self.attentions], 0)  # the keys are doubled too
-        w_v = torch.cat([a.v.weight for a in self.attentions], 0)
+        w_query, w_v = self._scoring_weights()
         h, c = list(hidden.unbind(1)), list(cell.unbind(1))
 
         # attention with r_{t-1}^{l'}; all context products at once
