@@ -3,6 +3,7 @@
 #                     ../shared/data when it is there, else a built-in synthetic pair;
 #                     CORPUS=DIR SRC=.. TGT=.. for any other corpus, CORPUS= for the synthetic one)
 #   make test         run the whole test suite
+#   make lint         ruff check (pyflakes, pycodestyle, import order) + ruff format --check (ruff.toml)
 # Both create (or reuse) the local virtual environment .venv.
 
 PYTHON ?= python3
@@ -18,7 +19,7 @@ PYTEST_ARGS ?=
 # test processes (pytest-xdist); the tests mostly run single-threaded fairseq commands
 TEST_WORKERS ?= 2
 
-.PHONY: venv quickstart test clean
+.PHONY: venv quickstart test lint clean
 
 venv: $(STAMP)
 
@@ -36,6 +37,10 @@ quickstart: venv
 
 test: venv
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 clean:
 	rm -rf $(VENV) quickstart-work

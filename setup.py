@@ -28,7 +28,7 @@ setup(
         "huggingface_hub>=0.20",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-timeout", "pytest-xdist", "matplotlib"],
+        "test": ["pytest>=7", "pytest-timeout", "pytest-xdist", "matplotlib", "ruff>=0.17,<0.18"],
         "plot": ["matplotlib"],
     },
     entry_points={
@@ -40,6 +40,8 @@ setup(
             "fairseq-dense-push = fairseq_dense.cli.push:main",
             "fairseq-dense-plot = fairseq_dense.cli.plot:main",
             "fairseq-dense-train-ddp = fairseq_dense.cli.train_ddp:main",
+            "fairseq-dense-interactive = fairseq_dense.cli.interactive:main",
+            "fairseq-dense-branch-weights = fairseq_dense.cli.dump_branch_weights:main",
         ],
     },
     classifiers=[
