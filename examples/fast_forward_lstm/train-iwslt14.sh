@@ -6,9 +6,9 @@
 # parameters (4e-5), beam 3.
 # Data: examples/translation/prepare-iwslt14.sh (writes data/iwslt14.de-en/bin).
 #
-#   ARCH=deep_ed examples/deep_att/train-iwslt14.sh          # the fixed-vector interface
-#   ARCH=deep_att_5x3 examples/deep_att/train-iwslt14.sh     # or any ablation arch
-#   examples/deep_att/train-iwslt14.sh --max-update 1000     # extra fairseq-train flags
+#   ARCH=deep_ed examples/fast_forward_lstm/train-iwslt14.sh          # the fixed-vector interface
+#   ARCH=deep_att_5x3 examples/fast_forward_lstm/train-iwslt14.sh     # or any ablation arch
+#   examples/fast_forward_lstm/train-iwslt14.sh --max-update 1000     # extra fairseq-train flags
 #
 # Needs the `grouped` LR scheduler of fairseq_dense (per-group rates; the recurrent
 # matrices carry param.param_group = "recurrent"). The paper also used L2

@@ -12,8 +12,8 @@
 # days of GPU training) to 1e-3 / 2e-3 so a short budget shows progress; the
 # ratio "recurrent larger" is kept.
 #
-#   examples/deep_att/tatoeba-ff-ablation.sh [CORPUS_DIR] [WORK_DIR]
-#   MINUTES=30 examples/deep_att/tatoeba-ff-ablation.sh
+#   examples/fast_forward_lstm/tatoeba-ff-ablation.sh [CORPUS_DIR] [WORK_DIR]
+#   MINUTES=30 examples/fast_forward_lstm/tatoeba-ff-ablation.sh
 set -euo pipefail
 CORPUS=${1:-../shared/data/tatoeba-deu-eng}
 WORK=${2:-work/deep_att_tatoeba}
