@@ -1,0 +1,165 @@
+"""The Multi30k results table and learning curves, from the committed logs alone.
+
+    python examples/multi30k/run.py report
+
+Reads ``examples/multi30k/logs/<pair>/<side>/`` (the sweep logs, the converging
+training's log and ``eval.json``), rewrites the table between the markers of
+``RESULTS.md`` and of the README's results section, and draws one plot per pair
+(validation loss against updates and against seconds, both sides in each panel).
+"""
+import glob
+import json
+import os
+import re
+
+from pairs import PAIRS
+from run import LOGS, records
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+BEGIN, END = "<!-- multi30k-table:begin -->", "<!-- multi30k-table:end -->"
+
+
+def arch(pair: str, side: str) -> str:
+    opts = PAIRS[pair][side]
+    return opts[opts.index("--arch") + 1]
+
+
+def params(log: str):
+    with open(log) as f:
+        for line in f:
+            m = re.search(r"model params: ([\d,]+)", line)
+            if m:
+                return int(m.group(1).replace(",", ""))
+    return None
+
+
+def summarize(pair: str, side: str):
+    folder = os.path.join(LOGS, pair, side)
+    sweep = {}
+    for path in sorted(glob.glob(os.path.join(folder, "sweep-lr*.log"))):
+        lr = float(os.path.basename(path)[len("sweep-lr"):-len(".log")])
+        losses = [float(r["valid_loss"]) for r in records(path, "valid")]
+        if losses:
+            sweep[lr] = min(losses)
+    row = {"pair": pair, "side": side, "arch": arch(pair, side), "sweep": sweep}
+    train_log = os.path.join(folder, "train.log")
+    if not os.path.isfile(train_log):
+        return row
+    valid = records(train_log, "valid")
+    train = {int(r["epoch"]): r for r in records(train_log, "train")}
+    # (updates, wall seconds at the end of that epoch, validation loss, epoch)
+    curve = [(int(r["valid_num_updates"]), float(train.get(int(r["epoch"]), {}).get("wall", "nan")),
+              float(r["valid_loss"]), int(r["epoch"])) for r in valid]
+    with open(train_log) as f:
+        text = f.read()
+    best = min(curve, key=lambda c: c[2]) if curve else None
+    wps = [float(r["train_wps"]) for r in train.values() if "train_wps" in r]
+    row.update({
+        "params": params(train_log), "curve": curve, "early_stopped": "early stop" in text,
+        "finished": "done training" in text,
+        "best_loss": best[2] if best else None, "best_epoch": best[3] if best else None,
+        "best_updates": best[0] if best else None, "best_wall_h": best[1] / 3600 if best else None,
+        "epochs": curve[-1][3] if curve else 0, "wps": sum(wps) / len(wps) if wps else None,
+    })
+    eval_path = os.path.join(folder, "eval.json")
+    if os.path.isfile(eval_path):
+        with open(eval_path) as f:
+            row["eval"] = json.load(f)
+    return row
+
+
+def fmt(value, spec):
+    return "-" if value is None else format(value, spec)
+
+
+def table(rows) -> str:
+    lines = [
+        "| pair | side (arch) | params | peak lr (sweep: lr -> valid loss) | epochs run / to best | updates to best "
+        "| hours to best | best valid loss | test sacreBLEU | BLEU tok+lc | chrF | train tok/s | early stop |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        sweep = ", ".join(f"{lr:g} -> {loss:.3f}" for lr, loss in sorted(r["sweep"].items()))
+        ev = r.get("eval", {})
+        test = ev.get("test", {})
+        lines.append(
+            f"| {r['pair']} | {r['side']} (`{r['arch']}`) | {fmt(r.get('params'), ',')} | "
+            f"{fmt(ev.get('lr'), 'g')} ({sweep}) | {r.get('epochs', 0)} / {fmt(r.get('best_epoch'), 'd')} | "
+            f"{fmt(r.get('best_updates'), ',')} | {fmt(r.get('best_wall_h'), '.2f')} | "
+            f"{fmt(r.get('best_loss'), '.3f')} | {fmt(test.get('sacrebleu'), '.2f')} | "
+            f"{fmt(test.get('bleu_tok_lc'), '.2f')} | {fmt(test.get('chrf'), '.2f')} | {fmt(r.get('wps'), ',.0f')} | "
+            f"{'yes' if r.get('early_stopped') else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(pair: str, rows) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (by_updates, by_time) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for r in rows:
+        if not r.get("curve"):
+            continue
+        label = f"{r['side']} ({r['arch']}, lr {r.get('eval', {}).get('lr', '?')})"
+        by_updates.plot([c[0] for c in r["curve"]], [c[2] for c in r["curve"]], marker=".", label=label)
+        by_time.plot([c[1] / 3600 for c in r["curve"]], [c[2] for c in r["curve"]], marker=".", label=label)
+    by_updates.set_xlabel("updates")
+    by_time.set_xlabel("hours (wall, one core each)")
+    for ax in (by_updates, by_time):
+        ax.set_ylabel("validation loss")
+        ax.grid(alpha=0.3)
+    by_updates.legend(fontsize=8)
+    fig.suptitle(f"Multi30k en-de: {pair}")
+    fig.tight_layout()
+    os.makedirs(os.path.join(HERE, "plots"), exist_ok=True)
+    fig.savefig(os.path.join(HERE, "plots", f"{pair}.png"), dpi=80)
+    plt.close(fig)
+
+
+def replace_between(path: str, text: str) -> None:
+    with open(path) as f:
+        content = f.read()
+    if BEGIN not in content:
+        return
+    head, rest = content.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    with open(path + ".tmp", "w") as f:
+        f.write(head + BEGIN + "\n" + text + "\n" + END + tail)
+    os.replace(path + ".tmp", path)
+
+
+def front_table(rows) -> str:
+    """One row per family for the README: its BLEU beside its baseline's."""
+    lines = ["| family | plugin arch | test sacreBLEU | baseline | baseline sacreBLEU | claim |",
+             "|---|---|---|---|---|---|"]
+    by = {(r["pair"], r["side"]): r for r in rows}
+    for pair, spec in PAIRS.items():
+        model, base = by.get((pair, "model"), {}), by.get((pair, "baseline"), {})
+
+        def bleu(r):
+            return fmt(r.get("eval", {}).get("test", {}).get("sacrebleu"), ".2f")
+
+        lines.append(f"| {pair} | `{arch(pair, 'model')}` | {bleu(model)} | `{arch(pair, 'baseline')}` | "
+                     f"{bleu(base)} | {spec['claim']} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    rows = []
+    for pair in PAIRS:
+        pair_rows = [summarize(pair, side) for side in ("model", "baseline")
+                     if os.path.isdir(os.path.join(LOGS, pair, side))]
+        if any(r.get("curve") for r in pair_rows):
+            plot(pair, pair_rows)
+        rows.extend(pair_rows)
+    replace_between(os.path.join(HERE, "RESULTS.md"), table(rows))
+    replace_between(os.path.join(ROOT, "README.md"), front_table(rows))
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

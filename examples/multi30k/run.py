@@ -1,0 +1,281 @@
+"""Multi30k English -> German: each plugin family beside the baseline its paper beats.
+
+    python examples/multi30k/run.py prepare            # tokenise + 8k joint BPE + binarise
+    python examples/multi30k/run.py pair gru           # both sides at once, a core each:
+                                                       #   sweep -> converge -> evaluate
+    python examples/multi30k/run.py side gru model     # one side only (same stages)
+    python examples/multi30k/run.py report             # RESULTS.md table + plots from logs/
+
+Every stage is resumable: a finished sweep point or evaluation is kept as a JSON file
+and skipped when the command is run again, and the converging training continues from
+its ``checkpoint_last.pt``. Data and checkpoints go to ``multi30k-work/`` (ignored by
+git); the logs that the report reads are copied to ``examples/multi30k/logs/`` after
+every stage, so the table regenerates from what is committed.
+
+The recipe common to both sides of every pair: Adam (0.9, 0.98), inverse-sqrt schedule
+with WARMUP warm-up updates, the peak rate chosen per model by a short sweep on
+validation loss, label smoothing 0.1, clip-norm 1.0, 4096 tokens per batch, seed 1,
+early stopping after PATIENCE epochs without a better validation loss. The best
+checkpoint is decoded with beam 5; the length penalty is chosen on valid.
+"""
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from pairs import PAIRS  # noqa: E402
+
+RAW = os.path.join(ROOT, "..", "shared", "data", "multi30k")
+WORK = os.environ.get("MULTI30K_WORK", os.path.join(ROOT, "multi30k-work"))
+LOGS = os.path.join(HERE, "logs")
+SRC, TGT = "en", "de"
+MERGES = 8000
+WARMUP = 400
+PATIENCE = 5
+MAX_EPOCH = 80
+SWEEP_EPOCHS = 3
+LENPENS = (0.6, 1.0, 1.4)
+COMMON = [
+    "--task", "translation", "-s", SRC, "-t", TGT, "--cpu",
+    "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "1.0",
+    "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(WARMUP), "--warmup-init-lr", "1e-07",
+    "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+    "--max-tokens", "4096", "--seed", "1",
+    "--log-format", "json", "--log-interval", "50",
+]
+
+
+def data_bin() -> str:
+    return os.path.join(WORK, "data", "bin")
+
+
+def prepare() -> None:
+    """Tokenise, learn 8k joint BPE merges on both training sides, binarise."""
+    raw = os.path.join(WORK, "raw")
+    os.makedirs(raw, exist_ok=True)
+    for split, name in (("train", "train"), ("valid", "valid"), ("test", "test_2016_flickr")):
+        for lang in (SRC, TGT):
+            path = os.path.join(RAW, f"{name}.{lang}")
+            if not os.path.isfile(path):
+                sys.exit(f"{path}: not found (Multi30k is read from ../shared/data/multi30k)")
+            link = os.path.join(raw, f"{split}.{lang}")
+            if not os.path.islink(link):
+                os.symlink(os.path.abspath(path), link)
+    run([sys.executable, os.path.join(ROOT, "examples", "translation", "prepare.py"), "--raw", raw,
+         "--src", SRC, "--tgt", TGT, "--dest", os.path.join(WORK, "data"), "--bpe-merges", str(MERGES)])
+
+
+def run(cmd, log=None, threads=None) -> None:
+    env = dict(os.environ)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    print("+", shlex.join(cmd), flush=True)
+    if log is None:
+        subprocess.run(cmd, check=True, env=env)
+        return
+    with open(log, "a") as f:
+        f.write("# " + shlex.join(cmd) + "\n")
+        f.flush()
+        subprocess.run(cmd, check=True, env=env, stdout=f, stderr=subprocess.STDOUT)
+
+
+def user_dir() -> str:
+    return os.path.join(ROOT, "user_dir")
+
+
+def records(log: str, kind: str):
+    """The JSON records fairseq logged for ``kind`` ('valid' or 'train' epoch summaries)."""
+    out = []
+    if not os.path.isfile(log):
+        return out
+    pattern = re.compile(r"\| INFO \| %s \| (\{.*\})$" % kind)
+    with open(log) as f:
+        for line in f:
+            m = pattern.search(line.rstrip("\n"))
+            if m:
+                out.append(json.loads(m.group(1)))
+    return out
+
+
+def copy_log(src: str, name: str) -> None:
+    """Keep the lines the report needs (commands, epoch summaries, validations)."""
+    os.makedirs(os.path.dirname(os.path.join(LOGS, name)), exist_ok=True)
+    keep = re.compile(r"^# |\| INFO \| (valid|train) \| \{|done training|model params|early stop")
+    with open(src) as f, open(os.path.join(LOGS, name) + ".tmp", "w") as out:
+        out.writelines(line for line in f if keep.search(line))
+    os.replace(os.path.join(LOGS, name) + ".tmp", os.path.join(LOGS, name))
+
+
+def side_dir(pair: str, side: str) -> str:
+    return os.path.join(WORK, pair, side)
+
+
+def sweep(pair: str, side: str, threads: int) -> float:
+    """Train SWEEP_EPOCHS epochs at each candidate rate; return the rate with the best valid loss."""
+    results = {}
+    for lr in PAIRS[pair]["rates"]:
+        name = f"{pair}/{side}/sweep-lr{lr:g}.log"
+        log = os.path.join(side_dir(pair, side), f"sweep-lr{lr:g}.log")
+        os.makedirs(os.path.dirname(log), exist_ok=True)
+        if not records(log, "valid") or not _finished(log):
+            if os.path.exists(log):
+                os.remove(log)
+            run(["fairseq-train", data_bin(), "--user-dir", user_dir(), *PAIRS[pair][side], *COMMON,
+                 "--lr", f"{lr:g}", "--max-epoch", str(SWEEP_EPOCHS), "--no-save"], log=log, threads=threads)
+            copy_log(log, name)
+        results[lr] = min(float(r["valid_loss"]) for r in records(log, "valid"))
+        print(f"{pair}/{side}: lr {lr:g} -> valid loss {results[lr]:.3f}", flush=True)
+    best = min(results, key=results.get)
+    print(f"{pair}/{side}: chosen lr {best:g}", flush=True)
+    return best
+
+
+def _finished(log: str) -> bool:
+    with open(log) as f:
+        return "done training" in f.read()
+
+
+def converge(pair: str, side: str, lr: float, threads: int) -> None:
+    """Train at the chosen rate until PATIENCE epochs bring no better validation loss."""
+    save = os.path.join(side_dir(pair, side), "checkpoints")
+    log = os.path.join(side_dir(pair, side), "train.log")
+    if os.path.isfile(log) and _finished(log):
+        return
+    run(["fairseq-train", data_bin(), "--user-dir", user_dir(), *PAIRS[pair][side], *COMMON,
+         "--lr", f"{lr:g}", "--patience", str(PATIENCE), "--max-epoch", str(MAX_EPOCH),
+         "--save-dir", save, "--no-epoch-checkpoints", "--keep-best-checkpoints", "0"],
+        log=log, threads=threads)
+    copy_log(log, f"{pair}/{side}/train.log")
+
+
+def generate(pair: str, side: str, subset: str, lenpen: float, threads: int):
+    """Beam-5 translations of ``subset``: (tokenised hypotheses, detokenised hypotheses)."""
+    ckpt = os.path.join(side_dir(pair, side), "checkpoints", "checkpoint_best.pt")
+    cmd = ["fairseq-generate", data_bin(), "--user-dir", user_dir(), "--path", ckpt, "-s", SRC, "-t", TGT,
+           "--cpu", "--gen-subset", subset, "--beam", "5", "--lenpen", f"{lenpen:g}", "--batch-size", "64",
+           "--required-batch-size-multiple", "1", "--remove-bpe"]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    out = subprocess.run(cmd, check=True, env=env, capture_output=True, text=True).stdout
+    hyps = {}
+    for line in out.splitlines():
+        if line.startswith("H-"):
+            idx, _, text = line.split("\t", 2)
+            hyps[int(idx[2:])] = text
+    from sacremoses import MosesDetokenizer
+
+    detok = MosesDetokenizer(lang=TGT)
+    tok = [hyps[i] for i in range(len(hyps))]
+    return cmd, tok, [detok.detokenize(h.split()) for h in tok]
+
+
+def scores(subset: str, tok_hyps, detok_hyps) -> dict:
+    import sacrebleu
+
+    raw_name = "test_2016_flickr" if subset == "test" else subset
+    with open(os.path.join(RAW, f"{raw_name}.{TGT}"), encoding="utf-8") as f:
+        refs = [line.rstrip("\n") for line in f]
+    with open(os.path.join(WORK, "data", "tok", f"{subset}.{TGT}"), encoding="utf-8") as f:
+        tok_refs = [line.rstrip("\n") for line in f]
+    if len(refs) != len(detok_hyps):
+        raise RuntimeError(f"{subset}: {len(detok_hyps)} hypotheses for {len(refs)} references")
+    bleu = sacrebleu.metrics.BLEU()
+    chrf = sacrebleu.metrics.CHRF()
+    lc = sacrebleu.metrics.BLEU(tokenize="none", lowercase=True)
+    return {
+        "sacrebleu": round(bleu.corpus_score(detok_hyps, [refs]).score, 2),
+        "sacrebleu_signature": str(bleu.get_signature()),
+        "bleu_tok_lc": round(lc.corpus_score(tok_hyps, [tok_refs]).score, 2),
+        "chrf": round(chrf.corpus_score(detok_hyps, [refs]).score, 2),
+    }
+
+
+def evaluate(pair: str, side: str, lr: float, threads: int) -> dict:
+    out_path = os.path.join(LOGS, pair, side, "eval.json")
+    if os.path.isfile(out_path):
+        with open(out_path) as f:
+            return json.load(f)
+    valid = {}
+    for lenpen in LENPENS:
+        _, tok, detok = generate(pair, side, "valid", lenpen, threads)
+        valid[lenpen] = scores("valid", tok, detok)
+    lenpen = max(valid, key=lambda p: valid[p]["sacrebleu"])
+    cmd, tok, detok = generate(pair, side, "test", lenpen, threads)
+    result = {
+        "pair": pair, "side": side, "lr": lr, "lenpen": lenpen,
+        "valid_by_lenpen": {f"{p:g}": v for p, v in valid.items()},
+        "test": scores("test", tok, detok), "generate_command": shlex.join(cmd),
+        "machine": machine(),
+    }
+    os.makedirs(os.path.dirname(out_path), exist_ok=True)
+    with open(os.path.join(LOGS, pair, side, "test.hyp.de"), "w", encoding="utf-8") as f:
+        f.writelines(h + "\n" for h in detok)
+    with open(out_path + ".tmp", "w") as f:
+        json.dump(result, f, indent=2)
+    os.replace(out_path + ".tmp", out_path)
+    return result
+
+
+def machine() -> str:
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        cpu = platform.processor()
+    return f"{cpu}, {os.cpu_count()} cores, CPU"
+
+
+def side(pair: str, which: str, threads: int) -> None:
+    if not os.path.isdir(data_bin()):
+        sys.exit(f"{data_bin()}: no prepared data; run `python {sys.argv[0]} prepare` first")
+    lr = sweep(pair, which, threads)
+    converge(pair, which, lr, threads)
+    result = evaluate(pair, which, lr, threads)
+    print(f"{pair}/{which}: test sacreBLEU {result['test']['sacrebleu']}", flush=True)
+
+
+def pair(name: str) -> None:
+    """Both sides at once, one thread each (the most two cores take)."""
+    procs = [subprocess.Popen([sys.executable, __file__, "side", name, which, "--threads", "1"])
+             for which in ("model", "baseline")]
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        sys.exit(f"pair {name}: a side failed (exit codes {codes})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("prepare")
+    p = sub.add_parser("pair")
+    p.add_argument("name", choices=sorted(PAIRS))
+    s = sub.add_parser("side")
+    s.add_argument("name", choices=sorted(PAIRS))
+    s.add_argument("which", choices=("model", "baseline"))
+    s.add_argument("--threads", type=int, default=2)
+    sub.add_parser("report")
+    args = parser.parse_args()
+    start = time.time()
+    if args.cmd == "prepare":
+        prepare()
+    elif args.cmd == "pair":
+        pair(args.name)
+    elif args.cmd == "side":
+        side(args.name, args.which, args.threads)
+    else:
+        from report import main as report
+
+        report()
+    print(f"done in {time.time() - start:.0f}s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
