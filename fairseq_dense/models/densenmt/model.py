@@ -4,6 +4,7 @@ from typing import List, Optional
 from fairseq.models import FairseqEncoderDecoderModel, register_model, register_model_architecture
 from fairseq.utils import safe_getattr
 
+from fairseq_dense.models.arch_defaults import fill_defaults
 from fairseq_dense.models.densenmt.config import DenseNMTConfig
 from fairseq_dense.models.densenmt.decoder import DenseNMTDecoder
 from fairseq_dense.models.densenmt.encoder import DenseNMTEncoder
@@ -118,10 +119,7 @@ def _set(cfg, **values):
 
 def _fill_defaults(cfg):
     """Every remaining field from the dataclass defaults (DenseNMT-4L-2)."""
-    d = DenseNMTConfig()
-    for name in d.__dataclass_fields__:
-        if name != "_name":
-            _set(cfg, **{name: getattr(d, name)})
+    fill_defaults(cfg, DenseNMTConfig)
 
 
 def _four_layer(cfg, enc, dec, att, enc_hidden, dec_hidden, attention_dim):

@@ -4,6 +4,7 @@ from typing import Dict
 from fairseq.models import FairseqEncoderDecoderModel, register_model, register_model_architecture
 from fairseq.utils import safe_getattr
 
+from fairseq_dense.models.arch_defaults import fill_defaults
 from fairseq_dense.models.fast_forward_lstm.config import FastForwardLSTMConfig
 from fairseq_dense.models.fast_forward_lstm.decoder import FastForwardLSTMDecoder
 from fairseq_dense.models.fast_forward_lstm.encoder import FastForwardLSTMEncoder
@@ -107,6 +108,7 @@ def deep_att(cfg):
     cfg.interface = safe_getattr(cfg, "interface", "deep_att")
     cfg.encoder_columns = safe_getattr(cfg, "encoder_columns", 2)
     _sizes(cfg, 9, 7)
+    fill_defaults(cfg, FastForwardLSTMConfig)
 
 
 @register_model_architecture("fast_forward_lstm", "deep_ed")

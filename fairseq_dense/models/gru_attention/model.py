@@ -2,6 +2,7 @@
 from fairseq.models import FairseqEncoderDecoderModel, register_model, register_model_architecture
 from fairseq.utils import safe_getattr
 
+from fairseq_dense.models.arch_defaults import fill_defaults
 from fairseq_dense.models.gru_attention.config import GRUAttentionConfig
 from fairseq_dense.models.gru_attention.decoder import GRUAttentionDecoder
 from fairseq_dense.models.gru_attention.encoder import GRUAttentionEncoder
@@ -70,6 +71,7 @@ def gru_attention_iwslt_de_en(cfg):
     cfg.attention_dim = safe_getattr(cfg, "attention_dim", 256)
     cfg.readout_dim = safe_getattr(cfg, "readout_dim", 512)
     cfg.dropout = safe_getattr(cfg, "dropout", 0.5)
+    fill_defaults(cfg, GRUAttentionConfig)
 
 
 @register_model_architecture("gru_attention", "gru_attention_small")
