@@ -38,7 +38,6 @@ from fairseq.incremental_decoding_utils import with_incremental_state
 from fairseq.modules import FairseqDropout, LayerNorm
 from torch import Tensor, nn
 
-from fairseq_dense.modules import beam_rows
 from fairseq_dense.modules.simplex import ON_SIMPLEX_ATTR, uniform_simplex
 
 #: ``param_group`` tag of kappa/alpha, read by ``--lr-scheduler grouped``
@@ -212,15 +211,10 @@ class BranchedAttention(nn.Module):
         return k, v, mask
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
-        """Reorder every cached tensor along its batch dimension (beam search).
-
-        Encoder-decoder attention's keys and values are per sentence: a reorder among a
-        sentence's beams leaves them as they are (:mod:`fairseq_dense.modules.beam_rows`).
-        """
+        """Reorder every cached tensor along its batch dimension (beam search)."""
         state = self.get_incremental_state(incremental_state, "attn_state")
         if state is not None:
-            static = () if self.self_attention else ("prev_key", "prev_value", "prev_key_padding_mask")
-            state = beam_rows.reorder_cache(state, new_order, static=static)
+            state = {k: None if v is None else v.index_select(0, new_order) for k, v in state.items()}
             self.set_incremental_state(incremental_state, "attn_state", state)
         return incremental_state
 

@@ -10,13 +10,13 @@ The lower-layer part of ``o_{t-1}^l`` is ``o_{t-1}^{l-1}``, already known when l
 the fused (cuDNN / oneDNN) ``nn.LSTM`` kernels usable: the concatenation costs one
 time shift per layer, not a Python loop over time steps.
 """
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
-from fairseq_dense.modules.time_index import reverse_index, take_time
+from fairseq_dense.modules.encoder_decoder import reverse_padded
 
 
 def shift_in_time(x: Tensor, first: Optional[Tensor] = None) -> Tensor:
@@ -29,30 +29,6 @@ def shift_in_time(x: Tensor, first: Optional[Tensor] = None) -> Tensor:
     if first is None:
         first = x.new_zeros(x.shape[1:])
     return torch.cat([first.unsqueeze(0), x[:-1]], dim=0)
-
-
-def reverse_padded(x: Tensor, lengths: Tensor) -> Tensor:
-    """Reverse each right-padded ``(time, batch, dim)`` sequence within its length.
-
-    Padding stays at the end, so applying the function twice is the identity.
-    """
-    index = reverse_index(lengths.to(x.device).long(), x.size(0))
-    return take_time(x, index, index)
-
-
-def lstm_cell(gates: Tensor, cell: Tensor) -> Tuple[Tensor, Tensor]:
-    """One LSTM update from the summed pre-activations (PyTorch gate order i, f, g, o).
-
-    Args:
-        gates: ``(batch, 4 * hidden)``, ``W_ih x + b_ih + W_hh h + b_hh``.
-        cell: ``(batch, hidden)`` previous cell state.
-
-    Returns:
-        ``(hidden, cell)`` of the new step.
-    """
-    i, f, g, o = gates.chunk(4, dim=-1)
-    cell = torch.sigmoid(f) * cell + torch.sigmoid(i) * torch.tanh(g)
-    return torch.sigmoid(o) * torch.tanh(cell), cell
 
 
 class DenseLSTMEncoderLayer(nn.Module):

@@ -10,7 +10,7 @@ feed-forward block and an input-matrix-free recurrence:
 
 ``f^1_t = W_f^1 x_t + b^1``. ``half`` keeps the first half of ``f`` (``2H`` of ``4H``).
 The feed-forward block of a layer is one matrix multiply over the whole sequence;
-only the recurrence is sequential (:mod:`fast_forward_lstm_recurrence`).
+only the recurrence is sequential (:func:`~fairseq_dense.modules.lstm_cell.lstm_recurrence`).
 
 Variable lengths: every layer works on right-padded sequences; a layer that runs
 backward in time reverses each sequence inside its length, runs forward and
@@ -22,8 +22,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from fairseq_dense.modules.fast_forward_lstm_recurrence import fused_lstm, lstm_recurrence
-from fairseq_dense.modules.time_index import reverse_index, take_time
+from fairseq_dense.modules.encoder_decoder import reverse_padded
+from fairseq_dense.modules.lstm_cell import lstm_recurrence
 
 RECURRENT = "recurrent"
 
@@ -49,8 +49,6 @@ class FastForwardLSTMLayer(nn.Module):
         self.hidden_size = hidden_size
         self.reverse = reverse
         self.init_std = init_std
-        #: None: choose the form by device (see :meth:`forward`); True/False force it (tests)
-        self.fused_input: Optional[bool] = None
         self.ff = nn.Linear(input_dim, 4 * hidden_size)
         self.weight_hh = tag_recurrent(nn.Parameter(torch.empty(4 * hidden_size, hidden_size)))
         self.reset_parameters()
@@ -80,9 +78,8 @@ class FastForwardLSTMLayer(nn.Module):
         if not self.reverse:
             return lstm_recurrence(f, state[0], state[1], self.weight_hh)
         assert lengths is not None, "a backward layer needs the sequence lengths"
-        index = reverse_index(lengths.to(f.device), f.size(0))
-        h, final = lstm_recurrence(take_time(f, index, index), state[0], state[1], self.weight_hh)
-        return take_time(h, index, index), final
+        h, final = lstm_recurrence(reverse_padded(f, lengths), state[0], state[1], self.weight_hh)
+        return reverse_padded(h, lengths), final
 
     def forward(self, x: Tensor, lengths: Optional[Tensor] = None, state: Optional[Tuple[Tensor, Tensor]] = None,
                 f_size: Optional[int] = None) -> Tuple[Tensor, Tensor, Tuple[Tensor, Tensor]]:
@@ -97,37 +94,10 @@ class FastForwardLSTMLayer(nn.Module):
 
         Returns:
             ``(f, h, final_state)``: ``f`` ``(T, B, f_size)``, ``h`` ``(T, B, H)``.
-
-        Two equivalent forms: on CPU, ``f = W_f x + b`` once, then the
-        input-matrix-free recurrence (fewest FLOPs). Where torch's fused LSTM is
-        the faster kernel (CUDA: cuDNN), or no ``f`` is needed at all (no FF
-        connections), the fused LSTM gets ``W_f`` as its input matrix and only the
-        requested columns of ``f`` are computed beside it.
         """
-        four_h = 4 * self.hidden_size
-        f_size = four_h if f_size is None else f_size
-        # a single step (incremental decoding) on CPU: the fused op's per-call weight
-        # preparation costs more than its one step saves, so f and one cell step instead
-        fused = self.fused_input if self.fused_input is not None else (
-            x.is_cuda or (f_size == 0 and x.size(0) > 1))
-        if not fused:
-            f = self.ff(x)  # all time steps in one matmul
-            h, final = self.recur(f, lengths, state)
-            return f[..., :f_size], h, final
-        f = nn.functional.linear(x, self.ff.weight[:f_size], self.ff.bias[:f_size])
-        if state is None:
-            zeros = x.new_zeros(x.size(1), self.hidden_size)
-            state = (zeros, zeros)
-        index = None
-        if self.reverse:
-            assert lengths is not None, "a backward layer needs the sequence lengths"
-            index = reverse_index(lengths.to(x.device), x.size(0))
-            x = take_time(x, index, index)
-        weights = [self.ff.weight, self.weight_hh, self.ff.bias, self.ff.bias.new_zeros(four_h)]
-        h, final = fused_lstm(x, state[0], state[1], weights)
-        if index is not None:
-            h = take_time(h, index, index)
-        return f, h, final
+        f = self.ff(x)  # all time steps in one matmul
+        h, final = self.recur(f, lengths, state)
+        return f[..., : 4 * self.hidden_size if f_size is None else f_size], h, final
 
 
 class FastForwardLSTM(nn.Module):

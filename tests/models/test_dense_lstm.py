@@ -7,7 +7,9 @@ import torch.nn.functional as F
 
 import fairseq_dense  # noqa: F401
 from fairseq_dense.models.dense_lstm import DenseLSTMConfig, DenseLSTMModel
-from fairseq_dense.modules.dense_lstm_layer import lstm_cell, reverse_padded, shift_in_time
+from fairseq_dense.modules.dense_lstm_layer import shift_in_time
+from fairseq_dense.modules.encoder_decoder import reverse_padded
+from fairseq_dense.modules.lstm_cell import lstm_cell
 from tests import helpers
 
 VARIANTS = {  # (dense_connections, dense_attention, attention_layer)

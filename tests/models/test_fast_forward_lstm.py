@@ -7,8 +7,9 @@ import torch.nn as nn
 
 import fairseq_dense  # noqa: F401
 from fairseq_dense.models.fast_forward_lstm import FastForwardLSTMConfig, FastForwardLSTMModel
-from fairseq_dense.modules import fast_forward_lstm_recurrence as rec
-from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTM, reverse_index
+from fairseq_dense.modules.encoder_decoder import reverse_index
+from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTM
+from fairseq_dense.modules.lstm_cell import lstm_recurrence
 from tests import helpers
 
 SMALL = dict(encoder_embed_dim=8, encoder_hidden_size=6, encoder_layers=3, decoder_embed_dim=8,
@@ -152,39 +153,12 @@ def test_direction_order_matters():
         assert (h[changed] - h2[changed]).abs().amax(dim=(1, 2)).min() > 0
 
 
-@pytest.mark.parametrize("fast_forward", [True, False])
-def test_fused_and_unfused_layer_forms_agree(fast_forward):
-    """W_f inside torch's fused LSTM (the CUDA form) == f once + input-matrix-free recurrence (CPU form)."""
-    torch.manual_seed(0)
-    stack = FastForwardLSTM(5, 7, 3, fast_forward=fast_forward, first_reverse=True, init_std=0.3)
-    for layer in stack.layers:
-        nn.init.normal_(layer.weight_hh, 0.0, 0.3)
-    x, lengths = torch.randn(6, 3, 5, requires_grad=True), torch.tensor([6, 2, 4])
-    states = [(torch.randn(3, 7), torch.randn(3, 7)) for _ in range(3)]
-    results = []
-    for fused in (False, True):
-        for layer in stack.layers:
-            layer.fused_input = fused
-        f, h, finals = stack(x, lengths, states)
-        grads = torch.autograd.grad((f.sum() + h.sum()), [x] + list(stack.parameters()))
-        results.append((f, h, finals[-1][1], grads))
-    (f0, h0, c0, g0), (f1, h1, c1, g1) = results
-    torch.testing.assert_close(f0, f1)
-    torch.testing.assert_close(h0, h1)
-    torch.testing.assert_close(c0, c1)
-    for a, b in zip(g0, g1):  # summation order differs
-        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
-
-
 def test_reverse_index_is_an_involution_that_keeps_padding():
     idx = reverse_index(torch.tensor([3, 1]), 4)
     assert idx[:, 0].tolist() == [2, 1, 0, 3] and idx[:, 1].tolist() == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize(
-    "form", [rec.lstm_recurrence_loop, rec.lstm_recurrence_cell, rec.lstm_recurrence_identity]
-)
-def test_recurrence_forms_agree(form):
+def test_recurrence_equals_lstm_cell_with_identity_input_matrix():
     torch.manual_seed(0)
     f = torch.randn(5, 3, 16, requires_grad=True)
     w = torch.randn(16, 4, requires_grad=True)
@@ -198,7 +172,7 @@ def test_recurrence_forms_agree(form):
     for t in range(5):
         h, c = ref(f[t], (h, c))
         outs.append(h)
-    out, (h_t, c_t) = form(f, h0, c0, w)
+    out, (h_t, c_t) = lstm_recurrence(f, h0, c0, w)
     torch.testing.assert_close(out, torch.stack(outs))
     torch.testing.assert_close(c_t, c)
     out.sum().backward()

@@ -90,7 +90,7 @@ def test_attention_matches_loop_over_positions():
 
 
 def test_attention_gradients_match_the_tanh_formula():
-    """The sigmoid form of the scores (``additive_scores``) trains like ``v^T tanh(.)``: same
+    """The batched scores train like the literal ``v^T tanh(.)`` per position: same
     gradients for every attention parameter, the query and the keys, steps batched or not."""
     torch.manual_seed(0)
     att = BahdanauAttention(query_dim=5, key_dim=6, attention_dim=4)

@@ -3,24 +3,13 @@ from typing import Dict, List
 
 import torch
 import torch.nn as nn
-from fairseq import utils
-from fairseq.models import FairseqEncoder
 from torch import Tensor
 
-from fairseq_dense.modules import beam_rows
 from fairseq_dense.modules.dense_lstm_layer import DenseLSTMEncoderLayer
+from fairseq_dense.modules.encoder_decoder import Encoder, right_to_left_padding, to_right_padding
 
 
-def right_to_left_padding(x: Tensor, lengths: Tensor) -> Tensor:
-    """Move right-padded ``(time, batch, dim)`` features to left padding."""
-    t = x.size(0)
-    shift = (t - lengths.to(x.device)).long()
-    # left position p holds right position (p - shift) mod T
-    idx = (torch.arange(t, device=x.device).unsqueeze(1) - shift.unsqueeze(0)) % t
-    return x.gather(0, idx.unsqueeze(-1).expand_as(x))
-
-
-class DenseLSTMEncoder(FairseqEncoder):
+class DenseLSTMEncoder(Encoder):
     """Stacked LSTM encoder with optional dense connections (DenseRNN, Eq. 6).
 
     Densely Connected Recurrent Neural Network for Sequence-to-Sequence Learning
@@ -80,9 +69,7 @@ class DenseLSTMEncoder(FairseqEncoder):
               * ``src_lengths``: ``[(batch,)]``.
         """
         padding_mask = src_tokens.eq(self.padding_idx)
-        left_padded = bool(padding_mask[:, 0].any())
-        if left_padded:  # the layers want right padding; fairseq's default is left
-            src_tokens = utils.convert_padding_direction(src_tokens, self.padding_idx, left_to_right=True)
+        src_tokens, left_padded = to_right_padding(src_tokens, self.padding_idx)  # the layers want it
         pad_tbc = src_tokens.eq(self.padding_idx).t().unsqueeze(-1)  # T x B x 1
         x = self.dropout(self.embed_tokens(src_tokens)).transpose(0, 1)  # B x T x C -> T x B x C
         x = x.masked_fill(pad_tbc, 0.0)
@@ -104,20 +91,3 @@ class DenseLSTMEncoder(FairseqEncoder):
             "encoder_padding_mask": [padding_mask],
             "src_lengths": [src_lengths],
         }
-
-    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
-        """Reorder every key along its batch dimension (beam search); a reorder between
-        identical beam copies of a sentence is skipped (:mod:`fairseq_dense.modules.beam_rows`)."""
-        return beam_rows.reorder_encoder_out(encoder_out, new_order, self._select_rows)
-
-    @staticmethod
-    def _select_rows(encoder_out: Dict[str, List[Tensor]], new_order: Tensor) -> Dict[str, List[Tensor]]:
-        return {
-            "encoder_out": [encoder_out["encoder_out"][0].index_select(1, new_order)],
-            "encoder_layers": [encoder_out["encoder_layers"][0].index_select(1, new_order)],
-            "encoder_padding_mask": [encoder_out["encoder_padding_mask"][0].index_select(0, new_order)],
-            "src_lengths": [encoder_out["src_lengths"][0].index_select(0, new_order)],
-        }
-
-    def max_positions(self) -> int:
-        return self.max_source_positions

@@ -1,23 +1,20 @@
 """Causal convolutional decoder of DenseNMT with per-layer (dense) attention."""
 import math
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch.nn as nn
 import torch.nn.functional as F
-from fairseq.models import FairseqIncrementalDecoder
 from fairseq.modules import PositionalEmbedding
 from torch import Tensor
 
-from fairseq_dense.modules import beam_rows
 from fairseq_dense.modules.dense_attention import DenseAttention
 from fairseq_dense.modules.dense_conv import (
     ConvLayer, Embedding, FeatureBuffer, Linear, conv_rows, glu_rows, linear_rows, plan_blocks,
 )
+from fairseq_dense.modules.encoder_decoder import IncrementalDecoder
 
-_STATE_KEY = "densenmt_state"
 
-
-class DenseNMTDecoder(FairseqIncrementalDecoder):
+class DenseNMTDecoder(IncrementalDecoder):
     """DenseNMT decoder (Shen et al. 2018, https://arxiv.org/abs/1806.00722).
 
     Every layer is a causal GLU convolution followed by attention ``a^l`` queried
@@ -31,9 +28,8 @@ class DenseNMTDecoder(FairseqIncrementalDecoder):
     Incremental state (key ``densenmt_state``): ``keys``
     ``(batch, attention_dim, n * src_len)``, ``values``
     ``(batch, n * src_len, attention_dim)`` and ``mask`` ``(batch, n * src_len)``,
-    the encoder projections, computed once per sentence (with their ``row_groups``:
-    beam reorders within a sentence skip them). Each
-    ``LinearizedConvolution`` keeps its own input buffer.
+    the encoder projections, computed once per sentence. Each
+    ``LinearizedConvolution`` keeps (and reorders) its own input buffer.
 
     Args:
         dictionary: target dictionary.
@@ -54,6 +50,8 @@ class DenseNMTDecoder(FairseqIncrementalDecoder):
         attention_length_scale: scale attention outputs by ``sqrt(source length)``
             (see :class:`DenseAttention`).
     """
+
+    STATE_KEY = "densenmt_state"
 
     def __init__(self, dictionary, embed_dim: int, hidden_sizes: List[int], kernel_sizes: List[int],
                  encoder_dims: List[int], encoder_embed_dim: int, attention: str = "dense2",
@@ -122,7 +120,7 @@ class DenseNMTDecoder(FairseqIncrementalDecoder):
         return F.dropout(x + positions, self.dropout, self.training)  # B x T x C
 
     def _memory(self, encoder_out, incremental_state) -> Tuple[Tensor, Tensor, Tensor]:
-        cached = self.get_incremental_state(incremental_state, _STATE_KEY) if incremental_state is not None else None
+        cached = self.get_cache(incremental_state)
         if cached is not None:
             return cached["keys"], cached["values"], cached["mask"]
         keys, values, mask = self.attention.project_memory(
@@ -130,32 +128,10 @@ class DenseNMTDecoder(FairseqIncrementalDecoder):
             encoder_out["encoder_padding_mask"][0],
         )
         if incremental_state is not None:
-            self.set_incremental_state(incremental_state, _STATE_KEY,
-                                       {"keys": keys, "values": values, "mask": mask})
+            self.set_cache(incremental_state, {"keys": keys, "values": values, "mask": mask})
         return keys, values, mask
 
     # ------------------------------------------------------------------ forward
-
-    def forward(self, prev_output_tokens: Tensor, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
-                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
-                features_only: bool = False, **unused) -> Tuple[Tensor, Dict[str, List[Optional[Tensor]]]]:
-        """Decode.
-
-        Args:
-            prev_output_tokens: ``(batch, tgt_len)`` shifted targets.
-            encoder_out: output of :class:`DenseNMTEncoder`.
-            incremental_state: beam-search cache; when given only the last token
-                of ``prev_output_tokens`` is fed.
-            features_only: return the ``fc2`` features instead of logits.
-
-        Returns:
-            ``(logits, extra)``: ``(batch, tgt_len, vocab)`` and
-            ``{"attn": [(batch, tgt_len, src_len)]}`` averaged over layers.
-        """
-        x, extra = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
-        if not features_only:
-            x = self.output_layer(x)
-        return x, extra
 
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None, **unused):
         keys, values, mask = self._memory(encoder_out, incremental_state)
@@ -249,20 +225,3 @@ class DenseNMTDecoder(FairseqIncrementalDecoder):
 
     def output_layer(self, features: Tensor) -> Tensor:
         return self.fc3(features)
-
-    def reorder_incremental_state(self, incremental_state, new_order: Tensor) -> None:
-        """Reorder the cached encoder projections along the batch (beam search).
-
-        The convolutions' input buffers are reordered by their own
-        ``reorder_incremental_state`` (``reorder_incremental_state_scripting``
-        visits every submodule).
-        """
-        cached = self.get_incremental_state(incremental_state, _STATE_KEY)
-        if cached is None:
-            return
-        # per-sentence tensors: skipped when the reorder stays within a sentence's beams
-        reordered = beam_rows.reorder_cache(cached, new_order, static=("keys", "values", "mask"))
-        self.set_incremental_state(incremental_state, _STATE_KEY, reordered)
-
-    def max_positions(self) -> int:
-        return self.max_target_positions

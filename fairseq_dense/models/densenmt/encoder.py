@@ -2,20 +2,18 @@
 import math
 from typing import Dict, List, Optional
 
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from fairseq.models import FairseqEncoder
 from fairseq.modules import GradMultiply, PositionalEmbedding
 from torch import Tensor
 
-from fairseq_dense.modules import beam_rows
 from fairseq_dense.modules.dense_conv import (
     ConvLayer, Embedding, FeatureBuffer, Linear, conv_rows, glu_rows, linear_rows, plan_blocks,
 )
+from fairseq_dense.modules.encoder_decoder import Encoder
 
 
-class DenseNMTEncoder(FairseqEncoder):
+class DenseNMTEncoder(Encoder):
     """DenseNMT encoder (Shen et al. 2018, https://arxiv.org/abs/1806.00722).
 
     Dense: ``h^{l+1} = GLU(conv([h^l, ..., h^0]))`` (Eq. 5-6), no residual; a summary
@@ -170,20 +168,3 @@ class DenseNMTEncoder(FairseqEncoder):
                 s = self.summaries[bi]
                 first = linear_rows(buf.center(buf.rows()), s.weight, s.bias) * keep
         return buf
-
-    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
-        """Reorder every key along its batch dimension (beam search); a reorder between
-        identical beam copies of a sentence is skipped (:mod:`fairseq_dense.modules.beam_rows`)."""
-        return beam_rows.reorder_encoder_out(encoder_out, new_order, self._select_rows)
-
-    @staticmethod
-    def _select_rows(encoder_out: Dict[str, List[Tensor]], new_order: Tensor) -> Dict[str, List[Tensor]]:
-        return {
-            "encoder_out": [encoder_out["encoder_out"][0].index_select(1, new_order)],
-            "encoder_embedding": [encoder_out["encoder_embedding"][0].index_select(1, new_order)],
-            "encoder_padding_mask": [encoder_out["encoder_padding_mask"][0].index_select(0, new_order)],
-            "src_lengths": [encoder_out["src_lengths"][0].index_select(0, new_order)],
-        }
-
-    def max_positions(self) -> int:
-        return self.max_source_positions

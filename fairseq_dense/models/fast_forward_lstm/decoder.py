@@ -1,20 +1,16 @@
 """Single-column forward decoder with fast-forward connections (Deep-Att / Deep-ED)."""
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn as nn
-from fairseq.models import FairseqIncrementalDecoder
 from torch import Tensor
 
-from fairseq_dense.modules import beam_rows
 from fairseq_dense.modules.bahdanau_attention import BahdanauAttention
+from fairseq_dense.modules.encoder_decoder import IncrementalDecoder
 from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTM, FastForwardLSTMLayer
-from fairseq_dense.modules.fast_forward_lstm_recurrence import lstm_recurrence
-
-_STATE_KEY = "ff_lstm_state"
 
 
-class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
+class FastForwardLSTMDecoder(IncrementalDecoder):
     """Decoder of Zhou et al. (2016), https://arxiv.org/abs/1606.04199, Sec. 3.2 (PD).
 
     One column, all layers forward, FF connections between layers. The first
@@ -30,10 +26,8 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
     Incremental state (key ``ff_lstm_state``), all batch-first: ``h`` and ``c``
     ``(batch, n_d, H)``; ``deep_att``: ``proj_keys`` ``(batch, src_len, attention_dim)``;
     ``deep_ed``: ``context_gates`` ``(batch, 4H)`` = ``W_c e`` (both encoder-only, computed
-    once per sentence, with their ``row_groups``: beam reorders within a sentence skip
-    them). ``deep_att`` beam search never forms ``c_t``: its only consumer is ``W_c``, so
-    ``P = W_c h_i`` is computed once per sentence (``proj_values`` ``(sentences, src_len,
-    4H)``, with each row's ``sentence``) and a step adds ``a_t P`` to ``f^1_t``.
+    once per sentence). An incremental step runs the same code as the full pass on a
+    sequence of length 1.
 
     Args:
         dictionary: target dictionary.
@@ -48,6 +42,8 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
         init_std: Gaussian std of non-recurrent weights.
         max_positions: longest target accepted.
     """
+
+    STATE_KEY = "ff_lstm_state"
 
     def __init__(self, dictionary, embed_dim: int, hidden_size: int, num_layers: int, encoder_dim: int,
                  interface: str = "deep_att", attention_dim: int = 512, fast_forward: bool = True,
@@ -78,77 +74,39 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
         nn.init.normal_(self.output_projection.weight, 0.0, init_std)
         nn.init.zeros_(self.output_projection.bias)
 
-    def forward(self, prev_output_tokens: Tensor, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
-                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
-                **unused) -> Tuple[Tensor, Dict[str, List[Optional[Tensor]]]]:
-        """Decode.
-
-        Args:
-            prev_output_tokens: ``(batch, tgt_len)`` shifted targets.
-            encoder_out: output of :class:`FastForwardLSTMEncoder`.
-            incremental_state: beam-search cache; when given only the last token
-                of ``prev_output_tokens`` is fed.
-
-        Returns:
-            ``(logits, extra)``: ``(batch, tgt_len, vocab)`` and, for ``deep_att``,
-            ``{"attn": [(batch, tgt_len, src_len)]}``.
-        """
-        x, extra = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
-        return self.output_layer(x), extra
-
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None, **unused):
+        enc = encoder_out["encoder_out"][0]  # deep_att: T x B x E; deep_ed: B x E
+        cache_key = "proj_keys" if self.attention is not None else "context_gates"
+        cached = self.get_cache(incremental_state)
         if incremental_state is not None:
             prev_output_tokens = prev_output_tokens[:, -1:]
-        enc = encoder_out["encoder_out"][0]  # deep_att: T x B x E; deep_ed: B x E
-        cached = self.get_incremental_state(incremental_state, _STATE_KEY) if incremental_state is not None else None
-        per_sentence = {}  # deep_att beam search: P = W_c h_i per sentence, each row's sentence
         if cached is not None:
-            hs, cs = cached["h"].unbind(1), cached["c"].unbind(1)
-            states: Optional[List[Tuple[Tensor, Tensor]]] = list(zip(hs, cs))
-            enc_cache = cached["proj_keys"] if self.attention is not None else cached["context_gates"]
-            if self.attention is not None:
-                per_sentence = {k: cached[k] for k in ("proj_values", beam_rows.SENTENCE)}
-        elif incremental_state is not None:
-            states = None
-            groups = beam_rows.encoder_row_groups(encoder_out)
-            if self.attention is None:
-                enc_cache = beam_rows.per_group(self.context_proj, enc, groups)
-            else:
-                values = enc.transpose(0, 1)  # B x T x E
-                enc_cache = beam_rows.per_group(self.attention.project_keys_batch_first, values, groups)
-                first, sentence = beam_rows.group_rows(groups, values.size(0), values.device)
-                per_sentence = {"proj_values": self.context_proj(values.index_select(0, first)),
-                                beam_rows.SENTENCE: sentence}
+            states: Optional[List[Tuple[Tensor, Tensor]]] = list(zip(cached["h"].unbind(1), cached["c"].unbind(1)))
+            enc_proj = cached[cache_key]
         else:
             states = None
-            enc_cache = self.attention.project_keys(enc) if self.attention is not None else self.context_proj(enc)
+            enc_proj = self.attention.project_keys(enc) if self.attention is not None else self.context_proj(enc)
 
         y = self.embed_tokens(prev_output_tokens).transpose(0, 1)  # B x S x C -> S x B x C
         f1_y = self.first.ff(y)  # S x B x 4H, all steps at once
         first_state = None if states is None else states[0]
         attn = None
         if self.attention is None:
-            f1 = f1_y + enc_cache.unsqueeze(0)  # the fixed context enters every step
+            f1 = f1_y + enc_proj.unsqueeze(0)  # the fixed context enters every step
             h1, first_final = self.first.recur(f1, state=first_state)
-        elif per_sentence:
-            f1, h1, first_final, attn = self._attend_and_recur_step(f1_y, enc_cache, per_sentence, encoder_out,
-                                                                    first_state)
         else:
-            f1, h1, first_final, attn = self._attend_and_recur(f1_y, enc, enc_cache, encoder_out, first_state)
-        rest_states = None if states is None else states[1:]
+            f1, h1, first_final, attn = self._attend_and_recur(f1_y, enc, enc_proj, encoder_out, first_state)
         h, finals = h1, []
         if len(self.rest.layers):
-            _, h, finals = self.rest(self.rest.connect(f1, h1), states=rest_states, last_f=False)
+            _, h, finals = self.rest(self.rest.connect(f1, h1), states=None if states is None else states[1:],
+                                     last_f=False)
         if incremental_state is not None:
             finals = [first_final] + finals
-            cache = {
-                **(cached or {}),  # keeps the row groups of the per-sentence tensor
+            self.set_cache(incremental_state, {
                 "h": torch.stack([s[0] for s in finals], dim=1),  # B x n_d x H
                 "c": torch.stack([s[1] for s in finals], dim=1),
-                "proj_keys" if self.attention is not None else "context_gates": enc_cache,
-                **per_sentence,
-            }
-            self.set_incremental_state(incremental_state, _STATE_KEY, cache)
+                cache_key: enc_proj,
+            })
         features = self.dropout(h.transpose(0, 1))  # S x B x H -> B x S x H
         return features, {"attn": [attn]}
 
@@ -160,43 +118,12 @@ class FastForwardLSTMDecoder(FairseqIncrementalDecoder):
         if state is None:
             zeros = f1_y.new_zeros(f1_y.size(1), self.hidden_size)
             state = (zeros, zeros)
-        h, c = state
         fs, hs, attns = [], [], []
         for f1_y_t in f1_y.unbind(0):  # unbind, not f1_y[t]: O(T) gradient traffic, not O(T^2)
-            context, a = self.attention(h, proj_keys, values, padding_mask)
+            context, a = self.attention(state[0], proj_keys, values, padding_mask)
             f_t = f1_y_t + self.context_proj(context)
-            _, (h, c) = lstm_recurrence(f_t.unsqueeze(0), h, c, self.first.weight_hh)  # one step
+            _, state = self.first.recur(f_t.unsqueeze(0), state=state)  # one step
             fs.append(f_t)
-            hs.append(h)
+            hs.append(state[0])
             attns.append(a)
-        return torch.stack(fs), torch.stack(hs), (h, c), torch.stack(attns, dim=1)  # attn: B x S x T
-
-    def _attend_and_recur_step(self, f1_y: Tensor, proj_keys: Tensor, per_sentence: Dict[str, Tensor],
-                               encoder_out, state: Optional[Tuple[Tensor, Tensor]]):
-        """One step of :meth:`_attend_and_recur` for beam search: ``W_c c_t`` is taken as
-        ``a_t P`` with ``P = W_c h_i`` computed once per sentence (``c_t`` is never formed)."""
-        if state is None:
-            zeros = f1_y.new_zeros(f1_y.size(1), self.hidden_size)
-            state = (zeros, zeros)
-        h, c = state
-        a = self.attention.weights(h, proj_keys, encoder_out["encoder_padding_mask"][0])  # B x T
-        f_t = f1_y[0] + beam_rows.weighted_rows(a, per_sentence["proj_values"],
-                                                   per_sentence[beam_rows.SENTENCE])
-        _, (h, c) = lstm_recurrence(f_t.unsqueeze(0), h, c, self.first.weight_hh)
-        return f_t.unsqueeze(0), h.unsqueeze(0), (h, c), a.unsqueeze(1)
-
-    def output_layer(self, features: Tensor) -> Tensor:
-        return self.output_projection(features)
-
-    def reorder_incremental_state(self, incremental_state, new_order: Tensor) -> None:
-        """Reorder the cache along its batch dimension (beam search); the encoder-side
-        tensor only when the reorder moves rows between sentences."""
-        cached = self.get_incremental_state(incremental_state, _STATE_KEY)
-        if cached is None:
-            return
-        reordered = beam_rows.reorder_cache(cached, new_order, static=("proj_keys", "context_gates"),
-                                            per_sentence=("proj_values",))
-        self.set_incremental_state(incremental_state, _STATE_KEY, reordered)
-
-    def max_positions(self) -> int:
-        return self.max_target_positions
+        return torch.stack(fs), torch.stack(hs), state, torch.stack(attns, dim=1)  # attn: B x S x T

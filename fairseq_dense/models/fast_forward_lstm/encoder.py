@@ -3,25 +3,13 @@ from typing import Dict, List
 
 import torch
 import torch.nn as nn
-from fairseq import utils
-from fairseq.models import FairseqEncoder
 from torch import Tensor
 
-from fairseq_dense.modules import beam_rows
+from fairseq_dense.modules.encoder_decoder import Encoder, right_to_left_padding, to_right_padding
 from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTM
-from fairseq_dense.modules.time_index import take_time
 
 
-def right_to_left(x: Tensor, lengths: Tensor) -> Tensor:
-    """Move right-padded ``(T, B, C)`` features to left padding."""
-    t = x.size(0)
-    shift = (t - lengths.to(x.device)).long()
-    # left position p holds right position (p - shift) mod T
-    idx = (torch.arange(t, device=x.device).unsqueeze(1) - shift.unsqueeze(0)) % t
-    return take_time(x, idx)
-
-
-class FastForwardLSTMEncoder(FairseqEncoder):
+class FastForwardLSTMEncoder(Encoder):
     """Encoder of Zhou et al. (2016), https://arxiv.org/abs/1606.04199, Sec. 3.2.
 
     One or two columns of :class:`FastForwardLSTM` with no links between them;
@@ -92,9 +80,7 @@ class FastForwardLSTMEncoder(FairseqEncoder):
               * ``src_lengths``: ``[(batch,)]``.
         """
         padding_mask = src_tokens.eq(self.padding_idx)
-        left_padded = bool(padding_mask[:, 0].any())
-        if left_padded:  # the columns work on right padding; fairseq defaults to left
-            src_tokens = utils.convert_padding_direction(src_tokens, self.padding_idx, left_to_right=True)
+        src_tokens, left_padded = to_right_padding(src_tokens, self.padding_idx)  # the columns want it
         lengths = src_lengths.to(src_tokens.device)
         x = self.embed_tokens(src_tokens).transpose(0, 1)  # B x T x C -> T x B x C
         # per column (f, h): T x B x 4H (T x B x 0 without FF), T x B x H
@@ -103,7 +89,7 @@ class FastForwardLSTMEncoder(FairseqEncoder):
             parts = [torch.cat([f, h], dim=-1) if self.fast_forward else h for f, h in outs]
             e = self.fc(torch.cat(parts, dim=-1))  # T x B x fc_dim
             if left_padded:  # back to the caller's layout, so attention columns match src_tokens
-                e = right_to_left(e, lengths)
+                e = right_to_left_padding(e, lengths)
             encoder_out = e
         else:
             encoder_out = self._fixed_vector(outs, lengths)
@@ -127,20 +113,3 @@ class FastForwardLSTMEncoder(FairseqEncoder):
             h_parts.append(h2.masked_fill(pad.unsqueeze(-1), float("-inf")).amax(dim=0))
             f_parts.append(f2.masked_fill(pad.unsqueeze(-1), float("-inf")).amax(dim=0))
         return torch.cat(h_parts + f_parts if self.fast_forward else h_parts, dim=-1)
-
-    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
-        """Reorder every key along its batch dimension (beam search); a reorder between
-        identical beam copies of a sentence is skipped (:mod:`fairseq_dense.modules.beam_rows`)."""
-        return beam_rows.reorder_encoder_out(encoder_out, new_order, self._select_rows)
-
-    @staticmethod
-    def _select_rows(encoder_out: Dict[str, List[Tensor]], new_order: Tensor) -> Dict[str, List[Tensor]]:
-        enc = encoder_out["encoder_out"][0]
-        return {
-            "encoder_out": [enc.index_select(1 if enc.dim() == 3 else 0, new_order)],
-            "encoder_padding_mask": [encoder_out["encoder_padding_mask"][0].index_select(0, new_order)],
-            "src_lengths": [encoder_out["src_lengths"][0].index_select(0, new_order)],
-        }
-
-    def max_positions(self) -> int:
-        return self.max_source_positions

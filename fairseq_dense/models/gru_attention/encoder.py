@@ -1,25 +1,13 @@
 """Bidirectional GRU encoder of the attentional GRU baseline."""
-from typing import Dict, List, Optional
+from typing import Dict, List
 
-import torch
 import torch.nn as nn
-from fairseq import utils
-from fairseq.models import FairseqEncoder
 from torch import Tensor
 
-from fairseq_dense.modules import beam_rows
+from fairseq_dense.modules.encoder_decoder import Encoder, right_to_left_padding, to_right_padding
 
 
-def right_to_left_padding(x: Tensor, lengths: Tensor) -> Tensor:
-    """Move right-padded ``(time, batch, dim)`` features to left padding."""
-    t = x.size(0)
-    shift = (t - lengths.to(x.device)).long()
-    # left position p holds right position (p - shift) mod T
-    idx = (torch.arange(t, device=x.device).unsqueeze(1) - shift.unsqueeze(0)) % t
-    return x.gather(0, idx.unsqueeze(-1).expand_as(x))
-
-
-class GRUAttentionEncoder(FairseqEncoder):
+class GRUAttentionEncoder(Encoder):
     """Bidirectional GRU encoder, ``h_i = [fwd_i; bwd_i]`` (Bahdanau et al. 2014).
 
     Args:
@@ -59,9 +47,7 @@ class GRUAttentionEncoder(FairseqEncoder):
               * ``src_lengths``: ``[(batch,)]``.
         """
         padding_mask = src_tokens.eq(self.padding_idx)
-        left_padded = bool(padding_mask[:, 0].any())
-        if left_padded:  # the packed GRU wants right padding; fairseq defaults to left
-            src_tokens = utils.convert_padding_direction(src_tokens, self.padding_idx, left_to_right=True)
+        src_tokens, left_padded = to_right_padding(src_tokens, self.padding_idx)  # the packed GRU wants it
         x = self.embed_dropout(self.embed_tokens(src_tokens))
         x = x.transpose(0, 1)  # B x T x C -> T x B x C
         lengths = src_lengths.detach().cpu().long()
@@ -78,20 +64,3 @@ class GRUAttentionEncoder(FairseqEncoder):
             "encoder_final": [final[1]],  # B x H, backward direction
             "src_lengths": [src_lengths],
         }
-
-    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
-        """Reorder every key along its batch dimension (beam search); a reorder between
-        identical beam copies of a sentence is skipped (:mod:`fairseq_dense.modules.beam_rows`)."""
-        return beam_rows.reorder_encoder_out(encoder_out, new_order, self._select_rows)
-
-    @staticmethod
-    def _select_rows(encoder_out: Dict[str, List[Tensor]], new_order: Tensor) -> Dict[str, List[Tensor]]:
-        return {
-            "encoder_out": [encoder_out["encoder_out"][0].index_select(1, new_order)],
-            "encoder_padding_mask": [encoder_out["encoder_padding_mask"][0].index_select(0, new_order)],
-            "encoder_final": [encoder_out["encoder_final"][0].index_select(0, new_order)],
-            "src_lengths": [encoder_out["src_lengths"][0].index_select(0, new_order)],
-        }
-
-    def max_positions(self) -> int:
-        return self.max_source_positions

@@ -1,13 +1,12 @@
 """Weighted Transformer encoder: fairseq's transformer encoder with branched layers."""
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Optional
 
 from fairseq.distributed import fsdp_wrap
 from fairseq.models.transformer import TransformerEncoderBase
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from torch import Tensor, nn
 
-from fairseq_dense.modules import beam_rows
 from fairseq_dense.modules.branched_attention import BranchedAttention
 
 
@@ -95,6 +94,3 @@ class WeightedTransformerEncoder(TransformerEncoderBase):
             random_seed=self.branch.random_seed + 1000 * self._layers_built,
         )
         return wrap_layer(layer, cfg)
-
-    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
-        return beam_rows.reorder_encoder_out(encoder_out, new_order, super().reorder_encoder_out)
