@@ -44,10 +44,14 @@ def summarize(pair: str, side: str):
             sweep[lr] = min(losses)
     row = {"pair": pair, "side": side, "arch": arch(pair, side), "sweep": sweep}
     train_log = os.path.join(folder, "train.log")
-    if not os.path.isfile(train_log):
+    if not sweep or not os.path.isfile(train_log):
         return row
-    valid = records(train_log, "valid")
-    train = {int(r["epoch"]): r for r in records(train_log, "train")}
+    # the converging run continues the sweep run at the chosen rate (the same rule as run.py)
+    chosen_log = os.path.join(folder, f"sweep-lr{min(sweep, key=sweep.get):g}.log")
+    logs = (chosen_log, train_log)
+    # by epoch, the last record wins (an interrupted epoch is logged again on resume)
+    valid = list({int(r["epoch"]): r for log in logs for r in records(log, "valid")}.values())
+    train = {int(r["epoch"]): r for log in logs for r in records(log, "train")}
     # (updates, wall seconds at the end of that epoch, validation loss, epoch)
     curve = [(int(r["valid_num_updates"]), float(train.get(int(r["epoch"]), {}).get("wall", "nan")),
               float(r["valid_loss"]), int(r["epoch"])) for r in valid]
@@ -56,7 +60,7 @@ def summarize(pair: str, side: str):
     best = min(curve, key=lambda c: c[2]) if curve else None
     wps = [float(r["train_wps"]) for r in train.values() if "train_wps" in r]
     row.update({
-        "params": params(train_log), "curve": curve, "early_stopped": "early stop" in text,
+        "params": params(chosen_log), "curve": curve, "early_stopped": "early stop" in text,
         "finished": "done training" in text,
         "best_loss": best[2] if best else None, "best_epoch": best[3] if best else None,
         "best_updates": best[0] if best else None, "best_wall_h": best[1] / 3600 if best else None,

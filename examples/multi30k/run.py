@@ -13,8 +13,8 @@ git); the logs that the report reads are copied to ``examples/multi30k/logs/`` a
 every stage, so the table regenerates from what is committed.
 
 The recipe common to both sides of every pair: Adam (0.9, 0.98), inverse-sqrt schedule
-with WARMUP warm-up updates, the peak rate chosen per model by a short sweep on
-validation loss, label smoothing 0.1, clip-norm 1.0, 4096 tokens per batch, seed 1,
+(warm-up per pair, ``pairs.py``), the peak rate chosen per model by a short sweep on
+validation loss (SWEEP_EPOCHS epochs per rate; the chosen run is continued), label smoothing 0.1, clip-norm 1.0, 4096 tokens per batch, seed 1,
 early stopping after PATIENCE epochs without a better validation loss. The best
 checkpoint is decoded with beam 5; the length penalty is chosen on valid.
 """
@@ -37,15 +37,14 @@ WORK = os.environ.get("MULTI30K_WORK", os.path.join(ROOT, "multi30k-work"))
 LOGS = os.path.join(HERE, "logs")
 SRC, TGT = "en", "de"
 MERGES = 8000
-WARMUP = 400
 PATIENCE = 5
 MAX_EPOCH = 80
-SWEEP_EPOCHS = 3
+SWEEP_EPOCHS = 2
 LENPENS = (0.6, 1.0, 1.4)
 COMMON = [
     "--task", "translation", "-s", SRC, "-t", TGT, "--cpu",
     "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "1.0",
-    "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(WARMUP), "--warmup-init-lr", "1e-07",
+    "--lr-scheduler", "inverse_sqrt", "--warmup-init-lr", "1e-07",
     "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
     "--max-tokens", "4096", "--seed", "1",
     "--log-format", "json", "--log-interval", "50",
@@ -117,19 +116,27 @@ def side_dir(pair: str, side: str) -> str:
     return os.path.join(WORK, pair, side)
 
 
+def train_args(pair: str, side: str, lr: float):
+    """The whole ``fairseq-train`` command of one side at peak rate ``lr`` (without stopping options)."""
+    return ["fairseq-train", data_bin(), "--user-dir", user_dir(), *PAIRS[pair][side], *COMMON,
+            "--warmup-updates", str(PAIRS[pair]["warmup"]), "--lr", f"{lr:g}",
+            "--save-dir", os.path.join(side_dir(pair, side), f"lr{lr:g}"), "--no-epoch-checkpoints"]
+
+
 def sweep(pair: str, side: str, threads: int) -> float:
-    """Train SWEEP_EPOCHS epochs at each candidate rate; return the rate with the best valid loss."""
+    """Train SWEEP_EPOCHS epochs at each candidate rate; return the rate with the best valid loss.
+
+    Each sweep run keeps its last checkpoint: the chosen one is continued to convergence
+    (the same run as one started with the final stopping options, since neither the
+    schedule nor the batches depend on them).
+    """
     results = {}
     for lr in PAIRS[pair]["rates"]:
-        name = f"{pair}/{side}/sweep-lr{lr:g}.log"
         log = os.path.join(side_dir(pair, side), f"sweep-lr{lr:g}.log")
         os.makedirs(os.path.dirname(log), exist_ok=True)
         if not records(log, "valid") or not _finished(log):
-            if os.path.exists(log):
-                os.remove(log)
-            run(["fairseq-train", data_bin(), "--user-dir", user_dir(), *PAIRS[pair][side], *COMMON,
-                 "--lr", f"{lr:g}", "--max-epoch", str(SWEEP_EPOCHS), "--no-save"], log=log, threads=threads)
-            copy_log(log, name)
+            run(train_args(pair, side, lr) + ["--max-epoch", str(SWEEP_EPOCHS)], log=log, threads=threads)
+            copy_log(log, f"{pair}/{side}/sweep-lr{lr:g}.log")
         results[lr] = min(float(r["valid_loss"]) for r in records(log, "valid"))
         print(f"{pair}/{side}: lr {lr:g} -> valid loss {results[lr]:.3f}", flush=True)
     best = min(results, key=results.get)
@@ -144,20 +151,19 @@ def _finished(log: str) -> bool:
 
 def converge(pair: str, side: str, lr: float, threads: int) -> None:
     """Train at the chosen rate until PATIENCE epochs bring no better validation loss."""
-    save = os.path.join(side_dir(pair, side), "checkpoints")
     log = os.path.join(side_dir(pair, side), "train.log")
     if os.path.isfile(log) and _finished(log):
         return
-    run(["fairseq-train", data_bin(), "--user-dir", user_dir(), *PAIRS[pair][side], *COMMON,
-         "--lr", f"{lr:g}", "--patience", str(PATIENCE), "--max-epoch", str(MAX_EPOCH),
-         "--save-dir", save, "--no-epoch-checkpoints", "--keep-best-checkpoints", "0"],
+    with open(os.path.join(side_dir(pair, side), "chosen_lr"), "w") as f:
+        f.write(f"{lr:g}\n")
+    run(train_args(pair, side, lr) + ["--patience", str(PATIENCE), "--max-epoch", str(MAX_EPOCH)],
         log=log, threads=threads)
     copy_log(log, f"{pair}/{side}/train.log")
 
 
-def generate(pair: str, side: str, subset: str, lenpen: float, threads: int):
+def generate(pair: str, side: str, lr: float, subset: str, lenpen: float, threads: int):
     """Beam-5 translations of ``subset``: (tokenised hypotheses, detokenised hypotheses)."""
-    ckpt = os.path.join(side_dir(pair, side), "checkpoints", "checkpoint_best.pt")
+    ckpt = os.path.join(side_dir(pair, side), f"lr{lr:g}", "checkpoint_best.pt")
     cmd = ["fairseq-generate", data_bin(), "--user-dir", user_dir(), "--path", ckpt, "-s", SRC, "-t", TGT,
            "--cpu", "--gen-subset", subset, "--beam", "5", "--lenpen", f"{lenpen:g}", "--batch-size", "64",
            "--required-batch-size-multiple", "1", "--remove-bpe"]
@@ -203,10 +209,10 @@ def evaluate(pair: str, side: str, lr: float, threads: int) -> dict:
             return json.load(f)
     valid = {}
     for lenpen in LENPENS:
-        _, tok, detok = generate(pair, side, "valid", lenpen, threads)
+        _, tok, detok = generate(pair, side, lr, "valid", lenpen, threads)
         valid[lenpen] = scores("valid", tok, detok)
     lenpen = max(valid, key=lambda p: valid[p]["sacrebleu"])
-    cmd, tok, detok = generate(pair, side, "test", lenpen, threads)
+    cmd, tok, detok = generate(pair, side, lr, "test", lenpen, threads)
     result = {
         "pair": pair, "side": side, "lr": lr, "lenpen": lenpen,
         "valid_by_lenpen": {f"{p:g}": v for p, v in valid.items()},
