@@ -1,286 +1,308 @@
-"""One command for every paper: our architectures vs their fairseq counterparts, same data, same budget.
+"""Our models against their fairseq counterparts: same data, same budget, matched parameters.
 
-    python -m benchmarks.run --suite all --corpus ../shared/data/tatoeba-deu-eng --src de --tgt en \
-        --budget-minutes 2 [--models gru_attention densenmt ...] [--device cpu|cuda] [--bf16]
+    python -m benchmarks.run --corpus ../shared/data/tatoeba-deu-eng --src de --tgt en --budget-minutes 2 \
+        [--models gru_attention densenmt_4l_2 ARCH:--flag=v ...] [--baseline ARCH] [--concurrent] \
+        [--device cuda --amp --bf16] [--out DIR]
+    python -m benchmarks.run --remeasure DIR/results.json     # speed again with today's code, no training
 
-Steps: (1) prepare the corpus once with :func:`fairseq_dense.data.prepare.prepare`
-(optionally on the first N lines of each split); (2) for each family registered
-by ``fairseq_dense`` (or each ``--models`` entry) build our model and search the
-width of its fairseq counterpart so that the parameter counts are within 10%;
-(3) train both with ``fairseq-train`` for the same budget, the baseline right
-before ours; (4) decode the test split with beam 5 with and without the
-incremental cache and score it with sacreBLEU; (5) write ``results.json`` (raw
-measurements, machine, commands), ``results.md`` (ratios ours / baseline) and the
-plots into ``--out``.
-
-Suites: ``speed`` (throughput, peak memory, MFU), ``convergence`` (plus
-validation curves, time to the baseline's best validation loss and BLEU),
-``decode`` (plus beam-5 speed, cache speed-up, BLEU, attention maps), ``all``.
+Steps: prepare the corpus once (``fairseq_dense.data.prepare``); per model, search the
+width of its fairseq counterpart so that the parameter counts match (``counterparts.py``),
+train both with ``fairseq-train`` for the same budget (one after the other, or with
+``--concurrent`` at the same time), time both side by side in one process (training steps
+and beam-5 decoding, ``measure.py``), decode the test split with beam 5 and score it with
+sacreBLEU; write ``results.json``, ``results.md`` and a loss plot per model to ``--out``.
 """
+
 import argparse
+import datetime
 import json
 import logging
 import os
+import platform
 import shlex
-import shutil
+import subprocess
 import sys
 import time
 from typing import Dict, List
 
-from benchmarks import decode as dec
-from benchmarks import families, machine, paired_train, report, train
-from fairseq_dense.logging_setup import configure_logging
+import torch
+
+from benchmarks import counterparts, measure, report
 
 logger = logging.getLogger("benchmarks.run")
-SUITES = ("speed", "convergence", "decode", "all")
 
 
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
-    p.add_argument("--suite", choices=SUITES, default="all")
-    p.add_argument("--corpus", required=True, help="raw corpus folder with {train,valid,test}.{SRC,TGT}")
-    p.add_argument("--src", default="de")
-    p.add_argument("--tgt", default="en")
-    p.add_argument("--budget-minutes", type=float, required=True, help="training time per model")
-    p.add_argument("--models", nargs="*", help="families, arch names, or ARCH:--flag=v,--flag2=v "
-                   "(default: every family registered by fairseq_dense)")
-    p.add_argument("--size", choices=("small", "tiny"), default="small",
-                   help="which named size of a family to use when --models names only the family")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--bf16", action="store_true",
-                   help="decode in bfloat16 (training stays float32 unless --amp: fairseq-train's own --bf16 "
-                        "turns on --tpu and needs torch_xla)")
-    p.add_argument("--amp", action="store_true",
-                   help="train with fairseq's --amp (CUDA float16 autocast, float32 master weights, loss scaling)")
-    p.add_argument("--out", default="benchmarks/out/latest", help="folder for results.json/.md and plots")
-    p.add_argument("--work-dir", default="", help="prepared data and checkpoints (default: OUT/work)")
-    p.add_argument("--bpe-merges", type=int, default=8000)
-    p.add_argument("--train-lines", type=int, default=0, help="use the first N training pairs (0: all)")
-    p.add_argument("--valid-lines", type=int, default=500, help="use the first N validation pairs (0: all)")
-    p.add_argument("--test-lines", type=int, default=0, help="use the first N test pairs (0: all)")
-    train.add_training_options(p)
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="CPU threads per run")
-    p.add_argument("--decode-batch-size", type=int, default=32)
-    p.add_argument("--decode-sentences", type=int, default=0,
-                   help="decode (and score) only the first N test sentences (0: all)")
-    p.add_argument("--uncached-sentences", type=int, default=40,
-                   help="test sentences decoded both with and without the incremental cache")
-    p.add_argument("--decode-length", type=int, default=20,
-                   help="output length forced in the decoding-speed comparison")
-    p.add_argument("--paired-sentences", type=int, default=200,
-                   help="test sentences of the side-by-side decoding comparison (ours vs baseline)")
-    p.add_argument("--paired-rounds", type=int, default=3, help="rounds of the side-by-side comparisons")
-    p.add_argument("--paired-train-batches", type=int, default=8,
-                   help="training batches per round of the side-by-side training comparison")
-    p.add_argument("--param-tolerance", type=float, default=0.10)
-    p.add_argument("--baseline-param-ratio", type=float, default=1.0,
-                   help="baseline size / ours (2.0: ours has half the baseline's parameters)")
+    add = p.add_argument
+    add("--corpus", help="raw corpus folder with {train,valid,test}.{SRC,TGT}")
+    add("--src", default="de", help="source language code")
+    add("--tgt", default="en", help="target language code")
+    add("--budget-minutes", type=float, help="training time of each model")
+    add("--models", nargs="*", help="families, archs or ARCH:--flag=v,--flag2=v (default: every family)")
+    add("--size", choices=("small", "tiny"), default="small", help="arch of a family named without one")
+    add("--baseline", help="ARCH[:--flag=v,...] to compare with instead of the matched fairseq counterpart")
+    add("--baseline-param-ratio", type=float, default=1.0, help="counterpart size / ours (2: ours is half)")
+    add("--param-tolerance", type=float, default=0.10, help="warn when the matched sizes differ by more")
+    add("--concurrent", action="store_true", help="train both models at the same time, --threads each")
+    add("--device", choices=("cpu", "cuda"), default="cpu")
+    add("--amp", action="store_true", help="train with fairseq's --amp (CUDA float16 autocast)")
+    add("--bf16", action="store_true", help="decode in bfloat16 (fairseq-train's --bf16 would need torch_xla)")
+    add("--out", default="benchmarks/out/latest", help="folder for results.json, results.md and plots")
+    add("--work-dir", default="", help="prepared data and checkpoints (default: OUT/work)")
+    add("--bpe-merges", type=int, default=8000)
+    add("--train-lines", type=int, default=0, help="use the first N training pairs (0: all)")
+    add("--valid-lines", type=int, default=500, help="use the first N validation pairs (0: all)")
+    add("--test-lines", type=int, default=0, help="use the first N test pairs (0: all)")
+    add("--max-tokens", type=int, default=4096, help="fairseq-train --max-tokens")
+    add("--lr", type=float, default=1e-3, help="peak learning rate (Adam, inverse-sqrt schedule)")
+    add("--warmup-updates", type=int, default=50)
+    add("--log-interval", type=int, default=5, help="updates between training log lines")
+    add("--validate-interval-updates", type=int, default=25)
+    add("--max-update", type=int, default=0, help="also stop after N updates (0: budget only)")
+    add("--seed", type=int, default=1)
+    add("--threads", type=int, default=os.cpu_count() or 1, help="CPU threads of each model")
+    add("--decode-batch-size", type=int, default=32)
+    add("--decode-sentences", type=int, default=0, help="decode and score the first N test sentences (0: all)")
+    add("--decode-length", type=int, default=20, help="output length forced in the side-by-side decoding")
+    add("--paired-sentences", type=int, default=200, help="test sentences of the side-by-side decoding")
+    add("--paired-train-batches", type=int, default=8, help="training batches per side-by-side round")
+    add("--paired-rounds", type=int, default=3, help="rounds of the side-by-side comparisons")
+    add("--remeasure", metavar="RESULTS_JSON", help="re-run the side-by-side comparisons of an earlier run")
     return p
 
 
-def subset_corpus(raw: str, dest: str, src: str, tgt: str, limits: Dict[str, int]) -> str:
-    """Copy the first N lines of each split (N=0: all) so that preparation sees only those."""
-    os.makedirs(dest, exist_ok=True)
-    for split, n in limits.items():
-        for lang in (src, tgt):
-            path = os.path.join(raw, f"{split}.{lang}")
+def describe_machine(device: str, threads: int) -> Dict:
+    import fairseq
+    import torch
+
+    cpu = platform.processor()
+    if os.path.isfile("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    return {
+        "cpu": cpu,
+        "logical_cpus": os.cpu_count(),
+        "threads": threads,
+        "load_average": os.getloadavg(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "fairseq": fairseq.__version__,
+        "device": device,
+        "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
+    }
+
+
+def prepare_data(a, work: str) -> Dict:
+    """The first N lines of each split, tokenised, BPE'd and binarised once (reused by later runs)."""
+    from fairseq_dense.data.prepare import prepare
+
+    subset = f"{a.train_lines or 'all'}-{a.valid_lines or 'all'}-{a.test_lines or 'all'}"
+    raw = os.path.join(work, f"raw-{subset}")
+    os.makedirs(raw, exist_ok=True)
+    for split, n in (("train", a.train_lines), ("valid", a.valid_lines), ("test", a.test_lines)):
+        for lang in (a.src, a.tgt):
+            path = os.path.join(a.corpus, f"{split}.{lang}")
             if not os.path.isfile(path):
-                raise SystemExit(f"error: {path}: file not found (--corpus needs {{train,valid,test}}.{src}/.{tgt})")
+                raise SystemExit(
+                    f"error: {path}: file not found (--corpus needs {{train,valid,test}}.{a.src}/.{a.tgt})"
+                )
             with open(path, encoding="utf-8") as f:
-                lines = f.readlines()
-            lines = lines[:n] if n else lines
-            out = os.path.join(dest, f"{split}.{lang}")
-            if os.path.isfile(out) and open(out, encoding="utf-8").readlines() == lines:
-                continue  # unchanged: keep the mtime so preparation is reused
-            with open(out, "w", encoding="utf-8") as f:
-                f.writelines(lines)
-    return dest
-
-
-def token_ratio(bpe_dir: str, src: str, tgt: str) -> Dict:
-    """Training tokens (with EOS) on each side, and source tokens per target token."""
+                lines = f.readlines()[: n or None]
+            dest = os.path.join(raw, f"{split}.{lang}")
+            if not (os.path.isfile(dest) and open(dest, encoding="utf-8").readlines() == lines):
+                with open(dest, "w", encoding="utf-8") as f:  # unchanged files keep their mtime: reuse
+                    f.writelines(lines)
+    prep = prepare(
+        raw,
+        os.path.join(work, f"data-{subset}-bpe{a.bpe_merges}"),
+        a.src,
+        a.tgt,
+        merges=a.bpe_merges,
+        workers=max(1, min(8, a.threads)),
+    )
     counts = {}
-    for lang in (src, tgt):
-        with open(os.path.join(bpe_dir, f"train.{lang}"), encoding="utf-8") as f:
+    for lang in (a.src, a.tgt):
+        with open(os.path.join(prep, "bpe", f"train.{lang}"), encoding="utf-8") as f:
             counts[lang] = sum(len(line.split()) + 1 for line in f)
-    return {"src_tokens": counts[src], "tgt_tokens": counts[tgt], "src_per_tgt": counts[src] / counts[tgt]}
+    return {
+        "bin": os.path.join(prep, "bin"),
+        "raw": raw,
+        "src_per_tgt": counts[a.src] / counts[a.tgt],
+        "summary": f"{a.train_lines or 'all'} train / {a.valid_lines or 'all'} valid / {a.test_lines or 'all'} test "
+        f"pairs, joint BPE {a.bpe_merges} merges, {counts[a.tgt]:,} target training tokens",
+    }
 
 
-def run_side(name: str, arch_args: List[str], params: int, flops_params: float, a, paths: Dict,
-             branch_weights: bool = False) -> Dict:
-    """Train (and decode) one model; returns its raw measurements.
-
-    ``branch_weights``: the model has kappa/alpha parameters; keep a checkpoint every
-    validation interval and draw their trajectories with ``dump_branch_weights``.
-    """
-    run_dir = os.path.join(paths["work"], "runs", name)
-    shutil.rmtree(run_dir, ignore_errors=True)
-    res = {"arch": arch_args[arch_args.index("--arch") + 1], "arch_args": arch_args, "params": params,
-           "matmul_params_per_tgt_token": flops_params, "device": a.device}
-    dtype = "float16" if a.amp else "float32"  # training's matmul dtype: the MFU denominator
-    res["matmul_flops"] = machine.matmul_flops(a.device, dtype, threads=a.threads)
-    res["matmul_dtype"] = dtype
-    args = train.common_args(paths["bin"], run_dir, a.src, a.tgt, a.budget_minutes, device=a.device, amp=a.amp,
-                             **train.training_kwargs(a)) + arch_args
-    if branch_weights:
-        args += ["--save-interval-updates", str(a.validate_interval_updates), "--keep-interval-updates", "-1"]
-    logger.info("training %s for %.1f min: %s", name, a.budget_minutes, " ".join(map(shlex.quote, arch_args)))
-    t = train.run_training(args, run_dir, a.threads, a.budget_minutes * 60 + 900)
-    t.update(train.summarise_log(t["log"]))
-    res["train"] = t
-    if t["train_tokens_per_s"]:
-        res["train_flops_per_s"] = 6 * flops_params * t["train_tokens_per_s"]
-        res["mfu"] = res["train_flops_per_s"] / res["matmul_flops"]
-    if branch_weights:
-        res["branch_weights_png"] = _branch_weights(run_dir, os.path.join(paths["out"], f"branch_weights_{name}"))
-    ckpt = os.path.join(run_dir, "checkpoint_best.pt")
-    if a.suite != "speed" and os.path.isfile(ckpt):
-        logger.info("decoding %s", name)
-        res["decode"] = dec.decode_report(
-            ckpt, paths["bin"], os.path.join(paths["raw"], f"test.{a.tgt}"), a.tgt, device=a.device,
-            bf16=a.bf16, batch_size=a.decode_batch_size, max_sentences=a.decode_sentences,
-            uncached_sentences=a.uncached_sentences, fixed_length=a.decode_length,
-            threads=a.threads)
-        if a.suite in ("decode", "all"):
-            res["attention"] = dec.attention_maps(ckpt, paths["bin"], device=a.device)
-        logger.info("%s: BLEU %s, beam-5 %.1f sent/s, cache speed-up %.1fx", name, res["decode"]["bleu"],
-                    res["decode"]["full"]["sentences_per_s"] or 0, res["decode"]["cache_subset"]["speedup"] or 0)
-    return res
+def pair(a, data: Dict, family: str, ours_args: List[str]) -> Dict:
+    """Both sides' arch arguments, parameter counts and matmul weights per target token."""
+    if a.baseline:
+        name, extra = counterparts.parse_spec(a.baseline)
+        base_args = ["--arch", name, *extra]
+        ours, _ = counterparts.build_in_process(data["bin"], ours_args)
+        base, _ = counterparts.build_in_process(data["bin"], base_args)
+        n_ours, n_base = counterparts.count_params(ours), counterparts.count_params(base)
+        pairing = {
+            "baseline_args": base_args,
+            "baseline_width": None,
+            "ours_params": n_ours,
+            "baseline_params": n_base,
+            "param_gap": n_base / n_ours - 1,
+        }
+    else:
+        pairing, ours, base = counterparts.match_baseline(
+            data["bin"], family, ours_args, a.param_tolerance, a.baseline_param_ratio
+        )
+    work = [counterparts.matmul_params(m, data["src_per_tgt"]) for m in (ours, base)]
+    return {**pairing, "ours_args": ours_args, "work_ratio": work[0] / work[1]}
 
 
-def paired_training(entry: Dict, a):
-    """Side-by-side training speed of the entry's two models, built from their recorded commands."""
+def train_sides(a, data: Dict, runs: Dict[str, List[str]], work: str) -> Dict[str, Dict]:
+    """``fairseq-train`` of each ``{name: arch args}``, one after the other or (``--concurrent``) at once."""
+    started, results = {}, {}
+    for name, arch_args in runs.items():
+        run_dir = os.path.join(work, "runs", name)
+        train_args = measure.common_args(data["bin"], run_dir, a) + arch_args
+        logger.info("training %s for %.1f min: %s", name, a.budget_minutes, shlex.join(arch_args))
+        started[name] = (measure.start_training(train_args, run_dir, a.threads), run_dir)
+        if not a.concurrent:
+            results[name] = measure.finish_training(*started.pop(name)[0], run_dir, a.budget_minutes * 60 + 900)
+    for name, (child, run_dir) in started.items():
+        results[name] = measure.finish_training(*child, run_dir, a.budget_minutes * 60 + 900)
+    for name, res in results.items():
+        res.update(measure.summarise_log(res["log"]), run_dir=os.path.dirname(res["log"]))
+    return results
+
+
+def side_by_side(a, entry: Dict, data_bin: str) -> None:
+    """The side-by-side training and decoding comparisons of one entry (also for ``--remeasure``)."""
+    dirs = [entry[side]["train"]["run_dir"] for side in ("ours", "baseline")]
     commands = []
-    for side in ("ours", "baseline"):
-        with open(os.path.join(os.path.dirname(entry[side]["train"]["log"]), "command.json")) as f:
+    for d in dirs:
+        with open(os.path.join(d, "command.json")) as f:
             commands.append(json.load(f)[1:])
-    logger.info("training ours and baseline side by side (%d batches, %d rounds)", a.paired_train_batches,
-                a.paired_rounds)
-    return paired_train.paired_train_speed(*commands, batches=a.paired_train_batches, rounds=a.paired_rounds,
-                                           threads=a.threads, device=a.device)
+    logger.info("training both side by side (%d batches, %d rounds)", a.paired_train_batches, a.paired_rounds)
+    entry["train_paired"] = measure.paired_train_speed(
+        *commands, batches=a.paired_train_batches, rounds=a.paired_rounds, device=a.device
+    )
+    ckpts = [os.path.join(d, "checkpoint_best.pt") for d in dirs]
+    if all(os.path.isfile(c) for c in ckpts):
+        logger.info("decoding both side by side (%d sentences, %d rounds)", a.paired_sentences, a.paired_rounds)
+        entry["decode_paired"] = measure.paired_decode_speed(
+            *ckpts,
+            data_bin,
+            sentences=a.paired_sentences,
+            rounds=a.paired_rounds,
+            device=a.device,
+            bf16=a.bf16,
+            batch_size=a.decode_batch_size,
+            fixed_length=a.decode_length,
+        )
 
 
-def paired_decode(entry: Dict, a, data_bin: str):
-    """Side-by-side beam-5 speed of the entry's two checkpoints (see :func:`benchmarks.decode.paired_speed`)."""
-    ckpts = [os.path.join(os.path.dirname(entry[side]["train"]["log"]), "checkpoint_best.pt")
-             for side in ("ours", "baseline")]
-    if not all(os.path.isfile(c) for c in ckpts):
-        return None
-    logger.info("decoding ours and baseline side by side (%d sentences, %d rounds)", a.paired_sentences,
-                a.paired_rounds)
-    return dec.paired_speed(*ckpts, data_bin, sentences=a.paired_sentences, rounds=a.paired_rounds,
-                            batch_size=a.decode_batch_size, fixed_length=a.decode_length, device=a.device,
-                            bf16=a.bf16, threads=a.threads)
+def run_entry(a, data: Dict, family: str, ours_args: List[str], key: str, work: str, baselines: Dict) -> Dict:
+    """Pair, train, time side by side, decode and compare one model with its counterpart."""
+    entry = pair(a, data, family, ours_args)
+    stem = report.file_stem(key)
+    base_key = tuple(entry["baseline_args"])  # ablations of one family share one baseline run
+    runs = {f"{stem}.ours": ours_args, **({} if base_key in baselines else {f"{stem}.baseline": list(base_key)})}
+    trained = train_sides(a, data, runs, work)
+    baselines.setdefault(base_key, trained.get(f"{stem}.baseline"))
+    for side, train in (("ours", trained[f"{stem}.ours"]), ("baseline", baselines[base_key])):
+        arch_args = entry[f"{side}_args"]
+        entry[side] = {"arch": arch_args[1], "arch_args": arch_args, "params": entry[f"{side}_params"], "train": train}
+        ckpt = os.path.join(train["run_dir"], "checkpoint_best.pt")
+        if os.path.isfile(ckpt):
+            logger.info("decoding %s", entry[side]["arch"])
+            entry[side]["decode"] = measure.beam_bleu(
+                ckpt,
+                data["bin"],
+                os.path.join(data["raw"], f"test.{a.tgt}"),
+                a.tgt,
+                sentences=a.decode_sentences,
+                batch_size=a.decode_batch_size,
+                device=a.device,
+                bf16=a.bf16,
+            )
+    side_by_side(a, entry, data["bin"])
+    curves = [entry[side]["train"]["valid_curve"] for side in ("ours", "baseline")]
+    target = entry["baseline"]["train"]["best_valid_loss"]
+    reached = [measure.time_to_reach(curve, target) for curve in curves]
+    entry["convergence"] = {"target": target, "ours": reached[0], "baseline": reached[1]}
+    entry["equal_updates"] = measure.loss_at_equal_updates(*curves)
+    return entry
 
 
-def _branch_weights(run_dir: str, out_prefix: str):
-    """kappa/alpha of every kept checkpoint -> ``OUT.json`` + ``OUT.png`` (Weighted Transformer Figure 3)."""
-    import glob
-
-    from fairseq_dense.cli import dump_branch_weights
-
-    paths = glob.glob(os.path.join(run_dir, "checkpoint_*_*.pt"))
-    paths += glob.glob(os.path.join(run_dir, "checkpoint_last.pt"))
-    try:
-        series = dump_branch_weights.dump(paths)
-        with open(out_prefix + ".json", "w") as f:
-            json.dump(series, f)
-        dump_branch_weights.plot(series, out_prefix + ".png")
-    except Exception as e:  # a plot must not cost the run its figures
-        logger.warning("branch weights of %s: %s", run_dir, e)
-        return None
-    return os.path.basename(out_prefix) + ".png"
+def remeasure(a) -> int:
+    """``--remeasure``: the side-by-side figures of an earlier run again, on its checkpoints."""
+    with open(a.remeasure) as f:
+        results = json.load(f)
+    torch.set_num_threads(a.threads)
+    commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
+    note = {
+        "command": "python -m benchmarks.run " + shlex.join(sys.argv[1:] if a.argv is None else a.argv),
+        "date": datetime.date.today().isoformat(),
+        "commit": commit or None,
+        "machine": describe_machine(a.device, a.threads),
+    }
+    for key, entry in results["families"].items():
+        if "error" not in entry:
+            logger.info("re-measuring %s", key)
+            side_by_side(a, entry, results["data"]["bin"])
+            for figure in ("train_paired", "decode_paired"):
+                if figure in entry:
+                    entry[figure]["remeasured"] = note
+    write(results, os.path.dirname(os.path.abspath(a.remeasure)))
+    return 0
 
 
 def main(argv=None) -> int:
     a = get_parser().parse_args(argv)
-    configure_logging("%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S")
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    if a.budget_minutes <= 0:
-        raise SystemExit("error: --budget-minutes must be positive")
-    if a.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise SystemExit("error: --device cuda but torch sees no CUDA device")
+    a.argv = argv
+    logging.basicConfig(format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
     if a.amp and a.device != "cuda":
         raise SystemExit("error: --amp needs --device cuda (fairseq's --amp is CUDA float16 autocast)")
-    import fairseq_dense  # noqa: F401
-    from fairseq_dense.data.prepare import prepare
-
+    if a.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("error: --device cuda but torch sees no CUDA device")
+    if a.remeasure:
+        return remeasure(a)
+    if not a.corpus or not a.budget_minutes or a.budget_minutes <= 0:
+        raise SystemExit("error: give --corpus and a positive --budget-minutes (or --remeasure RESULTS_JSON)")
+    try:
+        models = counterparts.resolve_models(a.models, a.size)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}")
     out = os.path.abspath(a.out)
     work = os.path.abspath(a.work_dir or os.path.join(out, "work"))
     os.makedirs(out, exist_ok=True)
-    # one folder per subset, so that a different subset is never served stale prepared data
-    subset = f"{a.train_lines or 'all'}-{a.valid_lines or 'all'}-{a.test_lines or 'all'}"
-    paths = {"work": work, "raw": os.path.join(work, f"raw-{subset}"), "out": out}
     started = time.time()
-    subset_corpus(a.corpus, paths["raw"], a.src, a.tgt,
-                  {"train": a.train_lines, "valid": a.valid_lines, "test": a.test_lines})
-    prep_dir = prepare(paths["raw"], os.path.join(work, f"data-{subset}-bpe{a.bpe_merges}"), a.src, a.tgt,
-                       merges=a.bpe_merges,
-                       workers=max(1, min(8, a.threads)))
-    paths["bin"] = os.path.join(prep_dir, "bin")
-    data = token_ratio(os.path.join(prep_dir, "bpe"), a.src, a.tgt)
-    data["summary"] = (f"{a.train_lines or 'all'} train / {a.valid_lines or 'all'} valid / "
-                       f"{a.test_lines or 'all'} test pairs, joint BPE {a.bpe_merges} merges, "
-                       f"{data['tgt_tokens']:,} target training tokens"
-                       + (f"; first {a.decode_sentences} test sentences decoded" if a.decode_sentences else ""))
-    try:
-        models = families.resolve_models(a.models, a.size)
-    except ValueError as e:
-        raise SystemExit(f"error: {e}")
-    command = "python -m benchmarks.run " + " ".join(map(shlex.quote, argv or sys.argv[1:]))
-    results = {"suite": a.suite, "command": command,
-               "machine": machine.describe(a.device, a.threads), "bf16": a.bf16, "amp": a.amp, "corpus": a.corpus,
-               "budget_minutes": a.budget_minutes, "baseline_param_ratio": a.baseline_param_ratio,
-               "data": data, "families": {}}
+    data = prepare_data(a, work)
+    torch.set_num_threads(a.threads)  # the side-by-side measurements run in this process
+    results = {
+        "command": "python -m benchmarks.run " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "machine": describe_machine(a.device, a.threads),
+        "options": vars(a),
+        "data": data,
+        "families": {},
+    }
     baselines: Dict = {}
     for family, arch, extra in models:
-        key = family
-        if sum(m[0] == family for m in models) > 1:  # several entries of one family: name them apart
-            key = f"{family}:{arch}" + (":" + ",".join(extra) if extra else "")
-        entry: Dict = {}
-        results["families"][key] = entry
+        several = sum(m[0] == family for m in models) > 1
+        key = f"{family}:{arch}" + (":" + ",".join(extra) if extra else "") if several else family
         try:
-            pairing, ours_model, base_model = families.match_baseline(
-                paths["bin"], family, arch, extra, a.param_tolerance, param_ratio=a.baseline_param_ratio)
-            entry["baseline_width"] = pairing.baseline_width
-            entry["param_gap"] = pairing.param_gap
-            fp_ours = families.matmul_params(ours_model, data["src_per_tgt"])
-            has_branches = any(n.endswith((".kappa", ".alpha")) for n, _ in ours_model.named_parameters())
-            fp_base = families.matmul_params(base_model, data["src_per_tgt"])
-            del ours_model, base_model
-            safe = report.file_stem(key)
-            base_key = tuple(pairing.baseline_args)
-            if base_key not in baselines:  # ablations of one family share their (identical) baseline run
-                baselines[base_key] = run_side(f"{safe}.baseline", pairing.baseline_args,
-                                               pairing.baseline_params, fp_base, a, paths)
-            entry["baseline"] = dict(baselines[base_key])
-            entry["ours"] = run_side(f"{safe}.ours", ["--arch", arch, *extra], pairing.ours_params, fp_ours, a, paths,
-                                     branch_weights=has_branches)
-            if a.suite in ("speed", "all"):
-                entry["train_paired"] = paired_training(entry, a)
-            if a.suite in ("decode", "all"):
-                entry["decode_paired"] = paired_decode(entry, a, paths["bin"])
-            target = entry["baseline"]["train"]["best_valid_loss"]
-            entry["convergence_target_valid_loss"] = target
-            for side in ("ours", "baseline"):
-                entry[side]["convergence"] = train.time_to_reach(entry[side]["train"]["valid_curve"], target)
+            results["families"][key] = run_entry(a, data, family, ["--arch", arch, *extra], key, work, baselines)
         except Exception as e:  # one broken family must not cost the others their figures
             logger.exception("%s failed", key)
-            entry["error"] = f"{type(e).__name__}: {e}"
-        results["plots"] = report.plots(results, out)  # after every family: a stopped run keeps its figures
-        _write(results, out)
-    results["plots"] = report.plots(results, out)
+            results["families"][key] = {"error": f"{type(e).__name__}: {e}"}
+        write(results, out)  # after every family: a stopped run keeps its figures
     results["total_wall_s"] = time.time() - started
-    _write(results, out)
-    logger.info("wrote %s/results.json, results.md and %d plots in %.0f s", out, len(results["plots"]),
-                results["total_wall_s"])
+    write(results, out)
+    logger.info("wrote %s/results.json and results.md in %.0f s", out, results["total_wall_s"])
     return 0 if all("error" not in e for e in results["families"].values()) else 1
 
 
-def _write(results: Dict, out: str) -> None:
+def write(results: Dict, out: str) -> None:
+    results["plots"] = report.plots(results, out)
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=1, default=str)
     with open(os.path.join(out, "results.md"), "w") as f:

@@ -1,0 +1,347 @@
+"""The measurements: ``fairseq-train`` in a child process, and both models side by side in one.
+
+Training runs the ``fairseq-train`` CLI users run, one fresh process per model, so that
+peak memory (the child's ``VmHWM``, see ``_train_child.py``) belongs to that model and
+the JSON log gives throughput (fairseq's ``wps``) and the loss curves.
+
+The side-by-side figures load both models into one process and time one model and then
+the other on the same batches (the order alternating per round; ratio = median over the
+rounds): load changes on a shared machine then hit both alike, which two runs minutes
+apart do not guarantee. Decoding speed forces every hypothesis to the same length, so
+that undertrained models' short or runaway outputs do not decide it.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional
+
+import torch
+
+from benchmarks.counterparts import flags
+from fairseq_dense.cli.plot import parse_log
+
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_train_child.py")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def default_task() -> str:
+    """``translation_weighted`` where registered (the Weighted Transformer's post-step simplex
+    projection; fairseq's translation otherwise), else ``translation``."""
+    from fairseq.tasks import TASK_REGISTRY
+
+    return "translation_weighted" if "translation_weighted" in TASK_REGISTRY else "translation"
+
+
+def common_args(data_bin: str, save_dir: str, a) -> List[str]:
+    """The ``fairseq-train`` arguments both models of a pair share (data, optimiser, schedule, budget)."""
+    import fairseq_dense
+
+    args = [data_bin] + flags(
+        user_dir=os.path.dirname(os.path.abspath(fairseq_dense.__file__)),
+        task=default_task(),
+        source_lang=a.src,
+        target_lang=a.tgt,
+        criterion="label_smoothed_cross_entropy_with_stats",
+        label_smoothing=0.1,
+        optimizer="adam",
+        adam_betas="(0.9, 0.98)",
+        lr=a.lr,
+        clip_norm=1.0,
+        lr_scheduler="inverse_sqrt",
+        warmup_updates=a.warmup_updates,
+        warmup_init_lr=1e-7,
+        max_tokens=a.max_tokens,
+        max_epoch=100000,
+        seed=a.seed,
+        stop_time_hours=f"{a.budget_minutes / 60:.6f}",
+        log_format="json",
+        log_interval=a.log_interval,
+        validate_interval_updates=a.validate_interval_updates,
+        save_dir=save_dir,
+        no_epoch_checkpoints=True,
+        save_interval=100000,
+        num_workers=0,
+        skip_invalid_size_inputs_valid_test=True,
+    )
+    if a.max_update:
+        args += ["--max-update", str(a.max_update)]
+    if a.device == "cpu":
+        args.append("--cpu")
+    if a.amp:  # not --bf16: fairseq's option parsing turns --bf16 into --tpu (torch_xla), on GPUs too
+        args.append("--amp")
+    return args
+
+
+def start_training(train_args: List[str], run_dir: str, threads: int):
+    """Start ``fairseq-train <train_args>`` in a child; returns ``(process, log file)``."""
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "command.json"), "w") as f:
+        json.dump(["fairseq-train", *train_args], f, indent=1)
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+        PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])),
+    )
+    log = open(os.path.join(run_dir, "train.log"), "w")
+    cmd = [sys.executable, CHILD, os.path.join(run_dir, "child_stats.json"), *train_args]
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log
+
+
+def finish_training(proc, log, run_dir: str, timeout_s: float) -> Dict:
+    """Wait for a child of :func:`start_training`; returns its log path, wall time and peak memory.
+
+    Raises:
+        RuntimeError: when training fails (the message holds the log's tail).
+    """
+    t0 = time.time()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    log.close()
+    if proc.returncode != 0:
+        with open(log.name, errors="replace") as f:
+            tail = "".join(f.readlines()[-25:])
+        raise RuntimeError(f"fairseq-train failed ({proc.returncode}); log {log.name}:\n{tail}")
+    with open(os.path.join(run_dir, "child_stats.json")) as f:
+        child = json.load(f)
+    return {
+        "log": log.name,
+        "wait_s": time.time() - t0,
+        "peak_rss_mib": child["vm_hwm_kib"] / 1024 if child.get("vm_hwm_kib") else None,
+        "peak_rss_source": "VmHWM",
+        "cuda_max_allocated_mib": child.get("cuda_max_allocated_bytes", 0) / 2**20 or None,
+    }
+
+
+def summarise_log(log_path: str, warmup_fraction: float = 0.2) -> Dict:
+    """Steady-state throughput and the validation curve of one training log.
+
+    Throughput is the median of fairseq's ``wps`` (target tokens/s) over the log intervals
+    after the first ``warmup_fraction`` of updates (and at least the first two intervals),
+    which also discounts the intervals a validation pass fell into.
+    """
+    log = parse_log(log_path)
+    inner = [r for r in log["train_inner"] if isinstance(r.get("num_updates"), float)]
+    valid = [r for r in log["valid"] if isinstance(r.get("loss"), float)]
+    n_updates = max([r["num_updates"] for r in inner + valid] or [0.0])
+    warm = max(warmup_fraction * n_updates, inner[1]["num_updates"] if len(inner) > 1 else 0.0)
+    wps = [r["wps"] for r in inner if r["num_updates"] > warm and isinstance(r.get("wps"), float)]
+    wps = wps or [r["wps"] for r in inner if isinstance(r.get("wps"), float)]  # too short a run: all of it
+    best = min(valid, key=lambda r: r["loss"]) if valid else {}
+    return {
+        "updates": int(n_updates),
+        "train_tokens_per_s": statistics.median(wps) if wps else None,
+        "valid_curve": [(int(r["num_updates"]), r["t"], r["loss"]) for r in valid],
+        "best_valid_loss": best.get("loss"),
+        "best_valid_updates": int(best["num_updates"]) if best else None,
+    }
+
+
+def time_to_reach(valid_curve, target: Optional[float]) -> Dict:
+    """First validation at or below ``target``: ``{"updates", "seconds"}`` (``None`` values if never)."""
+    for updates, t, loss in valid_curve if target is not None else []:
+        if loss <= target + 1e-9:
+            return {"updates": updates, "seconds": t}
+    return {"updates": None, "seconds": None}
+
+
+def loss_at_equal_updates(ours_curve, base_curve) -> Optional[Dict]:
+    """Validation losses at the last update count both curves validated at."""
+    ours, base = ({u: loss for u, _, loss in curve} for curve in (ours_curve, base_curve))
+    common = ours.keys() & base.keys()
+    return {"updates": max(common), "ours": ours[max(common)], "baseline": base[max(common)]} if common else None
+
+
+def _timed_rounds(sides: Dict, items: list, rounds: int, step, device: str) -> Dict:
+    """Run ``step(side, item)`` for every item, one side and then the other, ``rounds`` times.
+
+    Returns:
+        ``{"ratio": median over rounds of baseline seconds / ours seconds, "rounds": [...]}``.
+    """
+    per_round = []
+    for r in range(rounds):
+        seconds = dict.fromkeys(sides, 0.0)
+        for i, item in enumerate(items):
+            for name in ("ours", "baseline") if r % 2 == 0 else ("baseline", "ours"):
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                step(sides[name], item, i)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                seconds[name] += time.perf_counter() - t0
+        per_round.append({"ours_s": seconds["ours"], "baseline_s": seconds["baseline"]})
+    ratios = sorted(p["baseline_s"] / p["ours_s"] for p in per_round if p["ours_s"])
+    return {
+        "ratio": ratios[len(ratios) // 2] if ratios else None,
+        "rounds": per_round,
+        "threads": torch.get_num_threads(),
+        "device": device,
+    }
+
+
+def _build_trainable(train_args: List[str]):
+    """``(task, model, criterion, optimizer, cfg)`` as ``fairseq-train <train_args>`` builds them."""
+    from fairseq import optim, options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    import fairseq_dense  # noqa: F401
+
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), train_args))
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if cfg.common.amp:  # as fairseq's Trainer: float16 autocast in train_step, scaled loss
+        optimizer = optim.AMPOptimizer.build_optimizer(cfg, params)
+    else:
+        optimizer = optim.build_optimizer(cfg.optimizer, params)
+    return task, model, task.build_criterion(cfg.criterion), optimizer, cfg
+
+
+def _train_step(side, sample, update_num: int) -> None:
+    task, model, criterion, optimizer, cfg = side
+    model.train()
+    optimizer.zero_grad()
+    task.train_step(sample, model, criterion, optimizer, update_num)
+    optimizer.clip_grad_norm(cfg.optimization.clip_norm)
+    task.optimizer_step(optimizer, model, update_num)
+
+
+def paired_train_speed(
+    ours_args: List[str], baseline_args: List[str], *, batches: int, rounds: int, device: str = "cpu"
+) -> Dict:
+    """Training steps (forward, backward, optimizer) of both models on the same real batches, interleaved.
+
+    Args:
+        ours_args / baseline_args: the recorded ``fairseq-train`` arguments of each model.
+        batches: training batches per round (the first of a shuffled epoch, cycled if fewer).
+        rounds: rounds; the ratio (ours tokens/s / baseline tokens/s) is their median.
+    """
+    from fairseq import utils
+
+    sides = {"ours": _build_trainable(ours_args), "baseline": _build_trainable(baseline_args)}
+    task, model, _, _, cfg = sides["ours"]
+    task.load_dataset(cfg.dataset.train_subset, combine=False, epoch=1)
+    itr = task.get_batch_iterator(
+        dataset=task.dataset(cfg.dataset.train_subset),
+        max_tokens=cfg.dataset.max_tokens,
+        max_sentences=cfg.dataset.batch_size,
+        ignore_invalid_inputs=True,
+        seed=1,
+        num_workers=0,
+        max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
+    ).next_epoch_itr(shuffle=True)
+    samples = [s for _, s in zip(range(batches + 1), itr)]
+    samples = [utils.move_to_cuda(s) if device == "cuda" else s for s in (samples * (batches + 1))[: batches + 1]]
+    for side in sides.values():
+        side[1].to(device)
+        # warm-up: every batch shape once (on CUDA: cuDNN algorithm search, allocator growth)
+        for sample in samples if device == "cuda" else samples[:1]:
+            _train_step(side, sample, 1)
+    res = _timed_rounds(sides, samples[1:], rounds, lambda side, s, i: _train_step(side, s, 2 + i), device)
+    return {**res, "batches": batches, "target_tokens_per_round": sum(int(s["ntokens"]) for s in samples[1:])}
+
+
+def load_checkpoint(path: str, data_bin: str, device: str = "cpu", bf16: bool = False):
+    """A fairseq checkpoint of any model, in eval mode, and its task with the test split loaded."""
+    from fairseq import checkpoint_utils
+
+    import fairseq_dense  # noqa: F401
+
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data_bin})
+    model = models[0].eval().to(device)
+    task.load_dataset("test")
+    return (model.to(torch.bfloat16) if bf16 else model), task
+
+
+def _batches(dataset, indices: List[int], batch_size: int, device: str) -> list:
+    from fairseq import utils
+
+    order = sorted(indices, key=lambda i: (int(dataset.src_sizes[i]), i))
+    out = [dataset.collater([dataset[i] for i in order[j : j + batch_size]]) for j in range(0, len(order), batch_size)]
+    return [utils.move_to_cuda(s) for s in out] if device == "cuda" else out
+
+
+def _generator(model, task, beam: int, fixed_length: int = 0):
+    from fairseq.sequence_generator import SequenceGenerator
+
+    length = {"max_len_a": 0, "max_len_b": fixed_length, "min_len": fixed_length} if fixed_length else {}
+    return SequenceGenerator([model], task.target_dictionary, beam_size=beam, **length)
+
+
+def paired_decode_speed(
+    ours_ckpt: str,
+    baseline_ckpt: str,
+    data_bin: str,
+    *,
+    sentences: int,
+    rounds: int,
+    batch_size: int,
+    fixed_length: int,
+    device: str = "cpu",
+    bf16: bool = False,
+) -> Dict:
+    """Beam-5 sentences/s of both checkpoints, batch by batch on the same test sentences, interleaved;
+    every hypothesis forced to ``fixed_length`` tokens."""
+    sides = {}
+    for name, ckpt in (("ours", ours_ckpt), ("baseline", baseline_ckpt)):
+        model, task = load_checkpoint(ckpt, data_bin, device, bf16)
+        sides[name] = (model, _generator(model, task, 5, fixed_length))
+    dataset = task.dataset("test")
+    step = max(1, len(dataset) // max(1, sentences))
+    batches = _batches(dataset, list(range(len(dataset)))[::step][:sentences], batch_size, device)
+    with torch.inference_mode():
+        for model, gen in sides.values():  # warm-up: allocator, thread pools
+            gen.generate([model], batches[0])
+        res = _timed_rounds(sides, batches, rounds, lambda side, s, i: side[1].generate([side[0]], s), device)
+    return {**res, "sentences": sum(len(b["id"]) for b in batches), "fixed_length": fixed_length}
+
+
+def beam_bleu(
+    ckpt: str,
+    data_bin: str,
+    raw_test_tgt: str,
+    tgt_lang: str,
+    *,
+    sentences: int = 0,
+    batch_size: int = 32,
+    device: str = "cpu",
+    bf16: bool = False,
+) -> Dict:
+    """Beam-5 decoding of the test split (its first ``sentences``; 0: all): sentences/s and sacreBLEU
+    of the detokenised output against the raw references."""
+    import sacrebleu
+    from sacremoses import MosesDetokenizer
+
+    from fairseq_dense.data.prepare import moses_lang
+
+    model, task = load_checkpoint(ckpt, data_bin, device, bf16)
+    n = len(task.dataset("test"))
+    gen, hyps, seconds = _generator(model, task, 5), {}, 0.0
+    with torch.inference_mode():
+        for sample in _batches(task.dataset("test"), list(range(min(n, sentences or n))), batch_size, device):
+            t0 = time.perf_counter()
+            out = gen.generate([model], sample)
+            seconds += time.perf_counter() - t0
+            hyps.update((sid, h[0]["tokens"].int().cpu()) for sid, h in zip(sample["id"].tolist(), out))
+    detok = MosesDetokenizer(lang=moses_lang(tgt_lang))
+    text = {
+        i: detok.detokenize(task.target_dictionary.string(t, bpe_symbol="subword_nmt").split()) for i, t in hyps.items()
+    }
+    with open(raw_test_tgt, encoding="utf-8") as f:
+        refs = f.read().splitlines()
+    metric, ids = sacrebleu.metrics.BLEU(), sorted(text)
+    score = metric.corpus_score([text[i] for i in ids], [[refs[i] for i in ids]])
+    return {
+        "sentences": len(ids),
+        "sentences_per_s": len(ids) / seconds if seconds else None,
+        "bleu": round(score.score, 2),
+        "signature": str(metric.get_signature()),
+    }
