@@ -53,7 +53,7 @@ def test_gru_attention_tatoeba_recipe(tmp_path):
         assert f"dropout: {p}" in log or f"'dropout': {p}" in log, log[:3000]
         for beam in ("5", "1"):
             assert f"dropout {p}, beam {beam}: 10 test sentences" in proc.stdout
-        # beam 5 where every recipe writes it (benchmarks.recipe_table reads NAME.test.txt)
+        # beam 5 where every recipe writes it (NAME.test.txt)
         assert "beam=5" in (out / f"dropout{p}.test.txt").read_text()
         assert "beam=1" in (out / f"dropout{p}.greedy.txt").read_text()
 

@@ -46,7 +46,7 @@ for P in $DROPOUTS; do
         --criterion label_smoothed_cross_entropy_with_stats --label-smoothing 0.0 \
         --max-tokens 2048 --max-epoch "$MAX_EPOCH" --seed 1 --save-dir "$SAVE" --no-epoch-checkpoints \
         --log-format simple --log-interval 50 "$@" 2>&1 | tee "$SAVE.train.log" | grep -E "valid on|done training"
-    # beam 5 -> NAME.test.txt (as every recipe; benchmarks.recipe_table reads it), greedy -> NAME.greedy.txt
+    # beam 5 -> NAME.test.txt (as every recipe), greedy -> NAME.greedy.txt
     for BEAM in 5 1; do
         GEN="$SAVE.test.txt"; [ "$BEAM" = 1 ] && GEN="$SAVE.greedy.txt"
         fairseq-generate "$DATA/bin" --user-dir "$USER_DIR" --path "$SAVE/checkpoint_best.pt" -s de -t en \
