@@ -14,15 +14,24 @@ under ``--fp16``/``--bf16``, flattened or not), projects it there, writes the re
 back into the model weight, and leaves alone parameters whose learning rate is 0
 (e.g. frozen by ``--lr-scheduler grouped --group-freeze-last``), so they stay
 bit-identical.
+
+Under any other task, :func:`install_step_hook` projects them on the step itself: a
+torch optimizer-step post-hook projects the ``on_simplex`` parameters that the
+optimizer holds, unless a task projects them (``projected_by_task``, set by
+``translation_weighted``, which also reaches fp32 master copies).
 """
+import weakref
 from collections import defaultdict
 from typing import Dict, List, Tuple
 
 import torch
 from torch import Tensor
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 #: attribute that marks a parameter to be kept on the probability simplex
 ON_SIMPLEX_ATTR = "on_simplex"
+#: attribute set on ``on_simplex`` parameters whose task projects them after each step
+PROJECTED_BY_TASK_ATTR = "projected_by_task"
 
 
 def project_onto_simplex(v: Tensor) -> Tensor:
@@ -142,6 +151,54 @@ def project_parameters_after_step(model: torch.nn.Module, optimizer) -> int:
                 p.data.copy_(master.data)
             count += 1
     return count
+
+
+# torch optimizer -> (number of parameters it held, [(param group, on_simplex parameter)])
+_held: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_step_hook = None
+
+
+def _held_simplex_parameters(optimizer) -> List[Tuple[dict, Tensor]]:
+    """``(group, parameter)`` for the hook-projected ``on_simplex`` parameters ``optimizer`` holds (cached)."""
+    count = sum(len(group["params"]) for group in optimizer.param_groups)
+    cached = _held.get(optimizer)
+    if cached is None or cached[0] != count:
+        pairs = [
+            (group, p)
+            for group in optimizer.param_groups
+            for p in group["params"]
+            if getattr(p, ON_SIMPLEX_ATTR, False) and p.requires_grad and not getattr(p, PROJECTED_BY_TASK_ATTR, False)
+        ]
+        cached = _held[optimizer] = (count, pairs)
+    return cached[1]
+
+
+@torch.no_grad()
+def _project_after_step(optimizer, args, kwargs) -> None:
+    """Optimizer-step post-hook: project the held ``on_simplex`` parameters (skipping lr-0 groups)."""
+    by_len: Dict[Tuple[int, torch.device], List[Tensor]] = defaultdict(list)
+    for group, p in _held_simplex_parameters(optimizer):
+        if float(group["lr"]) != 0.0:
+            by_len[(p.numel(), p.device)].append(p)
+    for params in by_len.values():
+        projected = project_onto_simplex(torch.stack([p.detach().reshape(-1).float() for p in params]))
+        for p, row in zip(params, projected):
+            p.data.copy_(row.view_as(p))
+
+
+def install_step_hook() -> None:
+    """Project ``on_simplex`` parameters right after every torch optimizer step (idempotent).
+
+    The hook is process-wide (``torch.optim.optimizer.register_optimizer_step_post_hook``)
+    and touches only parameters marked ``on_simplex`` and not ``projected_by_task``
+    that the stepping optimizer itself holds: fp32 weights (any task, ``--update-freq``,
+    ``--amp``) and ``--memory-efficient-fp16`` weights. Under ``--fp16``/``--bf16`` the
+    optimizer holds fp32 master copies instead, which only a task can find
+    (``translation_weighted``); the model refuses that combination.
+    """
+    global _step_hook
+    if _step_hook is None:
+        _step_hook = register_optimizer_step_post_hook(_project_after_step)
 
 
 def uniform_simplex(m: int, generator: torch.Generator = None) -> Tensor:

@@ -15,7 +15,7 @@ Everything else is :class:`~fairseq_dense.tasks.translation_exact_resume.Transla
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig
 
-from fairseq_dense.modules.simplex import project_parameters_after_step, simplex_parameters
+from fairseq_dense.modules.simplex import PROJECTED_BY_TASK_ATTR, project_parameters_after_step, simplex_parameters
 from fairseq_dense.tasks.translation_exact_resume import TranslationExactResumeTask
 
 #: attribute set on every model this task builds (models may check it, see
@@ -34,9 +34,11 @@ class TranslationWeightedTask(TranslationExactResumeTask):
     """
 
     def build_model(self, cfg, from_checkpoint=False):
-        """Build the model and mark it as projected after every step."""
+        """Build the model and mark it (and its ``on_simplex`` parameters) as projected after every step."""
         model = super().build_model(cfg, from_checkpoint)
         setattr(model, PROJECTION_HOOK_ATTR, True)
+        for p in simplex_parameters(model):
+            setattr(p, PROJECTED_BY_TASK_ATTR, True)  # the optimizer-step hook leaves them to this task
         return model
 
     def optimizer_step(self, optimizer, model, update_num):

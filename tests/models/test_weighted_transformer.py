@@ -359,3 +359,42 @@ def test_cli_train_generate_and_dump(tmp_path):
     assert all(abs(sum(v) - 1) < 1e-5 and min(v) >= 0 for v in last.values())
     assert out.with_name("weights.png").stat().st_size > 1000
 
+
+
+# ------------------------------------------------------------ any task: projected on the step itself
+def test_plain_translation_task_every_checkpoint_on_simplex(tmp_path):
+    """Under fairseq's ``translation`` (with ``--update-freq 2``) kappa/alpha are projected on
+    the optimizer step itself: on the simplex right after each update, so in every checkpoint."""
+    d = helpers.dummy_dictionary(16)
+    args = parse("--optimizer", "adam", "--lr", "0.05", "--lr-scheduler", "grouped", "--group-lr-scale",
+                 "branch=0.5", "--update-freq", "2", "--dropout", "0", *TINY, task="translation")
+    cfg = convert_namespace_to_omegaconf(args)
+    torch.manual_seed(0)
+    task = TranslationTask(cfg.task, d, d)
+    model = task.build_model(cfg.model)
+    trainer = Trainer(cfg, task, model, task.build_criterion(cfg.criterion))
+    start = {k: v.clone() for k, v in model.branch_weights().items()}
+    for step in range(3):
+        trainer.train_step(samples(d, 2, seed=10 * step))
+        trainer.consolidate_optimizer()  # as fairseq's checkpoint_utils does
+        trainer.save_checkpoint(str(tmp_path / f"ckpt{step}.pt"), {"train_iterator": {"epoch": 1}})
+        saved = torch.load(tmp_path / f"ckpt{step}.pt", map_location="cpu", weights_only=True)["model"]
+        for name in (k for k in saved if k.endswith((".kappa", ".alpha"))):
+            assert is_on_simplex(saved[name], atol=1e-6), (step, name, float(saved[name].sum()))
+    assert trainer.get_num_updates() == 3
+    assert any(not torch.equal(v, start[k]) for k, v in model.branch_weights().items())  # they trained
+
+
+def test_half_precision_under_another_task_is_refused_at_once():
+    """Only ``translation_weighted`` reaches fp32 master copies: --fp16/--bf16 elsewhere stop
+    before the first update, with a one-line (ValueError) message naming the task."""
+    d = helpers.dummy_dictionary(16)
+    cfg = convert_namespace_to_omegaconf(parse("--dropout", "0", *TINY, task="translation"))
+    model = TranslationTask(cfg.task, d, d).build_model(cfg.model).to(torch.bfloat16)
+    with pytest.raises(ValueError, match="train with --task translation_weighted"):
+        model.set_num_updates(0)  # what the first train_step does first
+    hooked = TranslationWeightedTask(cfg.task, d, d).build_model(cfg.model).to(torch.bfloat16)
+    hooked.set_num_updates(0)
+    off = parse("--dropout", "0", "--no-simplex", *TINY, task="translation")
+    plain = TranslationTask(cfg.task, d, d).build_model(convert_namespace_to_omegaconf(off).model)
+    plain.to(torch.bfloat16).set_num_updates(0)  # nothing to keep on the simplex

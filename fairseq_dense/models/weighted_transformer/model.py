@@ -17,11 +17,14 @@ from fairseq_dense.models.weighted_transformer.config import WeightedTransformer
 from fairseq_dense.models.weighted_transformer.decoder import WeightedTransformerDecoder
 from fairseq_dense.models.weighted_transformer.encoder import BranchOptions, WeightedTransformerEncoder
 from fairseq_dense.modules.branched_attention import BranchedAttention
-from fairseq_dense.modules.simplex import is_on_simplex, project_onto_simplex
+from fairseq_dense.modules.simplex import install_step_hook, is_on_simplex, project_onto_simplex
 from fairseq_dense.tasks.translation_weighted import PROJECTION_HOOK_ATTR
 
 logger = logging.getLogger(__name__)
 
+
+class SimplexTaskError(ValueError, RuntimeError):
+    """Half-precision training of simplex-constrained weights without ``--task translation_weighted``."""
 
 
 def branch_options(cfg) -> BranchOptions:
@@ -107,6 +110,7 @@ class WeightedTransformerModel(TransformerModel):
         """
         weighted_transformer_base(args)
         validate(args)
+        install_step_hook()  # kappa/alpha projected right after each optimizer step, under any task
         return super().build_model(args, task)
 
     @classmethod
@@ -147,40 +151,43 @@ class WeightedTransformerModel(TransformerModel):
     def set_num_updates(self, num_updates):
         """fairseq calls this before every training forward and when loading a checkpoint.
 
-        A model built by ``translation_weighted`` is projected right after every
-        optimizer step by the task. Any other task gets a fallback, once per update
-        number: kappa/alpha that left the simplex are projected here (with a warning).
-        That is exact in fp32 training (the optimizer updates these very tensors; the
-        projection then happens before the next forward instead of right after the
-        step), but cannot reach fp32 master weights, so with half-precision weights
-        (``--fp16``, ``--bf16``, ``--memory-efficient-fp16``) it raises instead. A
-        trained model loaded for generation is on the simplex: nothing happens.
+        kappa/alpha are projected right after every optimizer step: by the task under
+        ``translation_weighted`` (which reaches fp32 master weights), else by the
+        optimizer-step hook of :func:`~fairseq_dense.modules.simplex.install_step_hook`
+        on the weights the optimizer holds. Under another task, half-precision weights
+        (``--fp16``, ``--bf16``: the optimizer updates fp32 master copies the hook
+        cannot find) are refused here at once, before the first update. As a last
+        safety net (weights changed outside an optimizer), vectors found off the simplex
+        are projected here once per update number, with a warning. A trained model
+        loaded for generation is on the simplex: nothing happens.
         """
         super().set_num_updates(num_updates)
         self._logging_stats = None
         if getattr(self, PROJECTION_HOOK_ATTR, False) or num_updates == getattr(self, "_checked_update", None):
             return
         self._checked_update = num_updates
-        off = [
+        learned = [
             (name, w)
             for name, block in self.branch_blocks()
             for w in (block.kappa, block.alpha)
-            if w is not None and getattr(w, "on_simplex", False) and not is_on_simplex(w, atol=1e-6)
+            if w is not None and getattr(w, "on_simplex", False)
         ]
+        if any(w.dtype not in (torch.float32, torch.float64) for _, w in learned):
+            raise SimplexTaskError(
+                "weighted_transformer: with half-precision weights (--fp16, --bf16, --memory-efficient-fp16) "
+                f"only --task translation_weighted keeps the branch weights ({learned[0][0]}, ...) on the "
+                "probability simplex (it projects the fp32 master copies): train with --task "
+                "translation_weighted (or pass --no-simplex)"
+            )
+        off = [(name, w) for name, w in learned if not is_on_simplex(w, atol=1e-6)]
         if not off:
             return
-        if any(w.dtype not in (torch.float32, torch.float64) for _, w in off):
-            raise RuntimeError(
-                f"weighted_transformer: branch weights of {off[0][0]} left the probability simplex "
-                "and, with half-precision weights, only the task can project the fp32 master "
-                "copies: train with --task translation_weighted (or pass --no-simplex)"
-            )
         if not getattr(self, "_warned_fallback", False):
             self._warned_fallback = True
             logger.warning(
-                "weighted_transformer: kappa/alpha are projected onto the simplex in "
-                "set_num_updates as a fallback; --task translation_weighted projects them right "
-                "after each optimizer step (and reaches fp32 master weights under --fp16/--bf16)"
+                "weighted_transformer: kappa/alpha found off the simplex were projected in "
+                "set_num_updates; --task translation_weighted projects them right after each "
+                "optimizer step (and reaches fp32 master weights under --fp16/--bf16)"
             )
         with torch.no_grad():
             for _, w in off:
