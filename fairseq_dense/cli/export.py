@@ -6,9 +6,11 @@
     fairseq-dense-export checkpoints --average-last 5 --fp16 --out exports/gru-avg5 ...
 
 The directory holds ``config.json``, ``model.safetensors``, ``dict.<lang>.txt``,
-``bpecodes`` and a ``README.md`` model card; ``--pickle-checkpoint`` adds a
+``bpecodes``, ``SHA256SUMS`` and a ``README.md`` model card; ``--pickle-checkpoint`` adds a
 pickle-based ``model.pt`` for ``fairseq-generate --path`` users. Load it with
 ``fairseq_dense.from_pretrained(DIR)``; share it with ``fairseq-dense-push``.
+Only fairseq-dense's own architectures are exported, and the config written is
+checked with the loader's rules (see docs/hub.md) before any model is built.
 """
 import argparse
 import logging
@@ -39,7 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --average-last: average checkpoint_E_U.pt (update) checkpoints")
     p.add_argument("--pickle-checkpoint", action="store_true",
                    help="also write model.pt, a PICKLE-based fairseq checkpoint for fairseq-generate --path")
-    p.add_argument("--user-dir", help="fairseq --user-dir of a plugin registering the architecture")
     p.add_argument("--force", action="store_true", help="replace an existing --out directory")
     card = p.add_argument_group("model card")
     card.add_argument("--model-name", help="title of the card (default: <arch>-<src>-<tgt>)")
@@ -62,10 +63,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     import fairseq_dense  # noqa: F401  (registers the architectures)
     from fairseq_dense.hub import ModelCardInfo, PretrainedModelError, export_checkpoint
 
-    if args.user_dir:
-        from fairseq import utils
-
-        utils.import_user_module(argparse.Namespace(user_dir=args.user_dir))
     card = ModelCardInfo(
         model_name=args.model_name, license=args.license, dataset=args.dataset, training_data=args.training_data,
         bleu=args.bleu, bleu_signature=args.bleu_signature, test_set=args.test_set,

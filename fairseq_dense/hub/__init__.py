@@ -10,19 +10,24 @@ writes it:
   metadata);
 - ``dict.<src>.txt``, ``dict.<tgt>.txt``: fairseq dictionaries (text);
 - ``bpecodes``: subword-nmt codes, when the model applies BPE;
+- ``SHA256SUMS``: the sha256 of each file above (``sha256sum -c`` format);
 - ``README.md``: the model card with the metadata block model hubs read;
 - optionally ``model.pt``: a pickle-based fairseq checkpoint for
   ``fairseq-generate --path`` users; never read nor downloaded by
   :func:`from_pretrained`.
 
-Everything works for every registered architecture (:func:`dense_architectures`):
-the model is rebuilt through fairseq's registries, nothing is family-specific.
+Everything works for every architecture fairseq-dense registers
+(:func:`dense_architectures`): the model is rebuilt through fairseq's
+registries, nothing is family-specific. What a config may contain is checked
+(:mod:`fairseq_dense.hub.schema`) before any model code runs, and every file
+against ``SHA256SUMS`` (:mod:`fairseq_dense.hub.manifest`).
 """
 from fairseq_dense.hub.loading import (  # noqa: F401
     BPE_CODES_NAME,
     CARD_NAME,
     CONFIG_NAME,
     HUB_ALLOW_PATTERNS,
+    MANIFEST_NAME,
     PICKLE_NAME,
     WEIGHTS_NAME,
     PretrainedModelError,
@@ -32,6 +37,7 @@ from fairseq_dense.hub.loading import (  # noqa: F401
     hub_models,
     load_model_dir,
     read_config,
+    required_files,
     resolve_model_dir,
 )
 from fairseq_dense.hub.export import export_checkpoint  # noqa: F401,E402

@@ -2,9 +2,12 @@
 
 The directory layout is described in :mod:`fairseq_dense.hub`. Reading the
 training checkpoint uses torch's ``weights_only`` loader (never arbitrary
-unpickling); the directory is written to a temporary sibling, verified by
-loading it back with :func:`fairseq_dense.hub.load_model_dir`, and only then moved
-into place, so nothing half-written is left behind.
+unpickling) and reads its configuration as plain values; the config to write is
+checked with the loader's rules (:func:`fairseq_dense.hub.schema.check_config`)
+before any model is built. The directory is written to a temporary sibling with
+its ``SHA256SUMS``, verified by loading it back with
+:func:`fairseq_dense.hub.load_model_dir`, and only then moved into place, so
+nothing half-written is left behind.
 """
 import enum
 import json
@@ -13,7 +16,6 @@ import os
 import re
 import shutil
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -21,14 +23,20 @@ import torch
 
 import fairseq_dense
 from fairseq_dense.hub import loading
-from fairseq_dense.hub.loading import PretrainedModelError
+from fairseq_dense.hub.errors import PretrainedModelError, one_line, short_repr
+from fairseq_dense.hub.manifest import write_manifest
+from fairseq_dense.hub.schema import (
+    LANG_RE,
+    TASK_OPTIONS,
+    check_config,
+    declared_model_options,
+    dense_architectures,
+    translation_tasks,
+)
 from fairseq_dense.hub.model_card import ModelCardInfo, model_card, paper_of
 
 logger = logging.getLogger(__name__)
 
-#: Task options that change how a model reads or writes text; all others are training-only.
-TASK_OPTIONS = ("left_pad_source", "left_pad_target", "max_source_positions", "max_target_positions",
-                "truncate_source")
 _EPOCH_RE = re.compile(r"checkpoint(\d+)\.pt$")
 _UPDATE_RE = re.compile(r"checkpoint_\d+_(\d+)\.pt$")
 
@@ -65,32 +73,50 @@ def select_checkpoints(paths: Sequence[Union[str, Path]], average_last: Optional
 def read_checkpoint(path: Path) -> Dict[str, Any]:
     """Load a fairseq checkpoint with torch's safe ``weights_only`` loader.
 
-    Returns:
-        The raw state plus ``"cfg_obj"``, the configuration as fairseq's ``DictConfig``.
-    """
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from omegaconf import OmegaConf
+    The configuration is read as plain values (no OmegaConf interpolation, no
+    hydra composition): the model and task options go through the same checks as
+    a loaded ``config.json`` before anything is built from them.
 
+    Returns:
+        The raw state plus ``"plain_cfg"``: ``{"model": {...}, "task": {...}}``,
+        each a flat dict of option values.
+    """
     try:
         with open(path, "rb") as f:
             state = torch.load(f, map_location="cpu", weights_only=True)
     except Exception as err:
         raise PretrainedModelError(
             f"{path}: cannot be read safely as a fairseq checkpoint ({type(err).__name__}: "
-            f"{str(err).splitlines()[0] if str(err) else ''})"
+            f"{one_line(str(err).splitlines()[0] if str(err) else '', 160)})"
         ) from None
-    if not isinstance(state, dict) or "model" not in state:
-        raise PretrainedModelError(f"{path}: not a fairseq checkpoint (no 'model' entry)")
-    if state.get("args") is not None:  # checkpoints of fairseq < 0.10
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            cfg = convert_namespace_to_omegaconf(state["args"])
+    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
+        raise PretrainedModelError(f"{path}: not a fairseq checkpoint (no 'model' state dict)")
+    for name, value in state["model"].items():
+        if not isinstance(name, str) or not isinstance(value, torch.Tensor):
+            raise PretrainedModelError(f"{path}: 'model' entry {short_repr(name)} is not a named tensor")
+    if state.get("args") is not None:  # checkpoints of fairseq < 0.10: one flat Namespace
+        flat = _plain(state["args"], path, "args")
+        plain = {"model": dict(flat, _name=flat.get("arch")), "task": dict(flat, _name=flat.get("task"))}
     elif state.get("cfg") is not None:
-        cfg = OmegaConf.create(state["cfg"], flags={"allow_objects": True})
+        cfg = _plain(state["cfg"], path, "cfg")
+        plain = {key: _plain(cfg.get(key), path, f"cfg.{key}") for key in ("model", "task")}
+        if not plain["model"].get("_name"):
+            plain["model"]["_name"] = plain["model"].get("arch")
     else:
         raise PretrainedModelError(f"{path}: the checkpoint holds no configuration ('cfg' or 'args')")
-    state["cfg_obj"] = cfg
+    state["plain_cfg"] = plain
     return state
+
+
+def _plain(node, path: Path, key: str) -> Dict[str, Any]:
+    """A configuration node (dict, or the ``argparse.Namespace`` of argparse-style models) as a dict."""
+    import argparse
+
+    if isinstance(node, argparse.Namespace):
+        node = vars(node)
+    if not isinstance(node, dict):
+        raise PretrainedModelError(f"{path}: checkpoint configuration '{key}' is not a mapping")
+    return dict(node)
 
 
 def average_states(states: List[Dict[str, torch.Tensor]], paths: List[Path]) -> Dict[str, torch.Tensor]:
@@ -112,69 +138,55 @@ def average_states(states: List[Dict[str, torch.Tensor]], paths: List[Path]) -> 
 
 
 def _jsonable(value):
+    """Enums as their value, tuples as lists; anything else unchanged (:func:`check_config` judges it)."""
     if isinstance(value, enum.Enum):
-        return value.value if isinstance(value.value, (str, int, float, bool)) else str(value)
+        return value.value
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    from omegaconf import OmegaConf
-
-    if OmegaConf.is_config(value):
-        return OmegaConf.to_container(value, resolve=True, enum_to_str=True)
-    raise PretrainedModelError(f"model option of type {type(value).__name__} cannot be written to JSON: {value!r}")
+    return value
 
 
-def model_options(model_cfg, arch: str) -> Dict[str, Any]:
-    """Every option of the architecture's model, as JSON values.
+def model_options(model_cfg: Dict[str, Any], arch: str) -> Dict[str, Any]:
+    """Every option the architecture declares that the checkpoint sets, as JSON values.
 
     Options are the fields of the model's dataclass config, or for argparse-style
-    models the flags of its ``add_args``.
+    models the flags of its ``add_args`` (:func:`~fairseq_dense.hub.schema.declared_model_options`).
     """
-    import argparse
-
-    from fairseq.models import ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_DATACLASS_REGISTRY
-
-    dc = MODEL_DATACLASS_REGISTRY.get(ARCH_MODEL_NAME_REGISTRY[arch])
-    if dc is not None:
-        names = [n for n in dc.__dataclass_fields__ if not n.startswith("_")]
-    else:
-        parser = argparse.ArgumentParser(add_help=False)
-        ARCH_MODEL_REGISTRY[arch].add_args(parser)
-        names = [a.dest for a in parser._actions]
-    sentinel = object()
-    options = {}
-    for name in names:
-        value = getattr(model_cfg, name, sentinel)
-        if value is not sentinel:
-            options[name] = _jsonable(value)
-    return options
+    return {name: _jsonable(model_cfg[name]) for name in declared_model_options(arch) if name in model_cfg}
 
 
-def _dictionary_dir(data: Optional[Union[str, Path]], cfg) -> Path:
+def _dictionary_dir(data: Optional[Union[str, Path]], task_cfg: Dict[str, Any], path: Path) -> Path:
     if data is None:
-        data = str(cfg.task.data).split(os.pathsep)[0]
+        data = task_cfg.get("data")
+        if not isinstance(data, str) or not data:
+            raise PretrainedModelError(f"{path}: the checkpoint names no data directory; pass --data")
+        data = data.split(os.pathsep)[0]
     return Path(data)
 
 
-def _task_options(cfg, src: Optional[str], tgt: Optional[str], data_dir: Path) -> Dict[str, Any]:
+def _task_options(task_cfg: Dict[str, Any], src: Optional[str], tgt: Optional[str], data_dir: Path,
+                  path: Path) -> Dict[str, Any]:
     from fairseq.data import data_utils
-    from fairseq.tasks import TASK_REGISTRY
-    from fairseq.tasks.translation import TranslationTask
 
-    name = cfg.task._name
-    if name not in TASK_REGISTRY or not issubclass(TASK_REGISTRY[name], TranslationTask):
-        raise PretrainedModelError(f"task '{name}' of the checkpoint: only translation tasks can be exported")
-    src = src or cfg.task.source_lang
-    tgt = tgt or cfg.task.target_lang
+    name = task_cfg.get("_name")
+    if name not in translation_tasks():
+        raise PretrainedModelError(
+            f"{path}: task {short_repr(name)} of the checkpoint: only {', '.join(translation_tasks())} "
+            "can be exported"
+        )
+    src = src or task_cfg.get("source_lang")
+    tgt = tgt or task_cfg.get("target_lang")
     if src is None or tgt is None:
         src, tgt = data_utils.infer_language_pair(str(data_dir))
     if src is None or tgt is None:
         raise PretrainedModelError(f"{data_dir}: cannot infer the language pair; pass --source-lang/--target-lang")
+    for key, lang in (("source_lang", src), ("target_lang", tgt)):  # before they name files
+        if not isinstance(lang, str) or not LANG_RE.fullmatch(lang):
+            raise PretrainedModelError(f"{path}: key 'task.{key}' must be a language code, not {short_repr(lang)}")
     options = {"_name": name, "source_lang": src, "target_lang": tgt}
     for key in TASK_OPTIONS:
-        if key in cfg.task:
-            options[key] = _jsonable(cfg.task[key])
+        if key in task_cfg:
+            options[key] = _jsonable(task_cfg[key])
     return options
 
 
@@ -227,18 +239,18 @@ def export_checkpoint(
     for state in states:  # optimizer state is neither exported nor needed: free it early
         state.pop("last_optimizer_state", None)
     last = states[-1]
-    cfg = last["cfg_obj"]
-    arch = getattr(cfg.model, "_name", None) or getattr(cfg.model, "arch", None)
-    from fairseq.models import ARCH_MODEL_REGISTRY
-
-    if arch not in ARCH_MODEL_REGISTRY:
-        raise PretrainedModelError(f"{paths[-1]}: unknown architecture '{arch}' (import the plugin that registers it)")
+    plain = last["plain_cfg"]
+    arch = plain["model"].get("_name")
+    if not isinstance(arch, str) or arch not in dense_architectures():
+        raise PretrainedModelError(
+            f"{paths[-1]}: architecture {short_repr(arch)} is not one of fairseq-dense's; only those are exported"
+        )
     for state, path in zip(states, paths):
-        other = getattr(state["cfg_obj"].model, "_name", None)
+        other = state["plain_cfg"]["model"].get("_name")
         if other != arch:
-            raise PretrainedModelError(f"{path}: architecture '{other}' differs from '{arch}' of {paths[-1]}")
-    data_dir = _dictionary_dir(data, cfg)
-    task = _task_options(cfg, source_lang, target_lang, data_dir)
+            raise PretrainedModelError(f"{path}: architecture {short_repr(other)} differs from '{arch}' of {paths[-1]}")
+    data_dir = _dictionary_dir(data, plain["task"], paths[-1])
+    task = _task_options(plain["task"], source_lang, target_lang, data_dir, paths[-1])
     dict_files = {}
     for side, lang in (("source", task["source_lang"]), ("target", task["target_lang"])):
         dict_files[side] = data_dir / f"dict.{lang}.txt"
@@ -249,8 +261,6 @@ def export_checkpoint(
     if tokenizer not in (None, "moses"):
         raise PretrainedModelError(f"--tokenizer {tokenizer}: only 'moses' or 'none' are supported")
 
-    from fairseq.data import Dictionary
-
     config = {
         "format": loading.FORMAT_NAME,
         "format_version": loading.FORMAT_VERSION,
@@ -258,11 +268,9 @@ def export_checkpoint(
         "fairseq_version": _fairseq_version(),
         "arch": arch,
         "model_name": _model_name(arch),
-        "model": model_options(cfg.model, arch),
+        "model": model_options(plain["model"], arch),
         "task": task,
-        "dictionaries": {
-            side: {"file": path.name, "size": len(Dictionary.load(str(path)))} for side, path in dict_files.items()
-        },
+        "dictionaries": {side: {"file": path.name, "size": _dictionary_size(path)} for side, path in dict_files.items()},
         "tokenizer": None if tokenizer is None else {
             "_name": "moses",
             "source_lang": moses_source_lang or task["source_lang"],
@@ -272,6 +280,7 @@ def export_checkpoint(
         "weights_dtype": "float16" if fp16 else "float32",
         "checkpoints": [p.name for p in paths],
     }
+    check_config(config, paths[-1])  # the same rules as loading, before any model code runs
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
@@ -281,8 +290,9 @@ def export_checkpoint(
             shutil.copyfile(bpe_codes, tmp / loading.BPE_CODES_NAME)
         (tmp / loading.CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         weights, n_params = _write_weights(tmp, config, states, paths, fp16)
-        loading.load_model_dir(tmp)  # verification: the directory loads on its own
-        text = model_card(config, n_params, card or ModelCardInfo(), paper_of(ARCH_MODEL_REGISTRY[arch]),
+        write_manifest(tmp, loading.required_files(config))
+        loading.load_model_dir(tmp)  # verification: the directory loads on its own, checksums and all
+        text = model_card(config, n_params, card or ModelCardInfo(), paper_of(dense_architectures()[arch]),
                           write_pickle)
         (tmp / loading.CARD_NAME).write_text(text, encoding="utf-8")
         if write_pickle:
@@ -295,6 +305,15 @@ def export_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
     logger.info("exported %s (%d checkpoint(s)) to %s", arch, len(paths), out_dir)
     return out_dir
+
+
+def _dictionary_size(path: Path) -> int:
+    from fairseq.data import Dictionary
+
+    try:
+        return len(Dictionary.load(str(path)))
+    except Exception as err:
+        raise PretrainedModelError(f"{path}: not a fairseq dictionary ({one_line(err, 120)})") from None
 
 
 def _make_readable(directory: Path) -> None:
@@ -331,7 +350,12 @@ def _write_weights(tmp: Path, config, states, paths, fp16: bool) -> Tuple[Dict[s
 
     averaged = average_states([s["model"] for s in states], paths)
     cfg = loading.build_fairseq_cfg(tmp, config)
-    model = tasks.setup_task(cfg.task).build_model(cfg.model)
+    try:
+        model = tasks.setup_task(cfg.task).build_model(cfg.model)
+    except Exception as err:
+        raise PretrainedModelError(
+            f"{paths[-1]}: its options do not build '{config['arch']}' ({type(err).__name__}: {one_line(err, 160)})"
+        ) from None
     expected = model.state_dict()
     for name, tensor in averaged.items():
         if name in expected and tuple(tensor.shape) != tuple(expected[name].shape):
@@ -342,8 +366,10 @@ def _write_weights(tmp: Path, config, states, paths, fp16: bool) -> Tuple[Dict[s
             )
     try:
         model.load_state_dict(averaged, strict=True, model_cfg=cfg.model)
-    except RuntimeError as err:
-        raise PretrainedModelError(f"{paths[-1]}: weights do not fit architecture '{config['arch']}' ({err})") from None
+    except Exception as err:
+        raise PretrainedModelError(
+            f"{paths[-1]}: weights do not fit architecture '{config['arch']}' ({one_line(err, 160)})"
+        ) from None
     full = {k: v.detach().clone() for k, v in model.state_dict().items()}
     if fp16:
         full = {k: v.half() if torch.is_floating_point(v) else v for k, v in full.items()}
@@ -365,6 +391,6 @@ def _write_weights(tmp: Path, config, states, paths, fp16: bool) -> Tuple[Dict[s
 
 def _write_pickle(path: Path, last: Dict[str, Any], weights: Dict[str, torch.Tensor]) -> None:
     """A plain fairseq checkpoint (pickle) for ``fairseq-generate --path``: no optimizer state."""
-    state = {k: v for k, v in last.items() if k not in ("cfg_obj", "criterion")}
+    state = {k: v for k, v in last.items() if k not in ("plain_cfg", "criterion")}
     state["model"] = weights
     torch.save(state, path)

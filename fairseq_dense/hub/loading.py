@@ -6,15 +6,27 @@ model through fairseq's registries from ``config.json``, loads
 :class:`~fairseq.hub_utils.GeneratorHubInterface`. Nothing on that path
 unpickles: JSON, text dictionaries, text BPE codes and safetensors only.
 """
+import contextlib
+import io
 import json
 import logging
 import os
 import re
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import fairseq_dense
+from fairseq_dense.hub.errors import PretrainedModelError, one_line
+from fairseq_dense.hub.manifest import MANIFEST_NAME, read_manifest, verify_file
+from fairseq_dense.hub.schema import (  # noqa: F401  (re-exported)
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    WEIGHTS_DTYPES,
+    check_config,
+    dense_architectures,
+    parse_config,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -23,35 +35,11 @@ WEIGHTS_NAME = "model.safetensors"
 PICKLE_NAME = "model.pt"
 BPE_CODES_NAME = "bpecodes"
 CARD_NAME = "README.md"
-FORMAT_NAME = "fairseq-dense"
-FORMAT_VERSION = 1
 #: What is fetched from a hub repository: never ``*.pt`` or any other pickle.
-HUB_ALLOW_PATTERNS = [CONFIG_NAME, WEIGHTS_NAME, "dict.*.txt", BPE_CODES_NAME, CARD_NAME]
+HUB_ALLOW_PATTERNS = [CONFIG_NAME, WEIGHTS_NAME, "dict.*.txt", BPE_CODES_NAME, MANIFEST_NAME, CARD_NAME]
 #: Keyword arguments of :func:`from_pretrained` that are not fairseq options.
 _LOAD_KWARGS = ("revision", "cache_dir", "local_files_only", "token")
-
-
-class PretrainedModelError(ValueError):
-    """A model directory, hub repository or checkpoint cannot be used.
-
-    The message names the file at fault.
-    """
-
-
-def dense_architectures() -> Dict[str, type]:
-    """Every registered architecture whose model class lives in :mod:`fairseq_dense`.
-
-    Returns:
-        ``{arch name: model class}``, sorted by name. Families registered later
-        (new sub-packages) appear automatically.
-    """
-    from fairseq.models import ARCH_MODEL_REGISTRY
-
-    return {
-        arch: cls
-        for arch, cls in sorted(ARCH_MODEL_REGISTRY.items())
-        if cls.__module__.split(".")[0] == "fairseq_dense"
-    }
+_MAX_CONFIG_BYTES = 1 << 20
 
 
 def hub_models() -> Dict[str, Union[str, Dict[str, str]]]:
@@ -142,65 +130,69 @@ def _missing(path: Path, required: List[str]) -> PretrainedModelError:
     )
 
 
+def _check_inside(model_dir: Path, name: str) -> Path:
+    """``model_dir/name`` is a regular file that resolves inside the model directory.
+
+    In a huggingface_hub cache the snapshot's files link to the repository's
+    ``blobs`` folder, which counts as inside.
+    """
+    path = model_dir / name
+    root = model_dir.resolve()
+    roots = [root] + ([root.parent.parent / "blobs"] if root.parent.name == "snapshots" else [])
+    real = path.resolve()
+    if not any(real.parent == r or r in real.parents for r in roots):
+        raise PretrainedModelError(f"{path}: resolves outside the model directory (to {real})")
+    if not real.is_file():
+        raise PretrainedModelError(f"{path}: not a regular file")
+    return path
+
+
+def required_files(config: Dict[str, Any]) -> List[str]:
+    """The files a (checked) config loads from: config, weights, dictionaries, BPE codes."""
+    names = [CONFIG_NAME, WEIGHTS_NAME] + [config["dictionaries"][side]["file"] for side in ("source", "target")]
+    return names + ([BPE_CODES_NAME] if config.get("bpe") else [])
+
+
 def read_config(model_dir: Union[str, Path]) -> Dict[str, Any]:
-    """Read and check ``config.json`` and that every file it names is present.
+    """Read and check ``config.json``, and check every file it names against ``SHA256SUMS``.
+
+    Order: the manifest, the checksum of ``config.json``, its schema
+    (:func:`~fairseq_dense.hub.schema.check_config`), then the presence,
+    location and checksum of every other file. Nothing here runs model code.
 
     Raises:
-        PretrainedModelError: naming the missing or malformed file.
+        PretrainedModelError: naming the missing, altered or malformed file (and key).
     """
     model_dir = Path(model_dir)
     path = model_dir / CONFIG_NAME
     if not path.is_file():
-        raise _missing(path, [CONFIG_NAME, WEIGHTS_NAME, "dict.<lang>.txt"])
+        raise _missing(path, [CONFIG_NAME, WEIGHTS_NAME, "dict.<lang>.txt", MANIFEST_NAME])
+    _check_inside(model_dir, CONFIG_NAME)
+    if path.stat().st_size > _MAX_CONFIG_BYTES:
+        raise PretrainedModelError(f"{path}: larger than {_MAX_CONFIG_BYTES} bytes; not a fairseq-dense config")
+    sums = read_manifest(model_dir)
+    verify_file(model_dir, CONFIG_NAME, sums)
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
         raise PretrainedModelError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(config, dict) or config.get("format") != FORMAT_NAME:
-        raise PretrainedModelError(f'{path}: not a fairseq-dense model config (no "format": "{FORMAT_NAME}")')
-    if int(config.get("format_version", 0)) > FORMAT_VERSION:
-        raise PretrainedModelError(
-            f"{path}: format version {config['format_version']} is newer than this fairseq-dense "
-            f"({fairseq_dense.__version__}) reads ({FORMAT_VERSION}); upgrade fairseq-dense"
-        )
-    for key in ("arch", "model", "task", "dictionaries"):
-        if key not in config:
-            raise PretrainedModelError(f'{path}: no "{key}" entry')
-    required = [CONFIG_NAME, WEIGHTS_NAME]
-    for side in ("source", "target"):
-        name = str(config["dictionaries"].get(side, {}).get("file"))
-        lang = config["task"].get(f"{side}_lang")
-        if not re.fullmatch(r"dict\.[^/\\]+\.txt", name) or name != f"dict.{lang}.txt":
-            raise PretrainedModelError(f"{path}: {side} dictionary file name '{name}' is not dict.<{side} lang>.txt")
-        required.append(name)
-    if config.get("bpe"):
-        required.append(BPE_CODES_NAME)
+    config = parse_config(text, path)
+    check_config(config, path)
+    required = required_files(config)
     for name in required:
         if not (model_dir / name).is_file():
             raise _missing(model_dir / name, required)
-    return config
-
-
-def _check_architecture(config: Dict[str, Any], path: Path) -> None:
-    """The architecture and every option must be known to the installed plugins."""
-    from fairseq.models import ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_DATACLASS_REGISTRY
-
-    arch = config["arch"]
-    if arch not in ARCH_MODEL_REGISTRY:
+    for name in required:
+        _check_inside(model_dir, name)
+    extra = sorted(set(sums) - set(required))
+    if extra:
         raise PretrainedModelError(
-            f"{path}: unknown architecture '{arch}' (exported with fairseq-dense "
-            f"{config.get('package_version', '?')}, this is fairseq-dense {fairseq_dense.__version__}); "
-            "upgrade fairseq-dense or import the plugin that registers it"
+            f"{model_dir / MANIFEST_NAME}: lists {extra[0]}, which {CONFIG_NAME} does not load; "
+            "the directory is altered"
         )
-    dc = MODEL_DATACLASS_REGISTRY.get(ARCH_MODEL_NAME_REGISTRY[arch])
-    if dc is not None:
-        unknown = sorted(set(config["model"]) - set(dc.__dataclass_fields__))
-        if unknown:
-            raise PretrainedModelError(
-                f"{path}: option(s) {', '.join(unknown)} of '{arch}' are unknown to fairseq-dense "
-                f"{fairseq_dense.__version__} (exported with {config.get('package_version', '?')}); "
-                "upgrade fairseq-dense"
-            )
+    for name in required[1:]:
+        verify_file(model_dir, name, sums)
+    return config
 
 
 def _load_dictionaries(model_dir: Path, config: Dict[str, Any]) -> None:
@@ -212,7 +204,7 @@ def _load_dictionaries(model_dir: Path, config: Dict[str, Any]) -> None:
         try:
             size = len(Dictionary.load(str(path)))
         except Exception as err:
-            raise PretrainedModelError(f"{path}: not a fairseq dictionary ({err})") from None
+            raise PretrainedModelError(f"{path}: not a fairseq dictionary ({one_line(err, 120)})") from None
         if size != int(entry["size"]):
             raise PretrainedModelError(
                 f"{path}: {size} symbols, but {CONFIG_NAME} and {WEIGHTS_NAME} expect {entry['size']} "
@@ -220,25 +212,43 @@ def _load_dictionaries(model_dir: Path, config: Dict[str, Any]) -> None:
             )
 
 
+def _fairseq_error(path: Path, what: str, err: BaseException, stderr: str = "") -> PretrainedModelError:
+    """A fairseq failure (exception, ``SystemExit`` of its argument parser) as one line naming the file."""
+    detail = one_line(stderr.strip().splitlines()[-1] if stderr.strip() else str(err), 160)
+    return PretrainedModelError(f"{path}: {what} ({type(err).__name__}: {detail})")
+
+
 def build_fairseq_cfg(model_dir: Path, config: Dict[str, Any], overrides: Optional[Dict[str, Any]] = None):
     """The full fairseq configuration (generation defaults included) of a model directory.
 
     It is built the way ``fairseq-generate`` builds it: through fairseq's argument
-    parser for the architecture, then converted to a ``DictConfig``.
+    parser for the architecture, then converted to a ``DictConfig``. ``config``
+    must have passed :func:`~fairseq_dense.hub.schema.check_config`; ``overrides``
+    are the caller's own fairseq options.
+
+    Raises:
+        TypeError: an override that is not a fairseq option.
+        PretrainedModelError: fairseq refuses the configuration (naming ``config.json``).
     """
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from omegaconf import OmegaConf, open_dict
 
+    path = model_dir / CONFIG_NAME
     overrides = dict(overrides or {})
     # tokenizer=None / bpe=None: the caller feeds already tokenized / BPE-split text
     text_cfg = {key: overrides.pop(key) if key in overrides else config.get(key) for key in ("tokenizer", "bpe")}
     task = config["task"]
     argv = [str(model_dir), "--task", task.get("_name", "translation"), "--arch", config["arch"],
             "--source-lang", task["source_lang"], "--target-lang", task["target_lang"]]
-    parser = options.get_generation_parser(interactive=True, default_task="translation")
-    options.add_model_args(parser)
-    args = options.parse_args_and_arch(parser, argv)
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            parser = options.get_generation_parser(interactive=True, default_task="translation")
+            options.add_model_args(parser)
+            args = options.parse_args_and_arch(parser, argv)
+    except (Exception, SystemExit) as err:
+        raise _fairseq_error(path, "fairseq's argument parser refuses the config", err, stderr.getvalue()) from None
     for key, value in list(task.items()) + list(config["model"].items()):
         if not key.startswith("_"):
             setattr(args, key, value)
@@ -246,78 +256,107 @@ def build_fairseq_cfg(model_dir: Path, config: Dict[str, Any], overrides: Option
         if not hasattr(args, key):
             raise TypeError(f"from_pretrained() got an unknown fairseq option '{key}'")
         setattr(args, key, value)
-    with warnings.catch_warnings():  # hydra's deprecation notices, raised inside fairseq
-        warnings.simplefilter("ignore")
-        cfg = convert_namespace_to_omegaconf(args)
-    with open_dict(cfg):
-        if OmegaConf.is_config(cfg.model):  # exact values, not through hydra override strings
-            with open_dict(cfg.model):
-                for key, value in config["model"].items():
-                    cfg.model[key] = overrides.get(key, value)
-        tokenizer, bpe = text_cfg["tokenizer"], text_cfg["bpe"]
-        cfg.tokenizer = OmegaConf.create(tokenizer) if tokenizer else None
-        if bpe:
-            bpe = dict(bpe, bpe_codes=str(model_dir / BPE_CODES_NAME))
-        cfg.bpe = OmegaConf.create(bpe) if bpe else None
+    try:
+        with warnings.catch_warnings():  # hydra's deprecation notices, raised inside fairseq
+            warnings.simplefilter("ignore")
+            cfg = convert_namespace_to_omegaconf(args)
+        with open_dict(cfg):
+            if OmegaConf.is_config(cfg.model):  # exact values, not through hydra override strings
+                with open_dict(cfg.model):
+                    for key, value in config["model"].items():
+                        cfg.model[key] = overrides.get(key, value)
+            tokenizer, bpe = text_cfg["tokenizer"], text_cfg["bpe"]
+            cfg.tokenizer = OmegaConf.create(tokenizer) if tokenizer else None
+            if bpe:
+                bpe = dict(bpe, bpe_codes=str(model_dir / BPE_CODES_NAME))
+            cfg.bpe = OmegaConf.create(bpe) if bpe else None
+    except Exception as err:
+        raise _fairseq_error(path, "fairseq cannot configure the model", err) from None
     return cfg
 
 
-def _load_weights(model, model_dir: Path, config: Dict[str, Any], cfg) -> None:
-    """Load ``model.safetensors`` into ``model``, checking names and shapes first."""
+def _read_weights(path: Path) -> Tuple[Dict[str, Any], Dict[str, str]]:
+    """The tensors of ``model.safetensors`` and its tied-weight aliases ``{alias: stored name}``."""
     from safetensors import safe_open
 
-    path = model_dir / WEIGHTS_NAME
     try:
         with safe_open(str(path), framework="pt") as f:
             metadata = f.metadata() or {}
             state = {name: f.get_tensor(name) for name in f.keys()}
         aliases = json.loads(metadata.get("tied_weights", "{}"))
     except Exception as err:
-        raise PretrainedModelError(f"{path}: corrupted or not a safetensors file ({err})") from None
-    for alias, source in aliases.items():
-        if source in state:
-            state[alias] = state[source]
+        raise PretrainedModelError(f"{path}: corrupted or not a safetensors file ({one_line(err, 120)})") from None
+    if not isinstance(aliases, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and v in state and k not in state for k, v in aliases.items()
+    ):
+        raise PretrainedModelError(f"{path}: metadata 'tied_weights' is not a map of stored tensor names")
+    return state, aliases
+
+
+def _load_weights(model, model_dir: Path, config: Dict[str, Any], cfg) -> None:
+    """Load ``model.safetensors`` into ``model``, checking names, dtypes and shapes first."""
+    import torch
+
+    path = model_dir / WEIGHTS_NAME
+    state, aliases = _read_weights(path)
     expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
+    missing = sorted(set(expected) - set(state) - set(aliases))
+    unexpected = sorted((set(state) | set(aliases)) - set(expected))
     if missing or unexpected:
         raise PretrainedModelError(
             f"{path}: does not match architecture '{config['arch']}' of {CONFIG_NAME} "
             f"(missing tensors: {missing[:5]}, unexpected tensors: {unexpected[:5]})"
         )
+    float_dtype = getattr(torch, config["weights_dtype"])
     for name, tensor in state.items():
+        want = float_dtype if torch.is_floating_point(expected[name]) else expected[name].dtype
+        if tensor.dtype != want:
+            raise PretrainedModelError(
+                f"{path}: tensor '{name}' is stored as {str(tensor.dtype).replace('torch.', '')}, but "
+                f"{CONFIG_NAME} says weights_dtype {config['weights_dtype']} (expected {str(want).replace('torch.', '')})"
+            )
         if tuple(tensor.shape) != tuple(expected[name].shape):
             sizes = ", ".join(f"{d['file']}: {d['size']} symbols" for d in config["dictionaries"].values())
             raise PretrainedModelError(
                 f"{path}: tensor '{name}' has shape {tuple(tensor.shape)}, but the model built from "
                 f"{CONFIG_NAME} ({sizes}) expects {tuple(expected[name].shape)}"
             )
-    model.load_state_dict(state, strict=True, model_cfg=cfg.model)
+    for alias, source in aliases.items():
+        state[alias] = state[source]
+    try:
+        model.load_state_dict(state, strict=True, model_cfg=cfg.model)
+    except Exception as err:
+        raise PretrainedModelError(f"{path}: the weights do not load into '{config['arch']}' ({one_line(err, 160)})")
 
 
 def load_model_dir(model_dir: Union[str, Path], overrides: Optional[Dict[str, Any]] = None):
     """Build ``(cfg, task, model)`` from a model directory without unpickling anything.
+
+    Every file is checked (:func:`read_config`) before fairseq or model code
+    sees any of it.
 
     Args:
         model_dir: a directory written by ``fairseq-dense-export``.
         overrides: fairseq options to set (e.g. ``beam``, ``max_len_b``).
 
     Raises:
-        PretrainedModelError: naming the file at fault.
+        PretrainedModelError: naming the file (and key) at fault.
+        TypeError: an override that is not a fairseq option.
     """
     from fairseq import tasks
 
     model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise PretrainedModelError(f"{model_dir}: no such model directory")
     config = read_config(model_dir)
     config_path = model_dir / CONFIG_NAME
-    _check_architecture(config, config_path)
     _load_dictionaries(model_dir, config)
     cfg = build_fairseq_cfg(model_dir, config, overrides)
-    task = tasks.setup_task(cfg.task)
     try:
+        task = tasks.setup_task(cfg.task)
         model = task.build_model(cfg.model)
-    except ValueError as err:
-        raise PretrainedModelError(f"{config_path}: the options do not build '{config['arch']}': {err}") from None
+    except Exception as err:
+        raise _fairseq_error(config_path, f"the options do not build '{config['arch']}'", err) from None
     _load_weights(model, model_dir, config, cfg)
     model.eval()
     return cfg, task, model
@@ -341,8 +380,11 @@ def from_pretrained(name_or_path: Union[str, Path], **kwargs):
         ``.sample()``, ``.generate()`` with beam options.
 
     Raises:
-        PretrainedModelError: a missing or malformed file, an unknown
-            architecture, mismatched dictionaries; the message names the file.
+        PretrainedModelError: every problem of the model directory (a missing,
+            altered or malformed file, a config key fairseq-dense does not
+            accept, mismatched dictionaries or weights); one line naming the file
+            and key.
+        TypeError: a keyword that is not a fairseq option.
 
     Example::
 
@@ -355,6 +397,10 @@ def from_pretrained(name_or_path: Union[str, Path], **kwargs):
     load = {k: kwargs.pop(k) for k in _LOAD_KWARGS if k in kwargs}
     model_dir = resolve_model_dir(str(name_or_path), **load)
     cfg, task, model = load_model_dir(model_dir, overrides=kwargs)
+    try:  # builds the tokenizer and BPE from the checked config and bpecodes
+        hub_interface = GeneratorHubInterface(cfg, task, [model])
+    except Exception as err:
+        raise _fairseq_error(model_dir / CONFIG_NAME, "fairseq cannot set up its tokenizer or BPE", err) from None
     logger.info("loaded %s (%s) from %s", model.__class__.__name__, cfg.model._name, model_dir)
-    return GeneratorHubInterface(cfg, task, [model])
+    return hub_interface
 
