@@ -35,6 +35,60 @@ def test_prepare_pipeline_end_to_end(tmp_path):
     assert not (tmp_path / "prepared.tmp").exists()
 
 
+def test_prepare_reuses_only_the_same_raw_contents(tmp_path, caplog):
+    """Same options and raw files: reused. Other raw contents: rebuilt, and the log says what changed."""
+    raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=60, n_valid=10, n_test=10)
+    dest = tmp_path / "prepared"
+    prep.prepare(str(raw), str(dest), "src", "tgt", merges=10, workers=1)
+    inputs = json.loads((dest / "prepare.json").read_text())["inputs"]
+    assert inputs["train.src"]["bytes"] == (raw / "train.src").stat().st_size and len(inputs) == 6
+    marker = dest / "bin" / "marker"
+    marker.write_text("kept while reused")
+    with caplog.at_level("INFO", logger=prep.logger.name):
+        prep.prepare(str(raw), str(dest), "src", "tgt", merges=10, workers=1)
+    assert "reusing prepared data" in caplog.text and marker.exists()
+
+    # fewer training lines (both sides), and one valid line changed in place (same size)
+    for lang in ("src", "tgt"):
+        lines = (raw / f"train.{lang}").read_text().splitlines(keepends=True)
+        (raw / f"train.{lang}").write_text("".join(lines[:20]))
+    valid = (raw / "valid.src").read_text()
+    (raw / "valid.src").write_text(valid.replace(valid[0], "z" if valid[0] != "z" else "y", 1))
+    caplog.clear()
+    with caplog.at_level("INFO", logger=prep.logger.name):
+        prep.prepare(str(raw), str(dest), "src", "tgt", merges=10, workers=1)
+    rebuilt = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rebuilding")]
+    assert len(rebuilt) == 1, caplog.text
+    assert "train.src changed (" in rebuilt[0] and "train.tgt changed (" in rebuilt[0]
+    assert "valid.src changed (same size, other content)" in rebuilt[0]
+    assert "test.src" not in rebuilt[0] and "reusing" not in caplog.text
+    assert not marker.exists()
+    assert len((dest / "tok" / "train.src").read_text().splitlines()) == 20
+
+
+def test_prepared_before_fingerprints_is_checked_by_modification_time(tmp_path, caplog):
+    """A ``prepare.json`` without fingerprints is reused (and fingerprinted) only if no raw file is newer."""
+    import os
+
+    raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=30, n_valid=5, n_test=5)
+    dest = tmp_path / "prepared"
+    prep.prepare(str(raw), str(dest), "src", "tgt", merges=10, workers=1)
+    meta_path = dest / "prepare.json"
+    old = json.loads(meta_path.read_text())
+    del old["inputs"]
+    meta_path.write_text(json.dumps(old))
+    later = os.path.getmtime(meta_path) + 10
+    os.utime(meta_path, (later, later))
+    prep.prepare(str(raw), str(dest), "src", "tgt", merges=10, workers=1)
+    assert "inputs" in json.loads(meta_path.read_text())  # reused, fingerprint recorded
+
+    meta_path.write_text(json.dumps(old))
+    os.utime(raw / "test.tgt", (later + 10, later + 10))
+    with caplog.at_level("INFO", logger=prep.logger.name):
+        prep.prepare(str(raw), str(dest), "src", "tgt", merges=10, workers=1)
+    assert "rebuilding" in caplog.text and "test.tgt modified after the preparation" in caplog.text
+
+
 def test_non_utf8_input_names_file_and_line_and_leaves_nothing(tmp_path):
     raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=20, n_valid=5, n_test=5)
     with open(raw / "train.tgt", "ab") as f:

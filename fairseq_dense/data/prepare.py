@@ -8,19 +8,23 @@ raw UTF-8 text, one sentence per line. Output (``--dest``)::
     bpe/        the same after joint BPE
     bpecodes    the joint BPE codes (subword-nmt)
     bin/        fairseq binarised data (joined dictionary)
-    prepare.json  the options used (languages, merges, lower-casing)
+    prepare.json  the options used (languages, merges, lower-casing) and a content
+                  fingerprint of the raw files (size and SHA-256 of each)
 
 Everything is written into ``DEST.tmp`` first and renamed at the end, so a failed
-run never leaves a half-prepared folder behind.
+run never leaves a half-prepared folder behind. A finished ``DEST`` is reused only
+when both the options and the raw files' fingerprint match; otherwise it is rebuilt
+and the log says what changed.
 """
 import argparse
+import hashlib
 import json
 import logging
 import os
 import shutil
 import time
 from multiprocessing import Pool
-from typing import List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from fairseq_dense.logging_setup import configure_logging
 
@@ -64,6 +68,68 @@ def check_parallel(raw_dir: str, src: str, tgt: str, splits: Sequence[str] = SPL
             )
         if not a:
             raise DataError(f"{raw_dir}/{split}.{src}: empty file")
+
+
+def fingerprint(raw_dir: str, src: str, tgt: str, splits: Sequence[str] = SPLITS) -> Dict[str, Dict]:
+    """``{"train.src": {"bytes": n, "sha256": hex}, ...}`` for every raw file the pipeline reads."""
+    out = {}
+    for split in splits:
+        for lang in (src, tgt):
+            path = os.path.join(raw_dir, f"{split}.{lang}")
+            if not os.path.isfile(path):
+                raise DataError(f"{path}: file not found")
+            digest = hashlib.sha256()
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(chunk)
+            out[f"{split}.{lang}"] = {"bytes": os.path.getsize(path), "sha256": digest.hexdigest()}
+    return out
+
+
+def describe_changes(old: Dict, new: Dict) -> List[str]:
+    """What differs between two ``prepare.json`` contents, one phrase per option or raw file."""
+    changes = [
+        f"{key} {old.get(key)!r} -> {new.get(key)!r}"
+        for key in sorted(set(old) | set(new))
+        if key != "inputs" and old.get(key) != new.get(key)
+    ]
+    before, after = old.get("inputs") or {}, new.get("inputs") or {}
+    for name in sorted(set(before) | set(after)):
+        a, b = before.get(name), after.get(name)
+        if a == b:
+            continue
+        if a is None or b is None:
+            changes.append(f"{name} {'added' if a is None else 'no longer read'}")
+        elif a["bytes"] != b["bytes"]:
+            changes.append(f"{name} changed ({a['bytes']} -> {b['bytes']} bytes)")
+        else:
+            changes.append(f"{name} changed (same size, other content)")
+    return changes
+
+
+def _reusable(dest: str, meta: Dict, raw_dir: str) -> Optional[List[str]]:
+    """None if ``dest`` holds this very preparation, else the reasons to (re)build it."""
+    meta_path = os.path.join(dest, "prepare.json")
+    if not os.path.isfile(meta_path):
+        return []
+    with open(meta_path) as f:
+        old = json.load(f)
+    if "inputs" not in old:
+        # prepared before fingerprints were recorded: same options, and raw files older than it
+        options = {k: v for k, v in meta.items() if k != "inputs"}
+        if options != old:
+            return describe_changes(old, options)
+        newer = [name for name in meta["inputs"]
+                 if os.path.getmtime(os.path.join(raw_dir, name)) > os.path.getmtime(meta_path)]
+        if newer:
+            return [f"{name} modified after the preparation" for name in newer]
+        with open(meta_path + ".tmp", "w") as f:
+            json.dump(meta, f, indent=2)
+        os.replace(meta_path + ".tmp", meta_path)
+        logger.info("recorded the raw files' fingerprint in %s", meta_path)
+        return None
+    changes = describe_changes(old, meta)
+    return changes or None
 
 
 _TOKENIZER = None
@@ -146,15 +212,25 @@ def binarize(bpe_dir: str, bin_dir: str, src: str, tgt: str, workers: int) -> No
 
 def prepare(raw_dir: str, dest: str, src: str, tgt: str, merges: int = 10000,
             lowercase: bool = False, workers: int = 2, force: bool = False) -> str:
-    """Run the whole pipeline; returns ``dest``. Reuses a finished ``dest`` unless ``force``."""
+    """Run the whole pipeline; returns ``dest``.
+
+    A finished ``dest`` is reused when it was prepared with the same options from raw
+    files of the same content (sizes and SHA-256 in ``prepare.json``) unless ``force``;
+    otherwise it is rebuilt, and the log names every option and raw file that changed.
+    """
     meta = {"src": src, "tgt": tgt, "merges": merges, "lowercase": lowercase,
-            "raw_dir": os.path.abspath(raw_dir), "moses_src": moses_lang(src), "moses_tgt": moses_lang(tgt)}
-    meta_path = os.path.join(dest, "prepare.json")
-    if not force and os.path.isfile(meta_path):
-        with open(meta_path) as f:
-            if json.load(f) == meta:
-                logger.info("reusing prepared data in %s", dest)
-                return dest
+            "raw_dir": os.path.abspath(raw_dir), "moses_src": moses_lang(src), "moses_tgt": moses_lang(tgt),
+            "inputs": fingerprint(raw_dir, src, tgt)}
+    if force:
+        if os.path.isdir(dest):
+            logger.info("rebuilding %s (--force)", dest)
+    else:
+        changes = _reusable(dest, meta, raw_dir)
+        if changes is None:
+            logger.info("reusing prepared data in %s (same options, same raw files)", dest)
+            return dest
+        if changes:
+            logger.warning("rebuilding %s: %s", dest, "; ".join(changes))
     check_parallel(raw_dir, src, tgt)
     tmp = dest.rstrip("/") + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -197,7 +273,10 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--bpe-merges", type=int, default=10000, help="number of joint BPE merges")
     parser.add_argument("--lowercase", action="store_true", help="lower-case after tokenisation")
     parser.add_argument("--workers", type=int, default=2, help="processes for tokenisation and binarisation")
-    parser.add_argument("--force", action="store_true", help="redo even if DEST holds the same preparation")
+    parser.add_argument(
+        "--force", action="store_true",
+        help="redo even if DEST holds the same preparation (same options and raw file contents)",
+    )
     return parser
 
 
