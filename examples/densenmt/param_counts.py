@@ -3,6 +3,7 @@
 Usage: python examples/densenmt/param_counts.py [--vocab 25000] [--max-positions 1024]
 Prints a Markdown table (total, embeddings+softmax, rest).
 """
+
 import argparse
 import logging
 
@@ -14,9 +15,19 @@ import fairseq_dense  # noqa: F401
 from fairseq_dense.logging_setup import configure_logging
 from fairseq_dense.models.densenmt import DenseNMTConfig, DenseNMTModel
 
-ARCHS = ["densenmt_base_4l", "densenmt_enc_4l", "densenmt_dec_4l", "densenmt_att_4l", "densenmt_4l_1",
-         "densenmt_4l_2", "densenmt_base_8l", "densenmt_8l_1", "densenmt_8l_2", "densenmt_wmt_en_de_15",
-         "densenmt_tiny"]
+ARCHS = [
+    "densenmt_base_4l",
+    "densenmt_enc_4l",
+    "densenmt_dec_4l",
+    "densenmt_att_4l",
+    "densenmt_4l_1",
+    "densenmt_4l_2",
+    "densenmt_base_8l",
+    "densenmt_8l_1",
+    "densenmt_8l_2",
+    "densenmt_wmt_en_de_15",
+    "densenmt_tiny",
+]
 
 
 class _Task:

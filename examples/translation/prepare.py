@@ -6,6 +6,7 @@
 
 See ``fairseq_dense/data/prepare.py`` for what is written where.
 """
+
 from fairseq_dense.data.prepare import main
 
 if __name__ == "__main__":

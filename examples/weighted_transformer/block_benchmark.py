@@ -9,6 +9,7 @@ so it also runs on a bare GPU machine::
 
     python examples/weighted_transformer/block_benchmark.py --device cuda --dtype bf16
 """
+
 import argparse
 import importlib.util
 import os
@@ -43,8 +44,9 @@ def load_block():
 
         mods.FairseqDropout = FairseqDropout
         fs.utils = utils
-        sys.modules.update({"fairseq": fs, "fairseq.utils": utils, "fairseq.modules": mods,
-                            "fairseq.incremental_decoding_utils": inc})
+        sys.modules.update(
+            {"fairseq": fs, "fairseq.utils": utils, "fairseq.modules": mods, "fairseq.incremental_decoding_utils": inc}
+        )
     for name in ("fairseq_dense", "fairseq_dense.modules"):
         sys.modules.setdefault(name, types.ModuleType(name))
     for name in ("simplex", "branched_attention"):
