@@ -1,0 +1,548 @@
+"""Hostile model directories and checkpoints: nothing runs, one line names what is wrong.
+
+One tiny ``gru_attention_tiny`` model (and a ``weighted_transformer_tiny`` one for
+fairseq's transformer options) is built untrained and exported once per module.
+Each case copies the export, tampers with it, and loads it through
+``from_pretrained`` on the directory, by repository id from a huggingface_hub
+cache, and through ``torch.hub.load(source="local")`` with ``hubconf.py``;
+checkpoint cases go through ``fairseq-dense-export``. Every case asserts:
+
+- a ``PretrainedModelError`` (never ``SystemExit``, ``KeyError``, ...) whose one-line
+  message names the file or key at fault;
+- the marker file of the payload does not exist. Config payloads create it when
+  evaluated (fairseq's ``fconv``/``wav2vec2`` ``eval()`` of layer specs, an imported
+  ``user_dir``); pickled payloads lie beside the files, and ``torch.load``/``pickle``
+  are replaced by tripwires that create it when called at all.
+
+Config edits are re-signed (``SHA256SUMS`` rewritten, as an attacker would) so that
+the schema, not the checksum, has to stop them; integrity cases are not re-signed.
+"""
+import ast
+import hashlib
+import json
+import os
+import pickle
+import re
+import shutil
+import struct
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import fairseq_dense
+from fairseq_dense import hub
+from fairseq_dense.cli import export as export_cli
+from fairseq_dense.hub import PretrainedModelError
+from fairseq_dense.hub.manifest import read_manifest, write_manifest
+from tests import helpers
+
+GRU, TRANSFORMER = "gru_attention_tiny", "weighted_transformer_tiny"
+_EXPORTS = {}
+
+
+# ---------------------------------------------------------------- the shared tiny models
+
+def build_checkpoint(root: Path, arch: str) -> Path:
+    """An untrained ``arch`` saved the way fairseq's trainer saves it (``cfg`` as a plain dict)."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from omegaconf import OmegaConf
+
+    data = root / "bin"
+    data.mkdir(parents=True, exist_ok=True)
+    for lang in ("src", "tgt"):
+        (data / f"dict.{lang}.txt").write_text("".join(f"{c} {100 - i}\n" for i, c in enumerate("abcdefghijkl")))
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        str(data), "--arch", arch, "--task", "translation", "--source-lang", "src", "--target-lang", "tgt", "--cpu",
+    ])
+    cfg = convert_namespace_to_omegaconf(args)
+    torch.manual_seed(0)
+    model = tasks.setup_task(cfg.task).build_model(cfg.model)
+    ckpt = root / "checkpoint_last.pt"
+    torch.save({"args": None, "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
+                "model": model.state_dict()}, ckpt)
+    return ckpt
+
+
+def exported(tmp_path_factory, arch: str) -> SimpleNamespace:
+    """``arch`` built and exported with BPE codes and moses, once per module."""
+    if arch not in _EXPORTS:
+        root = tmp_path_factory.mktemp(arch)
+        ckpt = build_checkpoint(root, arch)
+        codes = root / "bpecodes"
+        codes.write_text("#version: 0.2\nx y\n")
+        out = hub.export_checkpoint([ckpt], root / "export", data=root / "bin", bpe_codes=codes)
+        _EXPORTS[arch] = SimpleNamespace(dir=out, ckpt=ckpt, data=root / "bin")
+    return _EXPORTS[arch]
+
+
+@pytest.fixture(scope="module")
+def gru(tmp_path_factory):
+    return exported(tmp_path_factory, GRU)
+
+
+@pytest.fixture(scope="module")
+def transformer(tmp_path_factory):
+    return exported(tmp_path_factory, TRANSFORMER)
+
+
+@pytest.fixture
+def marker(tmp_path):
+    return tmp_path / "MARKER"
+
+
+def payload(marker: Path) -> str:
+    """A Python expression that creates ``marker`` and evaluates to an fconv layer spec."""
+    return f"(__import__('pathlib').Path({str(marker)!r}).touch(), [(32, 3)])[1]"
+
+
+class _Pickled:
+    """Unpickling this creates the marker file."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+@pytest.fixture
+def tripwire(marker, monkeypatch):
+    """torch.load and pickle create the marker (and fail) if the loading path calls them at all."""
+
+    def trip(*args, **kwargs):
+        marker.touch()
+        raise AssertionError("the loading path unpickled")
+
+    for target, name in ((torch, "load"), (pickle, "load"), (pickle, "loads"), (pickle, "Unpickler")):
+        monkeypatch.setattr(target, name, trip)
+
+
+# ---------------------------------------------------------------- tampering helpers
+
+def tamper(source: Path, tmp_path: Path, edit, marker: Path, resign: bool) -> Path:
+    """A copy of ``source`` changed by ``edit(dir, marker)``, with live pickles beside its files."""
+    model_dir = tmp_path / "model"
+    shutil.copytree(source, model_dir)
+    for name in ("model.pt", "pytorch_model.bin"):
+        with open(model_dir / name, "wb") as f:
+            pickle.dump(_Pickled(marker), f)
+    edit(model_dir, marker)
+    if resign:
+        write_manifest(model_dir, [n for n in read_manifest(model_dir) if (model_dir / n).exists()])
+    return model_dir
+
+
+def config_edit(change):
+    """An edit applying ``change(config, marker)`` to config.json."""
+
+    def edit(model_dir: Path, marker: Path):
+        path = model_dir / "config.json"
+        config = json.loads(path.read_text())
+        change(config, marker)
+        path.write_text(json.dumps(config))
+
+    return edit
+
+
+def safetensors_header(path: Path):
+    data = path.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    return data, n, json.loads(data[8:8 + n])
+
+
+def swap_offsets(model_dir: Path, marker: Path) -> None:
+    """Swap the data offsets of two tensors of the same shape (the header keeps its length)."""
+    path = model_dir / "model.safetensors"
+    data, n, header = safetensors_header(path)
+    by_shape = {}
+    for name, entry in header.items():
+        if name != "__metadata__":
+            by_shape.setdefault((entry["dtype"], tuple(entry["shape"])), []).append(name)
+    a, b = next(names for names in by_shape.values() if len(names) >= 2)[:2]
+    header[a]["data_offsets"], header[b]["data_offsets"] = header[b]["data_offsets"], header[a]["data_offsets"]
+    text = json.dumps(header, separators=(",", ":")).encode()
+    assert len(text) <= n
+    path.write_bytes(data[:8] + text.ljust(n, b" ") + data[8 + n:])
+
+
+def retype_first_tensor(model_dir: Path, marker: Path) -> None:
+    """F32 -> I32 in the header: same size, so the file stays a valid safetensors file."""
+    path = model_dir / "model.safetensors"
+    data, n, _ = safetensors_header(path)
+    header = data[8:8 + n]
+    assert b'"F32"' in header
+    path.write_bytes(data[:8] + header.replace(b'"F32"', b'"I32"', 1) + data[8 + n:])
+
+
+def flip_last_weight_byte(model_dir: Path, marker: Path) -> None:
+    path = model_dir / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def permute_dictionary(model_dir: Path, marker: Path) -> None:
+    path = model_dir / "dict.tgt.txt"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[1:] + lines[:1]))
+
+
+def user_dir_plugin(marker: Path) -> str:
+    """A fairseq --user-dir whose import creates the marker."""
+    plugin = marker.parent / "evil_plugin"
+    plugin.mkdir(exist_ok=True)
+    (plugin / "__init__.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n")
+    return str(plugin)
+
+
+def _set(path: str, value):
+    """A config change setting ``a.b.c`` to ``value`` (a callable gets the marker)."""
+
+    def change(config, marker):
+        *parents, leaf = path.split(".")
+        node = config
+        for p in parents:
+            node = node.setdefault(p, {}) if isinstance(node.get(p, {}), dict) else node[p]
+        node[leaf] = value(marker) if callable(value) else value
+
+    return change
+
+
+def _both(*changes):
+    def change(config, marker):
+        for c in changes:
+            c(config, marker)
+
+    return change
+
+
+def _write(name: str, text):
+    def edit(model_dir, marker):
+        (model_dir / name).write_bytes(text(model_dir) if callable(text) else text)
+
+    return edit
+
+
+# ---------------------------------------------------------------- loaders
+
+def lay_out_hub_cache(cache: Path, repo_id: str, folder: Path, commit: str = "c" * 40) -> None:
+    """A cache as huggingface_hub writes it: blobs by hash, a snapshot of symlinks, refs/main."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    snap = repo / "snapshots" / commit
+    (repo / "blobs").mkdir(parents=True)
+    snap.mkdir(parents=True)
+    for f in folder.iterdir():
+        blob = repo / "blobs" / hashlib.sha256(f.read_bytes()).hexdigest()
+        shutil.copyfile(f, blob)
+        (snap / f.name).symlink_to(os.path.relpath(blob, snap))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+
+
+def load_dir(model_dir: Path, tmp_path: Path):
+    return hub.from_pretrained(model_dir)
+
+
+def load_hub_cache(model_dir: Path, tmp_path: Path):
+    cache = tmp_path / "hf-cache"
+    lay_out_hub_cache(cache, "someone/tiny", model_dir)
+    return fairseq_dense.from_pretrained("someone/tiny", cache_dir=str(cache), local_files_only=True)
+
+
+def load_torch_hub(model_dir: Path, tmp_path: Path):
+    return torch.hub.load(str(helpers.REPO), "from_pretrained", str(model_dir), source="local")
+
+
+LOADERS = {"dir": load_dir, "hub_cache": load_hub_cache, "torch_hub": load_torch_hub}
+
+
+def assert_refused(load, match: str, marker: Path) -> str:
+    """``load()`` raises a one-line PretrainedModelError matching ``match``, and the payload never ran."""
+    try:
+        with pytest.raises(PretrainedModelError) as info:
+            load()
+    finally:
+        assert not marker.exists(), "the payload ran"
+    message = str(info.value)
+    assert re.search(match, message), message
+    assert "\n" not in message and info.value.__cause__ is None
+    return message
+
+
+# ---------------------------------------------------------------- config payloads (re-signed)
+
+CONFIG_CASES = {
+    "fconv eval through arch": (
+        _both(_set("arch", "fconv"), _set("model", lambda m: {"encoder_layers": payload(m)})),
+        r"config.json: key 'arch': unknown architecture 'fconv' \(a fairseq architecture"),
+    "fconv eval through task": (
+        _both(_set("task.arch", "fconv"), _set("task.encoder_layers", payload)), r"config.json: key 'task.arch'"),
+    "task sets a model option": (_set("task.encoder_embed_dim", 8), r"key 'task.encoder_embed_dim' is a model option"),
+    "wav2vec2 eval": (
+        _both(_set("arch", "wav2vec2"), _set("model", lambda m: {"conv_feature_layers": payload(m)})),
+        r"key 'arch': unknown architecture 'wav2vec2'"),
+    "task data outside the folder": (_set("task.data", "/"), r"key 'task.data' cannot be set"),
+    "task user_dir": (_set("task.user_dir", user_dir_plugin), r"key 'task.user_dir' cannot be set"),
+    "top-level user_dir": (_set("user_dir", user_dir_plugin), r"key 'user_dir' is not accepted"),
+    "task name os.system": (_set("task._name", "os.system"), r"key 'task._name' must be one of \['translation'"),
+    "fairseq task name": (_set("task._name", "translation_lev"), r"key 'task._name'"),
+    "model _name": (_set("model._name", "fconv"), r"key 'model._name' is not accepted"),
+    "model arch": (_set("model.arch", "fconv"), r"key 'model.arch' is not accepted"),
+    "expression as an integer": (_set("model.encoder_embed_dim", payload), r"key 'model.encoder_embed_dim' must be an integer"),
+    "boolean as an integer": (_set("model.encoder_embed_dim", True), r"key 'model.encoder_embed_dim' must be an integer"),
+    "huge integer": (_set("model.encoder_embed_dim", 2**40), r"key 'model.encoder_embed_dim' must be an integer"),
+    "list as a float": (_set("model.dropout", [0.1]), r"key 'model.dropout' must be a finite number"),
+    "interpolation": (_set("model.dropout", "${oc.env:HOME}"), r"key 'model.dropout' must be a finite number"),
+    "NaN": (lambda c, m: None, None),  # replaced below: JSON constants are written as text
+    "tokenizer name": (_set("tokenizer._name", "os.system"), r"key 'tokenizer._name' must be 'moses'"),
+    "tokenizer language path": (_set("tokenizer.source_lang", "../../etc"), r"key 'tokenizer.source_lang'"),
+    "bpe name": (_set("bpe._name", "gpt2"), r"key 'bpe._name' must be 'subword_nmt'"),
+    "bpe codes path": (_set("bpe.bpe_codes", "/etc/hosts"), r"key 'bpe.bpe_codes' is not accepted"),
+    "source language path": (
+        _both(_set("task.source_lang", "../x"), _set("dictionaries.source.file", "dict.../x.txt")),
+        r"key 'task.source_lang' must be a language code"),
+    "dictionary path": (_set("dictionaries.target.file", "/etc/hosts"), r"key 'dictionaries.target.file' must be"),
+    "weights dtype": (_set("weights_dtype", "object"), r"key 'weights_dtype' must be one of"),
+    "unknown architecture": (_set("arch", "future_model_tiny"), r"key 'arch': unknown architecture 'future_model_tiny'"),
+    "old format": (_set("format_version", 1), r"config.json: format version 1 has no checksums .* re-export"),
+}
+del CONFIG_CASES["NaN"]
+
+
+@pytest.mark.parametrize("loader", sorted(LOADERS))
+@pytest.mark.parametrize("case", sorted(CONFIG_CASES))
+def test_config_payloads_are_refused(gru, tmp_path, marker, tripwire, case, loader):
+    change, match = CONFIG_CASES[case]
+    model_dir = tamper(gru.dir, tmp_path, config_edit(change), marker, resign=True)
+    assert_refused(lambda: LOADERS[loader](model_dir, tmp_path), match, marker)
+
+
+@pytest.mark.parametrize("text, match", [
+    ('"dropout": NaN', "NaN is not allowed"),
+    ('"dropout": 0.1, "dropout": 0.2', "duplicate key 'dropout'"),
+])
+def test_json_tricks_are_refused(gru, tmp_path, marker, tripwire, text, match):
+    def edit(model_dir, marker):
+        path = model_dir / "config.json"
+        edited = re.sub(r'"dropout": [-+0-9.e]+', text, path.read_text(), count=1)
+        assert edited != path.read_text()
+        path.write_text(edited)
+
+    model_dir = tamper(gru.dir, tmp_path, edit, marker, resign=True)
+    assert_refused(lambda: hub.from_pretrained(model_dir), f"config.json: not valid JSON .*{match}", marker)
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("encoder_embed_path", "/etc/hosts", r"must be null \(free-text options"),  # fairseq would read the file
+    ("encoder_xformers_att_config", '{"name": "x"}', r"must be null \(free-text options"),
+    ("adaptive_softmax_cutoff", "(__import__('os'), [2])[1]", "must be a list of finite numbers"),  # eval_str_list
+    ("activation_fn", "os.system", "must be one of"),
+])
+def test_transformer_options_are_refused(transformer, tmp_path, marker, tripwire, key, value, match):
+    if key == "adaptive_softmax_cutoff":
+        value = payload(marker)
+    model_dir = tamper(transformer.dir, tmp_path, config_edit(_set(f"model.{key}", value)), marker, resign=True)
+    assert_refused(lambda: hub.from_pretrained(model_dir), f"config.json: key 'model.{key}' {match}", marker)
+
+
+# ---------------------------------------------------------------- integrity (not re-signed)
+
+INTEGRITY_CASES = {
+    "weight byte": (flip_last_weight_byte, "model.safetensors: sha256 .* differs from SHA256SUMS"),
+    "dtype in header": (retype_first_tensor, "model.safetensors: sha256 .* differs"),
+    "offsets swapped": (swap_offsets, "model.safetensors: sha256 .* differs"),
+    "dictionary permuted": (permute_dictionary, "dict.tgt.txt: sha256 .* differs"),
+    "bpe codes changed": (_write("bpecodes", b"#version: 0.2\na b\n"), "bpecodes: sha256 .* differs"),
+    "config changed": (config_edit(_set("model.dropout", 0.3)), "config.json: sha256 .* differs"),
+    "fconv payload, manifest kept": (
+        config_edit(_both(_set("arch", "fconv"), _set("model", lambda m: {"encoder_layers": payload(m)}))),
+        "config.json: sha256 .* differs"),
+    "no manifest (older export)": (lambda d, m: (d / "SHA256SUMS").unlink(), "SHA256SUMS: missing; .* re-export"),
+    "manifest lists another file": (
+        lambda d, m: open(d / "SHA256SUMS", "a").write(f"{'0' * 64}  model.pt\n"),
+        "SHA256SUMS: lists model.pt, which config.json does not load"),
+    "manifest garbage": (_write("SHA256SUMS", b"\x80\x81 evil\n"), "SHA256SUMS: line 1 is not"),
+    "manifest lacks a file": (
+        lambda d, m: (d / "SHA256SUMS").write_text(
+            "".join(line + "\n" for line in (d / "SHA256SUMS").read_text().splitlines() if "bpecodes" not in line)),
+        "bpecodes: not listed in SHA256SUMS"),
+}
+
+
+@pytest.mark.parametrize("loader", sorted(LOADERS))
+@pytest.mark.parametrize("case", sorted(INTEGRITY_CASES))
+def test_changed_files_fail_their_checksum(gru, tmp_path, marker, tripwire, case, loader):
+    edit, match = INTEGRITY_CASES[case]
+    model_dir = tamper(gru.dir, tmp_path, edit, marker, resign=False)
+    assert_refused(lambda: LOADERS[loader](model_dir, tmp_path), match, marker)
+
+
+# ---------------------------------------------------------------- the checks behind the checksums (re-signed)
+
+DEEP_CASES = {
+    "dtype in header": (retype_first_tensor,
+                        r"model.safetensors: tensor '.*' is stored as int32, but config.json says weights_dtype float32"),
+    "weights_dtype float16 over float32 weights": (
+        config_edit(_set("weights_dtype", "float16")), r"model.safetensors: tensor '.*' is stored as float32"),
+    "pickle named as safetensors": (
+        lambda d, m: shutil.copyfile(d / "model.pt", d / "model.safetensors"), "model.safetensors: corrupted"),
+    "truncated weights": (_write("model.safetensors", lambda d: (d / "model.safetensors").read_bytes()[:999]),
+                          "model.safetensors: corrupted"),
+    "header corrupted": (
+        _write("model.safetensors", lambda d: (d / "model.safetensors").read_bytes()[:8] + b"{\"x\": ["
+               + (d / "model.safetensors").read_bytes()[15:]), "model.safetensors: corrupted"),
+    "tied_weights metadata": (
+        lambda d, m: None, None),  # built below (needs the header)
+    "wrong shapes": (
+        lambda d, m: (open(d / "dict.tgt.txt", "a").write("zz 1\n"),
+                      config_edit(_set("dictionaries.target.size", 17))(d, m)),
+        r"model.safetensors: tensor '.*' has shape"),
+    "dictionary with an extra line": (lambda d, m: open(d / "dict.tgt.txt", "a").write("zz 1\n"),
+                                      "dict.tgt.txt: 17 symbols, but config.json"),
+    "dictionary missing": (lambda d, m: (d / "dict.tgt.txt").unlink(), "dict.tgt.txt: missing"),
+    "dictionary not a dictionary": (_write("dict.tgt.txt", b"a\n"), "dict.tgt.txt: not a fairseq dictionary"),
+    "weights missing": (lambda d, m: (d / "model.safetensors").unlink(), "model.safetensors: missing"),
+}
+del DEEP_CASES["tied_weights metadata"]
+
+
+@pytest.mark.parametrize("loader", ["dir", "hub_cache"])
+@pytest.mark.parametrize("case", sorted(DEEP_CASES))
+def test_deeper_checks_hold_without_the_checksums(gru, tmp_path, marker, tripwire, case, loader):
+    edit, match = DEEP_CASES[case]
+    model_dir = tamper(gru.dir, tmp_path, edit, marker, resign=True)
+    assert_refused(lambda: LOADERS[loader](model_dir, tmp_path), match, marker)
+
+
+def test_file_linked_outside_the_folder_is_refused(gru, tmp_path, marker, tripwire):
+    outside = tmp_path / "outside.txt"
+    shutil.copyfile(gru.dir / "dict.tgt.txt", outside)  # same bytes: the checksum alone would pass
+
+    def edit(model_dir, marker):
+        (model_dir / "dict.tgt.txt").unlink()
+        (model_dir / "dict.tgt.txt").symlink_to(outside)
+
+    model_dir = tamper(gru.dir, tmp_path, edit, marker, resign=False)
+    for loader in ("dir", "torch_hub"):
+        assert_refused(lambda: LOADERS[loader](model_dir, tmp_path), "dict.tgt.txt: resolves outside", marker)
+
+
+@pytest.mark.parametrize("loader", sorted(LOADERS))
+def test_pickles_beside_are_never_opened(gru, tmp_path, marker, tripwire, loader):
+    """The untampered export with live pickles beside it loads, and translates, without unpickling."""
+    model_dir = tamper(gru.dir, tmp_path, lambda d, m: None, marker, resign=False)
+    model = LOADERS[loader](model_dir, tmp_path)
+    assert isinstance(model.translate("a b c", beam=2, max_len_b=4), str)
+    assert not marker.exists()
+
+
+# ---------------------------------------------------------------- the manifest as written
+
+def test_manifest_covers_exactly_the_loaded_files(gru):
+    lines = (gru.dir / "SHA256SUMS").read_text().splitlines()
+    sums = dict(reversed(line.split("  ", 1)) for line in lines)
+    assert sorted(sums) == ["bpecodes", "config.json", "dict.src.txt", "dict.tgt.txt", "model.safetensors"]
+    for name, digest in sums.items():  # sha256sum -c format
+        assert hashlib.sha256((gru.dir / name).read_bytes()).hexdigest() == digest
+    config = json.loads((gru.dir / "config.json").read_text())
+    assert config["format_version"] == 2 and config["weights_dtype"] == "float32"
+    assert "SHA256SUMS" in hub.HUB_ALLOW_PATTERNS and not any(p.endswith(".pt") for p in hub.HUB_ALLOW_PATTERNS)
+
+
+# ---------------------------------------------------------------- fairseq-dense-export on crafted checkpoints
+
+def crafted_checkpoint(gru, tmp_path: Path, marker: Path, change) -> Path:
+    """The shared checkpoint with ``change(state, marker)`` applied, saved anew."""
+    state = torch.load(gru.ckpt, weights_only=True)
+    change(state, marker)
+    path = tmp_path / "crafted.pt"
+    torch.save(state, path)
+    return path
+
+
+def _cfg_set(node, key: str, value) -> None:
+    """Set an option in a checkpoint's config node (a dict, or a Namespace for argparse-style models)."""
+    if isinstance(node, dict):
+        node[key] = value
+    else:
+        setattr(node, key, value)
+
+
+def _cfg(section: str, key: str, value):
+    def change(state, marker):
+        _cfg_set(state["cfg"][section], key, value(marker) if callable(value) else value)
+
+    return change
+
+
+def _fconv(state, marker):
+    state["cfg"]["model"].update(_name="fconv", encoder_layers=payload(marker), decoder_layers=payload(marker))
+
+
+def _namespace_fconv(state, marker):
+    import argparse
+
+    state["args"] = argparse.Namespace(arch="fconv", task="translation", encoder_layers=payload(marker),
+                                       data=str(marker.parent), source_lang="src", target_lang="tgt")
+
+
+def _pickle_payload(state, marker):
+    state["extra_state"] = _Pickled(marker)
+
+
+EXPORT_CASES = {
+    "fconv eval": (_fconv, r"crafted.pt: architecture 'fconv' is not one of fairseq-dense's"),
+    "fconv eval, legacy args": (_namespace_fconv, r"crafted.pt: architecture 'fconv' is not one of"),
+    "expression as an integer": (_cfg("model", "encoder_embed_dim", payload),
+                                 r"crafted.pt: key 'model.encoder_embed_dim' must be an integer"),
+    "interpolation": (_cfg("model", "dropout", "${oc.env:HOME}"), r"crafted.pt: key 'model.dropout' must be"),
+    "task name": (_cfg("task", "_name", "os.system"), r"crafted.pt: task 'os.system' of the checkpoint"),
+    "language path": (_cfg("task", "source_lang", "../../x"), r"crafted.pt: key 'task.source_lang'"),
+    "unknown architecture": (_cfg("model", "_name", "future_model_tiny"), r"'future_model_tiny' is not one of"),
+    "pickled object": (_pickle_payload, r"crafted.pt: cannot be read safely"),
+    "not a tensor": (lambda s, m: s["model"].update(extra=[1, 2]), r"crafted.pt: 'model' entry 'extra' is not"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EXPORT_CASES))
+def test_export_refuses_crafted_checkpoints(gru, tmp_path, marker, capsys, case):
+    change, match = EXPORT_CASES[case]
+    ckpt = crafted_checkpoint(gru, tmp_path, marker, change)
+    out = tmp_path / "out"
+    try:
+        rc = export_cli.main([str(ckpt), "--out", str(out), "--data", str(gru.data)])
+    finally:
+        assert not marker.exists(), "the payload ran"
+    err = capsys.readouterr().err.strip()
+    assert rc == 1 and re.search(match, err), err
+    assert len(err.splitlines()) == 1 and err.startswith("fairseq-dense-export: error: ")
+    assert not out.exists()
+
+
+def test_export_refuses_transformer_path_option(transformer, tmp_path, marker, capsys):
+    state = torch.load(transformer.ckpt, weights_only=True)
+    _cfg_set(state["cfg"]["model"], "encoder_embed_path", str(helpers.REPO / "README.md"))  # fairseq would read it
+    torch.save(state, tmp_path / "crafted.pt")
+    rc = export_cli.main([str(tmp_path / "crafted.pt"), "--out", str(tmp_path / "out"), "--data", str(transformer.data)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "key 'model.encoder_embed_path' must be null" in err and len(err.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- the plugin's own code evaluates nothing
+
+def test_plugin_code_has_no_eval():
+    """The architectures the loader builds contain no eval/exec (nor fairseq's eval_str_* helpers)."""
+    package = Path(fairseq_dense.__file__).parent
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                if name in ("eval", "exec", "eval_str_list", "eval_str_dict", "eval_bool") and not (
+                    name == "eval" and isinstance(node.func, ast.Attribute)  # model.eval(): train/eval mode
+                ):
+                    found.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert found == []
