@@ -19,7 +19,9 @@ setup(
         'fairseq>=0.12.2; python_version<"3.11"',
         # Install torch first (the Makefile installs the CPU build 2.13.0): this
         # range is then already satisfied and pip never fetches a CUDA build.
-        "torch>=1.13",
+        # >= 2.6: torch.load defaults to weights_only=True, so fairseq's own
+        # checkpoint loading (which passes no weights_only) never unpickles code.
+        "torch>=2.6",
         "sacrebleu>=2.0",
         "subword-nmt>=0.3.8",
         "sacremoses>=0.0.53",

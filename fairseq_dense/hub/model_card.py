@@ -96,6 +96,7 @@ def model_card(config: Dict[str, Any], n_params: int, info: ModelCardInfo, paper
         + "".join(f"- `{d['file']}`: {side} dictionary ({d['size']} symbols)\n"
                   for side, d in config["dictionaries"].items())
         + (f"- `{loading.BPE_CODES_NAME}`: subword-nmt BPE codes\n" if config["bpe"] else "")
+        + f"- `{loading.MANIFEST_NAME}`: sha256 of the files above, verified when loading (`sha256sum -c`)\n"
         + pickle_note
         + "\n## Model options\n\n```json\n" + json.dumps(config["model"], indent=2, sort_keys=True) + "\n```\n"
     )
