@@ -21,6 +21,8 @@ built on it; :func:`reliability_helpers.default_task`): with fairseq's own
 (see ``fairseq_dense/tasks/translation_exact_resume.py``), which
 ``test_plain_translation_task_resume_differs`` pins down.
 """
+import re
+
 import pytest
 import torch
 
@@ -161,3 +163,28 @@ def test_plain_translation_task_resume_differs(data_bin, tmp_path):
     second = rh.train_inprocess(rh.base_train_args(data_bin, tmp_path / "cut", arch, TOTAL, *extra))
     assert all(first[u] == full[u] for u in first)
     assert any(abs(second[u] - full[u]) > 1e-6 for u in second)
+
+
+def test_restart_after_a_kill_during_the_copy_to_checkpoint_last(data_bin, tmp_path, caplog):
+    """fairseq copies the interval checkpoint to ``checkpoint_last.pt`` without a rename: a kill
+    during that copy leaves it truncated. The restart continues from the newest checkpoint that
+    loads, keeps the unreadable file beside it and says so."""
+    arch = rh.tiny_archs()[0]
+    save = tmp_path / "ckpt"
+    extra = ["--optimizer", "adam", "--lr", "0.003", "--batch-size", "8", "--save-interval-updates", "2"]
+    rh.train_inprocess(rh.base_train_args(data_bin, save, arch, 4, *extra))
+    interval = save / "checkpoint_2_4.pt"
+    assert rh.load_checkpoint(interval)["optimizer_history"][-1]["num_updates"] == 4
+    last = save / "checkpoint_last.pt"
+    cut = last.read_bytes()[: last.stat().st_size // 10]  # the copy killed at 10%
+    last.write_bytes(cut)
+
+    with caplog.at_level("WARNING", logger="fairseq_dense.resume"):
+        second = rh.train_inprocess(rh.base_train_args(data_bin, save, arch, 6, *extra))
+    assert sorted(second) == [5, 6], "did not continue from the interval checkpoint of update 4"
+    warning = [r.getMessage() for r in caplog.records if r.name == "fairseq_dense.resume"]
+    assert len(warning) == 1 and warning[0].startswith(f"{last} does not load"), warning
+    # checkpoint_2_4.pt, or its copy checkpoint_best.pt written after it: the same 4 updates
+    assert re.search(rf"resuming from {re.escape(str(save))}/checkpoint_(2_4|best)\.pt \(4 updates\)", warning[0])
+    assert (save / "checkpoint_last.pt.unreadable").read_bytes() == cut
+    assert rh.load_checkpoint(last)["optimizer_history"][-1]["num_updates"] == 6

@@ -13,22 +13,21 @@ Everything else is :class:`~fairseq_dense.tasks.translation_exact_resume.Transla
 (fairseq's ``translation`` with batches that do not depend on where a run was resumed).
 """
 from fairseq.tasks import register_task
-from fairseq.tasks.translation import TranslationConfig
 
 from fairseq_dense.modules.simplex import PROJECTED_BY_TASK_ATTR, project_parameters_after_step, simplex_parameters
-from fairseq_dense.tasks.translation_exact_resume import TranslationExactResumeTask
+from fairseq_dense.tasks.translation_exact_resume import TranslationExactResumeConfig, TranslationExactResumeTask
 
 #: attribute set on every model this task builds (models may check it, see
 #: ``WeightedTransformerModel.set_num_updates``)
 PROJECTION_HOOK_ATTR = "simplex_projection_hooked"
 
 
-@register_task("translation_weighted", dataclass=TranslationConfig)
+@register_task("translation_weighted", dataclass=TranslationExactResumeConfig)
 class TranslationWeightedTask(TranslationExactResumeTask):
     """Translation plus the post-step simplex projection of ``on_simplex`` parameters.
 
     Args:
-        cfg: fairseq's :class:`TranslationConfig` (all ``translation`` options apply).
+        cfg: :class:`TranslationExactResumeConfig` (all ``translation`` options apply).
         src_dict: source dictionary.
         tgt_dict: target dictionary.
     """
