@@ -1,7 +1,7 @@
 """Bad input gives one clear line and a non-zero exit (the table in docs/reliability.md).
 
 Most cases run in this process: the failing fairseq call raises, and
-:func:`fairseq_dense.validation.clear_error_message` must turn the exception into
+:func:`fairseq_dense.fairseq_compat.clear_error_message` must turn the exception into
 the documented line. Four cases run the real command-line tools (started
 together) to prove the one-line output, the exit status and the absence of a
 traceback: an invalid option, mismatched dictionaries, an empty line for
@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from fairseq_dense import validation
+from fairseq_dense import fairseq_compat, validation
 from fairseq_dense.cli import interactive as dense_interactive
 from tests import helpers
 from tests import reliability_helpers as rh
@@ -48,7 +48,7 @@ def _build(bin_dir, arch):
 def _message_of(fn, argv=("fairseq-train",)):
     with pytest.raises(BaseException) as info:
         fn()
-    msg = validation.clear_error_message(info.value, argv=list(argv))
+    msg = fairseq_compat.clear_error_message(info.value, argv=list(argv))
     assert msg is not None, f"no clear message for {info.value!r}"
     return msg
 
@@ -126,19 +126,19 @@ def test_empty_lines_are_refused(tmp_path):
 
 def test_option_error_is_one_line_in_process():
     def raise_from_package():
-        exec(compile("raise ValueError('--sumlen must be >= 2')", validation.__file__, "exec"))
+        exec(compile("raise ValueError('--sumlen must be >= 2')", fairseq_compat.__file__, "exec"))
 
     assert _message_of(raise_from_package) == "--sumlen must be >= 2"
     with pytest.raises(KeyError) as info:
         {}["x"]
-    assert validation.clear_error_message(info.value) is None  # anything else keeps its traceback
+    assert fairseq_compat.clear_error_message(info.value) is None  # anything else keeps its traceback
 
 
 def test_hook_only_for_command_line_tools():
-    assert validation._tool_name("/venv/bin/fairseq-train") == "fairseq-train"
-    assert validation._tool_name("/x/site-packages/fairseq_cli/generate.py") == "fairseq-generate"
-    assert validation._tool_name("/usr/bin/python") is None
-    assert validation._tool_name("/x/pytest") is None
+    assert fairseq_compat._tool_name("/venv/bin/fairseq-train") == "fairseq-train"
+    assert fairseq_compat._tool_name("/x/site-packages/fairseq_cli/generate.py") == "fairseq-generate"
+    assert fairseq_compat._tool_name("/usr/bin/python") is None
+    assert fairseq_compat._tool_name("/x/pytest") is None
 
 
 def _one_line_failure(proc, expected_start):

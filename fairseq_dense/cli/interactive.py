@@ -18,13 +18,8 @@ import io
 import sys
 from typing import BinaryIO, Iterator, List, Optional, Sequence
 
-from fairseq_dense.validation import (
-    FairseqDenseError,
-    InputError,
-    check_nonempty_lines,
-    clear_error_message,
-    install_excepthook,
-)
+from fairseq_dense.fairseq_compat import clear_error_message, install_excepthook
+from fairseq_dense.validation import FairseqDenseError, InputError, check_nonempty_lines
 
 PROG = "fairseq-dense-interactive"
 

@@ -176,7 +176,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     else:
         opts, train_args = build_parser().parse_known_args(argv)
     if opts.worker:
-        from fairseq_dense.validation import install_excepthook
+        from fairseq_dense.fairseq_compat import install_excepthook
 
         install_excepthook(argv0="fairseq-dense-train-ddp")  # one-line errors per rank
         rank_main(train_args, opts.backend)

@@ -1,0 +1,378 @@
+"""Workarounds for fairseq 0.12 on modern Python and torch, in one place.
+
+``import fairseq_dense`` calls :func:`install`, which applies each of them; none
+patches fairseq's code. Each can be turned off: list its name in the environment
+variable ``FAIRSEQ_DENSE_COMPAT_OFF`` (comma-separated, e.g.
+``FAIRSEQ_DENSE_COMPAT_OFF=prefetch_exit,error_hook``) before the import, or undo it
+afterwards as its docstring says.
+
+* ``safe_loading`` (:func:`allow_namespace_in_safe_loader`): torch >= 2.6 loads
+  checkpoints with ``weights_only=True`` and fairseq's checkpoints hold an
+  ``argparse.Namespace``.
+* ``prefetch_exit`` (:func:`quiesce_prefetch_threads`): fairseq's prefetch thread can
+  abort the interpreter at exit on Python 3.11.
+* ``checkpoint_mismatch`` (:func:`install_checkpoint_checks`,
+  :func:`explain_state_dict_mismatch`): torch's ``size mismatch`` list says what
+  differs, not why.
+* ``error_hook`` (:func:`install_excepthook`): fairseq's tools end user mistakes with
+  a traceback from deep inside torch or fairseq.
+
+(``fairseq_dense.logging_setup.configure_logging`` undoes fairseq's root-logger set-up
+for our entry points; they call it themselves.)
+"""
+import argparse
+import atexit
+import functools
+import logging
+import os
+import sys
+import threading
+import time
+from typing import Dict, Iterator, Optional
+
+import torch
+
+from fairseq_dense.validation import CheckpointMismatchError, FairseqDenseError, find_non_utf8
+
+logger = logging.getLogger(__name__)
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def install() -> None:
+    """Apply every workaround not listed in ``FAIRSEQ_DENSE_COMPAT_OFF`` (idempotent).
+
+    Called by ``import fairseq_dense`` after the models are registered.
+    """
+    off = {name.strip() for name in os.environ.get("FAIRSEQ_DENSE_COMPAT_OFF", "").split(",")}
+    if "safe_loading" not in off:
+        allow_namespace_in_safe_loader()
+    if "prefetch_exit" not in off:
+        atexit.unregister(quiesce_prefetch_threads)
+        atexit.register(quiesce_prefetch_threads)
+    if "checkpoint_mismatch" not in off:
+        install_checkpoint_checks()
+    if "error_hook" not in off:
+        install_excepthook()
+
+
+# ---------------------------------------------------------------- safe_loading
+
+def allow_namespace_in_safe_loader() -> None:
+    """Let torch's safe loader read fairseq checkpoints.
+
+    torch >= 2.6 loads with ``weights_only=True``; fairseq checkpoints hold an
+    ``argparse.Namespace``, so ``fairseq-generate``, resume and hub loading fail with
+    ``UnpicklingError``. This allows exactly that class and keeps the safe loader (no
+    ``weights_only=False``). Undo: ``torch.serialization.clear_safe_globals()``.
+    """
+    if hasattr(torch.serialization, "add_safe_globals"):
+        torch.serialization.add_safe_globals([argparse.Namespace])
+
+
+# ---------------------------------------------------------------- prefetch_exit
+
+WAIT_SECONDS = 30.0
+
+
+def _prefetch_threads():
+    try:
+        from fairseq.data.iterators import BackgroundConsumer
+    except ImportError:  # fairseq not importable: nothing of it is running
+        return []
+    return [t for t in threading.enumerate() if isinstance(t, BackgroundConsumer)]
+
+
+def _parked(thread) -> bool:
+    """The thread is blocked in ``queue.put`` on its full queue (it is the only producer).
+
+    ``queue.full()`` alone is not enough: right after the put that filled the queue
+    the thread still collates one more batch before it blocks.
+    """
+    # A waiter on ``not_full`` exists only while a put blocks on a full queue; the
+    # length of that deque is read atomically under the GIL, without q.mutex.
+    return len(thread._queue.not_full._waiters) > 0
+
+
+def quiesce_prefetch_threads(timeout: float = WAIT_SECONDS, threads=None) -> bool:
+    """Wait until fairseq's prefetch threads (default: all) are done or parked; True when they are.
+
+    fairseq's ``BufferedIterator`` (``--data-buffer-size``, default 10) fills a queue of
+    batches from a daemon ``BackgroundConsumer`` thread. When ``fairseq-train`` ends
+    while that thread is still collating a batch, Python 3.11 finalises the
+    interpreter under it: the thread, inside a torch tensor destructor that re-takes
+    the GIL, is terminated through a ``noexcept`` C++ frame and the process aborts
+    ("terminate called without an active exception", exit code 134) after training
+    has finished and every checkpoint is written. Run at exit, this waits (at most
+    ``timeout`` seconds) until every such thread is finished or blocked on its full
+    queue: a thread parked in ``queue.put`` is never resumed, so finalisation cannot
+    catch it inside a destructor. Undo:
+    ``atexit.unregister(fairseq_dense.fairseq_compat.quiesce_prefetch_threads)``.
+    """
+    deadline = time.monotonic() + timeout
+    busy = _prefetch_threads() if threads is None else list(threads)
+    while busy and time.monotonic() < deadline:
+        busy = [t for t in busy if t.is_alive() and not _parked(t)]
+        if busy:
+            time.sleep(0.01)
+    return not busy
+
+
+
+
+# ---------------------------------------------------------------- checkpoint_mismatch
+
+def _dictionary_sizes(model) -> Dict[str, int]:
+    sizes = {}
+    for side in ("encoder", "decoder"):
+        d = getattr(getattr(model, side, None), "dictionary", None)
+        if d is not None:
+            sizes[side] = len(d)
+    return sizes
+
+
+def explain_state_dict_mismatch(model, state_dict: Dict, model_cfg=None) -> Optional[str]:
+    """Why ``state_dict`` cannot be loaded into ``model``; None when the keys and shapes fit.
+
+    Args:
+        model: the model built from the current options and dictionaries.
+        state_dict: the checkpoint's ``"model"`` entry.
+        model_cfg: the model's config (for its ``--arch`` name in the message).
+
+    Returns:
+        One sentence naming the cause: another architecture (parameter names
+        differ), other dictionaries (only the rows of vocabulary-sized tensors
+        differ) or other model sizes (first differing tensor).
+    """
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state_dict))
+    unexpected = sorted(set(state_dict) - set(own))
+    arch = (getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
+            or getattr(getattr(model, "cfg", None), "_name", None) or type(model).__name__)
+    if missing or unexpected:
+        shared = len(set(own) & set(state_dict))
+        return (
+            f"the checkpoint's parameters do not match {arch} ({len(missing)} missing, e.g. "
+            f"{(missing or ['-'])[0]!r}; {len(unexpected)} unexpected, e.g. {(unexpected or ['-'])[0]!r}; "
+            f"{shared} shared): it was trained with another --arch or model options"
+        )
+    shape_diffs = [(k, tuple(state_dict[k].shape), tuple(v.shape)) for k, v in own.items()
+                   if hasattr(state_dict[k], "shape") and tuple(state_dict[k].shape) != tuple(v.shape)]
+    if not shape_diffs:
+        return None
+    vocab = _dictionary_sizes(model)
+    vocab_rows = set(vocab.values())
+    if all(len(c) == len(m) and c[1:] == m[1:] and m[0] in vocab_rows for _, c, m in shape_diffs):
+        key, ckpt, mine = shape_diffs[0]
+        sizes = ", ".join(f"{side} {n}" for side, n in vocab.items())
+        return (
+            f"the dictionaries do not match the checkpoint: they hold {sizes} symbols, the checkpoint "
+            f"was trained with {ckpt[0]} ({key}); use the dict.*.txt files of the data the model was "
+            f"trained on"
+        )
+    key, ckpt, mine = shape_diffs[0]
+    return (
+        f"checkpoint parameter {key!r} has shape {list(ckpt)} but {arch} built from the current "
+        f"options has {list(mine)} ({len(shape_diffs)} tensors differ): it was trained with other sizes"
+    )
+
+
+def _checked_load_state_dict(original):
+    @functools.wraps(original)
+    def load_state_dict(self, state_dict, *args, **kwargs):
+        try:
+            return original(self, state_dict, *args, **kwargs)
+        except RuntimeError as e:
+            if isinstance(e, CheckpointMismatchError) or "state_dict" not in str(e):
+                raise
+            model_cfg = kwargs.get("model_cfg", args[1] if len(args) > 1 else None)
+            reason = explain_state_dict_mismatch(self, state_dict, model_cfg)
+            if reason is None:
+                raise
+            raise CheckpointMismatchError(reason) from e
+
+    load_state_dict._fairseq_dense_checked = True
+    return load_state_dict
+
+
+def install_checkpoint_checks() -> None:
+    """Wrap ``load_state_dict`` of every registered fairseq-dense model class (idempotent).
+
+    fairseq loads checkpoints through the model's ``load_state_dict``; when the
+    checkpoint was trained with another ``--arch``, other sizes or other
+    dictionaries, torch lists every differing tensor. Only the failure path changes:
+    a load that torch rejects is re-raised as :class:`CheckpointMismatchError` with
+    the cause in one sentence (:func:`explain_state_dict_mismatch`). Turn off with
+    ``FAIRSEQ_DENSE_COMPAT_OFF=checkpoint_mismatch``.
+    """
+    from fairseq.models import MODEL_REGISTRY
+
+    for cls in set(MODEL_REGISTRY.values()):
+        if not cls.__module__.startswith("fairseq_dense."):
+            continue
+        current = cls.load_state_dict
+        if getattr(current, "_fairseq_dense_checked", False):
+            continue
+        cls.load_state_dict = _checked_load_state_dict(current)
+
+
+# ---------------------------------------------------------------- error_hook
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _frames(tb):
+    while tb is not None:
+        yield tb.tb_frame
+        tb = tb.tb_next
+
+
+def _raised_in_package(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    last = None
+    for frame in _frames(tb):
+        last = frame
+    return last is not None and os.path.abspath(last.f_code.co_filename).startswith(PACKAGE_DIR + os.sep)
+
+
+def _checkpoint_name(exc: BaseException) -> Optional[str]:
+    for e in _chain(exc):
+        msg = str(e)
+        if msg.startswith("Cannot load model parameters from checkpoint "):
+            return msg[len("Cannot load model parameters from checkpoint "):].split(";")[0]
+        for frame in _frames(e.__traceback__):
+            if frame.f_code.co_name in ("load_model_ensemble_and_task", "load_checkpoint_to_cpu"):
+                name = frame.f_locals.get("filename") or frame.f_locals.get("path")
+                if isinstance(name, str):
+                    return name
+    return None
+
+
+def checkpoint_arch(path: str) -> Optional[str]:
+    """The ``--arch`` a fairseq checkpoint was trained with, or None if it cannot be read."""
+    try:
+        import torch
+
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        cfg = state.get("cfg") or {}
+        model = cfg.get("model") if hasattr(cfg, "get") else None
+        arch = getattr(model, "arch", None) or getattr(model, "_name", None)
+        if arch is None and hasattr(model, "get"):
+            arch = model.get("arch") or model.get("_name")
+        if arch is None and state.get("args") is not None:
+            arch = getattr(state["args"], "arch", None)
+        return arch
+    except Exception:
+        return None
+
+
+def _unreadable_checkpoint(exc: BaseException) -> Optional[str]:
+    """The checkpoint path if ``exc`` came from ``torch.load`` of a file that is not a zip archive."""
+    import zipfile
+
+    for frame in _frames(exc.__traceback__):
+        if frame.f_code.co_name == "load_checkpoint_to_cpu":
+            path = frame.f_locals.get("local_path") or frame.f_locals.get("path")
+            if isinstance(path, str) and os.path.isfile(path) and not zipfile.is_zipfile(path):
+                return path
+    return None
+
+
+def clear_error_message(exc: BaseException, argv=None) -> Optional[str]:
+    """The one-line message for ``exc``, or None to keep Python's traceback.
+
+    Args:
+        exc: the uncaught exception (its ``__cause__``/``__context__`` chain is searched).
+        argv: the command line (default ``sys.argv``); used for ``--bf16`` hints.
+    """
+    argv = sys.argv if argv is None else argv
+    chain = list(_chain(exc))
+    for e in chain:
+        if isinstance(e, CheckpointMismatchError):
+            name = _checkpoint_name(exc)
+            if not name:
+                return str(e)
+            arch = checkpoint_arch(name)
+            return f"cannot load {name}{f' (a {arch} checkpoint)' if arch else ''}: {e}"
+    for e in chain:
+        if isinstance(e, FairseqDenseError) or (isinstance(e, ValueError) and _raised_in_package(e)):
+            return str(e)
+    first = chain[0]
+    msg = str(first)
+    corrupt = _unreadable_checkpoint(first)
+    if corrupt:
+        return (f"cannot read checkpoint {corrupt}: the file is truncated or not a torch checkpoint "
+                f"(e.g. a crash while fairseq copied it); restore from an intact one (checkpoint_best.pt, "
+                f"checkpoint<N>.pt) with --restore-file, or copy it over {os.path.basename(corrupt)}")
+    if msg.startswith("Size of sample #"):
+        return msg + " (or --truncate-source when training/generating from binarised data)"
+    if any(a in ("--bf16", "--memory-efficient-bf16") for a in argv) and any(
+        "xla" in str(e).lower() or "tpu" in str(e).lower() for e in chain
+    ):
+        return ("--bf16 needs a TPU in fairseq: fairseq/options.py turns --bf16 into --tpu, which needs "
+                "torch_xla; train in fp32 on CPU, use --fp16 or --amp on GPUs")
+    if isinstance(first, ValueError) and "negative seek position" in msg:
+        for frame in _frames(first.__traceback__):
+            name = frame.f_locals.get("filename")
+            if isinstance(name, str) and os.path.isfile(name):
+                bad = find_non_utf8(name)
+                if bad:
+                    return bad
+    return None
+
+
+def _tool_name(argv0: str) -> Optional[str]:
+    base = os.path.basename(argv0)
+    if base.startswith("fairseq-"):
+        return base
+    norm = argv0.replace(os.sep, "/")
+    if "/fairseq_cli/" in norm:
+        return "fairseq-" + os.path.splitext(base)[0]
+    if "/fairseq_dense/cli/" in norm:
+        return "fairseq-dense-" + os.path.splitext(base)[0].replace("_", "-")
+    return None
+
+
+def install_excepthook(argv0: Optional[str] = None) -> bool:
+    """Install the one-line error hook when running a fairseq command-line tool (idempotent).
+
+    fairseq reports several user mistakes with a traceback that ends deep inside torch
+    or fairseq (``negative seek position -1`` for a non-UTF-8 file, ``'NoneType'
+    object has no attribute 'xla_device'`` for ``--bf16 --cpu``). Only when a fairseq
+    command-line tool runs (``fairseq-*``, ``python -m fairseq_cli.*``, our
+    launchers), never in a library or notebook, ``sys.excepthook`` prints one line
+    ``<tool>: error: <what is wrong>`` for our own errors, for ``ValueError`` raised
+    by fairseq-dense code (option checks in ``build_model``) and for the fairseq
+    errors listed in :func:`clear_error_message`; any other exception keeps its
+    traceback. The exit status stays 1. ``FAIRSEQ_DENSE_TRACEBACK=1`` (or
+    ``FAIRSEQ_DENSE_COMPAT_OFF=error_hook``) keeps full tracebacks.
+
+    Returns:
+        True if the hook is (now) installed.
+    """
+    if os.environ.get("FAIRSEQ_DENSE_TRACEBACK", "0") not in ("", "0"):
+        return False
+    tool = _tool_name(argv0 if argv0 is not None else (sys.argv[0] if sys.argv else ""))
+    if tool is None:
+        return False
+    if getattr(sys.excepthook, "_fairseq_dense", False):
+        return True
+    previous = sys.excepthook
+
+    def excepthook(etype, value, tb):
+        try:
+            msg = clear_error_message(value)
+        except Exception:  # never hide the original error behind a bug of ours
+            msg = None
+        if msg is None:
+            return previous(etype, value, tb)
+        sys.stderr.write(f"{tool}: error: {' '.join(msg.split())}\n")
+
+    excepthook._fairseq_dense = True
+    sys.excepthook = excepthook
+    return True
