@@ -1,0 +1,89 @@
+"""``fairseq-dense-average``: the last N checkpoints of any family, averaged, load and generate."""
+
+import re
+
+import pytest
+import torch
+
+from fairseq_dense.cli import average
+from fairseq_dense.modules.simplex import is_on_simplex
+from tests import reliability_helpers as rh
+
+
+@pytest.fixture(scope="module")
+def data_bin(tmp_path_factory):
+    return rh.tiny_corpus(tmp_path_factory.mktemp("average_data"), 40)  # 5 updates per epoch
+
+
+def _update_checkpoints(save):
+    found = [(int(re.match(r"checkpoint_\d+_(\d+)\.pt", p.name).group(1)), p) for p in save.glob("checkpoint_*_*.pt")]
+    return [p for _, p in sorted(found)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", rh.tiny_archs())
+def test_average_of_the_last_two_checkpoints_loads_and_generates(arch, data_bin, tmp_path):
+    from fairseq import checkpoint_utils
+    from fairseq.sequence_generator import SequenceGenerator
+
+    save = tmp_path / "ckpt"
+    train = ["--optimizer", "adam", "--lr", "0.01", "--batch-size", "8", "--save-interval-updates", "1"]
+    rh.train_inprocess(rh.base_train_args(data_bin, save, arch, 3, *train))
+    ckpts = _update_checkpoints(save)
+    assert len(ckpts) == 3
+    out = tmp_path / "averaged.pt"
+    average.main([str(save), "--num-update-checkpoints", "2", "--output", str(out)])
+
+    a, b = (rh.load_checkpoint(p)["model"] for p in ckpts[1:])
+    avg = rh.load_checkpoint(out)["model"]
+    assert list(avg) == list(a)
+    moved = 0
+    for k, v in avg.items():
+        if v.is_floating_point():
+            torch.testing.assert_close(v, (a[k] + b[k]) / 2, rtol=0, atol=1e-6)
+            moved += not torch.equal(a[k], b[k])
+        if k.endswith((".kappa", ".alpha")):
+            assert is_on_simplex(v, atol=1e-6), k
+    assert moved, "the two checkpoints are equal: the average proves nothing"
+
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(out)])
+    task.load_dataset("valid")
+    batches = task.get_batch_iterator(task.dataset("valid"), max_sentences=4).next_epoch_itr(shuffle=False)
+    sample = next(batches)
+    for m in models:
+        m.eval()
+    hyps = task.inference_step(
+        SequenceGenerator(models, task.target_dictionary, beam_size=2, max_len_b=8), models, sample
+    )
+    assert len(hyps) == sample["nsentences"]
+    assert all(h[0]["tokens"][-1] == task.target_dictionary.eos() for h in hyps)
+
+
+@pytest.fixture
+def bad(tmp_path):
+    save = tmp_path / "ckpt"
+    save.mkdir()
+    torch.save({"model": {"w": torch.ones(2)}}, save / "checkpoint_1_1.pt")
+    torch.save({"model": {"v": torch.ones(2)}}, save / "checkpoint_1_2.pt")
+    (save / "checkpoint_1_3.pt").write_bytes(b"cut")
+    return save
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["{save}", "--num-update-checkpoints", "5"], r"--num-update-checkpoints 5: .* holds 3 checkpoint_<epoch>"),
+        (["{save}/checkpoint_1_1.pt", "{save}/checkpoint_1_2.pt"], r"checkpoint_1_2\.pt holds other parameters"),
+        (["{save}/checkpoint_1_3.pt"], r"cannot read checkpoint .*checkpoint_1_3\.pt"),
+        (["{save}/missing.pt"], r"no such checkpoint: .*missing\.pt"),
+        (["{save}"], r"give one folder with --num-update-checkpoints"),
+    ],
+)
+def test_bad_input_gives_a_usage_error_naming_the_cause(bad, tmp_path, capsys, argv, message):
+    out = tmp_path / "avg.pt"
+    with pytest.raises(SystemExit) as e:
+        average.main([a.format(save=bad) for a in argv] + ["--output", str(out)])
+    assert e.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert re.search(message, last), last
+    assert not out.exists() and not (tmp_path / "avg.pt.tmp").exists()
