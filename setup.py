@@ -44,6 +44,7 @@ setup(
             "fairseq-dense-train-ddp = fairseq_dense.cli.train_ddp:main",
             "fairseq-dense-interactive = fairseq_dense.cli.interactive:main",
             "fairseq-dense-branch-weights = fairseq_dense.cli.dump_branch_weights:main",
+            "fairseq-dense-average = fairseq_dense.cli.average:main",
         ],
     },
     classifiers=[
