@@ -7,7 +7,9 @@
 ``from_pretrained`` takes the same arguments as :func:`fairseq_dense.from_pretrained`
 (``revision``, ``cache_dir``, ``local_files_only``, fairseq options such as
 ``beam``); ``list_models()`` returns the named published models (the union of
-every model class's ``hub_models()``). Nothing is unpickled.
+every model class's ``hub_models()``). Nothing is unpickled, and every file is
+checked (config keys and types, ``SHA256SUMS``) before any model code runs: the
+guarantees of docs/hub.md, section "Security", hold here too.
 """
 dependencies = ["torch", "fairseq", "safetensors", "huggingface_hub", "sacremoses", "subword_nmt"]
 
