@@ -205,7 +205,8 @@ def run_entry(a, data: Dict, family: str, ours_args: List[str], key: str, work: 
     entry = pair(a, data, family, ours_args)
     stem = report.file_stem(key)
     base_key = tuple(entry["baseline_args"])  # ablations of one family share one baseline run
-    runs = {f"{stem}.ours": ours_args, **({} if base_key in baselines else {f"{stem}.baseline": list(base_key)})}
+    runs = {} if base_key in baselines else {f"{stem}.baseline": list(base_key)}
+    runs[f"{stem}.ours"] = ours_args  # the counterpart first, ours right after it
     trained = train_sides(a, data, runs, work)
     baselines.setdefault(base_key, trained.get(f"{stem}.baseline"))
     for side, train in (("ours", trained[f"{stem}.ours"]), ("baseline", baselines[base_key])):
