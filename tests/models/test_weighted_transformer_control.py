@@ -1,0 +1,124 @@
+"""Control of the Weighted Transformer: one branch is the Transformer it modifies.
+
+With M = 1 branch per block, kappa = alpha = 1 (on the one-point simplex, or fixed by
+``--fixed-kappa --fixed-alpha``), Eq. 5-7 reduce to the post-norm Transformer layer:
+``u = LN(x + attn(x) W^O + b^O)``, ``y = LN(u + FFN(u))``. Given the Transformer's
+weights (the branched block stores ``W^O``, ``W1`` and ``W2`` transposed, as
+``(M, fan_in, fan_out)`` slices), the model must compute what fairseq's
+``transformer`` computes, in its output and in every gradient. What is left between
+the two at the same seed is the initialisation (Xavier-uniform branch matrices and
+zero biases against PyTorch's default ``nn.Linear`` initialisation of the FFN) and
+where residual dropout sits (on the heads before ``W^O`` here, after ``W^O`` in the
+Transformer): both are training-time choices, measured in the ablation of
+``docs/weighted_transformer.md``.
+"""
+import pytest
+import torch
+from fairseq import options
+from fairseq.models.transformer import TransformerModel
+
+import fairseq_dense  # noqa: F401
+from fairseq_dense.models.weighted_transformer import WeightedTransformerModel
+from tests import helpers
+
+SHAPE = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "16",
+         "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
+         "--encoder-attention-heads", "4", "--decoder-attention-heads", "4", "--dropout", "0"]
+
+
+def build(arch, task, *flags, vocab=16):
+    d = helpers.dummy_dictionary(vocab)
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(
+        parser, input_args=["/nonexistent", "--arch", arch, "--task", task, "--cpu", *SHAPE, *flags]
+    )
+    cls = TransformerModel if arch == "transformer" else WeightedTransformerModel
+    return cls.build_model(args, helpers.DummyTask(d)), d
+
+
+def branched_name(name: str) -> str:
+    """The one-branch model's name of a fairseq ``transformer`` parameter."""
+    enc = name.startswith("encoder.layers.")
+    renames = (
+        ("self_attn.out_proj.weight", "branched.out_weight") if enc else ("encoder_attn.out_proj.weight", "cross_branched.out_weight"),
+        ("self_attn.out_proj.bias", "branched.out_bias") if enc else ("encoder_attn.out_proj.bias", "cross_branched.out_bias"),
+        ("self_attn_layer_norm.", "branched.attn_layer_norm.") if enc else ("encoder_attn_layer_norm.", "cross_branched.attn_layer_norm."),
+        ("self_attn.", "branched.") if enc else ("encoder_attn.", "cross_branched."),
+        ("fc1.weight", ("branched." if enc else "cross_branched.") + "fc1_weight"),
+        ("fc1.bias", ("branched." if enc else "cross_branched.") + "fc1_bias"),
+        ("fc2.weight", ("branched." if enc else "cross_branched.") + "fc2_weight"),
+        ("fc2.bias", ("branched." if enc else "cross_branched.") + "fc2_bias"),
+        ("final_layer_norm.", ("branched." if enc else "cross_branched.") + "final_layer_norm."),
+    )
+    if ".layers." not in name:
+        return name
+    for old, new in renames:
+        if old in name:
+            return name.replace(old, new)
+    return name  # decoder self-attention: the Transformer's own module
+
+
+def to_branched(name: str, value: torch.Tensor) -> torch.Tensor:
+    """A Transformer tensor in the branched block's layout (M = 1)."""
+    if name.endswith(("out_weight", "fc1_weight", "fc2_weight")):
+        return value.t().unsqueeze(0)  # (out, in) -> (1, in, out)
+    if name.endswith("fc1_bias"):
+        return value.view(1, 1, -1)
+    return value
+
+
+def copy_transformer_into(weighted, base) -> None:
+    own = dict(weighted.named_parameters())
+    copied = set()
+    with torch.no_grad():
+        for name, value in base.named_parameters():
+            target = branched_name(name)
+            own[target].copy_(to_branched(target, value))
+            copied.add(target)
+    # every parameter came from the Transformer, except the branch weights (fixed at 1)
+    assert set(own) - copied <= {n for n in own if n.endswith((".kappa", ".alpha"))}
+
+
+@pytest.mark.parametrize("flags", [[], ["--fixed-kappa", "--fixed-alpha"]], ids=["simplex", "fixed"])
+def test_one_branch_is_the_transformer(flags):
+    torch.manual_seed(0)
+    base, d = build("transformer", "translation")
+    weighted, _ = build("weighted_transformer", "translation_weighted",
+                        "--encoder-branches", "1", "--decoder-branches", "1", *flags)
+    for name, w in weighted.branch_weights().items():  # one-point simplex
+        assert w.tolist() == [1.0], name
+    assert sum(p.numel() for p in weighted.parameters()) == sum(p.numel() for p in base.parameters()) + (
+        0 if flags else 2 * 4)  # kappa and alpha per block, 4 blocks
+    copy_transformer_into(weighted, base)
+    sample = helpers.make_sample(d)
+    for model in (base, weighted):
+        model.train()  # dropout 0: the training graph, deterministic
+    out_b, extra_b = base(**sample["net_input"])
+    out_w, extra_w = weighted(**sample["net_input"])
+    torch.testing.assert_close(out_w, out_b, atol=1e-5, rtol=1e-5)
+    # gradients of every Transformer parameter agree too
+    target = torch.randn_like(out_b)
+    (out_b * target).sum().backward()
+    (out_w * target).sum().backward()
+    own = dict(weighted.named_parameters())
+    for name, p in base.named_parameters():
+        mine = branched_name(name)
+        torch.testing.assert_close(own[mine].grad, to_branched(mine, p.grad), atol=1e-5, rtol=1e-4,
+                                   msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_control_fails_when_a_weight_differs():
+    """The comparison can fail: one perturbed FFN weight changes the output."""
+    torch.manual_seed(0)
+    base, d = build("transformer", "translation")
+    weighted, _ = build("weighted_transformer", "translation_weighted",
+                        "--encoder-branches", "1", "--decoder-branches", "1")
+    copy_transformer_into(weighted, base)
+    with torch.no_grad():
+        weighted.encoder.layers[0].branched.fc2_weight[0, 0, 0] += 0.5
+    sample = helpers.make_sample(d)
+    base.eval()
+    weighted.eval()
+    out_b, _ = base(**sample["net_input"])
+    out_w, _ = weighted(**sample["net_input"])
+    assert (out_w - out_b).abs().max() > 1e-3
