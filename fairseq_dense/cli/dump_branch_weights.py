@@ -91,8 +91,8 @@ def plot(series: dict, out_png: str) -> None:
     plt.close(fig)
 
 
-def main(argv: Optional[List[str]] = None) -> Dict:
-    """Command-line entry point (``fairseq-dense-branch-weights``)."""
+def main(argv: Optional[List[str]] = None) -> None:
+    """Command-line entry point (``fairseq-dense-branch-weights``); writes OUT.json and OUT.png."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoints", nargs="+", help="checkpoint files (any order)")
     parser.add_argument("--out", required=True, help="output prefix: writes OUT.json and OUT.png")
@@ -113,7 +113,6 @@ def main(argv: Optional[List[str]] = None) -> Dict:
     if not args.no_plot:
         plot(series, args.out + ".png")
         logger.info("wrote %s.png", args.out)
-    return series
 
 
 if __name__ == "__main__":
