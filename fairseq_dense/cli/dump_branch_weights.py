@@ -20,7 +20,7 @@ import json
 import logging
 import math
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 
