@@ -34,3 +34,60 @@ PAIRS = {
         ],
     },
 }
+
+# DenseNMT-4L-2 (dense encoder and decoder, hidden 128, DenseAtt-2) against fairseq's
+# ConvS2S configured as the paper's residual BASE-4L (4+4 layers of width 256, kernel 3)
+PAIRS["densenmt"] = {
+    "claim": "better BLEU at the same size; fewer epochs to converge",
+    "rates": RNN_RATES,
+    "warmup": 200,
+    "model": ["--arch", "densenmt_4l_2", "--dropout", "0.2"],
+    "baseline": [
+        "--arch", "fconv", "--encoder-embed-dim", "256", "--decoder-embed-dim", "256",
+        "--decoder-out-embed-dim", "256", "--encoder-layers", "[(256, 3)] * 4",
+        "--decoder-layers", "[(256, 3)] * 4", "--dropout", "0.2",
+    ],
+}
+
+# DenseRNN (dense connections + dense attention, hidden 128) at about half the parameters
+# of a stacked LSTM of the same depth (the plugin's non-dense baseline, 4+4 layers, hidden
+# 384; both with embeddings 128 and a tied softmax)
+PAIRS["dense_lstm"] = {
+    "claim": "similar BLEU with half the parameters and about half the training time",
+    "rates": RNN_RATES,
+    "warmup": 200,
+    "model": ["--arch", "dense_lstm_small", "--encoder-layers", "4", "--decoder-layers", "4",
+              "--encoder-hidden-size", "128", "--decoder-hidden-size", "128"],
+    "baseline": ["--arch", "dense_lstm_baseline_small"],  # hidden 384
+}
+
+# Deep-Att with fast-forward connections at 4+4 layers, against the same model without them
+# (the fast-forward inputs widen each layer's input: 10.2M against 7.3M parameters)
+PAIRS["deep_att"] = {
+    "claim": "fast-forward connections make the deeper model train better",
+    "rates": RNN_RATES,
+    "warmup": 200,
+    "model": ["--arch", "fast_forward_lstm_small", "--encoder-layers", "4", "--decoder-layers", "4",
+              "--encoder-hidden-size", "192", "--decoder-hidden-size", "192",
+              "--encoder-fc-dim", "192", "--attention-dim", "192", "--dropout", "0.2"],
+    "baseline": ["--arch", "fast_forward_lstm_small", "--encoder-layers", "4", "--decoder-layers", "4",
+                 "--encoder-hidden-size", "192", "--decoder-hidden-size", "192",
+                 "--encoder-fc-dim", "192", "--attention-dim", "192", "--dropout", "0.2",
+                 "--no-fast-forward"],
+}
+
+# the calibration Transformer (3+3 layers, d 256, ffn 1024, 4 heads, shared embeddings)
+# and the Weighted Transformer of the same shape (4 branches; 2M more weights per block)
+_TRANSFORMER_SHAPE = [
+    "--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", "256",
+    "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024",
+    "--encoder-attention-heads", "4", "--decoder-attention-heads", "4", "--share-all-embeddings",
+    "--dropout", "0.3",
+]
+PAIRS["weighted_transformer"] = {
+    "claim": "better BLEU and 15-40% fewer updates",
+    "rates": TRANSFORMER_RATES,
+    "warmup": 400,
+    "model": ["--arch", "weighted_transformer", *_TRANSFORMER_SHAPE, "--task", "translation_weighted"],
+    "baseline": ["--arch", "transformer", *_TRANSFORMER_SHAPE],
+}

@@ -5,6 +5,7 @@
                                                        #   sweep -> converge -> evaluate
     python examples/multi30k/run.py side gru model     # one side only (same stages)
     python examples/multi30k/run.py report             # RESULTS.md table + plots from logs/
+    python examples/multi30k/run.py params [PAIR ...]  # parameter counts of both sides
 
 Every stage is resumable: a finished sweep point or evaluation is kept as a JSON file
 and skipped when the command is run again, and the converging training continues from
@@ -248,6 +249,20 @@ def side(pair: str, which: str, threads: int) -> None:
     print(f"{pair}/{which}: test sacreBLEU {result['test']['sacrebleu']}", flush=True)
 
 
+def count_params(pair: str, which: str) -> int:
+    """Parameters of one side, built in-process exactly as ``fairseq-train`` builds it."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    import fairseq_dense  # noqa: F401  (registers the plugin's architectures)
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [data_bin(), *PAIRS[pair][which], *COMMON, "--lr", "1e-3"])
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    return sum(p.numel() for p in task.build_model(cfg.model).parameters())
+
+
 def pair(name: str) -> None:
     """Both sides at once, one thread each (the most two cores take)."""
     procs = [subprocess.Popen([sys.executable, __file__, "side", name, which, "--threads", "1"])
@@ -268,6 +283,8 @@ def main() -> None:
     s.add_argument("which", choices=("model", "baseline"))
     s.add_argument("--threads", type=int, default=2)
     sub.add_parser("report")
+    c = sub.add_parser("params")
+    c.add_argument("names", nargs="*", choices=sorted(PAIRS))
     args = parser.parse_args()
     start = time.time()
     if args.cmd == "prepare":
@@ -276,6 +293,10 @@ def main() -> None:
         pair(args.name)
     elif args.cmd == "side":
         side(args.name, args.which, args.threads)
+    elif args.cmd == "params":
+        for name in args.names or PAIRS:
+            model, base = count_params(name, "model"), count_params(name, "baseline")
+            print(f"{name}: model {model:,}, baseline {base:,} ({base / model:.3f}x)", flush=True)
     else:
         from report import main as report
 
