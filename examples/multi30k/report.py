@@ -13,7 +13,7 @@ import os
 import re
 
 from pairs import PAIRS
-from run import LOGS, records
+from run import LOGS, SWEEP_EPOCHS, records
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -39,7 +39,7 @@ def summarize(pair: str, side: str):
     sweep = {}
     for path in sorted(glob.glob(os.path.join(folder, "sweep-lr*.log"))):
         lr = float(os.path.basename(path)[len("sweep-lr"):-len(".log")])
-        losses = [float(r["valid_loss"]) for r in records(path, "valid")]
+        losses = [float(r["valid_loss"]) for r in records(path, "valid") if int(r["epoch"]) <= SWEEP_EPOCHS]
         if losses:
             sweep[lr] = min(losses)
     row = {"pair": pair, "side": side, "arch": arch(pair, side), "sweep": sweep}
