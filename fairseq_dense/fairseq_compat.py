@@ -306,9 +306,17 @@ def clear_error_message(exc: BaseException, argv=None) -> Optional[str]:
     msg = str(first)
     corrupt = _unreadable_checkpoint(first)
     if corrupt:
+        from fairseq_dense.resume import newest_loadable_checkpoint
+
+        found = newest_loadable_checkpoint(os.path.dirname(corrupt), exclude=os.path.basename(corrupt))
+        if found is not None:
+            hint = (f"the newest checkpoint that loads is {found[0]} ({found[1]} updates): rerun with "
+                    f"--restore-file {found[0]}")
+        else:
+            hint = (f"restore from an intact one (checkpoint_best.pt, checkpoint<N>.pt) with --restore-file, "
+                    f"or copy it over {os.path.basename(corrupt)}")
         return (f"cannot read checkpoint {corrupt}: the file is truncated or not a torch checkpoint "
-                f"(e.g. a crash while fairseq copied it); restore from an intact one (checkpoint_best.pt, "
-                f"checkpoint<N>.pt) with --restore-file, or copy it over {os.path.basename(corrupt)}")
+                f"(e.g. a crash while fairseq copied it); {hint}")
     if msg.startswith("Size of sample #"):
         return msg + " (or --truncate-source when training/generating from binarised data)"
     if any(a in ("--bf16", "--memory-efficient-bf16") for a in argv) and any(

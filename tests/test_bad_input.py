@@ -189,3 +189,18 @@ def test_truncated_checkpoint_last(corpora, tmp_path):
                               "--batch-size", "8")
     msg = _message_of(lambda: rh.train_inprocess(args))
     assert msg.startswith(f"cannot read checkpoint {save / 'checkpoint_last.pt'}: the file is truncated")
+
+
+def test_truncated_checkpoint_last_under_fairseqs_task_names_the_restore_file(corpora, tmp_path):
+    """With fairseq's ``translation`` (which does not fall back by itself) the error names the
+    newest checkpoint that loads and the exact flag to resume from it."""
+    save = tmp_path / "ckpt"
+    save.mkdir()
+    intact = save / "checkpoint_1_1.pt"
+    intact.write_bytes(corpora["ckpt"].read_bytes())
+    (save / "checkpoint_last.pt").write_bytes(corpora["ckpt"].read_bytes()[:5000])
+    args = rh.base_train_args(corpora["small"], save, ARCHS[0], 2, "--task", "translation", "--optimizer", "sgd",
+                              "--lr", "0.1", "--batch-size", "8")
+    msg = _message_of(lambda: rh.train_inprocess(args))
+    assert msg.startswith(f"cannot read checkpoint {save / 'checkpoint_last.pt'}: the file is truncated"), msg
+    assert msg.endswith(f"the newest checkpoint that loads is {intact} (1 updates): rerun with --restore-file {intact}")
