@@ -7,10 +7,7 @@ from fairseq.utils import safe_getattr
 from fairseq_dense.models.dense_lstm.config import DenseLSTMConfig
 from fairseq_dense.models.dense_lstm.decoder import DenseLSTMDecoder
 from fairseq_dense.models.dense_lstm.encoder import DenseLSTMEncoder
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+from fairseq_dense.models.option_checks import require_positive, require_probability, require_tied_embedding_size
 
 
 @register_model("dense_lstm", dataclass=DenseLSTMConfig)
@@ -38,17 +35,11 @@ class DenseLSTMModel(FairseqEncoderDecoderModel):
         for f in dataclasses.fields(DenseLSTMConfig):
             if safe_getattr(cfg, f.name) is None and getattr(defaults, f.name) is not None:
                 setattr(cfg, f.name, getattr(defaults, f.name))
-        for name in ("encoder_embed_dim", "encoder_hidden_size", "encoder_layers", "decoder_embed_dim",
-                     "decoder_hidden_size", "decoder_layers", "decoder_out_embed_dim"):
-            value = safe_getattr(cfg, name)
-            if value is None or int(value) <= 0:
-                raise ValueError(f"{_flag(name)} must be a positive integer, got {value}")
+        require_positive(cfg, ("encoder_embed_dim", "encoder_hidden_size", "encoder_layers", "decoder_embed_dim",
+                               "decoder_hidden_size", "decoder_layers", "decoder_out_embed_dim"),
+                         optional=("attention_dim",))
+        require_probability(cfg, ("dropout", "softmax_dropout"))
         attention_dim = safe_getattr(cfg, "attention_dim", None)
-        if attention_dim is not None and int(attention_dim) <= 0:
-            raise ValueError(f"--attention-dim must be a positive integer, got {attention_dim}")
-        for name in ("dropout", "softmax_dropout"):
-            if not 0.0 <= float(safe_getattr(cfg, name, 0.0)) < 1.0:
-                raise ValueError(f"{_flag(name)} must be in [0, 1)")
         bidirectional = not safe_getattr(cfg, "no_encoder_bidirectional", False)
         if bidirectional and cfg.encoder_hidden_size % 2:
             raise ValueError(
@@ -60,11 +51,7 @@ class DenseLSTMModel(FairseqEncoderDecoderModel):
                 f"--attention-layer must be between 1 and --decoder-layers ({cfg.decoder_layers}), "
                 f"got {cfg.attention_layer}"
             )
-        if cfg.share_decoder_input_output_embed and cfg.decoder_out_embed_dim != cfg.decoder_embed_dim:
-            raise ValueError(
-                "--share-decoder-input-output-embed requires --decoder-out-embed-dim "
-                f"({cfg.decoder_out_embed_dim}) == --decoder-embed-dim ({cfg.decoder_embed_dim})"
-            )
+        require_tied_embedding_size(cfg, "decoder_out_embed_dim")
         dense = bool(safe_getattr(cfg, "dense_connections", False))
         encoder = DenseLSTMEncoder(
             task.source_dictionary,

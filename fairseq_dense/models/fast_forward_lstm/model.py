@@ -8,6 +8,7 @@ from fairseq_dense.models.arch_defaults import fill_defaults
 from fairseq_dense.models.fast_forward_lstm.config import FastForwardLSTMConfig
 from fairseq_dense.models.fast_forward_lstm.decoder import FastForwardLSTMDecoder
 from fairseq_dense.models.fast_forward_lstm.encoder import FastForwardLSTMEncoder
+from fairseq_dense.models.option_checks import require_positive, require_probability
 from fairseq_dense.modules.fast_forward_lstm import RECURRENT
 
 
@@ -34,21 +35,15 @@ class FastForwardLSTMModel(FairseqEncoderDecoderModel):
         Raises:
             ValueError: naming the offending flags.
         """
-        for name in ("encoder_embed_dim", "encoder_hidden_size", "encoder_layers", "decoder_embed_dim",
-                     "decoder_hidden_size", "decoder_layers"):
-            value = safe_getattr(cfg, name)
-            if value is None or int(value) <= 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be a positive integer")
+        require_positive(cfg, ("encoder_embed_dim", "encoder_hidden_size", "encoder_layers", "decoder_embed_dim",
+                               "decoder_hidden_size", "decoder_layers"))
         if int(cfg.encoder_columns) not in (1, 2):
             raise ValueError(f"--encoder-columns must be 1 or 2 (got {cfg.encoder_columns})")
         if str(cfg.interface) not in ("deep_att", "deep_ed"):
             raise ValueError(f"--interface must be deep_att or deep_ed (got {cfg.interface})")
         if str(cfg.interface) == "deep_att":
-            for name in ("encoder_fc_dim", "attention_dim"):
-                if int(safe_getattr(cfg, name, 0) or 0) <= 0:
-                    raise ValueError(f"--{name.replace('_', '-')} must be a positive integer with --interface deep_att")
-        if not 0.0 <= float(cfg.dropout) < 1.0:
-            raise ValueError("--dropout must be in [0, 1)")
+            require_positive(cfg, ("encoder_fc_dim", "attention_dim"), when=" with --interface deep_att")
+        require_probability(cfg, ("dropout",))
         if not float(cfg.init_std) > 0.0:
             raise ValueError("--init-std must be > 0")
         fast_forward = not cfg.no_fast_forward

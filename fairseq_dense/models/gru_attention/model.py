@@ -6,6 +6,7 @@ from fairseq_dense.models.arch_defaults import fill_defaults
 from fairseq_dense.models.gru_attention.config import GRUAttentionConfig
 from fairseq_dense.models.gru_attention.decoder import GRUAttentionDecoder
 from fairseq_dense.models.gru_attention.encoder import GRUAttentionEncoder
+from fairseq_dense.models.option_checks import require_positive, require_probability, require_tied_embedding_size
 
 
 @register_model("gru_attention", dataclass=GRUAttentionConfig)
@@ -26,18 +27,10 @@ class GRUAttentionModel(FairseqEncoderDecoderModel):
         Raises:
             ValueError: naming the offending flags.
         """
-        for name in ("encoder_embed_dim", "encoder_hidden_size", "decoder_embed_dim",
-                     "decoder_hidden_size", "attention_dim", "readout_dim"):
-            if safe_getattr(cfg, name) is None or int(safe_getattr(cfg, name)) <= 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be a positive integer")
-        for name in ("dropout", "embed_dropout"):
-            if not 0.0 <= float(safe_getattr(cfg, name, 0.0)) < 1.0:
-                raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1)")
-        if cfg.share_decoder_input_output_embed and cfg.readout_dim != cfg.decoder_embed_dim:
-            raise ValueError(
-                "--share-decoder-input-output-embed requires --readout-dim "
-                f"({cfg.readout_dim}) == --decoder-embed-dim ({cfg.decoder_embed_dim})"
-            )
+        require_positive(cfg, ("encoder_embed_dim", "encoder_hidden_size", "decoder_embed_dim",
+                               "decoder_hidden_size", "attention_dim", "readout_dim"))
+        require_probability(cfg, ("dropout", "embed_dropout"))
+        require_tied_embedding_size(cfg, "readout_dim")
         encoder = GRUAttentionEncoder(
             task.source_dictionary,
             embed_dim=cfg.encoder_embed_dim,
