@@ -168,12 +168,16 @@ def read_config(model_dir: Union[str, Path]) -> Dict[str, Any]:
     if not path.is_file():
         raise _missing(path, [CONFIG_NAME, WEIGHTS_NAME, "dict.<lang>.txt", MANIFEST_NAME])
     _check_inside(model_dir, CONFIG_NAME)
-    if path.stat().st_size > _MAX_CONFIG_BYTES:
+    with open(path, "rb") as f:  # read once: what is verified is what is parsed
+        data = f.read(_MAX_CONFIG_BYTES + 1)
+    if len(data) > _MAX_CONFIG_BYTES:
         raise PretrainedModelError(f"{path}: larger than {_MAX_CONFIG_BYTES} bytes; not a fairseq-dense config")
+    if (model_dir / MANIFEST_NAME).exists():
+        _check_inside(model_dir, MANIFEST_NAME)
     sums = read_manifest(model_dir)
-    verify_file(model_dir, CONFIG_NAME, sums)
+    verify_file(model_dir, CONFIG_NAME, sums, data)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise PretrainedModelError(f"{path}: not valid JSON ({err})") from None
     config = parse_config(text, path)
@@ -293,12 +297,12 @@ def _read_weights(path: Path) -> Tuple[Dict[str, Any], Dict[str, str]]:
     return state, aliases
 
 
-def _load_weights(model, model_dir: Path, config: Dict[str, Any], cfg) -> None:
-    """Load ``model.safetensors`` into ``model``, checking names, dtypes and shapes first."""
+def _load_weights(model, model_dir: Path, config: Dict[str, Any], cfg, weights) -> None:
+    """Load ``weights`` (from :func:`_read_weights`) into ``model``, checking names, dtypes and shapes first."""
     import torch
 
     path = model_dir / WEIGHTS_NAME
-    state, aliases = _read_weights(path)
+    state, aliases = weights
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state) - set(aliases))
     unexpected = sorted((set(state) | set(aliases)) - set(expected))
@@ -308,6 +312,8 @@ def _load_weights(model, model_dir: Path, config: Dict[str, Any], cfg) -> None:
             f"(missing tensors: {missing[:5]}, unexpected tensors: {unexpected[:5]})"
         )
     float_dtype = getattr(torch, config["weights_dtype"])
+    for alias, source in aliases.items():
+        state[alias] = state[source]
     for name, tensor in state.items():
         want = float_dtype if torch.is_floating_point(expected[name]) else expected[name].dtype
         if tensor.dtype != want:
@@ -321,8 +327,6 @@ def _load_weights(model, model_dir: Path, config: Dict[str, Any], cfg) -> None:
                 f"{path}: tensor '{name}' has shape {tuple(tensor.shape)}, but the model built from "
                 f"{CONFIG_NAME} ({sizes}) expects {tuple(expected[name].shape)}"
             )
-    for alias, source in aliases.items():
-        state[alias] = state[source]
     try:
         model.load_state_dict(state, strict=True, model_cfg=cfg.model)
     except Exception as err:
@@ -351,13 +355,14 @@ def load_model_dir(model_dir: Union[str, Path], overrides: Optional[Dict[str, An
     config = read_config(model_dir)
     config_path = model_dir / CONFIG_NAME
     _load_dictionaries(model_dir, config)
+    weights = _read_weights(model_dir / WEIGHTS_NAME)  # a corrupted file fails before fairseq runs
     cfg = build_fairseq_cfg(model_dir, config, overrides)
     try:
         task = tasks.setup_task(cfg.task)
         model = task.build_model(cfg.model)
     except Exception as err:
         raise _fairseq_error(config_path, f"the options do not build '{config['arch']}'", err) from None
-    _load_weights(model, model_dir, config, cfg)
+    _load_weights(model, model_dir, config, cfg, weights)
     model.eval()
     return cfg, task, model
 

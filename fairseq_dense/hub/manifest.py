@@ -10,7 +10,7 @@ files can rewrite it too, so the loader's other checks never rely on it.
 import hashlib
 import re
 from pathlib import Path
-from typing import Dict, Iterable
+from typing import Dict, Iterable, Optional
 
 from fairseq_dense.hub.errors import PretrainedModelError, short_repr
 
@@ -51,7 +51,8 @@ def read_manifest(model_dir: Path) -> Dict[str, str]:
             "(exports before format version 2 have none): re-export the training checkpoint with "
             "fairseq-dense-export CHECKPOINT --out DIR"
         )
-    data = path.read_bytes()[: _MAX_BYTES + 1]
+    with open(path, "rb") as f:
+        data = f.read(_MAX_BYTES + 1)
     if len(data) > _MAX_BYTES:
         raise PretrainedModelError(f"{path}: larger than {_MAX_BYTES} bytes; not a fairseq-dense manifest")
     sums: Dict[str, str] = {}
@@ -66,8 +67,8 @@ def read_manifest(model_dir: Path) -> Dict[str, str]:
     return sums
 
 
-def verify_file(model_dir: Path, name: str, sums: Dict[str, str]) -> None:
-    """``model_dir/name`` has the checksum ``SHA256SUMS`` records for it.
+def verify_file(model_dir: Path, name: str, sums: Dict[str, str], data: Optional[bytes] = None) -> None:
+    """``model_dir/name`` (or its content ``data``, already read) has the checksum ``SHA256SUMS`` records.
 
     Raises:
         PretrainedModelError: naming the file that is not listed or differs.
@@ -75,7 +76,7 @@ def verify_file(model_dir: Path, name: str, sums: Dict[str, str]) -> None:
     path = model_dir / name
     if name not in sums:
         raise PretrainedModelError(f"{path}: not listed in {MANIFEST_NAME}; the directory is incomplete or altered")
-    actual = sha256_of(path)
+    actual = sha256_of(path) if data is None else hashlib.sha256(data).hexdigest()
     if actual != sums[name]:
         raise PretrainedModelError(
             f"{path}: sha256 {actual[:16]}... differs from {MANIFEST_NAME} ({sums[name][:16]}...): the file was "
