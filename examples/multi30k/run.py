@@ -128,12 +128,18 @@ def train_args(pair: str, side: str, lr: float):
 def sweep(pair: str, side: str, threads: int) -> float:
     """Train SWEEP_EPOCHS epochs at each candidate rate; return the rate with the best valid loss.
 
+    Rates are tried from the smallest up; once a rate does worse than the one before it,
+    the larger ones are not tried (a line search: they would do worse still).
+
     Each sweep run keeps its last checkpoint: the chosen one is continued to convergence
     (the same run as one started with the final stopping options, since neither the
     schedule nor the batches depend on them).
     """
     results = {}
-    for lr in PAIRS[pair]["rates"]:
+    for lr in sorted(PAIRS[pair]["rates"]):
+        if len(results) >= 2 and list(results.values())[-1] > list(results.values())[-2]:
+            print(f"{pair}/{side}: lr {lr:g} skipped (the loss grew from the last rate to the one before)")
+            break
         log = os.path.join(side_dir(pair, side), f"sweep-lr{lr:g}.log")
         os.makedirs(os.path.dirname(log), exist_ok=True)
         if len({r["epoch"] for r in records(log, "valid")}) < SWEEP_EPOCHS:
