@@ -11,6 +11,7 @@ with a warning naming both); the ``translation_exact_resume`` and
 ``checkpoint_last.pt``. :func:`newest_loadable_checkpoint` also serves error
 messages that name the file to pass to ``--restore-file``.
 """
+
 import glob
 import logging
 import os
@@ -81,6 +82,9 @@ def recover_checkpoint_last(save_dir: str) -> Optional[str]:
     logger.warning(
         "%s does not load (truncated or not a torch checkpoint, e.g. a crash while fairseq copied it; kept as "
         "%s): resuming from %s (%d updates), the newest checkpoint that loads",
-        last, os.path.basename(last + UNREADABLE_SUFFIX), source, num_updates,
+        last,
+        os.path.basename(last + UNREADABLE_SUFFIX),
+        source,
+        num_updates,
     )
     return source

@@ -6,6 +6,7 @@ fairseq's own ``fairseq_cli.train``), is decoded by ``fairseq_cli.generate.main`
 case) with each option a fairseq user reaches for. Every cell either passes or is
 one of fairseq's own gaps, pinned down in ``tests/test_fairseq_gaps.py``.
 """
+
 import re
 from typing import Dict, List
 
@@ -32,8 +33,21 @@ def checkpoints(data_bin, tmp_path_factory):
     def checkpoint(arch: str):
         if arch not in done:
             save = root / arch
-            rh.train_inprocess(rh.base_train_args(data_bin, save, arch, UPDATES, "--optimizer", "adam", "--lr",
-                                                  "0.005", "--batch-size", "8", "--disable-validation"))
+            rh.train_inprocess(
+                rh.base_train_args(
+                    data_bin,
+                    save,
+                    arch,
+                    UPDATES,
+                    "--optimizer",
+                    "adam",
+                    "--lr",
+                    "0.005",
+                    "--batch-size",
+                    "8",
+                    "--disable-validation",
+                )
+            )
             done[arch] = save / "checkpoint_last.pt"
         return done[arch]
 
@@ -84,8 +98,9 @@ def baseline():
 
 def _baseline(arch, data_bin, checkpoints, tmp_path, cache) -> Generated:
     if arch not in cache:
-        cache[arch] = generate(data_bin, checkpoints(arch), tmp_path, "--beam", "5", "--batch-size", "64",
-                               "--print-alignment")
+        cache[arch] = generate(
+            data_bin, checkpoints(arch), tmp_path, "--beam", "5", "--batch-size", "64", "--print-alignment"
+        )
     return cache[arch]
 
 
@@ -141,8 +156,23 @@ def test_search_options(arch, data_bin, checkpoints, tmp_path):
     for i, (ref,) in prefixed.get("T").items():
         assert prefixed.hyps()[i][0].split()[0] == ref[-1].split()[0], (i, prefixed.hyps()[i], ref)
     # n-best, penalties and length limits
-    limited = generate(data_bin, ckpt, tmp_path, "--beam", "5", "--nbest", "3", "--unkpen", "1", "--lenpen", "0.5",
-                       "--max-len-a", "1.2", "--max-len-b", "10")
+    limited = generate(
+        data_bin,
+        ckpt,
+        tmp_path,
+        "--beam",
+        "5",
+        "--nbest",
+        "3",
+        "--unkpen",
+        "1",
+        "--lenpen",
+        "0.5",
+        "--max-len-a",
+        "1.2",
+        "--max-len-b",
+        "10",
+    )
     # fairseq's limit: at most int(a * src_len + b) words before EOS, src_len the batch's longest source with EOS
     longest = max(len(src[-1].split()) + 1 for (src,) in limited.get("S").values())
     for i, hyps in limited.hyps().items():
