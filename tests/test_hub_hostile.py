@@ -306,6 +306,8 @@ CONFIG_CASES = {
         r"key 'task.source_lang' must be a language code"),
     "dictionary path": (_set("dictionaries.target.file", "/etc/hosts"), r"key 'dictionaries.target.file' must be"),
     "weights dtype": (_set("weights_dtype", "object"), r"key 'weights_dtype' must be one of"),
+    "weights dtype, a list": (_set("weights_dtype", ["float32"]), r"key 'weights_dtype' must be one of"),
+    "architecture, a list": (_set("arch", [GRU]), r"key 'arch': unknown architecture \['gru"),
     "unknown architecture": (_set("arch", "future_model_tiny"), r"key 'arch': unknown architecture 'future_model_tiny'"),
     "old format": (_set("format_version", 1), r"config.json: format version 1 has no checksums .* re-export"),
 }
@@ -403,6 +405,9 @@ DEEP_CASES = {
     "dictionary with an extra line": (lambda d, m: open(d / "dict.tgt.txt", "a").write("zz 1\n"),
                                       "dict.tgt.txt: 17 symbols, but config.json"),
     "dictionary missing": (lambda d, m: (d / "dict.tgt.txt").unlink(), "dict.tgt.txt: missing"),
+    "bpe codes malformed": (_write("bpecodes", b"#version: 0.2\na b c\n"), "bpecodes: line 2 is not a BPE merge"),
+    "bpe codes version": (_write("bpecodes", b"#version: x\na b\n"), "bpecodes: line 1 is not '#version"),
+    "bpe codes not text": (_write("bpecodes", b"\xff\xfe\n"), "bpecodes: not UTF-8"),
     "dictionary not a dictionary": (_write("dict.tgt.txt", b"a\n"), "dict.tgt.txt: not a fairseq dictionary"),
     "weights missing": (lambda d, m: (d / "model.safetensors").unlink(), "model.safetensors: missing"),
 }

@@ -84,7 +84,7 @@ def read_checkpoint(path: Path) -> Dict[str, Any]:
     try:
         with open(path, "rb") as f:
             state = torch.load(f, map_location="cpu", weights_only=True)
-    except Exception as err:
+    except (Exception, SystemExit) as err:
         raise PretrainedModelError(
             f"{path}: cannot be read safely as a fairseq checkpoint ({type(err).__name__}: "
             f"{one_line(str(err).splitlines()[0] if str(err) else '', 160)})"
@@ -312,7 +312,7 @@ def _dictionary_size(path: Path) -> int:
 
     try:
         return len(Dictionary.load(str(path)))
-    except Exception as err:
+    except (Exception, SystemExit) as err:
         raise PretrainedModelError(f"{path}: not a fairseq dictionary ({one_line(err, 120)})") from None
 
 
@@ -352,7 +352,7 @@ def _write_weights(tmp: Path, config, states, paths, fp16: bool) -> Tuple[Dict[s
     cfg = loading.build_fairseq_cfg(tmp, config)
     try:
         model = tasks.setup_task(cfg.task).build_model(cfg.model)
-    except Exception as err:
+    except (Exception, SystemExit) as err:
         raise PretrainedModelError(
             f"{paths[-1]}: its options do not build '{config['arch']}' ({type(err).__name__}: {one_line(err, 160)})"
         ) from None
@@ -366,7 +366,7 @@ def _write_weights(tmp: Path, config, states, paths, fp16: bool) -> Tuple[Dict[s
             )
     try:
         model.load_state_dict(averaged, strict=True, model_cfg=cfg.model)
-    except Exception as err:
+    except (Exception, SystemExit) as err:
         raise PretrainedModelError(
             f"{paths[-1]}: weights do not fit architecture '{config['arch']}' ({one_line(err, 160)})"
         ) from None

@@ -75,7 +75,7 @@ def _download(repo_id: str, revision: Optional[str], cache_dir, local_files_only
             library_name="fairseq-dense",
             library_version=fairseq_dense.__version__,
         )
-    except Exception as err:  # huggingface_hub raises many error types; report one message
+    except (Exception, SystemExit) as err:  # huggingface_hub raises many error types; report one message
         where = f"cache {cache_dir or constants.HF_HUB_CACHE}"
         mode = " in offline mode (HF_HUB_OFFLINE / local_files_only)" if offline else ""
         raise PretrainedModelError(
@@ -181,7 +181,14 @@ def read_config(model_dir: Union[str, Path]) -> Dict[str, Any]:
     except UnicodeDecodeError as err:
         raise PretrainedModelError(f"{path}: not valid JSON ({err})") from None
     config = parse_config(text, path)
-    check_config(config, path)
+    try:
+        check_config(config, path)
+    except PretrainedModelError:
+        raise
+    except Exception as err:  # a shape of JSON the schema did not foresee is refused all the same
+        raise PretrainedModelError(
+            f"{path}: not a fairseq-dense model config ({type(err).__name__}: {one_line(err, 120)})"
+        ) from None
     required = required_files(config)
     for name in required:
         if not (model_dir / name).is_file():
@@ -207,13 +214,32 @@ def _load_dictionaries(model_dir: Path, config: Dict[str, Any]) -> None:
         path = model_dir / entry["file"]
         try:
             size = len(Dictionary.load(str(path)))
-        except Exception as err:
+        except (Exception, SystemExit) as err:
             raise PretrainedModelError(f"{path}: not a fairseq dictionary ({one_line(err, 120)})") from None
         if size != int(entry["size"]):
             raise PretrainedModelError(
                 f"{path}: {size} symbols, but {CONFIG_NAME} and {WEIGHTS_NAME} expect {entry['size']} "
                 f"for the {side} side (the file does not belong to this model)"
             )
+
+
+def _check_bpe_codes(path: Path) -> None:
+    """subword-nmt codes: an optional ``#version: X.Y`` line, then one ``left right`` pair a line.
+
+    subword-nmt itself ends the program (``sys.exit``) on a malformed line.
+    """
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError as err:
+        raise PretrainedModelError(f"{path}: not UTF-8 text ({err})") from None
+    if lines and lines[-1] == "":
+        lines.pop()
+    start = 1 if lines and lines[0].startswith("#version:") else 0
+    if start and not re.fullmatch(r"#version: \d+(\.\d+)*", lines[0].rstrip("\r ")):
+        raise PretrainedModelError(f"{path}: line 1 is not '#version: <number>'")
+    for number, line in enumerate(lines[start:], start + 1):
+        if len(line.strip("\r\n ").split(" ")) != 2:
+            raise PretrainedModelError(f"{path}: line {number} is not a BPE merge ('<left> <right>')")
 
 
 def _fairseq_error(path: Path, what: str, err: BaseException, stderr: str = "") -> PretrainedModelError:
@@ -274,7 +300,7 @@ def build_fairseq_cfg(model_dir: Path, config: Dict[str, Any], overrides: Option
             if bpe:
                 bpe = dict(bpe, bpe_codes=str(model_dir / BPE_CODES_NAME))
             cfg.bpe = OmegaConf.create(bpe) if bpe else None
-    except Exception as err:
+    except (Exception, SystemExit) as err:
         raise _fairseq_error(path, "fairseq cannot configure the model", err) from None
     return cfg
 
@@ -288,7 +314,7 @@ def _read_weights(path: Path) -> Tuple[Dict[str, Any], Dict[str, str]]:
             metadata = f.metadata() or {}
             state = {name: f.get_tensor(name) for name in f.keys()}
         aliases = json.loads(metadata.get("tied_weights", "{}"))
-    except Exception as err:
+    except (Exception, SystemExit) as err:
         raise PretrainedModelError(f"{path}: corrupted or not a safetensors file ({one_line(err, 120)})") from None
     if not isinstance(aliases, dict) or not all(
         isinstance(k, str) and isinstance(v, str) and v in state and k not in state for k, v in aliases.items()
@@ -329,8 +355,10 @@ def _load_weights(model, model_dir: Path, config: Dict[str, Any], cfg, weights) 
             )
     try:
         model.load_state_dict(state, strict=True, model_cfg=cfg.model)
-    except Exception as err:
-        raise PretrainedModelError(f"{path}: the weights do not load into '{config['arch']}' ({one_line(err, 160)})")
+    except (Exception, SystemExit) as err:
+        raise PretrainedModelError(
+            f"{path}: the weights do not load into '{config['arch']}' ({one_line(err, 160)})"
+        ) from None
 
 
 def load_model_dir(model_dir: Union[str, Path], overrides: Optional[Dict[str, Any]] = None):
@@ -355,12 +383,14 @@ def load_model_dir(model_dir: Union[str, Path], overrides: Optional[Dict[str, An
     config = read_config(model_dir)
     config_path = model_dir / CONFIG_NAME
     _load_dictionaries(model_dir, config)
+    if config.get("bpe"):
+        _check_bpe_codes(model_dir / BPE_CODES_NAME)
     weights = _read_weights(model_dir / WEIGHTS_NAME)  # a corrupted file fails before fairseq runs
     cfg = build_fairseq_cfg(model_dir, config, overrides)
     try:
         task = tasks.setup_task(cfg.task)
         model = task.build_model(cfg.model)
-    except Exception as err:
+    except (Exception, SystemExit) as err:
         raise _fairseq_error(config_path, f"the options do not build '{config['arch']}'", err) from None
     _load_weights(model, model_dir, config, cfg, weights)
     model.eval()
@@ -404,7 +434,7 @@ def from_pretrained(name_or_path: Union[str, Path], **kwargs):
     cfg, task, model = load_model_dir(model_dir, overrides=kwargs)
     try:  # builds the tokenizer and BPE from the checked config and bpecodes
         hub_interface = GeneratorHubInterface(cfg, task, [model])
-    except Exception as err:
+    except (Exception, SystemExit) as err:
         raise _fairseq_error(model_dir / CONFIG_NAME, "fairseq cannot set up its tokenizer or BPE", err) from None
     logger.info("loaded %s (%s) from %s", model.__class__.__name__, cfg.model._name, model_dir)
     return hub_interface

@@ -277,7 +277,8 @@ def check_config(config: Any, path: Path) -> None:
 
     arch = config["arch"]
     if not isinstance(arch, str) or arch not in dense_architectures():
-        known = "a fairseq architecture, not one of fairseq-dense's" if arch in ARCH_MODEL_REGISTRY else "unknown"
+        fairseq_arch = isinstance(arch, str) and arch in ARCH_MODEL_REGISTRY
+        known = "a fairseq architecture, not one of fairseq-dense's" if fairseq_arch else "unknown"
         raise PretrainedModelError(
             f"{path}: key 'arch': unknown architecture {short_repr(arch)} ({known}; exported with fairseq-dense "
             f"{short_repr(config.get('package_version', '?'), 20)}, this is fairseq-dense "
@@ -319,7 +320,7 @@ def check_config(config: Any, path: Path) -> None:
             c.fail("bpe._name", f"must be 'subword_nmt' or the bpe null, not {short_repr(bpe['_name'])}")
         if "bpe_separator" in bpe:
             c.match("bpe.bpe_separator", bpe["bpe_separator"], BPE_SEPARATOR_RE, "a short separator such as '@@'")
-    if config["weights_dtype"] not in WEIGHTS_DTYPES:
+    if not isinstance(config["weights_dtype"], str) or config["weights_dtype"] not in WEIGHTS_DTYPES:
         c.fail("weights_dtype", f"must be one of {sorted(WEIGHTS_DTYPES)}, not {short_repr(config['weights_dtype'])}")
 
 
