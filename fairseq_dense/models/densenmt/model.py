@@ -205,6 +205,16 @@ def densenmt_wmt_en_de_15(cfg):
     _fill_defaults(cfg)
 
 
+@register_model_architecture("densenmt", "densenmt_small")
+def densenmt_small(cfg):
+    """CPU-sized (the quick-start's DenseNMT): DenseNMT-4L-2 at half width, embed 128, growth
+    64, DenseAtt-2 dim 64; 2.9M parameters with the quick-start's Tatoeba vocabularies (4000
+    BPE merges)."""
+    _set(cfg, encoder_embed_dim=128, decoder_embed_dim=128, decoder_out_embed_dim=128, encoder_hidden_size=64,
+         decoder_hidden_size=64, attention_dim=64)
+    _fill_defaults(cfg)
+
+
 @register_model_architecture("densenmt", "densenmt_tiny")
 def densenmt_tiny(cfg):
     """Tiny sizes for tests: 2+2 dense layers, embed 32, growth 16, DenseAtt-2."""
