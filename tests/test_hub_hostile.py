@@ -550,3 +550,43 @@ def test_plugin_code_has_no_eval():
                 ):
                     found.append(f"{path.relative_to(package)}:{node.lineno}")
     assert found == []
+
+
+# ---------------------------------------------------------------- every key, hostile values
+
+HOSTILE_VALUES = ["(__import__('os').system('true'), 1)[1]", None, [], {}, True, -1, 0, 1.5, 2**40, "${oc.env:HOME}",
+                  "../x", ["x"], {"a": "b"}]
+
+
+def _key_paths(node, prefix=()):
+    for key, value in node.items():
+        yield prefix + (key,)
+        if isinstance(value, dict):
+            yield from _key_paths(value, prefix + (key,))
+
+
+@pytest.mark.parametrize("family", ["gru", "transformer"])
+def test_every_config_key_with_hostile_values(request, family):
+    """Each key of a real config set to each hostile value: accepted, or one PretrainedModelError naming a key."""
+    from fairseq_dense.hub.schema import check_config
+
+    model = request.getfixturevalue(family)
+    base = json.loads((model.dir / "config.json").read_text())
+    refused = 0
+    for path in list(_key_paths(base)) + [("task", "arch"), ("task", "data"), ("model", "_name"), ("user_dir",)]:
+        for value in HOSTILE_VALUES:
+            config = json.loads(json.dumps(base))
+            node = config
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = value
+            try:
+                check_config(config, Path("config.json"))
+            except PretrainedModelError as err:
+                refused += 1
+                message = str(err)
+                assert "\n" not in message and re.search(r"config.json: (key '|not a fairseq-dense|format)", message)
+            else:  # what passes is of a declared type: no hostile string passes, no object but an empty model
+                assert not isinstance(value, str) or path[-1] in ("package_version", "fairseq_version"), path
+                assert not isinstance(value, dict) or (path, value) == (("model",), {}), path
+    assert refused > 10 * len(HOSTILE_VALUES)
