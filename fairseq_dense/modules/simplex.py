@@ -32,6 +32,9 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 ON_SIMPLEX_ATTR = "on_simplex"
 #: attribute set on ``on_simplex`` parameters whose task projects them after each step
 PROJECTED_BY_TASK_ATTR = "projected_by_task"
+#: attribute the ``translation_weighted`` task sets on every model it builds (it projects after every
+#: step; models may check it, see ``WeightedTransformerModel.set_num_updates``)
+PROJECTION_HOOK_ATTR = "simplex_projection_hooked"
 
 
 def project_onto_simplex(v: Tensor) -> Tensor:

@@ -14,12 +14,13 @@ Everything else is :class:`~fairseq_dense.tasks.translation_exact_resume.Transla
 """
 from fairseq.tasks import register_task
 
-from fairseq_dense.modules.simplex import PROJECTED_BY_TASK_ATTR, project_parameters_after_step, simplex_parameters
+from fairseq_dense.modules.simplex import (
+    PROJECTED_BY_TASK_ATTR,
+    PROJECTION_HOOK_ATTR,
+    project_parameters_after_step,
+    simplex_parameters,
+)
 from fairseq_dense.tasks.translation_exact_resume import TranslationExactResumeConfig, TranslationExactResumeTask
-
-#: attribute set on every model this task builds (models may check it, see
-#: ``WeightedTransformerModel.set_num_updates``)
-PROJECTION_HOOK_ATTR = "simplex_projection_hooked"
 
 
 @register_task("translation_weighted", dataclass=TranslationExactResumeConfig)

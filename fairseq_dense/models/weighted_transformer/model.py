@@ -17,8 +17,7 @@ from fairseq_dense.models.weighted_transformer.config import WeightedTransformer
 from fairseq_dense.models.weighted_transformer.decoder import WeightedTransformerDecoder
 from fairseq_dense.models.weighted_transformer.encoder import BranchOptions, WeightedTransformerEncoder
 from fairseq_dense.modules.branched_attention import BranchedAttention
-from fairseq_dense.modules.simplex import install_step_hook, is_on_simplex, project_onto_simplex
-from fairseq_dense.tasks.translation_weighted import PROJECTION_HOOK_ATTR
+from fairseq_dense.modules.simplex import PROJECTION_HOOK_ATTR, install_step_hook, is_on_simplex, project_onto_simplex
 
 logger = logging.getLogger(__name__)
 
