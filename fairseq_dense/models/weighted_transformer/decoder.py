@@ -141,21 +141,7 @@ class WeightedTransformerDecoder(TransformerDecoderBase):
             raise ValueError("the Weighted Transformer decoder needs encoder-decoder attention")
         self._layers_built += 1
         seed = self.branch.random_seed + 1000 * (100 + self._layers_built)
-        block = dict(
-            embed_dim=cfg.decoder.embed_dim,
-            num_heads=cfg.decoder.attention_heads,
-            num_branches=self.branch.decoder_branches,
-            ffn_embed_dim=cfg.decoder.ffn_embed_dim,
-            dropout=cfg.dropout,
-            attention_dropout=cfg.attention_dropout,
-            activation_dropout=cfg.activation_dropout or getattr(cfg, "relu_dropout", 0) or 0,
-            activation_fn=cfg.activation_fn,
-            normalize_before=cfg.decoder.normalize_before,
-            learn_kappa=self.branch.learn_kappa,
-            learn_alpha=self.branch.learn_alpha,
-            simplex=self.branch.simplex,
-            inference_weights=self.branch.inference_weights,
-        )
+        block = self.branch.block_kwargs(cfg, "decoder")
         self_block = dict(block, random_seed=seed + 500) if self.branch.decoder_branched_self_attn else None
         layer = WeightedDecoderLayer(
             embed_dim=cfg.decoder.embed_dim,

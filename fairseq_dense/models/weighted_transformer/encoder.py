@@ -23,6 +23,25 @@ class BranchOptions:
     inference_weights: str = "learned"
     random_seed: int = 1
 
+    def block_kwargs(self, cfg, side: str) -> dict:
+        """Keyword arguments of a branched block on ``side`` (``"encoder"``/``"decoder"``), all but its seed."""
+        side_cfg = getattr(cfg, side)
+        return dict(
+            embed_dim=side_cfg.embed_dim,
+            num_heads=side_cfg.attention_heads,
+            num_branches=getattr(self, f"{side}_branches"),
+            ffn_embed_dim=side_cfg.ffn_embed_dim,
+            dropout=cfg.dropout,
+            attention_dropout=cfg.attention_dropout,
+            activation_dropout=cfg.activation_dropout or getattr(cfg, "relu_dropout", 0) or 0,
+            activation_fn=cfg.activation_fn,
+            normalize_before=side_cfg.normalize_before,
+            learn_kappa=self.learn_kappa,
+            learn_alpha=self.learn_alpha,
+            simplex=self.simplex,
+            inference_weights=self.inference_weights,
+        )
+
 
 def wrap_layer(layer: nn.Module, cfg) -> nn.Module:
     """Activation checkpointing and FSDP wrapping as fairseq's transformer does it."""
@@ -78,19 +97,7 @@ class WeightedTransformerEncoder(TransformerEncoderBase):
     def build_encoder_layer(self, cfg):
         self._layers_built += 1
         layer = WeightedEncoderLayer(
-            embed_dim=cfg.encoder.embed_dim,
-            num_heads=cfg.encoder.attention_heads,
-            num_branches=self.branch.encoder_branches,
-            ffn_embed_dim=cfg.encoder.ffn_embed_dim,
-            dropout=cfg.dropout,
-            attention_dropout=cfg.attention_dropout,
-            activation_dropout=cfg.activation_dropout or getattr(cfg, "relu_dropout", 0) or 0,
-            activation_fn=cfg.activation_fn,
-            normalize_before=cfg.encoder.normalize_before,
-            learn_kappa=self.branch.learn_kappa,
-            learn_alpha=self.branch.learn_alpha,
-            simplex=self.branch.simplex,
-            inference_weights=self.branch.inference_weights,
+            **self.branch.block_kwargs(cfg, "encoder"),
             random_seed=self.branch.random_seed + 1000 * self._layers_built,
         )
         return wrap_layer(layer, cfg)
