@@ -1,7 +1,8 @@
 # Two commands set up and run everything:
-#   make quickstart   train + evaluate a small model on real data (Tatoeba De-En from
-#                     ../shared/data when it is there, else a built-in synthetic pair;
-#                     CORPUS=DIR SRC=.. TGT=.. for any other corpus, CORPUS= for the synthetic one)
+#   make quickstart   train + evaluate a small model on real data (the Tatoeba De-En split bundled
+#                     in fairseq_dense/data/tatoeba-deu-eng); BASELINE=1 also trains fairseq's built-in
+#                     of the same size and prints both; ALL_FAMILIES=1 every family in turn, one table;
+#                     CORPUS=DIR SRC=.. TGT=.. for any other corpus, CORPUS=synthetic for a made-up pair
 #   make test         run the whole test suite
 #   make lint         ruff check (pyflakes, pycodestyle, import order) + ruff format --check (ruff.toml)
 # Both create (or reuse) the local virtual environment .venv.
@@ -10,11 +11,12 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat setup.py | cksum | cut -d' ' -f1)
-TATOEBA := ../shared/data/tatoeba-deu-eng
-CORPUS ?= $(if $(wildcard $(TATOEBA)/train.de),$(TATOEBA),)
+CORPUS ?= tatoeba
 SRC ?= de
 TGT ?= en
 MINUTES ?= 6
+BASELINE ?=
+ALL_FAMILIES ?=
 PYTEST_ARGS ?=
 # test processes (pytest-xdist); the tests mostly run single-threaded fairseq commands
 TEST_WORKERS ?= 2
@@ -32,8 +34,9 @@ $(STAMP): setup.py
 	touch $(STAMP)
 
 quickstart: venv
-	@echo "quick-start corpus: $(if $(CORPUS),$(CORPUS) ($(SRC) -> $(TGT)),built-in synthetic pair (no $(TATOEBA) here))"
-	$(PY) -m fairseq_dense.cli.quickstart $(if $(CORPUS),--corpus $(CORPUS) --src $(SRC) --tgt $(TGT)) --minutes $(MINUTES)
+	$(PY) -m fairseq_dense.cli.quickstart $(if $(CORPUS),--corpus $(CORPUS)) \
+		$(if $(filter synthetic,$(CORPUS)),,--src $(SRC) --tgt $(TGT)) --minutes $(MINUTES) \
+		$(if $(BASELINE),--baseline) $(if $(ALL_FAMILIES),--all-families)
 
 test: venv
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)

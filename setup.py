@@ -13,6 +13,9 @@ setup(
     license="MIT",
     python_requires=">=3.8",
     packages=find_packages(include=["fairseq_dense", "fairseq_dense.*"]),
+    # the quick-start's bundled corpus (xz) with its README and LICENSE (CC-BY 2.0 FR); MANIFEST.in
+    # puts the same files in the sdist
+    package_data={"fairseq_dense.data": ["tatoeba-deu-eng/*"]},
     install_requires=[
         # fairseq 0.12.2 from PyPI cannot be imported on Python >= 3.11.
         'fairseq-fixed==0.12.3.1; python_version>="3.11"',

@@ -1,196 +1,207 @@
-"""Quick-start: prepare data, train a small model (default: a Weighted Transformer), report sacreBLEU.
+"""Quick-start: train a small model on real sentences for a few CPU minutes, report sacreBLEU.
 
-    python -m fairseq_dense.cli.quickstart                      # synthetic language pair
-    python -m fairseq_dense.cli.quickstart --corpus ../shared/data/tatoeba-deu-eng --src de --tgt en
+    python -m fairseq_dense.cli.quickstart                        # bundled Tatoeba De-En
+    python -m fairseq_dense.cli.quickstart --baseline             # + fairseq's built-in of the same size
+    python -m fairseq_dense.cli.quickstart --all-families --baseline   # every family: one table
+    python -m fairseq_dense.cli.quickstart --corpus DIR --src fr --tgt en
+    python -m fairseq_dense.cli.quickstart --corpus synthetic     # the made-up language pair
 
-Every step is an ordinary fairseq command (``fairseq-preprocess`` through
-:mod:`fairseq_dense.data.prepare`, ``fairseq-train``, ``fairseq-generate``), run
-with ``--user-dir`` pointing at this package, and printed before it runs, so the
-quick-start doubles as a worked example of the CLI.
+The default corpus is the Tatoeba German-English split bundled with the package
+(``fairseq_dense/data/tatoeba-deu-eng/``: CC-BY 2.0 FR, tatoeba.org via
+manythings.org/anki), decompressed into the work folder. The data goes through
+:mod:`fairseq_dense.data.prepare` (sacremoses, joint BPE, ``fairseq-preprocess``), each
+model through ``fairseq-train`` and ``fairseq-generate`` (:mod:`.quickstart_steps`).
 """
+
 import argparse
 import logging
 import os
-import re
 import shlex
-import subprocess
-import sys
 import time
-from typing import Dict, List
+from typing import List
 
-import fairseq_dense
+from fairseq_dense.cli.quickstart_steps import Result, interactive_command, train_and_score
 from fairseq_dense.data import prepare as prep
-from fairseq_dense.data import synthetic
+from fairseq_dense.data import synthetic, tatoeba
 from fairseq_dense.logging_setup import configure_logging
 
 logger = logging.getLogger("fairseq_dense.quickstart")
-PACKAGE_DIR = os.path.dirname(os.path.abspath(fairseq_dense.__file__))
+
+#: the architecture ``make quickstart`` trains
+DEFAULT_ARCH = "weighted_transformer_small"
+#: ``<family>_<CPU_SIZE>`` is each family's architecture in ``--all-families``
+CPU_SIZE = "small"
+BUNDLED, SYNTHETIC = "tatoeba", "synthetic"
 
 
-_MODEL_STAT = re.compile(r"(, |\s\|\s)model/[^,|]*?(?=, |\s\|\s|$)")
+def choose_corpus(args, parser) -> tuple:
+    """``(raw folder, src, tgt, name, BPE merges)`` for ``--corpus``; writes the bundled or
+    synthetic corpus into the work folder first."""
+    if args.corpus == BUNDLED:
+        src, tgt = args.src or tatoeba.SRC, args.tgt or tatoeba.TGT
+        if {src, tgt} != {tatoeba.SRC, tatoeba.TGT}:
+            parser.error(f"the bundled corpus is {tatoeba.SRC}-{tatoeba.TGT}: --src/--tgt must be de and en")
+        name = tatoeba.NAME + (f"-first{args.max_lines}" if args.max_lines else "")
+        raw = tatoeba.extract(os.path.join(args.work_dir, name, "raw"), args.max_lines)
+        return raw, src, tgt, name, args.bpe_merges or 4000
+    if args.max_lines:
+        parser.error("--max-lines applies to the bundled corpus only")
+    if args.corpus == SYNTHETIC:
+        src, tgt = args.src or "en", args.tgt or "xx"
+        raw = os.path.join(args.work_dir, SYNTHETIC, "raw")
+        if not os.path.isfile(os.path.join(raw, f"test.{tgt}")):
+            synthetic.write_corpus(raw, src, tgt)
+        return raw, src, tgt, SYNTHETIC, args.bpe_merges or 500
+    if not os.path.isdir(args.corpus):
+        raise prep.DataError(f"{args.corpus}: corpus folder not found (or use --corpus {BUNDLED} / {SYNTHETIC})")
+    if not (args.src and args.tgt):
+        parser.error("--corpus DIR needs --src and --tgt (the file suffixes)")
+    return args.corpus, args.src, args.tgt, os.path.basename(os.path.normpath(args.corpus)), args.bpe_merges or 4000
 
 
-def brief(line: str) -> str:
-    """A progress line without the per-layer model statistics (``model/enc0.kappa_ent=...``,
-    kept in the log) that the Weighted Transformer adds to every line."""
-    return _MODEL_STAT.sub("", line)
+def plugin_and_baseline(arch: str, data_bin: str, work: str, baseline: bool) -> List[Result]:
+    """The model of ``arch`` and (``baseline``) fairseq's built-in matched to its parameter count."""
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY, MODEL_REGISTRY
+
+    from fairseq_dense import baselines
+
+    family = ARCH_MODEL_NAME_REGISTRY.get(arch, "?")
+    ours = Result("plugin", family, arch, ["--arch", arch], os.path.join(work, f"checkpoints-{arch}"))
+    if not baseline:
+        return [ours]
+    if family not in MODEL_REGISTRY or not MODEL_REGISTRY[family].__module__.startswith("fairseq_dense"):
+        raise SystemExit(f"error: --baseline needs a fairseq_dense architecture, not {arch!r}")
+    pairing, _, _ = baselines.match_baseline(data_bin, family, ours.model_args)
+    counterpart = baselines.BASELINES.get(family, "lstm")
+    shown = f"{counterpart} (width {pairing['baseline_width']})"
+    logger.info("baseline for %s: fairseq %s (%s)", arch, shown, " ".join(pairing["baseline_args"]))
+    base = Result(
+        "baseline", family, shown, pairing["baseline_args"], os.path.join(work, f"checkpoints-{arch}-baseline")
+    )
+    return [ours, base]
 
 
-def _run(cmd: List[str], log_path: str, echo: bool = True) -> str:
-    """Run a command, streaming its output (progress) and keeping a log; returns stdout."""
-    logger.info("$ %s", " ".join(shlex.quote(c) for c in cmd))
-    out_lines = []
-    # fairseq logs to stdout, which Python block-buffers into a pipe: unbuffered,
-    # so that progress shows while training runs, not when it ends
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    with open(log_path, "w") as log, subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env
-    ) as proc:
-        for line in proc.stdout:
-            log.write(line)
-            out_lines.append(line)
-            if echo and ("| INFO | train" in line or "| INFO | valid" in line or "done training" in line
-                         or "Traceback" in line or "Error" in line):
-                sys.stdout.write("    " + brief(line.split(" | INFO | ")[-1].rstrip("\n")) + "\n")
-                sys.stdout.flush()
-    if proc.returncode != 0:
-        tail = "".join(out_lines[-30:])
-        raise SystemExit(f"error: command failed with exit code {proc.returncode} (log: {log_path}):\n{tail}")
-    return "".join(out_lines)
+def family_archs() -> List[str]:
+    """Each registered family's CPU-sized architecture, ``<family>_<CPU_SIZE>``."""
+    from fairseq_dense.baselines import our_families
+
+    archs = []
+    for family, names in our_families().items():
+        if f"{family}_{CPU_SIZE}" not in names:
+            raise SystemExit(f"error: family {family} has no {family}_{CPU_SIZE} architecture")
+        archs.append(f"{family}_{CPU_SIZE}")
+    return archs
 
 
-def train_command(bin_dir: str, save_dir: str, arch: str, minutes: float, seed: int) -> List[str]:
-    return [
-        sys.executable, "-m", "fairseq_cli.train", bin_dir,
-        "--user-dir", PACKAGE_DIR, "--arch", arch, "--cpu", "--seed", str(seed),
-        # translation + the post-step simplex projection of the Weighted Transformer's
-        # branch weights; the same as fairseq's translation for every other model
-        "--task", "translation_weighted",
-        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "0.003", "--clip-norm", "1.0",
-        "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100", "--warmup-init-lr", "1e-4",
-        "--criterion", "label_smoothed_cross_entropy_with_stats", "--label-smoothing", "0.1",
-        "--max-tokens", "2048", "--max-epoch", "100", "--stop-time-hours", f"{minutes / 60:.4f}",
-        "--save-dir", save_dir, "--no-epoch-checkpoints", "--save-interval-updates", "200",
-        "--keep-interval-updates", "1", "--log-format", "simple", "--log-interval", "50",
-        "--num-workers", "0",
+def table(results: List[Result]) -> str:
+    """The figures as one markdown table, a row per model."""
+    lines = [
+        "| family | model | arch | params | updates | valid loss | test BLEU | target tokens/s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+    for r in results:
+        model = "fairseq baseline" if r.label == "baseline" else "fairseq-dense"
+        if r.error:
+            lines.append(f"| {r.family} | {model} | `{r.arch}` | {r.error} | | | | |")
+            continue
+        lines.append(
+            f"| {r.family} | {model} | `{r.arch}` | {r.params / 1e6:.2f}M | {r.updates} | {r.valid_loss:.2f} "
+            f"| {r.bleu:.2f} | {r.wps:,.0f} |"
+        )
+    return "\n".join(lines)
 
 
-def generate_command(bin_dir: str, checkpoint: str, beam: int) -> List[str]:
-    return [
-        sys.executable, "-m", "fairseq_cli.generate", bin_dir,
-        "--user-dir", PACKAGE_DIR, "--path", checkpoint, "--gen-subset", "test", "--cpu",
-        "--beam", str(beam), "--batch-size", "64", "--required-batch-size-multiple", "1",
-        "--remove-bpe", "--num-workers", "0",
-    ]
-
-
-def interactive_command(bin_dir: str, checkpoint: str, codes: str, src: str, tgt: str, beam: int) -> List[str]:
-    """``fairseq-interactive`` on the trained model, reading raw sentences: the same Moses
-    tokenisation (no escaping, no aggressive dash splits) and BPE codes as the prepared data."""
-    return [
-        sys.executable, "-m", "fairseq_cli.interactive", bin_dir,
-        "--user-dir", PACKAGE_DIR, "--path", checkpoint, "--source-lang", src, "--target-lang", tgt,
-        "--tokenizer", "moses", "--moses-no-escape", "--moses-no-dash-splits",
-        "--bpe", "subword_nmt", "--bpe-codes", codes, "--beam", str(beam), "--cpu",
-    ]
-
-
-def parse_generate(stdout: str, key: str) -> Dict[int, str]:
-    out = {}
-    for line in stdout.splitlines():
-        if line.startswith(key + "-"):
-            parts = line.split("\t")
-            out[int(parts[0][len(key) + 1:])] = parts[-1]
-    return out
-
-
-def evaluate(stdout: str, raw_test_src: str, raw_test_ref: str, tgt_moses: str, lowercase: bool, n_examples: int):
-    """Detokenise hypotheses and score them against the raw references with sacreBLEU."""
-    import sacrebleu
-    from sacremoses import MosesDetokenizer
-
-    hyps = parse_generate(stdout, "H")
-    refs = prep.read_lines(raw_test_ref)
-    srcs = prep.read_lines(raw_test_src)
-    if len(hyps) != len(refs):
-        raise SystemExit(f"error: fairseq-generate translated {len(hyps)} of {len(refs)} test sentences")
-    detok = MosesDetokenizer(lang=tgt_moses)
-    hyp_list = [detok.detokenize(hyps[i].split()) for i in range(len(refs))]
-    if lowercase:
-        refs = [r.lower() for r in refs]
-    bleu = sacrebleu.metrics.BLEU()
-    score = bleu.corpus_score(hyp_list, [refs])
-    examples = [(srcs[i], refs[i], hyp_list[i]) for i in range(0, len(refs), max(1, len(refs) // n_examples))]
-    return score, bleu.get_signature(), examples[:n_examples]
+def get_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add = parser.add_argument
+    add(
+        "--corpus",
+        default=BUNDLED,
+        help=f"'{BUNDLED}' (default: the bundled Tatoeba de-en split), "
+        f"'{SYNTHETIC}' (a made-up language pair), or a folder of {{train,valid,test}}.{{SRC,TGT}} raw text",
+    )
+    add("--src", default=None, help="source suffix (default: de for tatoeba, en for synthetic)")
+    add("--tgt", default=None, help="target suffix (default: en for tatoeba, xx for synthetic)")
+    add("--max-lines", type=int, default=None, help="use only the first N pairs of each bundled split (a quick try)")
+    add("--work-dir", default="quickstart-work", help="where data, checkpoints and logs go")
+    add("--arch", default=DEFAULT_ARCH, help=f"any registered architecture (default: {DEFAULT_ARCH})")
+    add(
+        "--baseline",
+        action="store_true",
+        help="also train fairseq's built-in of the same size with the same "
+        "budget (transformer / lstm / fconv) and print both side by side",
+    )
+    add(
+        "--all-families",
+        action="store_true",
+        help=f"train every family's <family>_{CPU_SIZE} arch in turn "
+        "(with --baseline, each one's counterpart too) and print one markdown table",
+    )
+    add("--minutes", type=float, default=6.0, help="training time budget per model")
+    add("--bpe-merges", type=int, default=None, help="joint BPE merges (default 4000; 500 for synthetic)")
+    add("--lowercase", action="store_true", help="lower-case the data")
+    add("--beam", type=int, default=5)
+    add("--seed", type=int, default=1)
+    return parser  # fmt: skip
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--corpus", help="folder with {train,valid,test}.{SRC,TGT} raw text (default: synthetic)")
-    parser.add_argument("--src", default=None, help="source suffix (default: en for synthetic)")
-    parser.add_argument("--tgt", default=None, help="target suffix (default: xx for synthetic)")
-    parser.add_argument("--work-dir", default="quickstart-work", help="where data and checkpoints go")
-    parser.add_argument("--arch", default="weighted_transformer_small",
-                        help="any registered architecture (default: the CPU-sized Weighted Transformer, "
-                             "the family that learns fastest in a few CPU minutes)")
-    parser.add_argument("--minutes", type=float, default=6.0, help="training time budget")
-    parser.add_argument("--bpe-merges", type=int, default=None, help="joint BPE merges (default 500 synthetic, 4000 real)")
-    parser.add_argument("--lowercase", action="store_true", help="lower-case the data")
-    parser.add_argument("--beam", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=1)
+    parser = get_parser()
     args = parser.parse_args(argv)
     configure_logging("%(asctime)s | %(message)s", datefmt="%H:%M:%S")
     start = time.time()
-
-    if args.corpus:
-        if not (args.src and args.tgt):
-            parser.error("--corpus needs --src and --tgt (the file suffixes)")
-        raw, src, tgt, name = args.corpus, args.src, args.tgt, os.path.basename(os.path.normpath(args.corpus))
-        merges = args.bpe_merges or 4000
-    else:
-        src, tgt, name = args.src or "en", args.tgt or "xx", "synthetic"
-        raw = os.path.join(args.work_dir, name, "raw")
-        if not os.path.isfile(os.path.join(raw, f"test.{tgt}")):
-            synthetic.write_corpus(raw, src, tgt)
-        merges = args.bpe_merges or 500
-    work = os.path.join(args.work_dir, name)
-    os.makedirs(work, exist_ok=True)
-
-    logger.info("[1/3] preparing %s (%s -> %s, %d BPE merges)", raw, src, tgt, merges)
     try:
+        raw, src, tgt, name, merges = choose_corpus(args, parser)
+        work = os.path.join(args.work_dir, name)
+        os.makedirs(work, exist_ok=True)
+        logger.info("preparing %s (%s -> %s, %d BPE merges)", raw, src, tgt, merges)
         data = prep.prepare(raw, os.path.join(work, "data"), src, tgt, merges, args.lowercase)
+        srcs = prep.read_lines(os.path.join(raw, f"test.{src}"))
+        refs = prep.read_lines(os.path.join(raw, f"test.{tgt}"))
     except prep.DataError as e:
         raise SystemExit(f"error: {e}")
     t_prep = time.time() - start
 
-    logger.info("[2/3] training %s for up to %.1f minutes", args.arch, args.minutes)
-    save_dir = os.path.join(work, f"checkpoints-{args.arch}")
-    _run(train_command(os.path.join(data, "bin"), save_dir, args.arch, args.minutes, args.seed),
-         os.path.join(work, "train.log"))
-    t_train = time.time() - start - t_prep
-
-    logger.info("[3/3] translating the test split with beam %d", args.beam)
-    stdout = _run(generate_command(os.path.join(data, "bin"), os.path.join(save_dir, "checkpoint_best.pt"), args.beam),
-                  os.path.join(work, "generate.log"), echo=False)
-    score, signature, examples = evaluate(
-        stdout, os.path.join(raw, f"test.{src}"), os.path.join(raw, f"test.{tgt}"),
-        prep.moses_lang(tgt), args.lowercase, n_examples=5,
-    )
+    archs = family_archs() if args.all_families else [args.arch]
+    results = []
+    for arch in archs:
+        for model in plugin_and_baseline(arch, os.path.join(data, "bin"), work, args.baseline):
+            try:
+                results.append(train_and_score(model, data, work, refs, tgt, args, echo=True))
+            except SystemExit as e:
+                if not args.all_families:
+                    raise
+                # one failed model must not cost the other families' runs: its row says so
+                logger.error("%s", e)
+                model.error = str(e).splitlines()[0]
+                results.append(model)
+                continue
+            logger.info("%s: test BLEU %.2f after %d updates", model.arch, model.bleu, model.updates)
     total = time.time() - start
+
     print()
-    print(f"Test BLEU ({name}, {src}->{tgt}, {args.arch}, beam {args.beam}): {score.score:.2f}")
-    print(f"  {score}")
-    print(f"  sacreBLEU signature: {signature}")
-    print(f"  wall time: {total / 60:.1f} min (prepare {t_prep:.0f}s, train {t_train:.0f}s, "
-          f"generate+score {total - t_prep - t_train:.0f}s)")
+    print(f"Test BLEU ({name}, {src}->{tgt}, beam {args.beam}, {args.minutes:g} min of training each):")
+    print(table(results))
+    print(f"sacreBLEU signature: {next((r.signature for r in results if r.signature), '-')}")
+    print("(valid loss: label-smoothed cross-entropy of checkpoint_best, base 2; target tokens/s: training speed)")
+    print(f"wall time: {total / 60:.1f} min (prepare {t_prep:.0f}s)")
+    if args.all_families:
+        return
     print("\nExample translations:")
-    for s, r, h in examples:
-        print(f"  SRC: {s}\n  REF: {r}\n  HYP: {h}\n")
-    cmd = interactive_command(os.path.join(data, "bin"), os.path.join(save_dir, "checkpoint_best.pt"),
-                              os.path.join(data, "bpecodes"), src, tgt, args.beam)
-    print("Translate your own sentences (one per line; D- lines are the detokenised translations):")
-    print("  " + " ".join(shlex.quote(c) for c in cmd) + (" # lower-case the input too" if args.lowercase else ""))
+    for i in range(0, len(refs), max(1, len(refs) // 5))[:5]:
+        print(f"  SRC: {srcs[i]}\n  REF: {refs[i]}")
+        for r in results:
+            print(f"  {'BASELINE' if r.label == 'baseline' else 'HYP'}: {r.hyps[i]}")
+        print()
+    cmd = interactive_command(
+        os.path.join(data, "bin"), os.path.join(results[0].save_dir, "checkpoint_best.pt"),
+        os.path.join(data, "bpecodes"), src, tgt, args.beam,
+    )  # fmt: skip
+    quoted = " ".join(shlex.quote(c) for c in cmd)
+    print(f"Translate your own sentences with {results[0].arch} (one per line; D- lines are the translations):")
+    print("  " + quoted + (" # lower-case the input too" if args.lowercase else ""))
+    print("For example:")
+    print(f"  echo {shlex.quote(srcs[0])} | {quoted} 2>/dev/null | grep ^D-")
 
 
 if __name__ == "__main__":

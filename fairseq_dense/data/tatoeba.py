@@ -1,0 +1,61 @@
+"""The Tatoeba German-English split that ships with the package (xz-compressed).
+
+Source, licence (CC-BY 2.0 FR) and how the split was made: ``tatoeba-deu-eng/README.md``
+and ``LICENSE`` beside this file. :func:`extract` decompresses it into a folder of
+``{train,valid,test}.{de,en}`` raw text, the layout :mod:`fairseq_dense.data.prepare` reads.
+"""
+
+import itertools
+import lzma
+import os
+import shutil
+from typing import Dict, Optional
+
+from fairseq_dense.data.prepare import SPLITS, DataError
+
+NAME = "tatoeba-deu-eng"
+BUNDLED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), NAME)
+SRC, TGT = "de", "en"
+#: sentence pairs per split (README.md beside the files)
+LINES: Dict[str, int] = {"train": 166438, "valid": 1672, "test": 852}
+
+
+def bundled_file(split: str, lang: str) -> str:
+    """Path of one compressed file, e.g. ``.../tatoeba-deu-eng/train.de.xz``."""
+    return os.path.join(BUNDLED_DIR, f"{split}.{lang}.xz")
+
+
+def extract(dest: str, max_lines: Optional[int] = None) -> str:
+    """Decompress the bundled split into ``dest``; returns ``dest``.
+
+    Args:
+        dest: output folder; reused when it already holds this extraction.
+        max_lines: keep only the first ``max_lines`` pairs of each split (a quick try, the
+            tests); ``None`` keeps all of them.
+
+    Raises:
+        DataError: a bundled file is missing (an installation without the package data).
+    """
+    stamp = os.path.join(dest, ".extracted")
+    want = f"{NAME} max_lines={max_lines}\n"
+    if os.path.isfile(stamp):
+        with open(stamp, encoding="utf-8") as f:
+            if f.read() == want:
+                return dest
+    tmp = dest.rstrip("/") + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    for split in SPLITS:
+        for lang in (SRC, TGT):
+            path = bundled_file(split, lang)
+            if not os.path.isfile(path):
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise DataError(f"{path}: bundled corpus file not found (reinstall fairseq-dense)")
+            # bytes, split at b"\n" only: the files decompress verbatim
+            with lzma.open(path, "rb") as inp, open(os.path.join(tmp, f"{split}.{lang}"), "wb") as out:
+                out.writelines(itertools.islice(inp, max_lines))
+    with open(os.path.join(tmp, ".extracted"), "w", encoding="utf-8") as f:
+        f.write(want)
+    shutil.rmtree(dest, ignore_errors=True)
+    os.rename(tmp, dest)
+    return dest
