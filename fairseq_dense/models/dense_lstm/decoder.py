@@ -150,7 +150,8 @@ class DenseLSTMDecoder(IncrementalDecoder):
             prev_out = memory.new_zeros(bsz, self.embed_dim + self.num_layers * self.hidden_size)
             proj_keys = self._project_keys(memory)
         else:
-            hidden, cell, prev_out, proj_keys = cached["hidden"], cached["cell"], cached["prev_out"], cached["proj_keys"]
+            hidden, cell, prev_out = cached["hidden"], cached["cell"], cached["prev_out"]
+            proj_keys = cached["proj_keys"]
         keys = proj_keys.view(bsz, proj_keys.size(1), n_att, -1)  # B x T x n x A
         w_query = torch.cat([a.query_proj.weight for a in self.attentions], 0)
         w_v = torch.cat([a.v.weight for a in self.attentions], 0)
@@ -172,16 +173,15 @@ class DenseLSTMDecoder(IncrementalDecoder):
             ctx, attn = self._attend(h[lp - 1], keys, values, w_query, w_v, padding_mask)
             outs = [y_t]  # h_t^0, h_t^1, ... (after dropout)
             for j in range(lp):
-                lstm = self.layers[j]
                 if j == 0:
                     gates = gates_known_t + F.linear(ctx, w_ctx)
+                    h[j], c[j] = lstm_cell(gates + F.linear(h[j], first.weight_hh_l0), c[j])
                 else:
                     if dense:
                         inp = torch.cat(outs + [prev_step_o[:, : emb + j * self.hidden_size], ctx], -1)
                     else:
                         inp = torch.cat([outs[-1], ctx], -1)
-                    gates = F.linear(inp, lstm.weight_ih_l0, lstm.bias_ih_l0 + lstm.bias_hh_l0)
-                h[j], c[j] = lstm_cell(gates + F.linear(h[j], lstm.weight_hh_l0), c[j])
+                    h[j], c[j] = self._cell_step(j, inp, h[j], c[j])
                 outs.append(self.dropout(h[j]))
                 step_outs[j].append(outs[-1])
             prev_step_o = torch.cat(outs, -1)
@@ -194,14 +194,19 @@ class DenseLSTMDecoder(IncrementalDecoder):
         widths = [emb] + [self.hidden_size] * self.num_layers
         firsts = prev_out.split(widths, -1)
         shifted = [shift_in_time(f, first) for f, first in zip(feats, firsts)] if dense else []
-        # layers above l': one fused call each, now that every c_t is known
+        # layers above l': one fused call each over the whole sequence, now that every c_t is
+        # known; a single step (incremental decoding) is one cell update, as for the layers below
         for j in range(lp, self.num_layers):
             if dense:  # [o_t^{j}; o_{t-1}^{j}; c_t], o^{j} = [h^0; ...; h^{j}]
                 inp = torch.cat(feats + shifted + [ctx_all], -1)
             else:
                 inp = torch.cat([feats[-1], ctx_all], -1)
-            out, (h_j, c_j) = self.layers[j](inp, (h[j].unsqueeze(0).contiguous(), c[j].unsqueeze(0).contiguous()))
-            h[j], c[j] = h_j[0], c_j[0]
+            if inp.size(0) == 1:
+                h[j], c[j] = self._cell_step(j, inp[0], h[j], c[j])
+                out = h[j].unsqueeze(0)
+            else:
+                out, (h_j, c_j) = self.layers[j](inp, (h[j].unsqueeze(0).contiguous(), c[j].unsqueeze(0).contiguous()))
+                h[j], c[j] = h_j[0], c_j[0]
             feats.append(self.dropout(out))
             if dense and j + 1 < self.num_layers:
                 shifted.append(shift_in_time(feats[-1], firsts[j + 1]))
@@ -218,6 +223,13 @@ class DenseLSTMDecoder(IncrementalDecoder):
             readout_in = torch.cat([y, ctx_all, feats[-1]], -1)  # [y_{t-1}; c_t; r_t^{L_d}]
         m = self.softmax_dropout(torch.tanh(self.readout(readout_in))).transpose(0, 1)  # S x B -> B x S
         return m, {"attn": [torch.stack(attns, dim=1)]}
+
+    def _cell_step(self, j: int, inp: Tensor, h: Tensor, c: Tensor) -> Tuple[Tensor, Tensor]:
+        """One step of 0-based layer ``j`` (``nn.LSTM``'s weights): ``inp`` ``(batch, input)``,
+        ``h``/``c`` ``(batch, hidden)`` -> the new ``(h, c)``."""
+        lstm = self.layers[j]
+        gates = F.linear(inp, lstm.weight_ih_l0, lstm.bias_ih_l0 + lstm.bias_hh_l0) + F.linear(h, lstm.weight_hh_l0)
+        return lstm_cell(gates, c)
 
     def _project_keys(self, memory: Tensor) -> Tensor:
         """``(src_len, batch, context_dim)`` -> ``(batch, src_len, sum of attention dims)``, every
