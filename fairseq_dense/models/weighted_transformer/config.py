@@ -30,6 +30,14 @@ class WeightedTransformerConfig(FairseqDataclass):
             "branch FFNs, so each decoder layer gets a second FFN's parameters)"
         },
     )
+    decoder_plain_cross_attn: bool = field(
+        default=False,
+        metadata={
+            "help": "encoder-decoder attention as the Transformer's (no branches, no FFN after it) "
+            "and the decoder self-attention a branched block with the FFNs instead: branches in the "
+            "encoder and the decoder self-attention only (same parameters as the default)"
+        },
+    )
     no_simplex: bool = field(
         default=False,
         metadata={"help": "do not project kappa/alpha onto the simplex (Table 3 ablation)"},

@@ -14,14 +14,19 @@ class WeightedDecoderLayer(nn.Module):
 
     The self-attention sub-layer is the Transformer's (fairseq's
     :class:`MultiheadAttention`, residual, dropout, layer norm) unless
-    ``branched_self_attn``, which makes it a branched block with its own FFNs.
+    ``self_attn_block`` is given, which makes it a branched block with its own FFNs.
+    Without ``cross_block`` the encoder-decoder attention is the Transformer's
+    sub-layer (no FFN after it): with a branched self-attention block that puts the
+    branches in the decoder self-attention only (``--decoder-plain-cross-attn``).
 
     Args:
         embed_dim: model dimension.
         num_heads: attention heads.
         self_attn_block: keyword arguments of the branched self-attention block, or
             ``None`` for standard multi-head self-attention.
-        cross_block: keyword arguments of the branched encoder-decoder block.
+        cross_block: keyword arguments of the branched encoder-decoder block, or
+            ``None`` for standard multi-head encoder-decoder attention.
+        encoder_embed_dim: width of the encoder states (keys and values).
         dropout, attention_dropout: as in the Transformer.
         normalize_before: pre-norm instead of post-norm.
     """
@@ -31,12 +36,14 @@ class WeightedDecoderLayer(nn.Module):
         embed_dim: int,
         num_heads: int,
         self_attn_block: Optional[dict],
-        cross_block: dict,
+        cross_block: Optional[dict],
         dropout: float = 0.0,
         attention_dropout: float = 0.0,
         normalize_before: bool = False,
+        encoder_embed_dim: Optional[int] = None,
     ):
         super().__init__()
+        self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
         if self_attn_block is not None:
             self.self_branched = BranchedAttention(self_attention=True, **self_attn_block)
         else:
@@ -45,9 +52,17 @@ class WeightedDecoderLayer(nn.Module):
                 embed_dim, num_heads, dropout=attention_dropout, self_attention=True
             )
             self.self_attn_layer_norm = LayerNorm(embed_dim)
-            self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.normalize_before = normalize_before
-        self.cross_branched = BranchedAttention(self_attention=False, **cross_block)
+        if cross_block is not None:
+            self.cross_branched = BranchedAttention(self_attention=False, **cross_block)
+        else:
+            self.cross_branched = None
+            kdim = encoder_embed_dim or embed_dim
+            self.encoder_attn = MultiheadAttention(
+                embed_dim, num_heads, kdim=kdim, vdim=kdim, dropout=attention_dropout,
+                encoder_decoder_attention=True,
+            )
+            self.encoder_attn_layer_norm = LayerNorm(embed_dim)
 
     def forward(
         self,
@@ -102,13 +117,31 @@ class WeightedDecoderLayer(nn.Module):
             x = residual + self.dropout_module(x)
             if not self.normalize_before:
                 x = self.self_attn_layer_norm(x)
-        x, attn = self.cross_branched(
-            x,
+        if self.cross_branched is not None:
+            x, attn = self.cross_branched(
+                x,
+                key=encoder_out,
+                key_padding_mask=encoder_padding_mask,
+                incremental_state=incremental_state,
+                need_weights=need_attn or need_head_weights,
+            )
+            return x, attn, None
+        residual = x
+        if self.normalize_before:
+            x = self.encoder_attn_layer_norm(x)
+        x, attn = self.encoder_attn(
+            query=x,
             key=encoder_out,
+            value=encoder_out,
             key_padding_mask=encoder_padding_mask,
             incremental_state=incremental_state,
+            static_kv=True,
             need_weights=need_attn or need_head_weights,
+            need_head_weights=need_attn or need_head_weights,  # (H, B, T, S), as the branched block
         )
+        x = residual + self.dropout_module(x)
+        if not self.normalize_before:
+            x = self.encoder_attn_layer_norm(x)
         return x, attn, None
 
     def make_generation_fast_(self, need_attn: bool = False, **kwargs):
@@ -142,14 +175,19 @@ class WeightedTransformerDecoder(TransformerDecoderBase):
         self._layers_built += 1
         seed = self.branch.random_seed + 1000 * (100 + self._layers_built)
         block = self.branch.block_kwargs(cfg, "decoder")
-        self_block = dict(block, random_seed=seed + 500) if self.branch.decoder_branched_self_attn else None
+        branched_self = self.branch.decoder_branched_self_attn or self.branch.decoder_plain_cross_attn
+        self_block = dict(block, random_seed=seed + 500) if branched_self else None
+        cross_block = None
+        if not self.branch.decoder_plain_cross_attn:
+            cross_block = dict(block, kdim=cfg.encoder.embed_dim, random_seed=seed)
         layer = WeightedDecoderLayer(
             embed_dim=cfg.decoder.embed_dim,
             num_heads=cfg.decoder.attention_heads,
             self_attn_block=self_block,
-            cross_block=dict(block, kdim=cfg.encoder.embed_dim, random_seed=seed),
+            cross_block=cross_block,
             dropout=cfg.dropout,
             attention_dropout=cfg.attention_dropout,
             normalize_before=cfg.decoder.normalize_before,
+            encoder_embed_dim=cfg.encoder.embed_dim,
         )
         return wrap_layer(layer, cfg)

@@ -17,6 +17,7 @@ class BranchOptions:
     encoder_branches: int
     decoder_branches: int
     decoder_branched_self_attn: bool = False
+    decoder_plain_cross_attn: bool = False
     simplex: bool = True
     learn_kappa: bool = True
     learn_alpha: bool = True

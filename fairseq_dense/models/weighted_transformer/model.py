@@ -32,6 +32,7 @@ def branch_options(cfg) -> BranchOptions:
         encoder_branches=cfg.encoder_branches or cfg.encoder_attention_heads,
         decoder_branches=cfg.decoder_branches or cfg.decoder_attention_heads,
         decoder_branched_self_attn=bool(cfg.decoder_branched_self_attn),
+        decoder_plain_cross_attn=bool(safe_getattr(cfg, "decoder_plain_cross_attn", False)),
         simplex=not cfg.no_simplex,
         learn_kappa=not cfg.fixed_kappa,
         learn_alpha=not cfg.fixed_alpha,
@@ -66,6 +67,11 @@ def validate(args) -> None:
     for key, flag in unsupported.items():
         if safe_getattr(args, key, None):
             raise ValueError(f"{flag} is not supported by --arch weighted_transformer*")
+    if safe_getattr(args, "decoder_plain_cross_attn", False) and args.decoder_branched_self_attn:
+        raise ValueError(
+            "--decoder-plain-cross-attn already makes the decoder self-attention branched; "
+            "drop --decoder-branched-self-attn"
+        )
     if args.no_simplex and args.fixed_kappa and args.fixed_alpha:
         logger.warning("--no-simplex has no effect with --fixed-kappa and --fixed-alpha")
 
@@ -130,7 +136,8 @@ class WeightedTransformerModel(TransformerModel):
         for i, layer in enumerate(self.decoder.layers):
             if layer.self_branched is not None:
                 yield f"dec{i}.self", layer.self_branched
-            yield f"dec{i}", layer.cross_branched
+            if layer.cross_branched is not None:
+                yield f"dec{i}", layer.cross_branched
 
     def branch_weights(self) -> Dict[str, torch.Tensor]:
         """Learned kappa/alpha by name, e.g. ``{"enc0.kappa": (M,) tensor, ...}``."""
