@@ -8,10 +8,7 @@ from fairseq_dense.models.arch_defaults import fill_defaults
 from fairseq_dense.models.densenmt.config import DenseNMTConfig
 from fairseq_dense.models.densenmt.decoder import DenseNMTDecoder
 from fairseq_dense.models.densenmt.encoder import DenseNMTEncoder
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+from fairseq_dense.models.option_checks import flag, require_positive, require_probability
 
 
 def _layer_spec(cfg, side: str, what: str) -> List[int]:
@@ -20,13 +17,13 @@ def _layer_spec(cfg, side: str, what: str) -> List[int]:
     listed: Optional[List[int]] = safe_getattr(cfg, f"{side}_{what}s", None)
     if listed is not None and len(listed) > 0:
         if len(listed) != n:
-            raise ValueError(f"{_flag(f'{side}_{what}s')} has {len(listed)} entries but "
-                             f"{_flag(f'{side}_layers')} is {n}")
+            raise ValueError(f"{flag(f'{side}_{what}s')} has {len(listed)} entries but "
+                             f"{flag(f'{side}_layers')} is {n}")
         spec = [int(v) for v in listed]
     else:
         spec = [int(safe_getattr(cfg, f"{side}_{what}"))] * n
     if any(v <= 0 for v in spec):
-        raise ValueError(f"{_flag(f'{side}_{what}')} values must be positive, got {spec}")
+        raise ValueError(f"{flag(f'{side}_{what}')} values must be positive, got {spec}")
     return spec
 
 
@@ -46,21 +43,15 @@ class DenseNMTModel(FairseqEncoderDecoderModel):
         Raises:
             ValueError: naming the offending flags.
         """
-        for side in ("encoder", "decoder"):
-            if int(safe_getattr(cfg, f"{side}_layers")) < 1:
-                raise ValueError(f"{_flag(side + '_layers')} must be >= 1")
+        require_positive(cfg, ("encoder_layers", "decoder_layers"))
         enc_hidden = _layer_spec(cfg, "encoder", "hidden_size")
         dec_hidden = _layer_spec(cfg, "decoder", "hidden_size")
         enc_kernels = _layer_spec(cfg, "encoder", "kernel_size")
         dec_kernels = _layer_spec(cfg, "decoder", "kernel_size")
-        for name in ("encoder_embed_dim", "decoder_embed_dim", "decoder_out_embed_dim", "attention_dim"):
-            if int(safe_getattr(cfg, name)) <= 0:
-                raise ValueError(f"{_flag(name)} must be a positive integer")
+        require_positive(cfg, ("encoder_embed_dim", "decoder_embed_dim", "decoder_out_embed_dim", "attention_dim"),
+                         optional=("factorized_embed_dim",))
+        require_probability(cfg, ("dropout",))
         factor = safe_getattr(cfg, "factorized_embed_dim", None)
-        if factor is not None and int(factor) <= 0:
-            raise ValueError("--factorized-embed-dim must be a positive integer (or unset)")
-        if not 0.0 <= float(cfg.dropout) < 1.0:
-            raise ValueError("--dropout must be in [0, 1)")
         enc_dense = str(cfg.encoder_connections) == "dense"
         dec_dense = str(cfg.decoder_connections) == "dense"
         attention = str(cfg.attention)
@@ -72,8 +63,8 @@ class DenseNMTModel(FairseqEncoderDecoderModel):
                 raise ValueError("--sumlen needs --encoder-connections dense or --decoder-connections dense")
         for side, dense, hidden in (("encoder", enc_dense, enc_hidden), ("decoder", dec_dense, dec_hidden)):
             if not dense and len(set(hidden)) > 1:
-                raise ValueError(f"{_flag(side + '_hidden_sizes')} must be uniform with "
-                                 f"{_flag(side + '_connections')} residual")
+                raise ValueError(f"{flag(side + '_hidden_sizes')} must be uniform with "
+                                 f"{flag(side + '_connections')} residual")
         use_wn = not cfg.no_weight_norm
         encoder = DenseNMTEncoder(
             task.source_dictionary,
