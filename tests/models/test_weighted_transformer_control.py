@@ -38,20 +38,23 @@ def build(arch, task, *flags, vocab=16):
 
 def branched_name(name: str) -> str:
     """The one-branch model's name of a fairseq ``transformer`` parameter."""
-    enc = name.startswith("encoder.layers.")
-    renames = (
-        ("self_attn.out_proj.weight", "branched.out_weight") if enc else ("encoder_attn.out_proj.weight", "cross_branched.out_weight"),
-        ("self_attn.out_proj.bias", "branched.out_bias") if enc else ("encoder_attn.out_proj.bias", "cross_branched.out_bias"),
-        ("self_attn_layer_norm.", "branched.attn_layer_norm.") if enc else ("encoder_attn_layer_norm.", "cross_branched.attn_layer_norm."),
-        ("self_attn.", "branched.") if enc else ("encoder_attn.", "cross_branched."),
-        ("fc1.weight", ("branched." if enc else "cross_branched.") + "fc1_weight"),
-        ("fc1.bias", ("branched." if enc else "cross_branched.") + "fc1_bias"),
-        ("fc2.weight", ("branched." if enc else "cross_branched.") + "fc2_weight"),
-        ("fc2.bias", ("branched." if enc else "cross_branched.") + "fc2_bias"),
-        ("final_layer_norm.", ("branched." if enc else "cross_branched.") + "final_layer_norm."),
-    )
     if ".layers." not in name:
         return name
+    if name.startswith("encoder.layers."):
+        block, attn, attn_norm = "branched.", "self_attn.", "self_attn_layer_norm."
+    else:
+        block, attn, attn_norm = "cross_branched.", "encoder_attn.", "encoder_attn_layer_norm."
+    renames = (
+        (attn + "out_proj.weight", block + "out_weight"),
+        (attn + "out_proj.bias", block + "out_bias"),
+        (attn_norm, block + "attn_layer_norm."),
+        (attn, block),
+        ("fc1.weight", block + "fc1_weight"),
+        ("fc1.bias", block + "fc1_bias"),
+        ("fc2.weight", block + "fc2_weight"),
+        ("fc2.bias", block + "fc2_bias"),
+        ("final_layer_norm.", block + "final_layer_norm."),
+    )
     for old, new in renames:
         if old in name:
             return name.replace(old, new)
