@@ -11,6 +11,7 @@ every model class's ``hub_models()``). Nothing is unpickled, and every file is
 checked (config keys and types, ``SHA256SUMS``) before any model code runs: the
 guarantees of docs/hub.md, section "Security", hold here too.
 """
+
 dependencies = ["torch", "fairseq", "safetensors", "huggingface_hub", "sacremoses", "subword_nmt"]
 
 from fairseq_dense.hub import from_pretrained  # noqa: E402,F401

@@ -6,6 +6,7 @@ import for all families), exported, loaded back with ``from_pretrained`` and
 checked against ``fairseq-generate``'s code path on the original checkpoint.
 Families registered later are covered automatically.
 """
+
 import hashlib
 import json
 import math
@@ -23,8 +24,7 @@ import fairseq_dense
 from fairseq_dense import hub
 from fairseq_dense.cli import export as export_cli
 from fairseq_dense.cli import push as push_cli
-from fairseq_dense.hub import export_checkpoint
-from fairseq_dense.hub import PretrainedModelError
+from fairseq_dense.hub import PretrainedModelError, export_checkpoint
 from tests import helpers
 
 TINY_ARCHS = sorted(a for a in hub.dense_architectures() if a.endswith("_tiny"))
@@ -49,11 +49,25 @@ def corpus(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("hub")
     raw = helpers.write_copy_corpus(root / "raw", n_train=160, n_valid=16, n_test=5)
-    args = options.get_preprocessing_parser().parse_args([
-        "--source-lang", "src", "--target-lang", "tgt", "--trainpref", str(raw / "train"),
-        "--validpref", str(raw / "valid"), "--testpref", str(raw / "test"), "--destdir", str(root / "bin"),
-        "--workers", "1", "--joined-dictionary",
-    ])
+    args = options.get_preprocessing_parser().parse_args(
+        [
+            "--source-lang",
+            "src",
+            "--target-lang",
+            "tgt",
+            "--trainpref",
+            str(raw / "train"),
+            "--validpref",
+            str(raw / "valid"),
+            "--testpref",
+            str(raw / "test"),
+            "--destdir",
+            str(root / "bin"),
+            "--workers",
+            "1",
+            "--joined-dictionary",
+        ]
+    )
     preprocess.main(args)
     codes = root / "bpecodes"
     codes.write_text("#version: 0.2\nx y\n")  # a merge that never fires on single letters
@@ -68,12 +82,39 @@ def trained(corpus, arch: str) -> Path:
         from fairseq_cli import train
 
         save = corpus.root / f"ckpt-{arch}"
-        _fairseq_main(train, options.get_training_parser(), [
-            str(corpus.bin), "--arch", arch, "--task", "translation", "--optimizer", "adam", "--lr", "0.01",
-            "--criterion", "label_smoothed_cross_entropy_with_stats", "--max-epoch", "2", "--batch-size", "8",
-            "--save-dir", str(save), "--cpu", "--seed", "1", "--num-workers", "0", "--disable-validation",
-            "--no-progress-bar", "--log-format", "simple", *EXTRA_TRAIN_FLAGS.get(arch, []),
-        ])
+        _fairseq_main(
+            train,
+            options.get_training_parser(),
+            [
+                str(corpus.bin),
+                "--arch",
+                arch,
+                "--task",
+                "translation",
+                "--optimizer",
+                "adam",
+                "--lr",
+                "0.01",
+                "--criterion",
+                "label_smoothed_cross_entropy_with_stats",
+                "--max-epoch",
+                "2",
+                "--batch-size",
+                "8",
+                "--save-dir",
+                str(save),
+                "--cpu",
+                "--seed",
+                "1",
+                "--num-workers",
+                "0",
+                "--disable-validation",
+                "--no-progress-bar",
+                "--log-format",
+                "simple",
+                *EXTRA_TRAIN_FLAGS.get(arch, []),
+            ],
+        )
         _CACHE["ckpt", arch] = save
     return _CACHE["ckpt", arch]
 
@@ -82,8 +123,11 @@ def exported(corpus, arch: str) -> Path:
     """checkpoint_last.pt of ``arch`` exported with BPE, moses and model.pt; cached."""
     if ("export", arch) not in _CACHE:
         _CACHE["export", arch] = export_checkpoint(
-            [trained(corpus, arch) / "checkpoint_last.pt"], corpus.root / f"export-{arch}",
-            data=corpus.bin, bpe_codes=corpus.codes, write_pickle=True,
+            [trained(corpus, arch) / "checkpoint_last.pt"],
+            corpus.root / f"export-{arch}",
+            data=corpus.bin,
+            bpe_codes=corpus.codes,
+            write_pickle=True,
         )
     return _CACHE["export", arch]
 
@@ -95,6 +139,7 @@ def copy_of(src: Path, dst: Path) -> Path:
 
 # ---------------------------------------------------------------- round trip, every family
 
+
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", TINY_ARCHS)
 def test_round_trip_matches_fairseq_generate(corpus, arch, tmp_path):
@@ -103,21 +148,50 @@ def test_round_trip_matches_fairseq_generate(corpus, arch, tmp_path):
     from fairseq_cli import generate
 
     ckpt, out = trained(corpus, arch) / "checkpoint_last.pt", exported(corpus, arch)
-    _fairseq_main(generate, options.get_generation_parser(), [
-        str(corpus.bin), "--path", str(ckpt), "--gen-subset", "test", "--beam", "5", "--batch-size", "1",
-        "--required-batch-size-multiple", "1", "--max-len-b", "12", "--cpu", "--results-path", str(tmp_path),
-    ])
+    _fairseq_main(
+        generate,
+        options.get_generation_parser(),
+        [
+            str(corpus.bin),
+            "--path",
+            str(ckpt),
+            "--gen-subset",
+            "test",
+            "--beam",
+            "5",
+            "--batch-size",
+            "1",
+            "--required-batch-size-multiple",
+            "1",
+            "--max-len-b",
+            "12",
+            "--cpu",
+            "--results-path",
+            str(tmp_path),
+        ],
+    )
     generated = (tmp_path / "generate-test.txt").read_text()
     hyps = helpers.hypotheses_from_generate(generated)
-    scores = {int(line.split("\t")[0][2:]): float(line.split("\t")[1])
-              for line in generated.splitlines() if line.startswith("H-")}
+    scores = {
+        int(line.split("\t")[0][2:]): float(line.split("\t")[1])
+        for line in generated.splitlines()
+        if line.startswith("H-")
+    }
     assert sorted(hyps) == list(range(len(corpus.test_lines)))
 
     model = hub.from_pretrained(out)
     assert type(model).__name__ == "GeneratorHubInterface"
     assert sorted(os.listdir(out)) == sorted(
-        ["README.md", "SHA256SUMS", "bpecodes", "config.json", "dict.src.txt", "dict.tgt.txt", "model.pt",
-         "model.safetensors"]
+        [
+            "README.md",
+            "SHA256SUMS",
+            "bpecodes",
+            "config.json",
+            "dict.src.txt",
+            "dict.tgt.txt",
+            "model.pt",
+            "model.safetensors",
+        ]
     )
     for i, line in enumerate(corpus.test_lines):
         best = model.generate([model.encode(line)], **GEN)[0][0]  # what .translate() runs
@@ -143,6 +217,7 @@ def test_every_family_is_covered():
 
 # ---------------------------------------------------------------- export options and CLI
 
+
 @pytest.mark.slow
 def test_cli_export_average_fp16_and_model_card(corpus, tmp_path):
     from huggingface_hub import ModelCard
@@ -151,10 +226,28 @@ def test_cli_export_average_fp16_and_model_card(corpus, tmp_path):
     ckpt_dir, out = trained(corpus, FIRST), tmp_path / "avg"
     # the real command line, in its own process (fairseq-dense-export once installed)
     proc = helpers.run_cli(
-        sys.executable, "-m", "fairseq_dense.cli.export",
-        ckpt_dir, "--average-last", "2", "--fp16", "--out", out, "--data", corpus.bin,
-        "--bleu", "12.5", "--bleu-signature", "nrefs:1|case:mixed|tok:13a|version:2.4.0",
-        "--dataset", "copy-task", "--license", "mit", "--tokenizer", "none", cwd=helpers.REPO,
+        sys.executable,
+        "-m",
+        "fairseq_dense.cli.export",
+        ckpt_dir,
+        "--average-last",
+        "2",
+        "--fp16",
+        "--out",
+        out,
+        "--data",
+        corpus.bin,
+        "--bleu",
+        "12.5",
+        "--bleu-signature",
+        "nrefs:1|case:mixed|tok:13a|version:2.4.0",
+        "--dataset",
+        "copy-task",
+        "--license",
+        "mit",
+        "--tokenizer",
+        "none",
+        cwd=helpers.REPO,
     )
     assert proc.stdout.strip() == str(out)
     config = json.loads((out / "config.json").read_text())
@@ -193,7 +286,9 @@ def test_tied_weights_are_stored_once(corpus, tmp_path):
     with safe_open(str(out / "model.safetensors"), framework="pt") as f:
         names, tied = set(f.keys()), json.loads(f.metadata()["tied_weights"])
     assert len(tied) == 1 and set(tied) | set(tied.values()) == {
-        "decoder.output_projection.weight", "decoder.embed_tokens.weight"}
+        "decoder.output_projection.weight",
+        "decoder.embed_tokens.weight",
+    }
     assert not set(tied) & names
     decoder = hub.from_pretrained(out).models[0].decoder
     assert decoder.output_projection.weight is decoder.embed_tokens.weight
@@ -204,8 +299,19 @@ def test_export_refuses_bad_input_and_leaves_nothing(corpus, tmp_path, capsys):
     ckpt = trained(corpus, FIRST) / "checkpoint_last.pt"
     no_dicts = tmp_path / "empty"
     no_dicts.mkdir()
-    rc = export_cli.main([str(ckpt), "--out", str(tmp_path / "out"), "--data", str(no_dicts),
-                          "--source-lang", "src", "--target-lang", "tgt"])
+    rc = export_cli.main(
+        [
+            str(ckpt),
+            "--out",
+            str(tmp_path / "out"),
+            "--data",
+            str(no_dicts),
+            "--source-lang",
+            "src",
+            "--target-lang",
+            "tgt",
+        ]
+    )
     assert rc == 1 and "dict.src.txt" in capsys.readouterr().err
     with pytest.raises(PretrainedModelError, match="exists and is not empty"):
         export_checkpoint([ckpt], exported(corpus, FIRST), data=corpus.bin)
@@ -215,6 +321,7 @@ def test_export_refuses_bad_input_and_leaves_nothing(corpus, tmp_path, capsys):
 
 
 # ---------------------------------------------------------------- hub cache, torch.hub, names, push
+
 
 def lay_out_hub_cache(cache: Path, repo_id: str, snapshots, main: str) -> None:
     """Write a cache as huggingface_hub does: blobs by hash, snapshots of symlinks, refs."""
@@ -243,8 +350,7 @@ def test_hub_repo_id_offline_with_revision_pinning(corpus, tmp_path, monkeypatch
 
     calls = []
     real = huggingface_hub.snapshot_download
-    monkeypatch.setattr(huggingface_hub, "snapshot_download",
-                        lambda *a, **k: calls.append(k) or real(*a, **k))
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: calls.append(k) or real(*a, **k))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     model = hub.from_pretrained("fairseq-dense/tiny-copy", revision=commit_a, cache_dir=str(cache))
     local = hub.from_pretrained(good)
@@ -304,6 +410,7 @@ def test_push_uploads_a_checked_directory(corpus, tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------- safety and errors
+
 
 class _Payload:
     """Unpickling this creates the marker file (stands for arbitrary code)."""
@@ -369,20 +476,32 @@ ERROR_CASES = {
     "missing manifest": (lambda d: (d / "SHA256SUMS").unlink(), "SHA256SUMS: missing; .* re-export"),
     "dictionary outside the directory": (
         lambda d: _edit_json(d / "config.json", dictionaries__target__file="../dict.tgt.txt"),
-        "config.json: key 'dictionaries.target.file' must be 'dict.tgt.txt'"),
+        "config.json: key 'dictionaries.target.file' must be 'dict.tgt.txt'",
+    ),
     "invalid json": (lambda d: (d / "config.json").write_text("{arch"), "config.json: not valid JSON"),
-    "unknown architecture": (lambda d: _edit_json(d / "config.json", arch="future_model_tiny"),
-                             "config.json: key 'arch': unknown architecture 'future_model_tiny'"),
-    "unknown option": (lambda d: _edit_json(d / "config.json", model__future_option=3),
-                       "config.json: key 'model.future_option' is not accepted"),
-    "dictionary size": (lambda d: open(d / "dict.tgt.txt", "a").write("ZZ 1\n"),
-                        "dict.tgt.txt: 33 symbols, but config.json"),
+    "unknown architecture": (
+        lambda d: _edit_json(d / "config.json", arch="future_model_tiny"),
+        "config.json: key 'arch': unknown architecture 'future_model_tiny'",
+    ),
+    "unknown option": (
+        lambda d: _edit_json(d / "config.json", model__future_option=3),
+        "config.json: key 'model.future_option' is not accepted",
+    ),
+    "dictionary size": (
+        lambda d: open(d / "dict.tgt.txt", "a").write("ZZ 1\n"),
+        "dict.tgt.txt: 33 symbols, but config.json",
+    ),
     "weights vs dictionaries": (
-        lambda d: (open(d / "dict.tgt.txt", "a").write("ZZ 1\n"),
-                   _edit_json(d / "config.json", dictionaries__target__size=33)),
-        "model.safetensors: tensor '.*' has shape"),
-    "truncated weights": (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:999]),
-                          "model.safetensors: corrupted"),
+        lambda d: (
+            open(d / "dict.tgt.txt", "a").write("ZZ 1\n"),
+            _edit_json(d / "config.json", dictionaries__target__size=33),
+        ),
+        "model.safetensors: tensor '.*' has shape",
+    ),
+    "truncated weights": (
+        lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:999]),
+        "model.safetensors: corrupted",
+    ),
     "garbage weights": (lambda d: (d / "model.safetensors").write_bytes(b"\x00" * 64), "model.safetensors: corrupted"),
 }
 

@@ -17,6 +17,7 @@ checkpoint cases go through ``fairseq-dense-export``. Every case asserts:
 Config edits are re-signed (``SHA256SUMS`` rewritten, as an attacker would) so that
 the schema, not the checksum, has to stop them; integrity cases are not re-signed.
 """
+
 import ast
 import hashlib
 import json
@@ -44,6 +45,7 @@ _EXPORTS = {}
 
 # ---------------------------------------------------------------- the shared tiny models
 
+
 def build_checkpoint(root: Path, arch: str) -> Path:
     """An untrained ``arch`` saved the way fairseq's trainer saves it (``cfg`` as a plain dict)."""
     from fairseq import options, tasks
@@ -54,15 +56,29 @@ def build_checkpoint(root: Path, arch: str) -> Path:
     data.mkdir(parents=True, exist_ok=True)
     for lang in ("src", "tgt"):
         (data / f"dict.{lang}.txt").write_text("".join(f"{c} {100 - i}\n" for i, c in enumerate("abcdefghijkl")))
-    args = options.parse_args_and_arch(options.get_training_parser(), [
-        str(data), "--arch", arch, "--task", "translation", "--source-lang", "src", "--target-lang", "tgt", "--cpu",
-    ])
+    args = options.parse_args_and_arch(
+        options.get_training_parser(),
+        [
+            str(data),
+            "--arch",
+            arch,
+            "--task",
+            "translation",
+            "--source-lang",
+            "src",
+            "--target-lang",
+            "tgt",
+            "--cpu",
+        ],
+    )
     cfg = convert_namespace_to_omegaconf(args)
     torch.manual_seed(0)
     model = tasks.setup_task(cfg.task).build_model(cfg.model)
     ckpt = root / "checkpoint_last.pt"
-    torch.save({"args": None, "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
-                "model": model.state_dict()}, ckpt)
+    torch.save(
+        {"args": None, "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "model": model.state_dict()},
+        ckpt,
+    )
     return ckpt
 
 
@@ -122,6 +138,7 @@ def tripwire(marker, monkeypatch):
 
 # ---------------------------------------------------------------- tampering helpers
 
+
 def tamper(source: Path, tmp_path: Path, edit, marker: Path, resign: bool) -> Path:
     """A copy of ``source`` changed by ``edit(dir, marker)``, with live pickles beside its files."""
     model_dir = tmp_path / "model"
@@ -150,7 +167,7 @@ def config_edit(change):
 def safetensors_header(path: Path):
     data = path.read_bytes()
     (n,) = struct.unpack("<Q", data[:8])
-    return data, n, json.loads(data[8:8 + n])
+    return data, n, json.loads(data[8 : 8 + n])
 
 
 def swap_offsets(model_dir: Path, marker: Path) -> None:
@@ -165,16 +182,16 @@ def swap_offsets(model_dir: Path, marker: Path) -> None:
     header[a]["data_offsets"], header[b]["data_offsets"] = header[b]["data_offsets"], header[a]["data_offsets"]
     text = json.dumps(header, separators=(",", ":")).encode()
     assert len(text) <= n
-    path.write_bytes(data[:8] + text.ljust(n, b" ") + data[8 + n:])
+    path.write_bytes(data[:8] + text.ljust(n, b" ") + data[8 + n :])
 
 
 def retype_first_tensor(model_dir: Path, marker: Path) -> None:
     """F32 -> I32 in the header: same size, so the file stays a valid safetensors file."""
     path = model_dir / "model.safetensors"
     data, n, _ = safetensors_header(path)
-    header = data[8:8 + n]
+    header = data[8 : 8 + n]
     assert b'"F32"' in header
-    path.write_bytes(data[:8] + header.replace(b'"F32"', b'"I32"', 1) + data[8 + n:])
+    path.write_bytes(data[:8] + header.replace(b'"F32"', b'"I32"', 1) + data[8 + n :])
 
 
 def flip_last_weight_byte(model_dir: Path, marker: Path) -> None:
@@ -228,6 +245,7 @@ def _write(name: str, text):
 
 # ---------------------------------------------------------------- loaders
 
+
 def lay_out_hub_cache(cache: Path, repo_id: str, folder: Path, commit: str = "c" * 40) -> None:
     """A cache as huggingface_hub writes it: blobs by hash, a snapshot of symlinks, refs/main."""
     repo = cache / ("models--" + repo_id.replace("/", "--"))
@@ -277,13 +295,17 @@ def assert_refused(load, match: str, marker: Path) -> str:
 CONFIG_CASES = {
     "fconv eval through arch": (
         _both(_set("arch", "fconv"), _set("model", lambda m: {"encoder_layers": payload(m)})),
-        r"config.json: key 'arch': unknown architecture 'fconv' \(a fairseq architecture"),
+        r"config.json: key 'arch': unknown architecture 'fconv' \(a fairseq architecture",
+    ),
     "fconv eval through task": (
-        _both(_set("task.arch", "fconv"), _set("task.encoder_layers", payload)), r"config.json: key 'task.arch'"),
+        _both(_set("task.arch", "fconv"), _set("task.encoder_layers", payload)),
+        r"config.json: key 'task.arch'",
+    ),
     "task sets a model option": (_set("task.encoder_embed_dim", 8), r"key 'task.encoder_embed_dim' is a model option"),
     "wav2vec2 eval": (
         _both(_set("arch", "wav2vec2"), _set("model", lambda m: {"conv_feature_layers": payload(m)})),
-        r"key 'arch': unknown architecture 'wav2vec2'"),
+        r"key 'arch': unknown architecture 'wav2vec2'",
+    ),
     "task data outside the folder": (_set("task.data", "/"), r"key 'task.data' cannot be set"),
     "task user_dir": (_set("task.user_dir", user_dir_plugin), r"key 'task.user_dir' cannot be set"),
     "top-level user_dir": (_set("user_dir", user_dir_plugin), r"key 'user_dir' is not accepted"),
@@ -291,8 +313,14 @@ CONFIG_CASES = {
     "fairseq task name": (_set("task._name", "translation_lev"), r"key 'task._name'"),
     "model _name": (_set("model._name", "fconv"), r"key 'model._name' is not accepted"),
     "model arch": (_set("model.arch", "fconv"), r"key 'model.arch' is not accepted"),
-    "expression as an integer": (_set("model.encoder_embed_dim", payload), r"key 'model.encoder_embed_dim' must be an integer"),
-    "boolean as an integer": (_set("model.encoder_embed_dim", True), r"key 'model.encoder_embed_dim' must be an integer"),
+    "expression as an integer": (
+        _set("model.encoder_embed_dim", payload),
+        r"key 'model.encoder_embed_dim' must be an integer",
+    ),
+    "boolean as an integer": (
+        _set("model.encoder_embed_dim", True),
+        r"key 'model.encoder_embed_dim' must be an integer",
+    ),
     "huge integer": (_set("model.encoder_embed_dim", 2**40), r"key 'model.encoder_embed_dim' must be an integer"),
     "list as a float": (_set("model.dropout", [0.1]), r"key 'model.dropout' must be a finite number"),
     "interpolation": (_set("model.dropout", "${oc.env:HOME}"), r"key 'model.dropout' must be a finite number"),
@@ -303,12 +331,16 @@ CONFIG_CASES = {
     "bpe codes path": (_set("bpe.bpe_codes", "/etc/hosts"), r"key 'bpe.bpe_codes' is not accepted"),
     "source language path": (
         _both(_set("task.source_lang", "../x"), _set("dictionaries.source.file", "dict.../x.txt")),
-        r"key 'task.source_lang' must be a language code"),
+        r"key 'task.source_lang' must be a language code",
+    ),
     "dictionary path": (_set("dictionaries.target.file", "/etc/hosts"), r"key 'dictionaries.target.file' must be"),
     "weights dtype": (_set("weights_dtype", "object"), r"key 'weights_dtype' must be one of"),
     "weights dtype, a list": (_set("weights_dtype", ["float32"]), r"key 'weights_dtype' must be one of"),
     "architecture, a list": (_set("arch", [GRU]), r"key 'arch': unknown architecture \['gru"),
-    "unknown architecture": (_set("arch", "future_model_tiny"), r"key 'arch': unknown architecture 'future_model_tiny'"),
+    "unknown architecture": (
+        _set("arch", "future_model_tiny"),
+        r"key 'arch': unknown architecture 'future_model_tiny'",
+    ),
     "old format": (_set("format_version", 1), r"config.json: format version 1 has no checksums .* re-export"),
 }
 del CONFIG_CASES["NaN"]
@@ -322,10 +354,13 @@ def test_config_payloads_are_refused(gru, tmp_path, marker, tripwire, case, load
     assert_refused(lambda: LOADERS[loader](model_dir, tmp_path), match, marker)
 
 
-@pytest.mark.parametrize("text, match", [
-    ('"dropout": NaN', "NaN is not allowed"),
-    ('"dropout": 0.1, "dropout": 0.2', "duplicate key 'dropout'"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ('"dropout": NaN', "NaN is not allowed"),
+        ('"dropout": 0.1, "dropout": 0.2', "duplicate key 'dropout'"),
+    ],
+)
 def test_json_tricks_are_refused(gru, tmp_path, marker, tripwire, text, match):
     def edit(model_dir, marker):
         path = model_dir / "config.json"
@@ -337,12 +372,15 @@ def test_json_tricks_are_refused(gru, tmp_path, marker, tripwire, text, match):
     assert_refused(lambda: hub.from_pretrained(model_dir), f"config.json: not valid JSON .*{match}", marker)
 
 
-@pytest.mark.parametrize("key, value, match", [
-    ("encoder_embed_path", "/etc/hosts", r"must be null \(free-text options"),  # fairseq would read the file
-    ("encoder_xformers_att_config", '{"name": "x"}', r"must be null \(free-text options"),
-    ("adaptive_softmax_cutoff", "(__import__('os'), [2])[1]", "must be a list of finite numbers"),  # eval_str_list
-    ("activation_fn", "os.system", "must be one of"),
-])
+@pytest.mark.parametrize(
+    "key, value, match",
+    [
+        ("encoder_embed_path", "/etc/hosts", r"must be null \(free-text options"),  # fairseq would read the file
+        ("encoder_xformers_att_config", '{"name": "x"}', r"must be null \(free-text options"),
+        ("adaptive_softmax_cutoff", "(__import__('os'), [2])[1]", "must be a list of finite numbers"),  # eval_str_list
+        ("activation_fn", "os.system", "must be one of"),
+    ],
+)
 def test_transformer_options_are_refused(transformer, tmp_path, marker, tripwire, key, value, match):
     if key == "adaptive_softmax_cutoff":
         value = payload(marker)
@@ -361,16 +399,20 @@ INTEGRITY_CASES = {
     "config changed": (config_edit(_set("model.dropout", 0.3)), "config.json: sha256 .* differs"),
     "fconv payload, manifest kept": (
         config_edit(_both(_set("arch", "fconv"), _set("model", lambda m: {"encoder_layers": payload(m)}))),
-        "config.json: sha256 .* differs"),
+        "config.json: sha256 .* differs",
+    ),
     "no manifest (older export)": (lambda d, m: (d / "SHA256SUMS").unlink(), "SHA256SUMS: missing; .* re-export"),
     "manifest lists another file": (
         lambda d, m: open(d / "SHA256SUMS", "a").write(f"{'0' * 64}  model.pt\n"),
-        "SHA256SUMS: lists model.pt, which config.json does not load"),
+        "SHA256SUMS: lists model.pt, which config.json does not load",
+    ),
     "manifest garbage": (_write("SHA256SUMS", b"\x80\x81 evil\n"), "SHA256SUMS: line 1 is not"),
     "manifest lacks a file": (
         lambda d, m: (d / "SHA256SUMS").write_text(
-            "".join(line + "\n" for line in (d / "SHA256SUMS").read_text().splitlines() if "bpecodes" not in line)),
-        "bpecodes: not listed in SHA256SUMS"),
+            "".join(line + "\n" for line in (d / "SHA256SUMS").read_text().splitlines() if "bpecodes" not in line)
+        ),
+        "bpecodes: not listed in SHA256SUMS",
+    ),
 }
 
 
@@ -385,25 +427,43 @@ def test_changed_files_fail_their_checksum(gru, tmp_path, marker, tripwire, case
 # ---------------------------------------------------------------- the checks behind the checksums (re-signed)
 
 DEEP_CASES = {
-    "dtype in header": (retype_first_tensor,
-                        r"model.safetensors: tensor '.*' is stored as int32, but config.json says weights_dtype float32"),
+    "dtype in header": (
+        retype_first_tensor,
+        r"model.safetensors: tensor '.*' is stored as int32, but config.json says weights_dtype float32",
+    ),
     "weights_dtype float16 over float32 weights": (
-        config_edit(_set("weights_dtype", "float16")), r"model.safetensors: tensor '.*' is stored as float32"),
+        config_edit(_set("weights_dtype", "float16")),
+        r"model.safetensors: tensor '.*' is stored as float32",
+    ),
     "pickle named as safetensors": (
-        lambda d, m: shutil.copyfile(d / "model.pt", d / "model.safetensors"), "model.safetensors: corrupted"),
-    "truncated weights": (_write("model.safetensors", lambda d: (d / "model.safetensors").read_bytes()[:999]),
-                          "model.safetensors: corrupted"),
+        lambda d, m: shutil.copyfile(d / "model.pt", d / "model.safetensors"),
+        "model.safetensors: corrupted",
+    ),
+    "truncated weights": (
+        _write("model.safetensors", lambda d: (d / "model.safetensors").read_bytes()[:999]),
+        "model.safetensors: corrupted",
+    ),
     "header corrupted": (
-        _write("model.safetensors", lambda d: (d / "model.safetensors").read_bytes()[:8] + b"{\"x\": ["
-               + (d / "model.safetensors").read_bytes()[15:]), "model.safetensors: corrupted"),
-    "tied_weights metadata": (
-        lambda d, m: None, None),  # built below (needs the header)
+        _write(
+            "model.safetensors",
+            lambda d: (
+                (d / "model.safetensors").read_bytes()[:8] + b'{"x": [' + (d / "model.safetensors").read_bytes()[15:]
+            ),
+        ),
+        "model.safetensors: corrupted",
+    ),
+    "tied_weights metadata": (lambda d, m: None, None),  # built below (needs the header)
     "wrong shapes": (
-        lambda d, m: (open(d / "dict.tgt.txt", "a").write("zz 1\n"),
-                      config_edit(_set("dictionaries.target.size", 17))(d, m)),
-        r"model.safetensors: tensor '.*' has shape"),
-    "dictionary with an extra line": (lambda d, m: open(d / "dict.tgt.txt", "a").write("zz 1\n"),
-                                      "dict.tgt.txt: 17 symbols, but config.json"),
+        lambda d, m: (
+            open(d / "dict.tgt.txt", "a").write("zz 1\n"),
+            config_edit(_set("dictionaries.target.size", 17))(d, m),
+        ),
+        r"model.safetensors: tensor '.*' has shape",
+    ),
+    "dictionary with an extra line": (
+        lambda d, m: open(d / "dict.tgt.txt", "a").write("zz 1\n"),
+        "dict.tgt.txt: 17 symbols, but config.json",
+    ),
     "dictionary missing": (lambda d, m: (d / "dict.tgt.txt").unlink(), "dict.tgt.txt: missing"),
     "bpe codes malformed": (_write("bpecodes", b"#version: 0.2\na b c\n"), "bpecodes: line 2 is not a BPE merge"),
     "bpe codes version": (_write("bpecodes", b"#version: x\na b\n"), "bpecodes: line 1 is not '#version"),
@@ -445,6 +505,7 @@ def test_pickles_beside_are_never_opened(gru, tmp_path, marker, tripwire, loader
 
 # ---------------------------------------------------------------- the manifest as written
 
+
 def test_manifest_covers_exactly_the_loaded_files(gru):
     lines = (gru.dir / "SHA256SUMS").read_text().splitlines()
     sums = dict(reversed(line.split("  ", 1)) for line in lines)
@@ -457,6 +518,7 @@ def test_manifest_covers_exactly_the_loaded_files(gru):
 
 
 # ---------------------------------------------------------------- fairseq-dense-export on crafted checkpoints
+
 
 def crafted_checkpoint(gru, tmp_path: Path, marker: Path, change) -> Path:
     """The shared checkpoint with ``change(state, marker)`` applied, saved anew."""
@@ -489,8 +551,14 @@ def _fconv(state, marker):
 def _namespace_fconv(state, marker):
     import argparse
 
-    state["args"] = argparse.Namespace(arch="fconv", task="translation", encoder_layers=payload(marker),
-                                       data=str(marker.parent), source_lang="src", target_lang="tgt")
+    state["args"] = argparse.Namespace(
+        arch="fconv",
+        task="translation",
+        encoder_layers=payload(marker),
+        data=str(marker.parent),
+        source_lang="src",
+        target_lang="tgt",
+    )
 
 
 def _pickle_payload(state, marker):
@@ -500,8 +568,10 @@ def _pickle_payload(state, marker):
 EXPORT_CASES = {
     "fconv eval": (_fconv, r"crafted.pt: architecture 'fconv' is not one of fairseq-dense's"),
     "fconv eval, legacy args": (_namespace_fconv, r"crafted.pt: architecture 'fconv' is not one of"),
-    "expression as an integer": (_cfg("model", "encoder_embed_dim", payload),
-                                 r"crafted.pt: key 'model.encoder_embed_dim' must be an integer"),
+    "expression as an integer": (
+        _cfg("model", "encoder_embed_dim", payload),
+        r"crafted.pt: key 'model.encoder_embed_dim' must be an integer",
+    ),
     "interpolation": (_cfg("model", "dropout", "${oc.env:HOME}"), r"crafted.pt: key 'model.dropout' must be"),
     "task name": (_cfg("task", "_name", "os.system"), r"crafted.pt: task 'os.system' of the checkpoint"),
     "language path": (_cfg("task", "source_lang", "../../x"), r"crafted.pt: key 'task.source_lang'"),
@@ -530,12 +600,15 @@ def test_export_refuses_transformer_path_option(transformer, tmp_path, marker, c
     state = torch.load(transformer.ckpt, weights_only=True)
     _cfg_set(state["cfg"]["model"], "encoder_embed_path", str(helpers.REPO / "README.md"))  # fairseq would read it
     torch.save(state, tmp_path / "crafted.pt")
-    rc = export_cli.main([str(tmp_path / "crafted.pt"), "--out", str(tmp_path / "out"), "--data", str(transformer.data)])
+    rc = export_cli.main(
+        [str(tmp_path / "crafted.pt"), "--out", str(tmp_path / "out"), "--data", str(transformer.data)]
+    )
     err = capsys.readouterr().err
     assert rc == 1 and "key 'model.encoder_embed_path' must be null" in err and len(err.strip().splitlines()) == 1
 
 
 # ---------------------------------------------------------------- the plugin's own code evaluates nothing
+
 
 def test_plugin_code_has_no_eval():
     """The architectures the loader builds contain no eval/exec (nor fairseq's eval_str_* helpers)."""
@@ -554,8 +627,21 @@ def test_plugin_code_has_no_eval():
 
 # ---------------------------------------------------------------- every key, hostile values
 
-HOSTILE_VALUES = ["(__import__('os').system('true'), 1)[1]", None, [], {}, True, -1, 0, 1.5, 2**40, "${oc.env:HOME}",
-                  "../x", ["x"], {"a": "b"}]
+HOSTILE_VALUES = [
+    "(__import__('os').system('true'), 1)[1]",
+    None,
+    [],
+    {},
+    True,
+    -1,
+    0,
+    1.5,
+    2**40,
+    "${oc.env:HOME}",
+    "../x",
+    ["x"],
+    {"a": "b"},
+]
 
 
 def _key_paths(node, prefix=()):

@@ -12,6 +12,7 @@ pickle-based ``model.pt`` for ``fairseq-generate --path`` users. Load it with
 Only fairseq-dense's own architectures are exported, and the config written is
 checked with the loader's rules (see docs/hub.md) before any model is built.
 """
+
 import argparse
 import logging
 import sys
@@ -22,11 +23,15 @@ from fairseq_dense.logging_setup import configure_logging
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="fairseq-dense-export", description=__doc__.split("\n")[0],
+        prog="fairseq-dense-export",
+        description=__doc__.split("\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("checkpoints", nargs="+",
-                   help="checkpoint file(s), averaged when several; with --average-last: a checkpoint directory")
+    p.add_argument(
+        "checkpoints",
+        nargs="+",
+        help="checkpoint file(s), averaged when several; with --average-last: a checkpoint directory",
+    )
     p.add_argument("--out", required=True, help="model directory to create")
     p.add_argument("--data", help="directory with dict.<lang>.txt (default: the checkpoint's data directory)")
     p.add_argument("--source-lang", help="default: the checkpoint's")
@@ -37,10 +42,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--moses-target-lang", help="sacremoses language of the output (default: --target-lang)")
     p.add_argument("--fp16", action="store_true", help="store float16 weights (half the size)")
     p.add_argument("--average-last", type=int, metavar="N", help="average the last N checkpoints of the directory")
-    p.add_argument("--update-based", action="store_true",
-                   help="with --average-last: average checkpoint_E_U.pt (update) checkpoints")
-    p.add_argument("--pickle-checkpoint", action="store_true",
-                   help="also write model.pt, a PICKLE-based fairseq checkpoint for fairseq-generate --path")
+    p.add_argument(
+        "--update-based",
+        action="store_true",
+        help="with --average-last: average checkpoint_E_U.pt (update) checkpoints",
+    )
+    p.add_argument(
+        "--pickle-checkpoint",
+        action="store_true",
+        help="also write model.pt, a PICKLE-based fairseq checkpoint for fairseq-generate --path",
+    )
     p.add_argument("--force", action="store_true", help="replace an existing --out directory")
     card = p.add_argument_group("model card")
     card.add_argument("--model-name", help="title of the card (default: <arch>-<src>-<tgt>)")
@@ -64,18 +75,34 @@ def main(argv: Optional[List[str]] = None) -> int:
     from fairseq_dense.hub import ModelCardInfo, PretrainedModelError, export_checkpoint
 
     card = ModelCardInfo(
-        model_name=args.model_name, license=args.license, dataset=args.dataset, training_data=args.training_data,
-        bleu=args.bleu, bleu_signature=args.bleu_signature, test_set=args.test_set,
-        intended_use=args.intended_use, paper=args.paper, languages=args.languages,
+        model_name=args.model_name,
+        license=args.license,
+        dataset=args.dataset,
+        training_data=args.training_data,
+        bleu=args.bleu,
+        bleu_signature=args.bleu_signature,
+        test_set=args.test_set,
+        intended_use=args.intended_use,
+        paper=args.paper,
+        languages=args.languages,
     )
     try:
         out = export_checkpoint(
-            args.checkpoints, args.out, data=args.data, source_lang=args.source_lang,
-            target_lang=args.target_lang, bpe_codes=args.bpe_codes,
+            args.checkpoints,
+            args.out,
+            data=args.data,
+            source_lang=args.source_lang,
+            target_lang=args.target_lang,
+            bpe_codes=args.bpe_codes,
             tokenizer=None if args.tokenizer == "none" else args.tokenizer,
-            moses_source_lang=args.moses_source_lang, moses_target_lang=args.moses_target_lang,
-            fp16=args.fp16, average_last=args.average_last, update_based=args.update_based,
-            write_pickle=args.pickle_checkpoint, card=card, force=args.force,
+            moses_source_lang=args.moses_source_lang,
+            moses_target_lang=args.moses_target_lang,
+            fp16=args.fp16,
+            average_last=args.average_last,
+            update_based=args.update_based,
+            write_pickle=args.pickle_checkpoint,
+            card=card,
+            force=args.force,
         )
     except PretrainedModelError as err:
         print(f"fairseq-dense-export: error: {err}", file=sys.stderr)

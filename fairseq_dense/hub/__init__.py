@@ -22,6 +22,8 @@ registries, nothing is family-specific. What a config may contain is checked
 (:mod:`fairseq_dense.hub.schema`) before any model code runs, and every file
 against ``SHA256SUMS`` (:mod:`fairseq_dense.hub.manifest`).
 """
+
+from fairseq_dense.hub.export import export_checkpoint  # noqa: F401,E402
 from fairseq_dense.hub.loading import (  # noqa: F401
     BPE_CODES_NAME,
     CARD_NAME,
@@ -40,6 +42,5 @@ from fairseq_dense.hub.loading import (  # noqa: F401
     required_files,
     resolve_model_dir,
 )
-from fairseq_dense.hub.export import export_checkpoint  # noqa: F401,E402
 from fairseq_dense.hub.model_card import ModelCardInfo  # noqa: F401,E402
 from fairseq_dense.hub.push import push_to_hub  # noqa: F401,E402

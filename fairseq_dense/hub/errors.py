@@ -1,4 +1,5 @@
 """The one exception of the hub code, and how its messages are kept to one line."""
+
 from typing import Any
 
 

@@ -9,6 +9,7 @@ its ``SHA256SUMS``, verified by loading it back with
 :func:`fairseq_dense.hub.load_model_dir`, and only then moved into place, so
 nothing half-written is left behind.
 """
+
 import enum
 import json
 import logging
@@ -25,6 +26,7 @@ import fairseq_dense
 from fairseq_dense.hub import loading
 from fairseq_dense.hub.errors import PretrainedModelError, one_line, short_repr
 from fairseq_dense.hub.manifest import write_manifest
+from fairseq_dense.hub.model_card import ModelCardInfo, model_card, paper_of
 from fairseq_dense.hub.schema import (
     LANG_RE,
     TASK_OPTIONS,
@@ -33,7 +35,6 @@ from fairseq_dense.hub.schema import (
     dense_architectures,
     translation_tasks,
 )
-from fairseq_dense.hub.model_card import ModelCardInfo, model_card, paper_of
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +42,9 @@ _EPOCH_RE = re.compile(r"checkpoint(\d+)\.pt$")
 _UPDATE_RE = re.compile(r"checkpoint_\d+_(\d+)\.pt$")
 
 
-def select_checkpoints(paths: Sequence[Union[str, Path]], average_last: Optional[int] = None,
-                       update_based: bool = False) -> List[Path]:
+def select_checkpoints(
+    paths: Sequence[Union[str, Path]], average_last: Optional[int] = None, update_based: bool = False
+) -> List[Path]:
     """The checkpoint files to export (several are averaged).
 
     Args:
@@ -59,9 +61,7 @@ def select_checkpoints(paths: Sequence[Union[str, Path]], average_last: Optional
     if len(paths) != 1 or not paths[0].is_dir():
         raise PretrainedModelError(f"--average-last needs one checkpoint directory, got {[str(p) for p in paths]}")
     pattern = _UPDATE_RE if update_based else _EPOCH_RE
-    found = sorted(
-        (int(m.group(1)), p) for p in paths[0].iterdir() for m in [pattern.search(p.name)] if m
-    )
+    found = sorted((int(m.group(1)), p) for p in paths[0].iterdir() for m in [pattern.search(p.name)] if m)
     if len(found) < average_last:
         raise PretrainedModelError(
             f"{paths[0]}: --average-last {average_last} needs {average_last} "
@@ -164,15 +164,15 @@ def _dictionary_dir(data: Optional[Union[str, Path]], task_cfg: Dict[str, Any], 
     return Path(data)
 
 
-def _task_options(task_cfg: Dict[str, Any], src: Optional[str], tgt: Optional[str], data_dir: Path,
-                  path: Path) -> Dict[str, Any]:
+def _task_options(
+    task_cfg: Dict[str, Any], src: Optional[str], tgt: Optional[str], data_dir: Path, path: Path
+) -> Dict[str, Any]:
     from fairseq.data import data_utils
 
     name = task_cfg.get("_name")
     if name not in translation_tasks():
         raise PretrainedModelError(
-            f"{path}: task {short_repr(name)} of the checkpoint: only {', '.join(translation_tasks())} "
-            "can be exported"
+            f"{path}: task {short_repr(name)} of the checkpoint: only {', '.join(translation_tasks())} can be exported"
         )
     src = src or task_cfg.get("source_lang")
     tgt = tgt or task_cfg.get("target_lang")
@@ -270,8 +270,12 @@ def export_checkpoint(
         "model_name": _model_name(arch),
         "model": model_options(plain["model"], arch),
         "task": task,
-        "dictionaries": {side: {"file": path.name, "size": _dictionary_size(path)} for side, path in dict_files.items()},
-        "tokenizer": None if tokenizer is None else {
+        "dictionaries": {
+            side: {"file": path.name, "size": _dictionary_size(path)} for side, path in dict_files.items()
+        },
+        "tokenizer": None
+        if tokenizer is None
+        else {
             "_name": "moses",
             "source_lang": moses_source_lang or task["source_lang"],
             "target_lang": moses_target_lang or task["target_lang"],
@@ -292,8 +296,9 @@ def export_checkpoint(
         weights, n_params = _write_weights(tmp, config, states, paths, fp16)
         write_manifest(tmp, loading.required_files(config))
         loading.load_model_dir(tmp)  # verification: the directory loads on its own, checksums and all
-        text = model_card(config, n_params, card or ModelCardInfo(), paper_of(dense_architectures()[arch]),
-                          write_pickle)
+        text = model_card(
+            config, n_params, card or ModelCardInfo(), paper_of(dense_architectures()[arch]), write_pickle
+        )
         (tmp / loading.CARD_NAME).write_text(text, encoding="utf-8")
         if write_pickle:
             _write_pickle(tmp / loading.PICKLE_NAME, last, weights)
@@ -382,10 +387,16 @@ def _write_weights(tmp: Path, config, states, paths, fp16: bool) -> Tuple[Dict[s
         else:
             seen[key] = name
     tensors = {k: v.contiguous() for k, v in full.items() if k not in aliases}
-    save_file(tensors, str(tmp / loading.WEIGHTS_NAME), metadata={
-        "format": "pt", "tied_weights": json.dumps(aliases), "arch": config["arch"],
-        "fairseq_dense_version": fairseq_dense.__version__,
-    })
+    save_file(
+        tensors,
+        str(tmp / loading.WEIGHTS_NAME),
+        metadata={
+            "format": "pt",
+            "tied_weights": json.dumps(aliases),
+            "arch": config["arch"],
+            "fairseq_dense_version": fairseq_dense.__version__,
+        },
+    )
     return full, sum(p.numel() for p in model.parameters())
 
 

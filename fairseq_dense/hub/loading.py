@@ -6,6 +6,7 @@ model through fairseq's registries from ``config.json``, loads
 :class:`~fairseq.hub_utils.GeneratorHubInterface`. Nothing on that path
 unpickles: JSON, text dictionaries, text BPE codes and safetensors only.
 """
+
 import contextlib
 import io
 import json
@@ -269,8 +270,17 @@ def build_fairseq_cfg(model_dir: Path, config: Dict[str, Any], overrides: Option
     # tokenizer=None / bpe=None: the caller feeds already tokenized / BPE-split text
     text_cfg = {key: overrides.pop(key) if key in overrides else config.get(key) for key in ("tokenizer", "bpe")}
     task = config["task"]
-    argv = [str(model_dir), "--task", task.get("_name", "translation"), "--arch", config["arch"],
-            "--source-lang", task["source_lang"], "--target-lang", task["target_lang"]]
+    argv = [
+        str(model_dir),
+        "--task",
+        task.get("_name", "translation"),
+        "--arch",
+        config["arch"],
+        "--source-lang",
+        task["source_lang"],
+        "--target-lang",
+        task["target_lang"],
+    ]
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
@@ -343,9 +353,10 @@ def _load_weights(model, model_dir: Path, config: Dict[str, Any], cfg, weights) 
     for name, tensor in state.items():
         want = float_dtype if torch.is_floating_point(expected[name]) else expected[name].dtype
         if tensor.dtype != want:
+            stored, wanted = (str(d).replace("torch.", "") for d in (tensor.dtype, want))
             raise PretrainedModelError(
-                f"{path}: tensor '{name}' is stored as {str(tensor.dtype).replace('torch.', '')}, but "
-                f"{CONFIG_NAME} says weights_dtype {config['weights_dtype']} (expected {str(want).replace('torch.', '')})"
+                f"{path}: tensor '{name}' is stored as {stored}, but {CONFIG_NAME} says weights_dtype "
+                f"{config['weights_dtype']} (expected {wanted})"
             )
         if tuple(tensor.shape) != tuple(expected[name].shape):
             sizes = ", ".join(f"{d['file']}: {d['size']} symbols" for d in config["dictionaries"].values())
@@ -438,4 +449,3 @@ def from_pretrained(name_or_path: Union[str, Path], **kwargs):
         raise _fairseq_error(model_dir / CONFIG_NAME, "fairseq cannot set up its tokenizer or BPE", err) from None
     logger.info("loaded %s (%s) from %s", model.__class__.__name__, cfg.model._name, model_dir)
     return hub_interface
-

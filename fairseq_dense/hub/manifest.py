@@ -7,6 +7,7 @@ mixed up after the export (a flipped weight byte, a permuted dictionary, a
 patched safetensors header); it is not a signature: whoever can rewrite the
 files can rewrite it too, so the loader's other checks never rely on it.
 """
+
 import hashlib
 import re
 from pathlib import Path

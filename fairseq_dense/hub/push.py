@@ -1,4 +1,5 @@
 """Upload an exported model directory to the Hugging Face Hub."""
+
 from pathlib import Path
 from typing import Optional, Union
 

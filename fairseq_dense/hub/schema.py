@@ -21,6 +21,7 @@ therefore accepts only:
 
 Anything else is a one-line :class:`PretrainedModelError` naming the key.
 """
+
 import argparse
 import dataclasses
 import enum
@@ -50,8 +51,19 @@ TASK_OPTIONS = {
 #: Moses tokenizer options besides its languages.
 MOSES_OPTIONS = ("moses_no_dash_splits", "moses_no_escape")
 TOP_LEVEL_KEYS = {
-    "format", "format_version", "package_version", "fairseq_version", "arch", "model_name", "model", "task",
-    "dictionaries", "tokenizer", "bpe", "weights_dtype", "checkpoints",
+    "format",
+    "format_version",
+    "package_version",
+    "fairseq_version",
+    "arch",
+    "model_name",
+    "model",
+    "task",
+    "dictionaries",
+    "tokenizer",
+    "bpe",
+    "weights_dtype",
+    "checkpoints",
 }
 REQUIRED_KEYS = ("format", "format_version", "arch", "model", "task", "dictionaries", "weights_dtype")
 LANG_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -85,7 +97,8 @@ def translation_tasks() -> Tuple[str, ...]:
     from fairseq.tasks.translation import TranslationTask
 
     own = sorted(
-        name for name, cls in TASK_REGISTRY.items()
+        name
+        for name, cls in TASK_REGISTRY.items()
         if cls.__module__.split(".")[0] == "fairseq_dense" and issubclass(cls, TranslationTask)
     )
     return ("translation", *own)
@@ -146,8 +159,11 @@ def declared_model_options(arch: str) -> Dict[str, OptionType]:
     dc = MODEL_DATACLASS_REGISTRY.get(ARCH_MODEL_NAME_REGISTRY[arch])
     if dc is not None:
         hints = typing.get_type_hints(dc)
-        return {f.name: _from_annotation(hints.get(f.name, f.type))
-                for f in dataclasses.fields(dc) if not f.name.startswith("_")}
+        return {
+            f.name: _from_annotation(hints.get(f.name, f.type))
+            for f in dataclasses.fields(dc)
+            if not f.name.startswith("_")
+        }
     parser = argparse.ArgumentParser(add_help=False)
     ARCH_MODEL_REGISTRY[arch].add_args(parser)
     return {a.dest: _from_action(a) for a in parser._actions if not a.dest.startswith("_")}
@@ -246,8 +262,9 @@ def check_config(config: Any, path: Path) -> None:
     Raises:
         PretrainedModelError: one line naming the file and the key at fault.
     """
-    import fairseq_dense
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY
+
+    import fairseq_dense
 
     c = _Checker(path)
     if not isinstance(config, dict) or config.get("format") != FORMAT_NAME:
@@ -298,14 +315,17 @@ def check_config(config: Any, path: Path) -> None:
         entry = c.mapping(f"dictionaries.{side}", dictionaries[side], ("file", "size"), ("file", "size"))
         expected = f"dict.{task[f'{side}_lang']}.txt"
         if entry["file"] != expected:
-            c.fail(f"dictionaries.{side}.file", f"must be '{expected}' (dict.<{side} lang>.txt), not "
-                                                 f"{short_repr(entry['file'])}")
+            c.fail(
+                f"dictionaries.{side}.file",
+                f"must be '{expected}' (dict.<{side} lang>.txt), not {short_repr(entry['file'])}",
+            )
         if not _is_int(entry["size"]) or not 4 <= entry["size"] <= MAX_DICTIONARY:
             c.fail(f"dictionaries.{side}.size", f"must be a dictionary size, not {short_repr(entry['size'])}")
 
     if config.get("tokenizer") is not None:
-        tok = c.mapping("tokenizer", config["tokenizer"], ("_name", "source_lang", "target_lang", *MOSES_OPTIONS),
-                        ("_name",))
+        tok = c.mapping(
+            "tokenizer", config["tokenizer"], ("_name", "source_lang", "target_lang", *MOSES_OPTIONS), ("_name",)
+        )
         if tok["_name"] != "moses":
             c.fail("tokenizer._name", f"must be 'moses' or the tokenizer null, not {short_repr(tok['_name'])}")
         for side in ("source_lang", "target_lang"):
