@@ -1,0 +1,194 @@
+"""Why does the Weighted Transformer lose to the Transformer it modifies? The ablation.
+
+The quick-start recipe (bundled Tatoeba De-En, 4,000 joint BPE merges; Adam (0.9, 0.98),
+inverse-sqrt schedule with 100 warm-up updates, label smoothing 0.1, clip-norm 1.0, 2,048
+tokens per batch) for 1,500 updates, each variant at its own peak learning rate (the
+same sweep for every variant: 500 updates at each rate, lowest validation loss wins),
+then two seeds at the chosen rate. Reported: validation loss at 500 / 1000 / 1500
+updates, test BLEU (beam 5), training tokens/s.
+
+    python examples/weighted_transformer/ablation.py prepare
+    python examples/weighted_transformer/ablation.py run [VARIANT ...]   # resumable
+    python examples/weighted_transformer/ablation.py report              # the table
+    DEVICE=cuda python examples/weighted_transformer/ablation.py run     # on a GPU
+
+Work files go to ``wt-ablation-work/`` (ignored by git); the logs the table is made of are
+copied to ``examples/weighted_transformer/ablation-logs/``.
+"""
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+WORK = os.environ.get("WT_ABLATION_WORK", os.path.join(ROOT, "wt-ablation-work"))
+LOGS = os.path.join(HERE, "ablation-logs")
+DEVICE = os.environ.get("DEVICE", "cpu")
+RATES = (1e-3, 3e-3, 6e-3)
+SWEEP_UPDATES, UPDATES, SEEDS = 500, 1500, (1, 2)
+
+# the quick-start's size: 2+2 layers, d_model 128, d_ff 512, 4 heads, shared embeddings
+SHAPE = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "128",
+         "--decoder-embed-dim", "128", "--encoder-ffn-embed-dim", "512", "--decoder-ffn-embed-dim", "512",
+         "--encoder-attention-heads", "4", "--decoder-attention-heads", "4", "--share-all-embeddings",
+         "--dropout", "0.1"]
+DEEP = ["--encoder-layers", "4", "--decoder-layers", "4"]
+WIDE = ["--encoder-embed-dim", "256", "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024",
+        "--decoder-ffn-embed-dim", "1024", "--encoder-attention-heads", "8", "--decoder-attention-heads", "8"]
+WT = ["--arch", "weighted_transformer", *SHAPE]
+# variants trained with the grouped schedule: the branch weights get their own warm-up (a
+# tenth of the main one) and scale (sqrt(2) times the main one), and are frozen for the
+# last 10% of the updates (the paper's shape); the main group peaks at the swept rate
+GROUPED = {"wt_grouped_schedule"}
+
+VARIANTS = {
+    "transformer": ["--arch", "transformer", *SHAPE],
+    "wt": WT,  # M = 4 (one head per branch), decoder self-attention plain, encoder-decoder branched
+    "wt_m1": [*WT, "--encoder-branches", "1", "--decoder-branches", "1"],
+    "wt_fixed_weights": [*WT, "--fixed-kappa", "--fixed-alpha"],  # Table 3: both fixed to 1
+    "wt_branched_self_attn": [*WT, "--decoder-branched-self-attn"],
+    "wt_plain_cross_attn": [*WT, "--decoder-plain-cross-attn"],
+    "wt_grouped_schedule": WT,
+    "transformer_4l": ["--arch", "transformer", *SHAPE, *DEEP],
+    "wt_4l": [*WT, *DEEP],
+    "transformer_d256": ["--arch", "transformer", *SHAPE, *WIDE],
+    "wt_d256": [*WT, *WIDE, "--encoder-branches", "4", "--decoder-branches", "4"],  # 2 heads per branch
+}
+
+
+def data_bin() -> str:
+    return os.path.join(WORK, "data", "bin")
+
+
+def prepare() -> None:
+    from fairseq_dense.data.prepare import prepare as prepare_corpus
+    from fairseq_dense.data.tatoeba import extract
+
+    raw = extract(os.path.join(WORK, "raw"))
+    prepare_corpus(raw, os.path.join(WORK, "data"), "de", "en", merges=4000)
+
+
+def command(variant: str, lr: float, seed: int, updates: int, save: str):
+    if variant in GROUPED:  # lr_g(u) = scale_g * min(u^-0.5, u W_g^-1.5): peak scale_g / sqrt(W_g)
+        scale = lr * 100**0.5
+        sched = ["--lr-scheduler", "grouped", "--group-lr-scale", f"default={scale:g},branch={scale * 2**0.5:g}",
+                 "--group-warmup-updates", "default=100,branch=10", "--group-freeze-last", f"branch={updates // 10}"]
+    else:
+        sched = ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100", "--warmup-init-lr", "1e-4"]
+    return ["fairseq-train", data_bin(), "--user-dir", os.path.join(ROOT, "user_dir"), *VARIANTS[variant],
+            "--task", "translation_weighted", "-s", "de", "-t", "en",
+            *(["--cpu"] if DEVICE == "cpu" else []), "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)",
+            "--lr", f"{lr:g}", *sched, "--clip-norm", "1.0",
+            "--criterion", "label_smoothed_cross_entropy_with_stats", "--label-smoothing", "0.1",
+            "--max-tokens", "2048", "--max-update", str(updates), "--validate-interval-updates", "500",
+            "--save-interval-updates", "500", "--keep-interval-updates", "1", "--no-epoch-checkpoints",
+            "--seed", str(seed), "--save-dir", save, "--log-format", "json", "--log-interval", "50"]
+
+
+def valid_losses(log: str):
+    """``{updates: validation loss}`` from a fairseq json log."""
+    out = {}
+    if os.path.isfile(log):
+        with open(log) as f:
+            for line in f:
+                m = re.search(r"\| valid \| (\{.*\})$", line.rstrip("\n"))
+                if m:
+                    r = json.loads(m.group(1))
+                    out[int(r["valid_num_updates"])] = float(r["valid_loss"])
+    return out
+
+
+def train(variant: str, lr: float, seed: int, updates: int) -> str:
+    name = f"{variant}/lr{lr:g}-seed{seed}-{updates}"
+    log = os.path.join(LOGS, name + ".log")
+    if updates in valid_losses(log):
+        return log
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    cmd = command(variant, lr, seed, updates, os.path.join(WORK, name))
+    print("+", shlex.join(cmd), flush=True)
+    with open(log + ".tmp", "w") as f:
+        f.write("# " + shlex.join(cmd) + "\n")
+        f.flush()
+        subprocess.run(cmd, check=True, stdout=f, stderr=subprocess.STDOUT)
+    keep = re.compile(r"^# |\| (valid|train) \| \{|model params")
+    with open(log + ".tmp") as f, open(log, "w") as out:
+        out.writelines(line for line in f if keep.search(line))
+    os.remove(log + ".tmp")
+    return log
+
+
+def bleu(variant: str, lr: float, seed: int) -> float:
+    path = os.path.join(LOGS, variant, f"lr{lr:g}-seed{seed}-{UPDATES}.bleu")
+    if not os.path.isfile(path):
+        ckpt = os.path.join(WORK, variant, f"lr{lr:g}-seed{seed}-{UPDATES}", "checkpoint_last.pt")
+        cmd = ["fairseq-generate", data_bin(), "--user-dir", os.path.join(ROOT, "user_dir"), "--path", ckpt,
+               *(["--cpu"] if DEVICE == "cpu" else []), "--gen-subset", "test", "--beam", "5",
+               "--batch-size", "64", "--required-batch-size-multiple", "1", "--remove-bpe"]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        line = [x for x in out.splitlines() if "BLEU4 =" in x][-1]
+        with open(path, "w") as f:
+            f.write(line + "\n")
+    with open(path) as f:
+        return float(re.search(r"BLEU4 = ([\d.]+)", f.read()).group(1))
+
+
+def run(variant: str) -> None:
+    sweep = {lr: min(valid_losses(train(variant, lr, 1, SWEEP_UPDATES)).values()) for lr in RATES}
+    lr = min(sweep, key=sweep.get)
+    for seed in SEEDS:
+        train(variant, lr, seed, UPDATES)
+        bleu(variant, lr, seed)
+
+
+def report() -> str:
+    rows = ["| variant | sweep (lr -> valid loss @500) | lr | valid loss @500 / 1000 / 1500 (seed 1; seed 2) "
+            "| test BLEU (seed 1; seed 2) | tokens/s |", "|---|---|---|---|---|---|"]
+    for variant in VARIANTS:
+        sweep = {}
+        for lr in RATES:
+            losses = valid_losses(os.path.join(LOGS, variant, f"lr{lr:g}-seed1-{SWEEP_UPDATES}.log"))
+            if losses:
+                sweep[lr] = min(losses.values())
+        if not sweep:
+            continue
+        lr = min(sweep, key=sweep.get)
+        curves, bleus, wps = [], [], []
+        for seed in SEEDS:
+            log = os.path.join(LOGS, variant, f"lr{lr:g}-seed{seed}-{UPDATES}.log")
+            losses = valid_losses(log)
+            curves.append(" / ".join(f"{losses[u]:.3f}" if u in losses else "-" for u in (500, 1000, 1500)))
+            path = log[: -len(".log")] + ".bleu"
+            bleus.append(re.search(r"BLEU4 = ([\d.]+)", open(path).read()).group(1) if os.path.isfile(path) else "-")
+            if os.path.isfile(log):
+                wps += [float(m) for m in re.findall(r'"train_wps": "([\d.]+)"', open(log).read())]
+        swept = ", ".join(f"{k:g} -> {v:.3f}" for k, v in sweep.items())
+        speed = f"{sum(wps) / len(wps):,.0f}" if wps else "-"
+        rows.append(f"| {variant} | {swept} | {lr:g} | {'; '.join(curves)} | {'; '.join(bleus)} | {speed} |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("prepare")
+    r = sub.add_parser("run")
+    r.add_argument("variants", nargs="*", choices=sorted(VARIANTS))
+    sub.add_parser("report")
+    args = parser.parse_args()
+    if args.cmd == "prepare":
+        prepare()
+    elif args.cmd == "run":
+        if not os.path.isdir(data_bin()):
+            sys.exit(f"{data_bin()}: no prepared data; run `python {sys.argv[0]} prepare` first")
+        for variant in args.variants or VARIANTS:
+            run(variant)
+    else:
+        print(report())
+
+
+if __name__ == "__main__":
+    main()
