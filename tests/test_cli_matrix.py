@@ -121,18 +121,7 @@ def test_batch_size_alignment_and_ensemble(arch, data_bin, checkpoints, tmp_path
     assert ensemble.hyps() == base.hyps()
 
 
-#: families whose dropout is torch's (nn.Dropout / F.dropout), not fairseq's FairseqDropout,
-#: which --retain-dropout switches on at inference: the option has no effect on them yet
-RETAIN_DROPOUT_GAP = {"dense_lstm_tiny", "densenmt_tiny", "fast_forward_lstm_tiny", "gru_attention_tiny"}
-
-
-@pytest.mark.parametrize("arch", [
-    pytest.param(arch, marks=pytest.mark.xfail(
-        strict=True, raises=AssertionError,
-        reason="plugin gap: torch dropout modules ignore --retain-dropout (FairseqDropout needed)",
-    )) if arch in RETAIN_DROPOUT_GAP else arch
-    for arch in ARCHS
-])  # fmt: skip
+@pytest.mark.parametrize("arch", ARCHS)
 def test_retain_dropout_changes_the_output(arch, data_bin, checkpoints, tmp_path, baseline):
     base = _baseline(arch, data_bin, checkpoints, tmp_path, baseline)
     dropout = generate(data_bin, checkpoints(arch), tmp_path, "--beam", "5", "--batch-size", "64", "--retain-dropout")

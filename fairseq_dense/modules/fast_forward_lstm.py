@@ -20,6 +20,7 @@ from typing import List, Optional, Tuple
 
 import torch
 import torch.nn as nn
+from fairseq.modules import FairseqDropout
 from torch import Tensor
 
 from fairseq_dense.modules.encoder_decoder import reverse_padded
@@ -121,7 +122,7 @@ class FastForwardLSTM(nn.Module):
         super().__init__()
         self.hidden_size = hidden_size
         self.fast_forward = fast_forward
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.layers = nn.ModuleList()
         for k in range(num_layers):
             reverse = first_reverse != (interleave and k % 2 == 1)

@@ -4,6 +4,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from fairseq.modules import FairseqDropout
 from torch import Tensor
 
 from fairseq_dense.modules.bahdanau_attention import BahdanauAttention
@@ -88,14 +89,14 @@ class DenseLSTMDecoder(IncrementalDecoder):
         self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=self.padding_idx)
         nn.init.uniform_(self.embed_tokens.weight, -0.1, 0.1)
         nn.init.zeros_(self.embed_tokens.weight[self.padding_idx])
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.layers = nn.ModuleList(nn.LSTM(self._layer_input_dim(j), hidden_size) for j in range(num_layers))
         if dense:
             readout_in = embed_dim + num_layers * hidden_size + self.context_dim
         else:
             readout_in = embed_dim + hidden_size + self.context_dim
         self.readout = nn.Linear(readout_in, out_embed_dim)
-        self.softmax_dropout = nn.Dropout(softmax_dropout)
+        self.softmax_dropout = FairseqDropout(softmax_dropout, module_name=self.__class__.__name__)
         self.output_projection = nn.Linear(out_embed_dim, len(dictionary))
         if share_input_output_embed:
             self.output_projection.weight = self.embed_tokens.weight

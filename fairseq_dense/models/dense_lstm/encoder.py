@@ -3,6 +3,7 @@ from typing import Dict, List
 
 import torch
 import torch.nn as nn
+from fairseq.modules import FairseqDropout
 from torch import Tensor
 
 from fairseq_dense.modules.dense_lstm_layer import DenseLSTMEncoderLayer
@@ -41,7 +42,7 @@ class DenseLSTMEncoder(Encoder):
         self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=self.padding_idx)
         nn.init.uniform_(self.embed_tokens.weight, -0.1, 0.1)
         nn.init.zeros_(self.embed_tokens.weight[self.padding_idx])
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.layers = nn.ModuleList(
             DenseLSTMEncoderLayer(
                 embed_dim + l * hidden_size if dense else (embed_dim if l == 0 else hidden_size),

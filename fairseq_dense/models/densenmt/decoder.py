@@ -4,7 +4,7 @@ from typing import List, Optional, Tuple
 
 import torch.nn as nn
 import torch.nn.functional as F
-from fairseq.modules import PositionalEmbedding
+from fairseq.modules import FairseqDropout, PositionalEmbedding
 from torch import Tensor
 
 from fairseq_dense.modules.dense_attention import DenseAttention
@@ -63,7 +63,7 @@ class DenseNMTDecoder(IncrementalDecoder):
         self.padding_idx = dictionary.pad()
         self.embed_dim = embed_dim
         self.dense = dense
-        self.dropout = dropout
+        self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.hidden_sizes = list(hidden_sizes)
         self.kernel_sizes = list(kernel_sizes)
         self.attention_dim = attention_dim
@@ -117,7 +117,7 @@ class DenseNMTDecoder(IncrementalDecoder):
         x = self.embed_tokens(prev_output_tokens)
         if self.embed_factor is not None:
             x = self.embed_factor(x)
-        return F.dropout(x + positions, self.dropout, self.training)  # B x T x C
+        return self.dropout_module(x + positions)  # B x T x C
 
     def _memory(self, encoder_out, incremental_state) -> Tuple[Tensor, Tensor, Tensor]:
         cached = self.get_cache(incremental_state)
@@ -140,7 +140,7 @@ class DenseNMTDecoder(IncrementalDecoder):
             feats, attn = self._step(x0, keys, values, mask, incremental_state)
         else:
             feats, attn = self._full(x0, keys, values, mask)
-        feats = F.dropout(feats, self.dropout, self.training)
+        feats = self.dropout_module(feats)
         return feats, {"attn": [attn / len(self.convs)]}
 
     def _attend(self, i: int, z: Tensor, keys, values, mask) -> Tuple[Tensor, Tensor]:
@@ -165,7 +165,7 @@ class DenseNMTDecoder(IncrementalDecoder):
                     z = glu_rows(conv_rows(buf.rows(), conv.weight, conv.bias, t, p - (k - 1)))
                     a, attn = self._attend(i, z.permute(2, 1, 0), keys, values, mask)
                     attn_sum = attn if attn_sum is None else attn_sum + attn
-                    buf.append(F.dropout(z, self.dropout, self.training))
+                    buf.append(self.dropout_module(z))
                     buf.append(a.permute(2, 1, 0))
                 if bi < len(self.blocks) - 1:
                     s = self.summaries[bi]
@@ -179,7 +179,7 @@ class DenseNMTDecoder(IncrementalDecoder):
             buf.append(x)
             for i, conv in enumerate(self.convs):
                 k = self.kernel_sizes[i]
-                inp = F.dropout(buf.rows(start, buf.width), self.dropout, self.training)
+                inp = self.dropout_module(buf.rows(start, buf.width))
                 z = glu_rows(conv_rows(inp, conv.weight, conv.bias, t, p - (k - 1)))
                 a, attn = self._attend(i, z.permute(2, 1, 0), keys, values, mask)
                 attn_sum = attn if attn_sum is None else attn_sum + attn

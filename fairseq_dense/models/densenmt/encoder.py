@@ -3,8 +3,7 @@ import math
 from typing import Dict, List, Optional
 
 import torch.nn as nn
-import torch.nn.functional as F
-from fairseq.modules import GradMultiply, PositionalEmbedding
+from fairseq.modules import FairseqDropout, GradMultiply, PositionalEmbedding
 from torch import Tensor
 
 from fairseq_dense.modules.dense_conv import (
@@ -50,7 +49,7 @@ class DenseNMTEncoder(Encoder):
         self.embed_dim = embed_dim
         self.dense = dense
         self.attention = attention
-        self.dropout = dropout
+        self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.grad_scale = grad_scale
         self.max_source_positions = max_positions
         self.kernel_sizes = list(kernel_sizes)
@@ -117,7 +116,7 @@ class DenseNMTEncoder(Encoder):
         bsz, t = src_tokens.shape
         keep = (~padding_mask).t().unsqueeze(0).type_as(self.embed_positions.weight)  # 1 x T x B
         x0 = self._embed(src_tokens)
-        x0 = F.dropout(x0, self.dropout, self.training)
+        x0 = self.dropout_module(x0)
         x0 = x0.permute(2, 1, 0) * keep  # B x T x C -> C x T x B
         plen = self.pad_left
         if self.dense:
@@ -133,7 +132,7 @@ class DenseNMTEncoder(Encoder):
             buf.append(x)
             start = self.embed_dim
             for conv, k in zip(self.convs, self.kernel_sizes):
-                inp = F.dropout(buf.rows(start, buf.width), self.dropout, self.training)
+                inp = self.dropout_module(buf.rows(start, buf.width))
                 y = glu_rows(conv_rows(inp, conv.weight, conv.bias, t, plen - (k - 1) // 2))
                 x = (y + x) * math.sqrt(0.5) * keep
                 start = buf.width
@@ -163,7 +162,7 @@ class DenseNMTEncoder(Encoder):
             for i in block:
                 conv, k = next(convs), self.kernel_sizes[i]
                 y = glu_rows(conv_rows(buf.rows(), conv.weight, conv.bias, t, self.pad_left - (k - 1) // 2))
-                buf.append(F.dropout(y * keep, self.dropout, self.training))
+                buf.append(self.dropout_module(y * keep))
             if bi < len(self.blocks) - 1:
                 s = self.summaries[bi]
                 first = linear_rows(buf.center(buf.rows()), s.weight, s.bias) * keep

@@ -3,6 +3,7 @@ from typing import List, Optional, Tuple
 
 import torch
 import torch.nn as nn
+from fairseq.modules import FairseqDropout
 from torch import Tensor
 
 from fairseq_dense.modules.bahdanau_attention import BahdanauAttention
@@ -69,7 +70,7 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
         if self.attention is not None:
             for p in self.attention.parameters():
                 nn.init.normal_(p, 0.0, init_std)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.output_projection = nn.Linear(hidden_size, len(dictionary))
         nn.init.normal_(self.output_projection.weight, 0.0, init_std)
         nn.init.zeros_(self.output_projection.bias)

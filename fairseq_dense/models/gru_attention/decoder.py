@@ -1,6 +1,7 @@
 """GRU decoder with Bahdanau attention and a tanh readout layer."""
 import torch
 import torch.nn as nn
+from fairseq.modules import FairseqDropout
 from torch import Tensor
 
 from fairseq_dense.modules.bahdanau_attention import BahdanauAttention
@@ -38,7 +39,7 @@ class GRUAttentionDecoder(IncrementalDecoder):
         self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=self.padding_idx)
         nn.init.normal_(self.embed_tokens.weight, 0, embed_dim ** -0.5)
         nn.init.zeros_(self.embed_tokens.weight[self.padding_idx])
-        self.embed_dropout = nn.Dropout(embed_dropout)
+        self.embed_dropout = FairseqDropout(embed_dropout, module_name=self.__class__.__name__)
         self.init_proj = nn.Linear(encoder_hidden_size, hidden_size)
         # GRU input [c_{t-1}; y_{t-1}]: W_ih is split so the y-part runs batched
         self.input_proj_y = nn.Linear(embed_dim, 3 * hidden_size, bias=True)
@@ -46,7 +47,7 @@ class GRUAttentionDecoder(IncrementalDecoder):
         self.hidden_proj = nn.Linear(hidden_size, 3 * hidden_size, bias=True)
         self.attention = BahdanauAttention(hidden_size, encoder_dim, attention_dim)
         self.readout = nn.Linear(encoder_dim + hidden_size, readout_dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.output_projection = nn.Linear(readout_dim, len(dictionary))
         if share_input_output_embed:
             self.output_projection.weight = self.embed_tokens.weight

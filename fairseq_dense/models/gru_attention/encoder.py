@@ -2,6 +2,7 @@
 from typing import Dict, List
 
 import torch.nn as nn
+from fairseq.modules import FairseqDropout
 from torch import Tensor
 
 from fairseq_dense.modules.encoder_decoder import Encoder, right_to_left_padding, to_right_padding
@@ -28,7 +29,7 @@ class GRUAttentionEncoder(Encoder):
         self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=self.padding_idx)
         nn.init.normal_(self.embed_tokens.weight, 0, embed_dim ** -0.5)
         nn.init.zeros_(self.embed_tokens.weight[self.padding_idx])
-        self.embed_dropout = nn.Dropout(embed_dropout)
+        self.embed_dropout = FairseqDropout(embed_dropout, module_name=self.__class__.__name__)
         self.gru = nn.GRU(embed_dim, hidden_size, batch_first=False, bidirectional=True)
 
     def forward(self, src_tokens: Tensor, src_lengths: Tensor, **unused) -> Dict[str, List[Tensor]]:
