@@ -11,7 +11,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     license="MIT",
-    python_requires=">=3.9",  # torch >= 2.6,
+    python_requires=">=3.9",  # torch >= 2.6 needs it
     packages=find_packages(include=["fairseq_dense", "fairseq_dense.*"]),
     # the quick-start's bundled corpus (xz) with its README and LICENSE (CC-BY 2.0 FR); MANIFEST.in
     # puts the same files in the sdist
