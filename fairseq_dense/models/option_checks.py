@@ -1,5 +1,6 @@
 """Checks of model options shared by the families' ``build_model`` (one-line ``ValueError`` naming the flag)."""
-from typing import Iterable
+
+from typing import Iterable, Optional, Tuple
 
 from fairseq.utils import safe_getattr
 
@@ -43,14 +44,41 @@ def require_probability(cfg, names: Iterable[str]) -> None:
             raise ValueError(f"{flag(name)} must be in [0, 1), got {value}")
 
 
-def require_tied_embedding_size(cfg, out_dim: str) -> None:
-    """With ``--share-decoder-input-output-embed`` the softmax input size ``out_dim`` must equal
-    ``--decoder-embed-dim``.
+def embedding_sharing(cfg, task, out_dim: Optional[str]) -> Tuple[bool, bool]:
+    """Check ``--share-all-embeddings`` and ``--share-decoder-input-output-embed`` as fairseq's
+    ``transformer`` and ``lstm`` do, and say which tables to tie.
+
+    ``--share-all-embeddings`` needs a joined dictionary (``fairseq-preprocess
+    --joined-dictionary``) and equal embedding sizes, and ties the softmax too. Tying the
+    softmax needs its input size (the field ``out_dim``) to equal ``--decoder-embed-dim``.
+
+    Args:
+        cfg: the model config; fields it lacks count as False.
+        task: gives ``source_dictionary`` and ``target_dictionary``.
+        out_dim: the field holding the softmax input size, or None where it always
+            equals the embedding size.
+
+    Returns:
+        ``(share_all, tie_output)``: the decoder takes the encoder's embedding table;
+        the softmax weight is the decoder's embedding table.
 
     Raises:
-        ValueError: naming both flags and their values.
+        ValueError: one line naming the flags and their values.
     """
-    size = safe_getattr(cfg, out_dim)
-    if safe_getattr(cfg, "share_decoder_input_output_embed", False) and size != cfg.decoder_embed_dim:
-        raise ValueError(f"--share-decoder-input-output-embed requires {flag(out_dim)} ({size}) == "
-                         f"--decoder-embed-dim ({cfg.decoder_embed_dim})")
+    share_all = bool(safe_getattr(cfg, "share_all_embeddings", False))
+    tie_output = share_all or bool(safe_getattr(cfg, "share_decoder_input_output_embed", False))
+    option = "--share-all-embeddings" if share_all else "--share-decoder-input-output-embed"
+    if share_all:
+        if task.source_dictionary != task.target_dictionary:
+            raise ValueError(
+                "--share-all-embeddings requires a joined dictionary (fairseq-preprocess --joined-dictionary)"
+            )
+        if cfg.encoder_embed_dim != cfg.decoder_embed_dim:
+            raise ValueError(
+                f"--share-all-embeddings requires --encoder-embed-dim ({cfg.encoder_embed_dim}) == "
+                f"--decoder-embed-dim ({cfg.decoder_embed_dim})"
+            )
+    size = None if out_dim is None else safe_getattr(cfg, out_dim)
+    if tie_output and size is not None and size != cfg.decoder_embed_dim:
+        raise ValueError(f"{option} requires {flag(out_dim)} ({size}) == --decoder-embed-dim ({cfg.decoder_embed_dim})")
+    return share_all, tie_output

@@ -38,8 +38,10 @@ VARIANTS = [
     dict(interface="deep_att", no_fast_forward=True),
     dict(interface="deep_ed", no_fast_forward=True, no_interleave=True),
     dict(interface="deep_att", encoder_layers=1, decoder_layers=1),
+    # the top h (7) mapped to the embedding size (8), one table for source, target and softmax
+    dict(interface="deep_att", decoder_out_embed_dim=8, share_all_embeddings=True),
 ]
-IDS = ["att", "ed", "att-1col", "ed-1col", "att-noff", "ed-noff-uni", "att-1x1"]
+IDS = ["att", "ed", "att-1col", "ed-1col", "att-noff", "ed-noff-uni", "att-1x1", "att-shared-projected"]
 
 
 @pytest.mark.parametrize("overrides", VARIANTS, ids=IDS)
@@ -246,6 +248,8 @@ def test_group_learning_rates_land_on_the_right_parameters():
         (dict(attention_dim=0), "--attention-dim"),
         (dict(dropout=1.0), "--dropout"),
         (dict(init_std=0.0), "--init-std"),
+        (dict(decoder_out_embed_dim=0), "--decoder-out-embed-dim"),
+        (dict(share_decoder_input_output_embed=True), "--decoder-hidden-size"),
     ],
 )
 def test_bad_options_name_the_flag(overrides, flag):

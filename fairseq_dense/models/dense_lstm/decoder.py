@@ -55,6 +55,8 @@ class DenseLSTMDecoder(IncrementalDecoder):
         softmax_dropout: dropout on the readout before the softmax.
         share_input_output_embed: tie embedding and softmax weights.
         max_positions: longest target accepted.
+        embed_tokens: an embedding table to use (the encoder's, ``--share-all-embeddings``);
+            None: a new one.
     """
 
     STATE_KEY = "dense_lstm_state"
@@ -63,7 +65,8 @@ class DenseLSTMDecoder(IncrementalDecoder):
                  encoder_layer_dims: List[int], dense: bool = False, dense_attention: bool = False,
                  attention_layer: int = 1, attention_dim: Optional[int] = None, out_embed_dim: int = 512,
                  dropout: float = 0.0, softmax_dropout: float = 0.0,
-                 share_input_output_embed: bool = False, max_positions: int = 1024):
+                 share_input_output_embed: bool = False, max_positions: int = 1024,
+                 embed_tokens: Optional[nn.Embedding] = None):
         super().__init__(dictionary)
         self.padding_idx = dictionary.pad()
         self.embed_dim = embed_dim
@@ -86,9 +89,11 @@ class DenseLSTMDecoder(IncrementalDecoder):
         self.attentions = nn.ModuleList(
             BahdanauAttention(hidden_size, k, a) for k, a in zip(memory_dims, self.attention_dims)
         )
-        self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=self.padding_idx)
-        nn.init.uniform_(self.embed_tokens.weight, -0.1, 0.1)
-        nn.init.zeros_(self.embed_tokens.weight[self.padding_idx])
+        if embed_tokens is None:
+            embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=self.padding_idx)
+            nn.init.uniform_(embed_tokens.weight, -0.1, 0.1)
+            nn.init.zeros_(embed_tokens.weight[self.padding_idx])
+        self.embed_tokens = embed_tokens
         self.dropout = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.layers = nn.ModuleList(nn.LSTM(self._layer_input_dim(j), hidden_size) for j in range(num_layers))
         if dense:

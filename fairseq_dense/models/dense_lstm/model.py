@@ -7,7 +7,7 @@ from fairseq.utils import safe_getattr
 from fairseq_dense.models.dense_lstm.config import DenseLSTMConfig
 from fairseq_dense.models.dense_lstm.decoder import DenseLSTMDecoder
 from fairseq_dense.models.dense_lstm.encoder import DenseLSTMEncoder
-from fairseq_dense.models.option_checks import require_positive, require_probability, require_tied_embedding_size
+from fairseq_dense.models.option_checks import embedding_sharing, require_positive, require_probability
 
 
 @register_model("dense_lstm", dataclass=DenseLSTMConfig)
@@ -51,7 +51,7 @@ class DenseLSTMModel(FairseqEncoderDecoderModel):
                 f"--attention-layer must be between 1 and --decoder-layers ({cfg.decoder_layers}), "
                 f"got {cfg.attention_layer}"
             )
-        require_tied_embedding_size(cfg, "decoder_out_embed_dim")
+        share_all, tie_output = embedding_sharing(cfg, task, "decoder_out_embed_dim")
         dense = bool(safe_getattr(cfg, "dense_connections", False))
         encoder = DenseLSTMEncoder(
             task.source_dictionary,
@@ -76,8 +76,9 @@ class DenseLSTMModel(FairseqEncoderDecoderModel):
             out_embed_dim=cfg.decoder_out_embed_dim,
             dropout=cfg.dropout,
             softmax_dropout=cfg.softmax_dropout,
-            share_input_output_embed=cfg.share_decoder_input_output_embed,
+            share_input_output_embed=tie_output,
             max_positions=cfg.max_target_positions,
+            embed_tokens=encoder.embed_tokens if share_all else None,
         )
         return cls(encoder, decoder)
 

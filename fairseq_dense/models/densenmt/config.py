@@ -77,5 +77,16 @@ class DenseNMTConfig(FairseqDataclass):
     no_weight_norm: bool = field(
         default=False, metadata={"help": "do not weight-normalise convolutions and linear maps"}
     )
+    share_decoder_input_output_embed: bool = field(
+        default=False,
+        metadata={"help": "tie the target embedding and the softmax, an unnormalised linear map as in fconv "
+                          "(needs --decoder-out-embed-dim == --decoder-embed-dim, or --factorized-embed-dim)"},
+    )
+    share_all_embeddings: bool = field(
+        default=False,
+        metadata={"help": "one embedding table for source, target and softmax: a joined dictionary, "
+                          "--encoder-embed-dim == --decoder-embed-dim, and as for "
+                          "--share-decoder-input-output-embed"},
+    )
     max_source_positions: int = field(default=1024, metadata={"help": "longest source accepted"})
     max_target_positions: int = field(default=1024, metadata={"help": "longest target accepted"})

@@ -49,6 +49,10 @@ class DenseNMTDecoder(IncrementalDecoder):
         max_positions: longest target accepted.
         attention_length_scale: scale attention outputs by ``sqrt(source length)``
             (see :class:`DenseAttention`).
+        share_input_output_embed: the softmax matrix ``fc3`` is the embedding table, an
+            unnormalised linear map as in fconv.
+        embed_tokens: an embedding table to use (the encoder's, ``--share-all-embeddings``);
+            None: a new one.
     """
 
     STATE_KEY = "densenmt_state"
@@ -58,7 +62,8 @@ class DenseNMTDecoder(IncrementalDecoder):
                  attention_dim: int = 128, dense: bool = True, sumlen: Optional[int] = None,
                  out_embed_dim: int = 256, factorized_dim: Optional[int] = None, dropout: float = 0.1,
                  use_weight_norm: bool = True, max_positions: int = 1024,
-                 attention_length_scale: bool = False):
+                 attention_length_scale: bool = False, share_input_output_embed: bool = False,
+                 embed_tokens: Optional[nn.Embedding] = None):
         super().__init__(dictionary)
         self.padding_idx = dictionary.pad()
         self.embed_dim = embed_dim
@@ -69,7 +74,9 @@ class DenseNMTDecoder(IncrementalDecoder):
         self.attention_dim = attention_dim
         self.max_target_positions = max_positions
         wn = use_weight_norm
-        self.embed_tokens = Embedding(len(dictionary), factorized_dim or embed_dim, self.padding_idx)
+        if embed_tokens is None:
+            embed_tokens = Embedding(len(dictionary), factorized_dim or embed_dim, self.padding_idx)
+        self.embed_tokens = embed_tokens
         self.embed_factor = Linear(factorized_dim, embed_dim, 0.0, wn) if factorized_dim else None
         self.embed_positions = PositionalEmbedding(max_positions, embed_dim, self.padding_idx, learned=True)
         self.attention = DenseAttention(attention, encoder_dims, encoder_embed_dim, attention_dim, dropout, wn,
@@ -105,7 +112,11 @@ class DenseNMTDecoder(IncrementalDecoder):
             top = hidden
         self.out_embed_dim = factorized_dim or out_embed_dim
         self.fc2 = Linear(top, self.out_embed_dim, dropout, wn)
-        self.fc3 = Linear(self.out_embed_dim, len(dictionary), dropout, wn)
+        if share_input_output_embed:
+            self.fc3 = nn.Linear(self.out_embed_dim, len(dictionary))
+            self.fc3.weight = self.embed_tokens.weight
+        else:
+            self.fc3 = Linear(self.out_embed_dim, len(dictionary), dropout, wn)
 
     # ------------------------------------------------------------------ helpers
 

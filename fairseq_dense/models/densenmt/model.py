@@ -8,7 +8,7 @@ from fairseq_dense.models.arch_defaults import fill_defaults
 from fairseq_dense.models.densenmt.config import DenseNMTConfig
 from fairseq_dense.models.densenmt.decoder import DenseNMTDecoder
 from fairseq_dense.models.densenmt.encoder import DenseNMTEncoder
-from fairseq_dense.models.option_checks import flag, require_positive, require_probability
+from fairseq_dense.models.option_checks import embedding_sharing, flag, require_positive, require_probability
 
 
 def _layer_spec(cfg, side: str, what: str) -> List[int]:
@@ -65,6 +65,8 @@ class DenseNMTModel(FairseqEncoderDecoderModel):
             if not dense and len(set(hidden)) > 1:
                 raise ValueError(f"{flag(side + '_hidden_sizes')} must be uniform with "
                                  f"{flag(side + '_connections')} residual")
+        # with --factorized-embed-dim the softmax matrix is as wide as the embedding tables
+        share_all, tie_output = embedding_sharing(cfg, task, None if factor else "decoder_out_embed_dim")
         use_wn = not cfg.no_weight_norm
         encoder = DenseNMTEncoder(
             task.source_dictionary,
@@ -97,6 +99,8 @@ class DenseNMTModel(FairseqEncoderDecoderModel):
             use_weight_norm=use_wn,
             max_positions=cfg.max_target_positions,
             attention_length_scale=bool(safe_getattr(cfg, "attention_length_scale", False)),
+            share_input_output_embed=tie_output,
+            embed_tokens=encoder.embed_tokens if share_all else None,
         )
         return cls(encoder, decoder)
 

@@ -5,6 +5,7 @@ n_e = 9 encoder layers in two interleaved columns, n_d = 7 decoder layers,
 embeddings 256, LSTM 512, dropout 0.1.
 """
 from dataclasses import dataclass, field
+from typing import Optional
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
@@ -44,6 +45,22 @@ class FastForwardLSTMConfig(FairseqDataclass):
     init_std: float = field(
         default=0.07,
         metadata={"help": "std of the Gaussian init of all non-recurrent weights (recurrent matrices start at zero)"},
+    )
+    decoder_out_embed_dim: Optional[int] = field(
+        default=None,
+        metadata={"help": "softmax input size: a linear map of the top decoder h to this size before the "
+                          "softmax, as in fairseq's lstm (default: --decoder-hidden-size, no map)"},
+    )
+    share_decoder_input_output_embed: bool = field(
+        default=False,
+        metadata={"help": "tie the target embedding and the softmax (needs the softmax input size, "
+                          "--decoder-out-embed-dim or else --decoder-hidden-size, == --decoder-embed-dim)"},
+    )
+    share_all_embeddings: bool = field(
+        default=False,
+        metadata={"help": "one embedding table for source, target and softmax: a joined dictionary, "
+                          "--encoder-embed-dim == --decoder-embed-dim, and as for "
+                          "--share-decoder-input-output-embed"},
     )
     max_source_positions: int = field(default=1024, metadata={"help": "longest source accepted"})
     max_target_positions: int = field(default=1024, metadata={"help": "longest target accepted"})

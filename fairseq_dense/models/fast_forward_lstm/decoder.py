@@ -42,22 +42,31 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
         dropout: dropout on ``h`` between layers and before the softmax.
         init_std: Gaussian std of non-recurrent weights.
         max_positions: longest target accepted.
+        out_embed_dim: softmax input size; when it differs from ``hidden_size`` a linear
+            map (fairseq lstm's ``additional_fc``) takes the top ``h`` to it. None: ``hidden_size``.
+        share_input_output_embed: tie embedding and softmax weights.
+        embed_tokens: an embedding table to use (the encoder's, ``--share-all-embeddings``);
+            None: a new one.
     """
 
     STATE_KEY = "ff_lstm_state"
 
     def __init__(self, dictionary, embed_dim: int, hidden_size: int, num_layers: int, encoder_dim: int,
                  interface: str = "deep_att", attention_dim: int = 512, fast_forward: bool = True,
-                 dropout: float = 0.1, init_std: float = 0.07, max_positions: int = 1024):
+                 dropout: float = 0.1, init_std: float = 0.07, max_positions: int = 1024,
+                 out_embed_dim: Optional[int] = None, share_input_output_embed: bool = False,
+                 embed_tokens: Optional[nn.Embedding] = None):
         super().__init__(dictionary)
         self.padding_idx = dictionary.pad()
         self.hidden_size = hidden_size
         self.num_layers = num_layers
         self.interface = interface
         self.max_target_positions = max_positions
-        self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=self.padding_idx)
-        nn.init.normal_(self.embed_tokens.weight, 0.0, init_std)
-        nn.init.zeros_(self.embed_tokens.weight[self.padding_idx])
+        if embed_tokens is None:
+            embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=self.padding_idx)
+            nn.init.normal_(embed_tokens.weight, 0.0, init_std)
+            nn.init.zeros_(embed_tokens.weight[self.padding_idx])
+        self.embed_tokens = embed_tokens
         # layer 1: W_f^1 [y; c] is split so the y-part runs over all steps at once
         self.first = FastForwardLSTMLayer(embed_dim, hidden_size, init_std=init_std)
         self.context_proj = nn.Linear(encoder_dim, 4 * hidden_size, bias=False)
@@ -71,9 +80,15 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
             for p in self.attention.parameters():
                 nn.init.normal_(p, 0.0, init_std)
         self.dropout = FairseqDropout(dropout, module_name=self.__class__.__name__)
-        self.output_projection = nn.Linear(hidden_size, len(dictionary))
-        nn.init.normal_(self.output_projection.weight, 0.0, init_std)
-        nn.init.zeros_(self.output_projection.bias)
+        out_dim = out_embed_dim or hidden_size
+        self.additional_fc = nn.Linear(hidden_size, out_dim) if out_dim != hidden_size else None
+        self.output_projection = nn.Linear(out_dim, len(dictionary))
+        for m in (self.additional_fc, self.output_projection):
+            if m is not None:
+                nn.init.normal_(m.weight, 0.0, init_std)
+                nn.init.zeros_(m.bias)
+        if share_input_output_embed:
+            self.output_projection.weight = self.embed_tokens.weight
 
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None, **unused):
         enc = encoder_out["encoder_out"][0]  # deep_att: T x B x E; deep_ed: B x E
@@ -109,6 +124,8 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
                 cache_key: enc_proj,
             })
         features = self.dropout(h.transpose(0, 1))  # S x B x H -> B x S x H
+        if self.additional_fc is not None:
+            features = self.additional_fc(features)  # B x S x H -> B x S x out_embed_dim
         return features, {"attn": [attn]}
 
     def _attend_and_recur(self, f1_y: Tensor, enc: Tensor, proj_keys: Tensor, encoder_out,

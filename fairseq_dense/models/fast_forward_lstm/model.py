@@ -8,7 +8,7 @@ from fairseq_dense.models.arch_defaults import fill_defaults
 from fairseq_dense.models.fast_forward_lstm.config import FastForwardLSTMConfig
 from fairseq_dense.models.fast_forward_lstm.decoder import FastForwardLSTMDecoder
 from fairseq_dense.models.fast_forward_lstm.encoder import FastForwardLSTMEncoder
-from fairseq_dense.models.option_checks import require_positive, require_probability
+from fairseq_dense.models.option_checks import embedding_sharing, require_positive, require_probability
 from fairseq_dense.modules.fast_forward_lstm import RECURRENT
 
 
@@ -36,7 +36,7 @@ class FastForwardLSTMModel(FairseqEncoderDecoderModel):
             ValueError: naming the offending flags.
         """
         require_positive(cfg, ("encoder_embed_dim", "encoder_hidden_size", "encoder_layers", "decoder_embed_dim",
-                               "decoder_hidden_size", "decoder_layers"))
+                               "decoder_hidden_size", "decoder_layers"), optional=("decoder_out_embed_dim",))
         if int(cfg.encoder_columns) not in (1, 2):
             raise ValueError(f"--encoder-columns must be 1 or 2 (got {cfg.encoder_columns})")
         if str(cfg.interface) not in ("deep_att", "deep_ed"):
@@ -46,6 +46,9 @@ class FastForwardLSTMModel(FairseqEncoderDecoderModel):
         require_probability(cfg, ("dropout",))
         if not float(cfg.init_std) > 0.0:
             raise ValueError("--init-std must be > 0")
+        # the softmax reads the top h, or its map to --decoder-out-embed-dim
+        out_dim = "decoder_out_embed_dim" if safe_getattr(cfg, "decoder_out_embed_dim") else "decoder_hidden_size"
+        share_all, tie_output = embedding_sharing(cfg, task, out_dim)
         fast_forward = not cfg.no_fast_forward
         encoder = FastForwardLSTMEncoder(
             task.source_dictionary,
@@ -73,6 +76,9 @@ class FastForwardLSTMModel(FairseqEncoderDecoderModel):
             dropout=cfg.dropout,
             init_std=cfg.init_std,
             max_positions=cfg.max_target_positions,
+            out_embed_dim=safe_getattr(cfg, "decoder_out_embed_dim"),
+            share_input_output_embed=tie_output,
+            embed_tokens=encoder.embed_tokens if share_all else None,
         )
         return cls(encoder, decoder)
 

@@ -31,5 +31,11 @@ class GRUAttentionConfig(FairseqDataclass):
         default=False,
         metadata={"help": "tie the target embedding and the softmax (needs readout-dim == decoder-embed-dim)"},
     )
+    share_all_embeddings: bool = field(
+        default=False,
+        metadata={"help": "one embedding table for source, target and softmax: a joined dictionary, "
+                          "--encoder-embed-dim == --decoder-embed-dim, and as for "
+                          "--share-decoder-input-output-embed"},
+    )
     max_source_positions: int = field(default=1024, metadata={"help": "longest source accepted"})
     max_target_positions: int = field(default=1024, metadata={"help": "longest target accepted"})

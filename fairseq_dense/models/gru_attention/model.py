@@ -6,7 +6,7 @@ from fairseq_dense.models.arch_defaults import fill_defaults
 from fairseq_dense.models.gru_attention.config import GRUAttentionConfig
 from fairseq_dense.models.gru_attention.decoder import GRUAttentionDecoder
 from fairseq_dense.models.gru_attention.encoder import GRUAttentionEncoder
-from fairseq_dense.models.option_checks import require_positive, require_probability, require_tied_embedding_size
+from fairseq_dense.models.option_checks import embedding_sharing, require_positive, require_probability
 
 
 @register_model("gru_attention", dataclass=GRUAttentionConfig)
@@ -30,7 +30,7 @@ class GRUAttentionModel(FairseqEncoderDecoderModel):
         require_positive(cfg, ("encoder_embed_dim", "encoder_hidden_size", "decoder_embed_dim",
                                "decoder_hidden_size", "attention_dim", "readout_dim"))
         require_probability(cfg, ("dropout", "embed_dropout"))
-        require_tied_embedding_size(cfg, "readout_dim")
+        share_all, tie_output = embedding_sharing(cfg, task, "readout_dim")
         encoder = GRUAttentionEncoder(
             task.source_dictionary,
             embed_dim=cfg.encoder_embed_dim,
@@ -48,8 +48,9 @@ class GRUAttentionModel(FairseqEncoderDecoderModel):
             readout_dim=cfg.readout_dim,
             dropout=cfg.dropout,
             embed_dropout=cfg.embed_dropout,
-            share_input_output_embed=cfg.share_decoder_input_output_embed,
+            share_input_output_embed=tie_output,
             max_positions=cfg.max_target_positions,
+            embed_tokens=encoder.embed_tokens if share_all else None,
         )
         return cls(encoder, decoder)
 
