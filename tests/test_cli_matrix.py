@@ -1,12 +1,19 @@
-"""fairseq-generate's everyday options on one tiny checkpoint per family (the contract matrix).
+"""fairseq's everyday tools and options on one tiny checkpoint per family (the contract matrix).
 
 One tiny checkpoint per family, trained once for this file (in this process,
 fairseq's own ``fairseq_cli.train``), is decoded by ``fairseq_cli.generate.main``
 (what the ``fairseq-generate`` command runs, without paying fairseq's import per
-case) with each option a fairseq user reaches for. Every cell either passes or is
-one of fairseq's own gaps, pinned down in ``tests/test_fairseq_gaps.py``.
+case) with each option a fairseq user reaches for, scored by ``fairseq_cli.validate``
+and ``fairseq_cli.interactive`` the same way, and loaded through fairseq's hub
+interface. Every cell either passes or is one of fairseq's own gaps, pinned down in
+``tests/test_fairseq_gaps.py``. The other cells of the matrix live beside their
+features: ``tests/test_arch_registry.py`` (the ``Namespace`` build path),
+``tests/test_average.py``, ``tests/test_resume.py``, ``tests/test_simplex.py`` and
+``tests/test_embedding_sharing.py``.
 """
 
+import json
+import logging
 import re
 from typing import Dict, List
 
@@ -45,7 +52,6 @@ def checkpoints(data_bin, tmp_path_factory):
                     "0.005",
                     "--batch-size",
                     "8",
-                    "--disable-validation",
                 )
             )
             done[arch] = save / "checkpoint_last.pt"
@@ -55,13 +61,14 @@ def checkpoints(data_bin, tmp_path_factory):
 
 
 class Generated:
-    """The parsed output of one ``fairseq-generate`` run: per sentence id, its S/T/H/P/A lines."""
+    """The parsed output of one ``fairseq-generate`` or ``fairseq-interactive`` run: per sentence id,
+    its S/T/H/D/P/A/C lines."""
 
     def __init__(self, text: str):
         self.text = text
         self.lines: Dict[str, Dict[int, List[List[str]]]] = {}
         for line in text.splitlines():
-            m = re.match(r"^([STHDPA])-(\d+)\t(.*)$", line)
+            m = re.match(r"^([STHDPAC])-(\d+)\t(.*)$", line)
             if m:
                 self.lines.setdefault(m.group(1), {}).setdefault(int(m.group(2)), []).append(m.group(3).split("\t"))
 
@@ -71,6 +78,9 @@ class Generated:
 
     def get(self, kind: str) -> Dict[int, List[List[str]]]:
         return self.lines.get(kind, {})
+
+    def sources(self) -> Dict[int, str]:
+        return {i: s[-1] for i, (s,) in self.get("S").items()}
 
 
 def generate(data_bin, ckpt, tmp_path, *flags) -> Generated:
@@ -167,3 +177,87 @@ def test_search_options(arch, data_bin, checkpoints, tmp_path):
     for i, hyps in limited.hyps().items():
         assert len(hyps) == 3, i
         assert all(len(h.split()) <= int(1.2 * longest + 10) for h in hyps), (i, hyps)
+    # --match-source-len: source length + 1 words for every hypothesis, as with fairseq's built-ins
+    # (fairseq's gap, see tests/test_fairseq_gaps.py)
+    matched = generate(data_bin, ckpt, tmp_path, "--beam", "5", "--match-source-len")
+    for i, src in matched.sources().items():
+        assert [len(h.split()) for h in matched.hyps()[i]] == [len(src.split()) + 1], (i, src, matched.hyps()[i])
+
+
+def validate(data_bin, ckpt, *flags) -> Dict[str, float]:
+    """``fairseq-validate DATA --path CKPT --cpu FLAGS`` in this process; the stats it prints per subset."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq_cli import validate as fairseq_validate
+
+    argv = [str(data_bin), "--path", str(ckpt), "--cpu", "--num-workers", "0", "--log-format", "json", *flags]
+    args = options.parse_args_and_arch(options.get_validation_parser(), argv)
+    overrides = options.parse_args_and_arch(options.get_validation_parser(), argv, suppress_defaults=True)
+    stats: Dict[str, float] = {}
+
+    class Stats(logging.Handler):
+        def emit(self, record):
+            stats.update(json.loads(record.getMessage()))
+
+    root, bar = logging.getLogger(), logging.getLogger("fairseq.logging.progress_bar")
+    handlers, level, handler = list(root.handlers), root.level, Stats()
+    bar.addHandler(handler)
+    try:
+        fairseq_validate.main(convert_namespace_to_omegaconf(args), override_args=overrides)
+    finally:  # validate.main replaces the root logger's handlers
+        bar.removeHandler(handler)
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    return {k: float(v) for k, v in stats.items() if k.endswith("loss")}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_validate_and_score_reference_agree_with_training(arch, data_bin, checkpoints, tmp_path):
+    ckpt = checkpoints(arch)
+    losses = validate(data_bin, ckpt, "--task", "translation", "--valid-subset", "valid,test", "--batch-size", "8")
+    # fairseq-validate's loss is the training's validation loss (what its log prints, kept in the checkpoint)
+    assert losses["valid_loss"] == pytest.approx(rh.load_checkpoint(ckpt)["extra_state"]["val_loss"], abs=1e-3)
+    # --score-reference: each sentence's score is the mean of its per-token scores, and the
+    # per-token scores of the whole test set average to fairseq-validate's NLL (bits per token)
+    scored = generate(data_bin, ckpt, tmp_path, "--score-reference", "--batch-size", "64")
+    tokens: List[float] = []
+    for i, ((score, _),) in scored.get("H").items():
+        (positional,) = scored.get("P")[i]
+        per_token = [float(v) for v in positional[-1].split()]
+        assert float(score) == pytest.approx(sum(per_token) / len(per_token), abs=1e-3), i
+        tokens += per_token
+    assert -sum(tokens) / len(tokens) == pytest.approx(losses["test_nll_loss"], abs=1e-3)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_interactive_awkward_lines_and_constraints(arch, data_bin, checkpoints, tmp_path, capsys):
+    """fairseq-interactive: one translation per input line, also for lines fairseq-dense-interactive refuses."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq_cli import interactive
+
+    lines = ["", "   ", " ".join("abcdefgh"[i % 8] for i in range(300)), "xyz qqq", "a b c\tA"]
+    source = tmp_path / "input.txt"
+    source.write_text("".join(line + "\n" for line in lines))
+    args = options.parse_args_and_arch(options.get_interactive_generation_parser(), [
+        str(data_bin), "--path", str(checkpoints(arch)), "--cpu", "--input", str(source), "--beam", "5",
+        "--constraints",
+    ])  # fmt: skip
+    capsys.readouterr()
+    interactive.main(convert_namespace_to_omegaconf(args))
+    out = Generated(capsys.readouterr().out)
+    assert sorted(out.hyps()) == list(range(len(lines))), out.text[-2000:]
+    assert [s[-1] for (s,) in out.get("C").values()] == ["A"]
+    assert "A" in out.hyps()[4][0].split(), out.hyps()[4]  # the constraint holds
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_hub_translate_equals_generate(arch, data_bin, checkpoints, tmp_path, baseline):
+    """``<Model>.from_pretrained(save_dir, checkpoint, data_name_or_path=...).translate(beam=5)``."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    ckpt = checkpoints(arch)
+    base = _baseline(arch, data_bin, checkpoints, tmp_path, baseline)
+    hub = ARCH_MODEL_REGISTRY[arch].from_pretrained(str(ckpt.parent), ckpt.name, data_name_or_path=str(data_bin))
+    ids, sources = zip(*sorted(base.sources().items()))
+    assert hub.translate(list(sources), beam=5) == [base.hyps()[i][0] for i in ids]
