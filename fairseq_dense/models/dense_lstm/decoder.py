@@ -33,7 +33,8 @@ class DenseLSTMDecoder(IncrementalDecoder):
     Layers ``<= l'`` run step by step (``c_t`` needs ``r_{t-1}^{l'}``); layers above
     ``l'`` run as one fused ``nn.LSTM`` call over the whole sequence once every
     ``c_t`` is known. Initial states are zero. An incremental step runs the same
-    code on a sequence of length 1.
+    code on a sequence of length 1 (where each layer above ``l'`` takes one cell
+    update, as the layers below do).
 
     Incremental state (key ``dense_lstm_state``), all batch-first: ``hidden`` and
     ``cell`` ``(batch, layers, hidden)``; ``prev_out`` ``(batch, embed + layers *
