@@ -4,13 +4,16 @@ Importing this package (directly, or through ``--user-dir``) registers every mod
 architecture, criterion and LR scheduler with fairseq's registries. This file is
 the registration list: every module is imported explicitly.
 """
+
 __version__ = "0.1.0"
 
-from fairseq_dense import criterions  # noqa: E402,F401
-from fairseq_dense import fairseq_compat  # noqa: E402
-from fairseq_dense import lr_schedulers  # noqa: E402,F401
-from fairseq_dense import models  # noqa: E402,F401
-from fairseq_dense import tasks  # noqa: E402,F401
+from fairseq_dense import (
+    criterions,  # noqa: E402,F401
+    fairseq_compat,  # noqa: E402
+    lr_schedulers,  # noqa: E402,F401
+    models,  # noqa: E402,F401
+    tasks,  # noqa: E402,F401
+)
 from fairseq_dense.hub import from_pretrained  # noqa: E402,F401
 
 # workarounds for fairseq on modern Python/torch; after the registrations (it wraps the models' loading)

@@ -20,6 +20,7 @@ afterwards as its docstring says.
 (``fairseq_dense.logging_setup.configure_logging`` undoes fairseq's root-logger set-up
 for our entry points; they call it themselves.)
 """
+
 import argparse
 import atexit
 import functools
@@ -57,6 +58,7 @@ def install() -> None:
 
 
 # ---------------------------------------------------------------- safe_loading
+
 
 def allow_namespace_in_safe_loader() -> None:
     """Let torch's safe loader read fairseq checkpoints.
@@ -118,9 +120,8 @@ def quiesce_prefetch_threads(timeout: float = WAIT_SECONDS, threads=None) -> boo
     return not busy
 
 
-
-
 # ---------------------------------------------------------------- checkpoint_mismatch
+
 
 def _dictionary_sizes(model) -> Dict[str, int]:
     sizes = {}
@@ -147,8 +148,12 @@ def explain_state_dict_mismatch(model, state_dict: Dict, model_cfg=None) -> Opti
     own = model.state_dict()
     missing = sorted(set(own) - set(state_dict))
     unexpected = sorted(set(state_dict) - set(own))
-    arch = (getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
-            or getattr(getattr(model, "cfg", None), "_name", None) or type(model).__name__)
+    arch = (
+        getattr(model_cfg, "arch", None)
+        or getattr(model_cfg, "_name", None)
+        or getattr(getattr(model, "cfg", None), "_name", None)
+        or type(model).__name__
+    )
     if missing or unexpected:
         shared = len(set(own) & set(state_dict))
         return (
@@ -156,8 +161,11 @@ def explain_state_dict_mismatch(model, state_dict: Dict, model_cfg=None) -> Opti
             f"{(missing or ['-'])[0]!r}; {len(unexpected)} unexpected, e.g. {(unexpected or ['-'])[0]!r}; "
             f"{shared} shared): it was trained with another --arch or model options"
         )
-    shape_diffs = [(k, tuple(state_dict[k].shape), tuple(v.shape)) for k, v in own.items()
-                   if hasattr(state_dict[k], "shape") and tuple(state_dict[k].shape) != tuple(v.shape)]
+    shape_diffs = [
+        (k, tuple(state_dict[k].shape), tuple(v.shape))
+        for k, v in own.items()
+        if hasattr(state_dict[k], "shape") and tuple(state_dict[k].shape) != tuple(v.shape)
+    ]
     if not shape_diffs:
         return None
     vocab = _dictionary_sizes(model)
@@ -218,6 +226,7 @@ def install_checkpoint_checks() -> None:
 
 # ---------------------------------------------------------------- error_hook
 
+
 def _chain(exc: BaseException) -> Iterator[BaseException]:
     seen = set()
     while exc is not None and id(exc) not in seen:
@@ -244,7 +253,7 @@ def _checkpoint_name(exc: BaseException) -> Optional[str]:
     for e in _chain(exc):
         msg = str(e)
         if msg.startswith("Cannot load model parameters from checkpoint "):
-            return msg[len("Cannot load model parameters from checkpoint "):].split(";")[0]
+            return msg[len("Cannot load model parameters from checkpoint ") :].split(";")[0]
         for frame in _frames(e.__traceback__):
             if frame.f_code.co_name in ("load_model_ensemble_and_task", "load_checkpoint_to_cpu"):
                 name = frame.f_locals.get("filename") or frame.f_locals.get("path")
@@ -310,20 +319,28 @@ def clear_error_message(exc: BaseException, argv=None) -> Optional[str]:
 
         found = newest_loadable_checkpoint(os.path.dirname(corrupt), exclude=os.path.basename(corrupt))
         if found is not None:
-            hint = (f"the newest checkpoint that loads is {found[0]} ({found[1]} updates): rerun with "
-                    f"--restore-file {found[0]}")
+            hint = (
+                f"the newest checkpoint that loads is {found[0]} ({found[1]} updates): rerun with "
+                f"--restore-file {found[0]}"
+            )
         else:
-            hint = (f"restore from an intact one (checkpoint_best.pt, checkpoint<N>.pt) with --restore-file, "
-                    f"or copy it over {os.path.basename(corrupt)}")
-        return (f"cannot read checkpoint {corrupt}: the file is truncated or not a torch checkpoint "
-                f"(e.g. a crash while fairseq copied it); {hint}")
+            hint = (
+                f"restore from an intact one (checkpoint_best.pt, checkpoint<N>.pt) with --restore-file, "
+                f"or copy it over {os.path.basename(corrupt)}"
+            )
+        return (
+            f"cannot read checkpoint {corrupt}: the file is truncated or not a torch checkpoint "
+            f"(e.g. a crash while fairseq copied it); {hint}"
+        )
     if msg.startswith("Size of sample #"):
         return msg + " (or --truncate-source when training/generating from binarised data)"
     if any(a in ("--bf16", "--memory-efficient-bf16") for a in argv) and any(
         "xla" in str(e).lower() or "tpu" in str(e).lower() for e in chain
     ):
-        return ("--bf16 needs a TPU in fairseq: fairseq/options.py turns --bf16 into --tpu, which needs "
-                "torch_xla; train in fp32 on CPU, use --fp16 or --amp on GPUs")
+        return (
+            "--bf16 needs a TPU in fairseq: fairseq/options.py turns --bf16 into --tpu, which needs "
+            "torch_xla; train in fp32 on CPU, use --fp16 or --amp on GPUs"
+        )
     if isinstance(first, ValueError) and "negative seek position" in msg:
         for frame in _frames(first.__traceback__):
             name = frame.f_locals.get("filename")

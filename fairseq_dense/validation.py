@@ -2,6 +2,7 @@
 
 How they reach the user as one line: :func:`fairseq_dense.fairseq_compat.install_excepthook`.
 """
+
 from typing import Iterable, Iterator, Optional
 
 

@@ -7,6 +7,7 @@ together) to prove the one-line output, the exit status and the absence of a
 traceback: an invalid option, mismatched dictionaries, an empty line for
 ``fairseq-dense-interactive`` and a checkpoint read without the plugin.
 """
+
 import os
 import subprocess
 import sys
@@ -30,8 +31,11 @@ def corpora(tmp_path_factory):
     raw = rh.write_corpus(root / "v20" / "raw", n_train=16, vocab=20)
     other = rh.preprocess_inprocess(raw, root / "v20" / "bin")  # other dictionaries
     ckpt = root / "ckpt"
-    rh.train_inprocess(rh.base_train_args(small, ckpt, ARCHS[0], 1, "--optimizer", "sgd", "--lr", "0.1",
-                                          "--batch-size", "8", "--disable-validation"))
+    rh.train_inprocess(
+        rh.base_train_args(
+            small, ckpt, ARCHS[0], 1, "--optimizer", "sgd", "--lr", "0.1", "--batch-size", "8", "--disable-validation"
+        )
+    )
     return {"root": root, "small": small, "other": other, "ckpt": ckpt / "checkpoint_last.pt"}
 
 
@@ -75,8 +79,21 @@ def test_dictionaries_that_do_not_match_the_checkpoint(arch, corpora):
 def test_restore_other_architecture_through_fairseq_train(corpora, tmp_path):
     if len(ARCHS) < 2:
         pytest.skip("needs two families")
-    args = rh.base_train_args(corpora["small"], tmp_path / "x", ARCHS[1], 1, "--optimizer", "sgd", "--lr", "0.1",
-                              "--batch-size", "8", "--restore-file", str(corpora["ckpt"]), "--reset-optimizer")
+    args = rh.base_train_args(
+        corpora["small"],
+        tmp_path / "x",
+        ARCHS[1],
+        1,
+        "--optimizer",
+        "sgd",
+        "--lr",
+        "0.1",
+        "--batch-size",
+        "8",
+        "--restore-file",
+        str(corpora["ckpt"]),
+        "--reset-optimizer",
+    )
     msg = _message_of(lambda: rh.train_inprocess(args))
     assert msg.startswith(f"cannot load {corpora['ckpt']} (a {ARCHS[0]} checkpoint): ")
     assert f"do not match {ARCHS[1]}" in msg
@@ -88,8 +105,9 @@ def _generate(bin_dir, ckpt, *extra):
     from fairseq_cli import generate
 
     parser = options.get_generation_parser()
-    args = options.parse_args_and_arch(parser, [str(bin_dir), "--path", str(ckpt), "--cpu", "--gen-subset",
-                                                 "test", "--batch-size", "4", *extra])
+    args = options.parse_args_and_arch(
+        parser, [str(bin_dir), "--path", str(ckpt), "--cpu", "--gen-subset", "test", "--batch-size", "4", *extra]
+    )
     generate.main(convert_namespace_to_omegaconf(args))
 
 
@@ -99,8 +117,19 @@ def test_sentence_longer_than_max_positions_is_refused(corpora):
 
 
 def test_bf16_on_cpu_says_why(corpora, tmp_path):
-    args = rh.base_train_args(corpora["small"], tmp_path / "bf16", ARCHS[0], 1, "--optimizer", "adam",
-                              "--lr", "0.001", "--batch-size", "8", "--bf16")
+    args = rh.base_train_args(
+        corpora["small"],
+        tmp_path / "bf16",
+        ARCHS[0],
+        1,
+        "--optimizer",
+        "adam",
+        "--lr",
+        "0.001",
+        "--batch-size",
+        "8",
+        "--bf16",
+    )
     msg = _message_of(lambda: rh.train_inprocess(args), argv=["fairseq-train", "--bf16"])
     assert msg.startswith("--bf16 needs a TPU in fairseq")
 
@@ -155,18 +184,73 @@ def test_command_line_tools_print_one_line(corpora, tmp_path):
     ud = str(helpers.USER_DIR)
     empty_input = "a b c\n   \n"
     cmds = {
-        "option": ([str(helpers.BIN / "fairseq-train"), str(corpora["small"]), "--user-dir", ud, "--cpu",
-                    "--arch", "gru_attention_tiny", "--encoder-hidden-size", "0", "--batch-size", "8",
-                    "--save-dir", str(tmp_path / "opt")], None),
-        "dict": ([str(helpers.BIN / "fairseq-generate"), str(corpora["other"]), "--user-dir", ud, "--cpu",
-                  "--path", str(corpora["ckpt"]), "--gen-subset", "test"], None),
-        "empty": ([sys.executable, "-m", "fairseq_dense.cli.interactive", str(corpora["small"]), "--cpu",
-                   "--path", str(corpora["ckpt"]), "--source-lang", "src", "--target-lang", "tgt"], empty_input),
-        "plugin": ([str(helpers.BIN / "fairseq-generate"), str(corpora["small"]), "--cpu",
-                    "--path", str(corpora["ckpt"]), "--gen-subset", "test"], None),
+        "option": (
+            [
+                str(helpers.BIN / "fairseq-train"),
+                str(corpora["small"]),
+                "--user-dir",
+                ud,
+                "--cpu",
+                "--arch",
+                "gru_attention_tiny",
+                "--encoder-hidden-size",
+                "0",
+                "--batch-size",
+                "8",
+                "--save-dir",
+                str(tmp_path / "opt"),
+            ],
+            None,
+        ),
+        "dict": (
+            [
+                str(helpers.BIN / "fairseq-generate"),
+                str(corpora["other"]),
+                "--user-dir",
+                ud,
+                "--cpu",
+                "--path",
+                str(corpora["ckpt"]),
+                "--gen-subset",
+                "test",
+            ],
+            None,
+        ),
+        "empty": (
+            [
+                sys.executable,
+                "-m",
+                "fairseq_dense.cli.interactive",
+                str(corpora["small"]),
+                "--cpu",
+                "--path",
+                str(corpora["ckpt"]),
+                "--source-lang",
+                "src",
+                "--target-lang",
+                "tgt",
+            ],
+            empty_input,
+        ),
+        "plugin": (
+            [
+                str(helpers.BIN / "fairseq-generate"),
+                str(corpora["small"]),
+                "--cpu",
+                "--path",
+                str(corpora["ckpt"]),
+                "--gen-subset",
+                "test",
+            ],
+            None,
+        ),
     }
-    procs = {k: subprocess.Popen(c, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True, env=env, cwd=tmp_path) for k, (c, _) in cmds.items()}
+    procs = {
+        k: subprocess.Popen(
+            c, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path
+        )
+        for k, (c, _) in cmds.items()
+    }
     out = {k: p.communicate(input=cmds[k][1], timeout=300) for k, p in procs.items()}
     res = {k: subprocess.CompletedProcess(cmds[k][0], procs[k].returncode, *out[k]) for k in cmds}
 
@@ -185,8 +269,9 @@ def test_truncated_checkpoint_last(corpora, tmp_path):
     save = tmp_path / "ckpt"
     save.mkdir()
     (save / "checkpoint_last.pt").write_bytes(corpora["ckpt"].read_bytes()[:5000])
-    args = rh.base_train_args(corpora["small"], save, ARCHS[0], 2, "--optimizer", "sgd", "--lr", "0.1",
-                              "--batch-size", "8")
+    args = rh.base_train_args(
+        corpora["small"], save, ARCHS[0], 2, "--optimizer", "sgd", "--lr", "0.1", "--batch-size", "8"
+    )
     msg = _message_of(lambda: rh.train_inprocess(args))
     assert msg.startswith(f"cannot read checkpoint {save / 'checkpoint_last.pt'}: the file is truncated")
 
@@ -199,8 +284,20 @@ def test_truncated_checkpoint_last_under_fairseqs_task_names_the_restore_file(co
     intact = save / "checkpoint_1_1.pt"
     intact.write_bytes(corpora["ckpt"].read_bytes())
     (save / "checkpoint_last.pt").write_bytes(corpora["ckpt"].read_bytes()[:5000])
-    args = rh.base_train_args(corpora["small"], save, ARCHS[0], 2, "--task", "translation", "--optimizer", "sgd",
-                              "--lr", "0.1", "--batch-size", "8")
+    args = rh.base_train_args(
+        corpora["small"],
+        save,
+        ARCHS[0],
+        2,
+        "--task",
+        "translation",
+        "--optimizer",
+        "sgd",
+        "--lr",
+        "0.1",
+        "--batch-size",
+        "8",
+    )
     msg = _message_of(lambda: rh.train_inprocess(args))
     assert msg.startswith(f"cannot read checkpoint {save / 'checkpoint_last.pt'}: the file is truncated"), msg
     assert msg.endswith(f"the newest checkpoint that loads is {intact} (1 updates): rerun with --restore-file {intact}")

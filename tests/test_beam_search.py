@@ -1,5 +1,6 @@
 """fairseq's beam search with the incremental cache finds what it finds without it, for
 every ``*_tiny`` architecture."""
+
 import pytest
 import torch
 

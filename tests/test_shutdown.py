@@ -1,4 +1,5 @@
 """fairseq's prefetch threads are parked before interpreter exit (fairseq_dense.fairseq_compat)."""
+
 import threading
 import time
 

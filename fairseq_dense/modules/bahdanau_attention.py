@@ -1,4 +1,5 @@
 """Additive (MLP) attention of Bahdanau et al. (2014), batched over source positions."""
+
 from typing import Optional, Tuple
 
 import torch

@@ -28,6 +28,7 @@ layer is one GEMM), never a Python loop. Cost: the per-branch layer norm needs
 the ``(M, T*B, C)`` tensor ``u``, M*C/d_ff times the size of the Transformer's
 FFN activation, so the block moves more memory than a Transformer layer.
 """
+
 import math
 from typing import Any, Dict, Optional, Tuple
 
@@ -130,9 +131,7 @@ class BranchedAttention(nn.Module):
         self.alpha = self._branch_weight(M, simplex) if learn_alpha else None
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.attention_dropout = attention_dropout
-        self.activation_dropout_module = FairseqDropout(
-            activation_dropout, module_name=self.__class__.__name__
-        )
+        self.activation_dropout_module = FairseqDropout(activation_dropout, module_name=self.__class__.__name__)
         self.activation_fn = utils.get_activation_fn(activation_fn)
         # fixed kappa/alpha for --branch-weights-at-inference, and the scaled weights
         self._inference_cache: Dict[str, Any] = {}

@@ -14,6 +14,7 @@ cached by the decoder. DenseAtt-2's per-layer attentions run as one batched
 matmul: the ``n`` memories are laid side by side (``n * src_len`` keys), the
 softmax is taken per memory and ``sum_i P_i V_i`` is a single product.
 """
+
 from typing import List, Tuple
 
 import torch
@@ -45,8 +46,16 @@ class DenseAttention(nn.Module):
             into the values once per sentence.
     """
 
-    def __init__(self, mode: str, layer_dims: List[int], embed_dim: int, attention_dim: int,
-                 dropout: float = 0.0, use_weight_norm: bool = True, scale_by_source_length: bool = False):
+    def __init__(
+        self,
+        mode: str,
+        layer_dims: List[int],
+        embed_dim: int,
+        attention_dim: int,
+        dropout: float = 0.0,
+        use_weight_norm: bool = True,
+        scale_by_source_length: bool = False,
+    ):
         super().__init__()
         if mode not in ATTENTION_MODES:
             raise ValueError(f"unknown attention mode {mode!r}, expected one of {ATTENTION_MODES}")
@@ -56,9 +65,7 @@ class DenseAttention(nn.Module):
         self.attention_dim = attention_dim
         if mode == "dense2":
             self.num_memories = len(layer_dims)
-            self.key_projs = nn.ModuleList(
-                [Linear(d, attention_dim, dropout, use_weight_norm) for d in layer_dims]
-            )
+            self.key_projs = nn.ModuleList([Linear(d, attention_dim, dropout, use_weight_norm) for d in layer_dims])
             # L_i([h^i, h^0]); applied as two GEMMs so [h^i, h^0] is never built
             self.value_projs = nn.ModuleList(
                 [Linear(d + embed_dim, attention_dim, dropout, use_weight_norm) for d in layer_dims]
@@ -70,8 +77,7 @@ class DenseAttention(nn.Module):
             self.value_proj = Linear(width, attention_dim, dropout, use_weight_norm)
             self.embed_proj = Linear(embed_dim, attention_dim, dropout, use_weight_norm)
 
-    def project_memory(self, layers: Tensor, embedding: Tensor, padding_mask: Tensor
-                       ) -> Tuple[Tensor, Tensor, Tensor]:
+    def project_memory(self, layers: Tensor, embedding: Tensor, padding_mask: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         """Keys and values from the encoder, once per sentence.
 
         Args:

@@ -13,6 +13,7 @@ the buffer in place (BLAS takes the row stride): no copy of earlier features and
 nothing but views saved for backward. A small autograd function routes the
 gradient of a row range back to the features that were written into it.
 """
+
 import math
 from typing import List, Optional
 
@@ -44,7 +45,7 @@ class _BufferRows(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         p, t = ctx.time
-        grads = [grad[o: o + c, p: p + t] for o, c in ctx.slices]
+        grads = [grad[o : o + c, p : p + t] for o, c in ctx.slices]
         return (None, None, None, *grads)
 
 
@@ -76,7 +77,7 @@ class FeatureBuffer:
         if self.width + c > self.data.size(0):
             raise RuntimeError(f"feature buffer overflow: {self.width} + {c} > {self.data.size(0)}")
         with torch.no_grad():
-            self.data[self.width: self.width + c, self.pad_left: self.pad_left + self.time].copy_(feature)
+            self.data[self.width : self.width + c, self.pad_left : self.pad_left + self.time].copy_(feature)
         self.features.append(feature)
         self.offsets.append(self.width)
         self.width += c
@@ -97,7 +98,7 @@ class FeatureBuffer:
 
     def center(self, rows: Tensor) -> Tensor:
         """Drop the time padding of a :meth:`rows` result: ``(C, T, B)``."""
-        return rows[:, self.pad_left: self.pad_left + self.time]
+        return rows[:, self.pad_left : self.pad_left + self.time]
 
 
 class _ConvRows(torch.autograd.Function):
@@ -113,7 +114,7 @@ class _ConvRows(torch.autograd.Function):
         b = x.size(2)
         out = bias.unsqueeze(1).expand(o, time * b).contiguous()
         for j in range(k):
-            xj = x[:, left + j: left + j + time].reshape(c, time * b)  # a strided view, no copy
+            xj = x[:, left + j : left + j + time].reshape(c, time * b)  # a strided view, no copy
             out.addmm_(weight[j].t(), xj)
         ctx.save_for_backward(x, weight)
         ctx.geometry = (time, left)
@@ -131,10 +132,10 @@ class _ConvRows(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             grad_x = x.new_zeros(x.shape)
             for j in range(k):
-                grad_x[:, left + j: left + j + time].view(c, time * b).addmm_(weight[j], g)
+                grad_x[:, left + j : left + j + time].view(c, time * b).addmm_(weight[j], g)
         if ctx.needs_input_grad[1]:
             grad_w = torch.stack(
-                [torch.mm(x[:, left + j: left + j + time].reshape(c, time * b), g.t()) for j in range(k)]
+                [torch.mm(x[:, left + j : left + j + time].reshape(c, time * b), g.t()) for j in range(k)]
             )
         if ctx.needs_input_grad[2]:
             grad_b = g.sum(dim=1)
@@ -174,8 +175,10 @@ def glu_rows(x: Tensor) -> Tensor:
 
 # ---------------------------------------------------------------- init factories (fconv)
 
-def Linear(in_features: int, out_features: int, dropout: float = 0.0, use_weight_norm: bool = True,
-           bias: bool = True) -> nn.Linear:
+
+def Linear(
+    in_features: int, out_features: int, dropout: float = 0.0, use_weight_norm: bool = True, bias: bool = True
+) -> nn.Linear:
     """Linear layer with ConvS2S initialisation, optionally weight-normalised.
 
     The normalised weight is reused across incremental decoding steps (:class:`CachedLinear`).
@@ -187,8 +190,14 @@ def Linear(in_features: int, out_features: int, dropout: float = 0.0, use_weight
     return weight_norm(m) if use_weight_norm else m
 
 
-def ConvLayer(in_channels: int, out_channels: int, kernel_size: int, dropout: float = 0.0,
-              incremental: bool = False, use_weight_norm: bool = True) -> nn.Module:
+def ConvLayer(
+    in_channels: int,
+    out_channels: int,
+    kernel_size: int,
+    dropout: float = 0.0,
+    incremental: bool = False,
+    use_weight_norm: bool = True,
+) -> nn.Module:
     """ConvS2S-initialised ConvTBC (encoder) or LinearizedConvolution (decoder).
 
     The decoder's convolution keeps its step matrix across incremental decoding steps

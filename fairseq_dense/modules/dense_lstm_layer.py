@@ -10,6 +10,7 @@ The lower-layer part of ``o_{t-1}^l`` is ``o_{t-1}^{l-1}``, already known when l
 the fused (cuDNN / oneDNN) ``nn.LSTM`` kernels usable: the concatenation costs one
 time shift per layer, not a Python loop over time steps.
 """
+
 from typing import Optional
 
 import torch

@@ -11,6 +11,7 @@ spell these methods out; here the four families of this package share them:
 * the padding helpers of the recurrent encoders, which run on right-padded batches
   while fairseq pads sources on the left by default.
 """
+
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -57,9 +58,14 @@ class IncrementalDecoder(FairseqIncrementalDecoder):
     STATE_KEY = "state"
     max_target_positions: int
 
-    def forward(self, prev_output_tokens: Tensor, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
-                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
-                features_only: bool = False, **unused) -> Tuple[Tensor, Dict[str, List[Optional[Tensor]]]]:
+    def forward(
+        self,
+        prev_output_tokens: Tensor,
+        encoder_out: Optional[Dict[str, List[Tensor]]] = None,
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+        features_only: bool = False,
+        **unused,
+    ) -> Tuple[Tensor, Dict[str, List[Optional[Tensor]]]]:
         """Decode.
 
         Args:
@@ -97,9 +103,10 @@ class IncrementalDecoder(FairseqIncrementalDecoder):
         cached = self.get_cache(incremental_state)
         if cached is None:
             return
-        self.set_cache(incremental_state, {
-            key: None if value is None else value.index_select(0, new_order) for key, value in cached.items()
-        })
+        self.set_cache(
+            incremental_state,
+            {key: None if value is None else value.index_select(0, new_order) for key, value in cached.items()},
+        )
 
     def max_positions(self) -> int:
         return self.max_target_positions

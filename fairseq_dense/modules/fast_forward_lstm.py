@@ -16,6 +16,7 @@ Variable lengths: every layer works on right-padded sequences; a layer that runs
 backward in time reverses each sequence inside its length, runs forward and
 reverses back, so padding always trails and never reaches a real position.
 """
+
 from typing import List, Optional, Tuple
 
 import torch
@@ -60,8 +61,9 @@ class FastForwardLSTMLayer(nn.Module):
         nn.init.zeros_(self.ff.bias)
         nn.init.zeros_(self.weight_hh)
 
-    def recur(self, f: Tensor, lengths: Optional[Tensor] = None,
-              state: Optional[Tuple[Tensor, Tensor]] = None) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+    def recur(
+        self, f: Tensor, lengths: Optional[Tensor] = None, state: Optional[Tuple[Tensor, Tensor]] = None
+    ) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
         """Run the recurrence on given gates ``f`` ``(T, B, 4H)``.
 
         Args:
@@ -82,8 +84,13 @@ class FastForwardLSTMLayer(nn.Module):
         h, final = lstm_recurrence(reverse_padded(f, lengths), state[0], state[1], self.weight_hh)
         return reverse_padded(h, lengths), final
 
-    def forward(self, x: Tensor, lengths: Optional[Tensor] = None, state: Optional[Tuple[Tensor, Tensor]] = None,
-                f_size: Optional[int] = None) -> Tuple[Tensor, Tensor, Tuple[Tensor, Tensor]]:
+    def forward(
+        self,
+        x: Tensor,
+        lengths: Optional[Tensor] = None,
+        state: Optional[Tuple[Tensor, Tensor]] = None,
+        f_size: Optional[int] = None,
+    ) -> Tuple[Tensor, Tensor, Tuple[Tensor, Tensor]]:
         """Run the layer on ``x`` ``(T, B, input_dim)``.
 
         Args:
@@ -116,9 +123,17 @@ class FastForwardLSTM(nn.Module):
         init_std: Gaussian std of the non-recurrent weights.
     """
 
-    def __init__(self, input_dim: int, hidden_size: int, num_layers: int, fast_forward: bool = True,
-                 first_reverse: bool = False, interleave: bool = True, dropout: float = 0.0,
-                 init_std: float = 0.07):
+    def __init__(
+        self,
+        input_dim: int,
+        hidden_size: int,
+        num_layers: int,
+        fast_forward: bool = True,
+        first_reverse: bool = False,
+        interleave: bool = True,
+        dropout: float = 0.0,
+        init_std: float = 0.07,
+    ):
         super().__init__()
         self.hidden_size = hidden_size
         self.fast_forward = fast_forward
@@ -140,9 +155,13 @@ class FastForwardLSTM(nn.Module):
             return torch.cat([f[..., : 2 * self.hidden_size], self.dropout(h)], dim=-1)
         return self.dropout(h)
 
-    def forward(self, x: Tensor, lengths: Optional[Tensor] = None,
-                states: Optional[List[Tuple[Tensor, Tensor]]] = None, last_f: bool = True
-                ) -> Tuple[Tensor, Tensor, List[Tuple[Tensor, Tensor]]]:
+    def forward(
+        self,
+        x: Tensor,
+        lengths: Optional[Tensor] = None,
+        states: Optional[List[Tuple[Tensor, Tensor]]] = None,
+        last_f: bool = True,
+    ) -> Tuple[Tensor, Tensor, List[Tuple[Tensor, Tensor]]]:
         """Run the stack.
 
         Args:

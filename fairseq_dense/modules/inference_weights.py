@@ -21,6 +21,7 @@ State dicts are unchanged: these are plain subclasses of ``nn.Linear`` and
 ``LinearizedConvolution`` with the same parameters (and the same
 ``parametrizations.weight.original0/1`` names when weight-normalised).
 """
+
 from typing import Any, Callable, Dict, Tuple
 
 import torch

@@ -9,6 +9,7 @@ the gates ``f_t``), so both need the cell without ``nn.LSTM``'s input projection
     ``c_t = sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g)``,
     ``h_t = sigmoid(o) * tanh(c_t)``.
 """
+
 from typing import List, Tuple
 
 import torch

@@ -20,6 +20,7 @@ torch optimizer-step post-hook projects the ``on_simplex`` parameters that the
 optimizer holds, unless a task projects them (``projected_by_task``, set by
 ``translation_weighted``, which also reaches fp32 master copies).
 """
+
 import weakref
 from collections import defaultdict
 from typing import Dict, List, Tuple
@@ -75,9 +76,7 @@ def is_on_simplex(v: Tensor, atol: float = 1e-6) -> bool:
 
 def simplex_parameters(model: torch.nn.Module) -> List[Tensor]:
     """The parameters of ``model`` marked ``on_simplex`` that require gradients."""
-    return [
-        p for p in model.parameters() if p.requires_grad and getattr(p, ON_SIMPLEX_ATTR, False)
-    ]
+    return [p for p in model.parameters() if p.requires_grad and getattr(p, ON_SIMPLEX_ATTR, False)]
 
 
 def _master_copies(optimizer, params: List[Tensor]) -> Dict[int, Tuple[Tensor, Tensor]]:
@@ -133,9 +132,7 @@ def project_parameters_after_step(model: torch.nn.Module, optimizer) -> int:
     if not params:
         return 0
     masters = _master_copies(optimizer, params)
-    frozen = {
-        id(q) for group in optimizer.param_groups if float(group["lr"]) == 0.0 for q in group["params"]
-    }
+    frozen = {id(q) for group in optimizer.param_groups if float(group["lr"]) == 0.0 for q in group["params"]}
     by_len: Dict[Tuple[int, torch.device], List[Tuple[Tensor, Tensor]]] = defaultdict(list)
     for p in params:
         if id(p) not in masters:

@@ -1,3 +1,6 @@
 """Tasks registered by fairseq-dense."""
-from fairseq_dense.tasks import translation_exact_resume  # noqa: F401
-from fairseq_dense.tasks import translation_weighted  # noqa: F401
+
+from fairseq_dense.tasks import (
+    translation_exact_resume,  # noqa: F401
+    translation_weighted,  # noqa: F401
+)

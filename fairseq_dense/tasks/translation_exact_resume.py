@@ -17,6 +17,7 @@ newest checkpoint that does, with a warning naming both files
 (:func:`fairseq_dense.resume.recover_checkpoint_last`).
 Everything else is :class:`fairseq.tasks.translation.TranslationTask`.
 """
+
 import logging
 from dataclasses import dataclass
 

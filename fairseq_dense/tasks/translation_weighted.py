@@ -12,6 +12,7 @@ It works for any model whose parameters carry ``on_simplex = True``.
 Everything else is :class:`~fairseq_dense.tasks.translation_exact_resume.TranslationExactResumeTask`
 (fairseq's ``translation`` with batches that do not depend on where a run was resumed).
 """
+
 from fairseq.tasks import register_task
 
 from fairseq_dense.modules.simplex import (

@@ -1,4 +1,5 @@
 """Tests of DenseRNN (``dense_lstm``): Eq. 6 equivalence, decoding properties, CLI."""
+
 import argparse
 
 import pytest
@@ -24,9 +25,18 @@ VARIANTS = {  # (dense_connections, dense_attention, attention_layer)
 def build(vocab=16, **overrides):
     torch.manual_seed(0)
     d = helpers.dummy_dictionary(vocab)
-    kwargs = dict(encoder_embed_dim=8, encoder_hidden_size=10, encoder_layers=3, decoder_embed_dim=8,
-                  decoder_hidden_size=12, decoder_layers=3, decoder_out_embed_dim=8, attention_dim=6,
-                  dropout=0.0, softmax_dropout=0.0)
+    kwargs = dict(
+        encoder_embed_dim=8,
+        encoder_hidden_size=10,
+        encoder_layers=3,
+        decoder_embed_dim=8,
+        decoder_hidden_size=12,
+        decoder_layers=3,
+        decoder_out_embed_dim=8,
+        attention_dim=6,
+        dropout=0.0,
+        softmax_dropout=0.0,
+    )
     kwargs.update(overrides)
     model = DenseLSTMModel.build_model(DenseLSTMConfig(**kwargs), helpers.DummyTask(d))
     return model, d
@@ -39,6 +49,7 @@ def build_variant(name, **overrides):
 
 # ---------------------------------------------------------------- literal Eq. 6 reference
 
+
 def literal_cell(w_x, w_h, bias, x, o_prev, cell):
     """Eq. 6 with an LSTM g: ``g(o_{t-1}^l, o_t^{l-1})`` as two separate matrices."""
     return lstm_cell(F.linear(x, w_x, bias) + F.linear(o_prev, w_h), cell)
@@ -49,8 +60,8 @@ def map_weights(lstm, lower: int, extra: int = 0):
     ``[o_t^{l-1}; extra]`` and ``W_h`` over ``o_{t-1}^l = [o_{t-1}^{l-1}; h_{t-1}^l]``."""
     w = lstm.weight_ih_l0
     assert w.size(1) == 2 * lower + extra
-    w_x = torch.cat([w[:, :lower], w[:, 2 * lower:]], 1)
-    w_h = torch.cat([w[:, lower:2 * lower], lstm.weight_hh_l0], 1)
+    w_x = torch.cat([w[:, :lower], w[:, 2 * lower :]], 1)
+    w_h = torch.cat([w[:, lower : 2 * lower], lstm.weight_hh_l0], 1)
     return w_x, w_h, lstm.bias_ih_l0 + lstm.bias_hh_l0
 
 
@@ -74,12 +85,12 @@ def literal_encoder(model, src_tokens, src_lengths):
                 res = [None] * n
                 for t in order:
                     # recurrent input o_{t-1}^l = [h_{t-1}^0..h_{t-1}^{l-1}; h_{t-1}^l]
-                    h, c = literal_cell(w_x, w_h, bias, o[-1][t:t + 1], torch.cat([prev_o, h], 1), c)
-                    prev_o = o[-1][t:t + 1]
+                    h, c = literal_cell(w_x, w_h, bias, o[-1][t : t + 1], torch.cat([prev_o, h], 1), c)
+                    prev_o = o[-1][t : t + 1]
                     res[t] = h
                 halves.append(torch.cat(res, 0))
             o.append(torch.cat([o[-1], torch.cat(halves, -1)], -1))
-        outs[:n, b] = o[-1][:, enc.embed_tokens.embedding_dim:]
+        outs[:n, b] = o[-1][:, enc.embed_tokens.embedding_dim :]
     return outs
 
 
@@ -93,13 +104,15 @@ def literal_decoder(model, enc_out, prev_output_tokens):
     hs = [torch.zeros(bsz, dec.hidden_size) for _ in dec.layers]
     cs = [torch.zeros(bsz, dec.hidden_size) for _ in dec.layers]
     prev_o = torch.zeros(bsz, dec.embed_dim + dec.num_layers * dec.hidden_size)  # o_{t-1}^{L_d}
-    weights = [map_weights(lstm, dec.embed_dim + j * dec.hidden_size, dec.context_dim)
-               for j, lstm in enumerate(dec.layers)]
+    weights = [
+        map_weights(lstm, dec.embed_dim + j * dec.hidden_size, dec.context_dim) for j, lstm in enumerate(dec.layers)
+    ]
     logits = []
     for t in range(steps):
         q = hs[dec.attention_layer - 1]
-        ctx = torch.cat([att(q, att.project_keys(k), k.transpose(0, 1), mask)[0]
-                         for att, k in zip(dec.attentions, branches)], -1)
+        ctx = torch.cat(
+            [att(q, att.project_keys(k), k.transpose(0, 1), mask)[0] for att, k in zip(dec.attentions, branches)], -1
+        )
         o = dec.embed_tokens(prev_output_tokens[:, t])
         for j, (w_x, w_h, bias) in enumerate(weights):
             rec = torch.cat([prev_o[:, : o.size(1)], hs[j]], 1)  # o_{t-1}^{j}
@@ -123,11 +136,13 @@ def test_fused_equals_literal_eq6(variant, bidirectional):
         ref = literal_encoder(model, ni["src_tokens"], ni["src_lengths"])
         torch.testing.assert_close(enc_out["encoder_layers"][0], ref, atol=1e-5, rtol=1e-5)
         full, _ = model.decoder(ni["prev_output_tokens"], encoder_out=enc_out)
-        torch.testing.assert_close(full, literal_decoder(model, enc_out, ni["prev_output_tokens"]),
-                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            full, literal_decoder(model, enc_out, ni["prev_output_tokens"]), atol=1e-5, rtol=1e-5
+        )
 
 
 # ---------------------------------------------------------------- decoding properties
+
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_incremental_reorder_padding(variant):
@@ -185,8 +200,7 @@ def test_shift_and_reverse_helpers():
         (dict(decoder_layers=0), "--decoder-layers"),
         (dict(attention_dim=0), "--attention-dim"),
         (dict(softmax_dropout=1.0), "--softmax-dropout"),
-        (dict(share_decoder_input_output_embed=True, decoder_out_embed_dim=6),
-         "--share-decoder-input-output-embed"),
+        (dict(share_decoder_input_output_embed=True, decoder_out_embed_dim=6), "--share-decoder-input-output-embed"),
     ],
 )
 def test_bad_options_name_the_flag(overrides, flag):
@@ -202,12 +216,17 @@ def test_named_architectures_apply_switches():
     from fairseq.models import ARCH_CONFIG_REGISTRY
 
     expected = {
-        "dense_lstm_baseline_4l": (4, 1024, False, False), "dense_lstm_baseline_6l": (6, 1024, False, False),
-        "dense_lstm_6l": (6, 256, True, True), "dense_lstm_10l": (10, 256, True, True),
-        "dense_lstm_dc_4l": (4, 128, True, False), "dense_lstm_dcda_4l": (4, 150, True, True),
-        "dense_lstm_dc_8l": (8, 128, True, False), "dense_lstm_dcda_8l": (8, 142, True, True),
+        "dense_lstm_baseline_4l": (4, 1024, False, False),
+        "dense_lstm_baseline_6l": (6, 1024, False, False),
+        "dense_lstm_6l": (6, 256, True, True),
+        "dense_lstm_10l": (10, 256, True, True),
+        "dense_lstm_dc_4l": (4, 128, True, False),
+        "dense_lstm_dcda_4l": (4, 150, True, True),
+        "dense_lstm_dc_8l": (8, 128, True, False),
+        "dense_lstm_dcda_8l": (8, 142, True, True),
         "dense_lstm_tiny": (2, 32, True, True),
-        "dense_lstm_small": (6, 96, True, True), "dense_lstm_baseline_small": (4, 384, False, False),
+        "dense_lstm_small": (6, 96, True, True),
+        "dense_lstm_baseline_small": (4, 384, False, False),
     }
     for arch, (layers, hidden, dc, da) in expected.items():
         ns = argparse.Namespace()
@@ -222,6 +241,7 @@ def test_named_architectures_apply_switches():
 
 # ---------------------------------------------------------------- CLI end to end
 
+
 @pytest.mark.slow
 def test_cli_train_and_generate(tmp_path):
     """Train ``dense_lstm_tiny`` (Adam for speed; the recipe's plateau schedule), beam-search, score."""
@@ -231,17 +251,62 @@ def test_cli_train_and_generate(tmp_path):
     data = helpers.preprocess(raw, tmp_path / "bin")
     ckpt = tmp_path / "ckpt"
     helpers.run_cli(
-        "fairseq-train", data, "--user-dir", helpers.USER_DIR, "--arch", "dense_lstm_tiny",
-        "--task", "translation", "--criterion", "label_smoothed_cross_entropy_with_stats",
-        "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "0.01", "--clip-norm", "1.0",
-        "--lr-scheduler", "reduce_lr_on_plateau", "--lr-shrink", "0.1",
-        "--batch-size", "32", "--max-epoch", "5", "--cpu", "--seed", "1", "--num-workers", "0",
-        "--save-dir", ckpt, "--no-epoch-checkpoints", "--no-progress-bar", "--log-interval", "50",
+        "fairseq-train",
+        data,
+        "--user-dir",
+        helpers.USER_DIR,
+        "--arch",
+        "dense_lstm_tiny",
+        "--task",
+        "translation",
+        "--criterion",
+        "label_smoothed_cross_entropy_with_stats",
+        "--label-smoothing",
+        "0.1",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "0.01",
+        "--clip-norm",
+        "1.0",
+        "--lr-scheduler",
+        "reduce_lr_on_plateau",
+        "--lr-shrink",
+        "0.1",
+        "--batch-size",
+        "32",
+        "--max-epoch",
+        "5",
+        "--cpu",
+        "--seed",
+        "1",
+        "--num-workers",
+        "0",
+        "--save-dir",
+        ckpt,
+        "--no-epoch-checkpoints",
+        "--no-progress-bar",
+        "--log-interval",
+        "50",
     )
     gen = helpers.run_cli(
-        "fairseq-generate", data, "--user-dir", helpers.USER_DIR, "--path", ckpt / "checkpoint_best.pt",
-        "--gen-subset", "test", "--beam", "5", "--batch-size", "50", "--required-batch-size-multiple", "1",
-        "--cpu", "--num-workers", "0",
+        "fairseq-generate",
+        data,
+        "--user-dir",
+        helpers.USER_DIR,
+        "--path",
+        ckpt / "checkpoint_best.pt",
+        "--gen-subset",
+        "test",
+        "--beam",
+        "5",
+        "--batch-size",
+        "50",
+        "--required-batch-size-multiple",
+        "1",
+        "--cpu",
+        "--num-workers",
+        "0",
     )
     hyps = helpers.hypotheses_from_generate(gen.stdout)
     refs = helpers.references_from_generate(gen.stdout)

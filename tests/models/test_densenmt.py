@@ -1,28 +1,48 @@
 """Unit and end-to-end tests of DenseNMT."""
+
 import argparse
 import itertools
 
 import pytest
 import sacrebleu
 import torch
+from fairseq.models import ARCH_CONFIG_REGISTRY
 
 import fairseq_dense  # noqa: F401
-from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq_dense.models.densenmt import DenseNMTConfig, DenseNMTModel
 from fairseq_dense.modules.dense_attention import DenseAttention
 from fairseq_dense.modules.dense_conv import FeatureBuffer, conv_rows, glu_rows
 from tests import helpers
 
-ARCHS = ["densenmt_tiny", "densenmt_base_4l", "densenmt_enc_4l", "densenmt_dec_4l", "densenmt_att_4l",
-         "densenmt_4l_1", "densenmt_4l_2", "densenmt_base_8l", "densenmt_8l_1", "densenmt_8l_2",
-         "densenmt_wmt_en_de_15"]
+ARCHS = [
+    "densenmt_tiny",
+    "densenmt_base_4l",
+    "densenmt_enc_4l",
+    "densenmt_dec_4l",
+    "densenmt_att_4l",
+    "densenmt_4l_1",
+    "densenmt_4l_2",
+    "densenmt_base_8l",
+    "densenmt_8l_1",
+    "densenmt_8l_2",
+    "densenmt_wmt_en_de_15",
+]
 
 
 def build(vocab=16, **overrides):
     torch.manual_seed(0)
     d = helpers.dummy_dictionary(vocab)
-    kwargs = dict(encoder_embed_dim=8, decoder_embed_dim=8, decoder_out_embed_dim=8, encoder_hidden_size=6,
-                  decoder_hidden_size=5, attention_dim=4, encoder_layers=2, decoder_layers=2, dropout=0.0)
+    kwargs = dict(
+        encoder_embed_dim=8,
+        decoder_embed_dim=8,
+        decoder_out_embed_dim=8,
+        encoder_hidden_size=6,
+        decoder_hidden_size=5,
+        attention_dim=4,
+        encoder_layers=2,
+        decoder_layers=2,
+        dropout=0.0,
+    )
     kwargs.update(overrides)
     model = DenseNMTModel.build_model(DenseNMTConfig(**kwargs), helpers.DummyTask(d))
     return model, d
@@ -32,18 +52,28 @@ def build(vocab=16, **overrides):
 VARIANTS = [
     dict(attention=att, decoder_connections=dec, **summ)
     for att, dec, summ in itertools.product(
-        ("multistep", "dense1", "dense2"), ("dense", "residual"),
+        ("multistep", "dense1", "dense2"),
+        ("dense", "residual"),
         ({}, dict(sumlen=3, encoder_layers=4, decoder_layers=5)),
     )
 ] + [
     dict(encoder_connections="residual", decoder_connections="residual", attention="multistep"),  # BASE
     dict(encoder_connections="residual", attention="dense2"),
-    dict(encoder_connections="residual", decoder_connections="residual", attention="multistep",
-         attention_length_scale=True),
+    dict(
+        encoder_connections="residual",
+        decoder_connections="residual",
+        attention="multistep",
+        attention_length_scale=True,
+    ),
     dict(attention="dense2", sumlen=3, encoder_layers=4, attention_length_scale=True),
     dict(factorized_embed_dim=4, encoder_kernel_size=4, decoder_kernel_size=2, sumlen=2),
-    dict(encoder_hidden_sizes=[3, 5, 7], encoder_kernel_sizes=[3, 1, 5], encoder_layers=3,
-         decoder_hidden_sizes=[4, 6], decoder_kernel_sizes=[1, 3]),
+    dict(
+        encoder_hidden_sizes=[3, 5, 7],
+        encoder_kernel_sizes=[3, 1, 5],
+        encoder_layers=3,
+        decoder_hidden_sizes=[4, 6],
+        decoder_kernel_sizes=[1, 3],
+    ),
 ]
 
 
@@ -139,8 +169,14 @@ def test_length_scale_multiplies_each_sentence_by_sqrt_of_its_source_length(mode
 
 def test_summary_layers_bound_input_width():
     sumlen, embed, growth, att_dim = 3, 8, 6, 4
-    model, _ = build(sumlen=sumlen, encoder_layers=7, decoder_layers=7, decoder_hidden_size=growth,
-                     encoder_hidden_size=growth, attention_dim=att_dim)
+    model, _ = build(
+        sumlen=sumlen,
+        encoder_layers=7,
+        decoder_layers=7,
+        decoder_hidden_size=growth,
+        encoder_hidden_size=growth,
+        attention_dim=att_dim,
+    )
     enc_bound = (sumlen - 1) * growth + embed
     dec_bound = (sumlen - 1) * (growth + att_dim) + embed  # a decoder layer adds z^l and a^l
     enc_widths = [c.in_channels for c in model.encoder.convs] + [s.in_features for s in model.encoder.summaries]
@@ -177,8 +213,10 @@ def test_feature_buffer_matches_naive_concatenation():
     weights = torch.randn(d0 + n * g, t, b, dtype=torch.float64)
     got, want = buffered(), naive()
     torch.testing.assert_close(got, want)
-    for a, c in zip(torch.autograd.grad((got * weights).sum(), [x0] + ws + bs),
-                    torch.autograd.grad((want * weights).sum(), [x0] + ws + bs)):
+    for a, c in zip(
+        torch.autograd.grad((got * weights).sum(), [x0] + ws + bs),
+        torch.autograd.grad((want * weights).sum(), [x0] + ws + bs),
+    ):
         torch.testing.assert_close(a, c)
 
 
@@ -234,24 +272,66 @@ def test_cli_train_and_generate_each_attention_mode(tmp_path):
     """
     raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=2000, n_valid=100, n_test=100)
     data = helpers.preprocess(raw, tmp_path / "bin")
-    common = ["--user-dir", helpers.USER_DIR, "--arch", "densenmt_tiny", "--cpu", "--max-tokens", "1000",
-              "--criterion", "label_smoothed_cross_entropy_with_stats", "--no-epoch-checkpoints",
-              "--log-format", "simple", "--seed", "1"]
+    common = [
+        "--user-dir",
+        helpers.USER_DIR,
+        "--arch",
+        "densenmt_tiny",
+        "--cpu",
+        "--max-tokens",
+        "1000",
+        "--criterion",
+        "label_smoothed_cross_entropy_with_stats",
+        "--no-epoch-checkpoints",
+        "--log-format",
+        "simple",
+        "--seed",
+        "1",
+    ]
     runs = {
-        "dense2": ["--optimizer", "adam", "--lr", "0.005", "--clip-norm", "1", "--max-update", "200",
-                   "--dropout", "0"],
+        "dense2": ["--optimizer", "adam", "--lr", "0.005", "--clip-norm", "1", "--max-update", "200", "--dropout", "0"],
         "dense1": ["--attention", "dense1", "--optimizer", "adam", "--lr", "0.005", "--max-update", "30"],
-        "multistep": ["--attention", "multistep", "--encoder-layers", "3", "--sumlen", "2",
-                      "--optimizer", "nag", "--lr", "0.25", "--clip-norm", "0.1",
-                      "--lr-scheduler", "convs2s_anneal", "--stop-min-lr", "1e-4", "--max-update", "30"],
+        "multistep": [
+            "--attention",
+            "multistep",
+            "--encoder-layers",
+            "3",
+            "--sumlen",
+            "2",
+            "--optimizer",
+            "nag",
+            "--lr",
+            "0.25",
+            "--clip-norm",
+            "0.1",
+            "--lr-scheduler",
+            "convs2s_anneal",
+            "--stop-min-lr",
+            "1e-4",
+            "--max-update",
+            "30",
+        ],
     }
     for mode, extra in runs.items():
         save = tmp_path / mode
         helpers.run_cli("fairseq-train", data, *common, *extra, "--save-dir", save)
         gen = helpers.run_cli(
-            "fairseq-generate", data, "--user-dir", helpers.USER_DIR, "--path", save / "checkpoint_last.pt",
-            "--beam", "5", "--batch-size", "100", "--required-batch-size-multiple", "1", "--cpu",
-            "--gen-subset", "test", "--print-alignment",
+            "fairseq-generate",
+            data,
+            "--user-dir",
+            helpers.USER_DIR,
+            "--path",
+            save / "checkpoint_last.pt",
+            "--beam",
+            "5",
+            "--batch-size",
+            "100",
+            "--required-batch-size-multiple",
+            "1",
+            "--cpu",
+            "--gen-subset",
+            "test",
+            "--print-alignment",
         )
         hyps = helpers.hypotheses_from_generate(gen.stdout)
         assert len(hyps) == 100, (mode, gen.stdout[-2000:])

@@ -1,4 +1,5 @@
 """Unit and CLI tests of Deep-Att / Deep-ED (fast-forward deep LSTMs, Zhou et al. 2016)."""
+
 import argparse
 
 import pytest
@@ -12,8 +13,17 @@ from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTM
 from fairseq_dense.modules.lstm_cell import lstm_recurrence
 from tests import helpers
 
-SMALL = dict(encoder_embed_dim=8, encoder_hidden_size=6, encoder_layers=3, decoder_embed_dim=8,
-             decoder_hidden_size=7, decoder_layers=3, encoder_fc_dim=9, attention_dim=5, dropout=0.0)
+SMALL = dict(
+    encoder_embed_dim=8,
+    encoder_hidden_size=6,
+    encoder_layers=3,
+    decoder_embed_dim=8,
+    decoder_hidden_size=7,
+    decoder_layers=3,
+    encoder_fc_dim=9,
+    attention_dim=5,
+    dropout=0.0,
+)
 
 
 def build(vocab=16, randomize_recurrent=True, **overrides):
@@ -211,8 +221,20 @@ def test_group_learning_rates_land_on_the_right_parameters():
 
     args = options.parse_args_and_arch(
         options.get_training_parser(),
-        input_args=["/nonexistent", "--arch", "fast_forward_lstm_tiny", "--optimizer", "adam", "--cpu",
-                    "--lr", "4e-5", "--lr-scheduler", "grouped", "--group-lr-scale", "recurrent=5e-4"],
+        input_args=[
+            "/nonexistent",
+            "--arch",
+            "fast_forward_lstm_tiny",
+            "--optimizer",
+            "adam",
+            "--cpu",
+            "--lr",
+            "4e-5",
+            "--lr-scheduler",
+            "grouped",
+            "--group-lr-scale",
+            "recurrent=5e-4",
+        ],
     )
     cfg = convert_namespace_to_omegaconf(args)
     model, d = build(randomize_recurrent=False)
@@ -265,8 +287,17 @@ def test_deep_ed_does_not_need_attention_sizes():
 @pytest.mark.parametrize(
     "arch, expect",
     [
-        ("deep_att", dict(interface="deep_att", encoder_layers=9, decoder_layers=7, encoder_columns=2,
-                          encoder_hidden_size=512, encoder_embed_dim=256)),
+        (
+            "deep_att",
+            dict(
+                interface="deep_att",
+                encoder_layers=9,
+                decoder_layers=7,
+                encoder_columns=2,
+                encoder_hidden_size=512,
+                encoder_embed_dim=256,
+            ),
+        ),
         ("deep_ed", dict(interface="deep_ed", encoder_layers=9, decoder_layers=7)),
         ("deep_att_1x1", dict(encoder_layers=1, decoder_layers=1, interface="deep_att")),
         ("deep_att_2x2", dict(encoder_layers=2, decoder_layers=2)),
@@ -278,7 +309,7 @@ def test_deep_ed_does_not_need_attention_sizes():
     ],
 )
 def test_named_architectures(arch, expect):
-    from fairseq.models import ARCH_MODEL_REGISTRY, ARCH_CONFIG_REGISTRY
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
     assert ARCH_MODEL_REGISTRY[arch] is FastForwardLSTMModel
     ns = argparse.Namespace()
@@ -293,23 +324,69 @@ def test_cli_train_and_generate(tmp_path):
     """fairseq-train learns the copy task with Deep-Att and Deep-ED; fairseq-generate (beam 5) decodes it."""
     import sacrebleu
 
-    raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=1500, n_valid=50, n_test=50, vocab=8,
-                                    min_len=3, max_len=6)
+    raw = helpers.write_copy_corpus(
+        tmp_path / "raw", n_train=1500, n_valid=50, n_test=50, vocab=8, min_len=3, max_len=6
+    )
     data = helpers.preprocess(raw, tmp_path / "bin")
     for arch, threshold in (("fast_forward_lstm_tiny", 80.0), ("fast_forward_lstm_tiny_ed", 40.0)):
         save = tmp_path / arch
         helpers.run_cli(
-            "fairseq-train", data, "--user-dir", helpers.USER_DIR, "--arch", arch, "--task", "translation",
-            "--criterion", "label_smoothed_cross_entropy_with_stats", "--label-smoothing", "0.1",
-            "--optimizer", "adam", "--lr", "0.005", "--clip-norm", "1.0", "--max-tokens", "300",
-            "--max-update", "300", "--dropout", "0.0", "--cpu", "--seed", "1", "--save-dir", save,
-            "--no-epoch-checkpoints", "--no-last-checkpoints", "--log-format", "simple", "--log-interval", "50",
-            "--num-workers", "0",
+            "fairseq-train",
+            data,
+            "--user-dir",
+            helpers.USER_DIR,
+            "--arch",
+            arch,
+            "--task",
+            "translation",
+            "--criterion",
+            "label_smoothed_cross_entropy_with_stats",
+            "--label-smoothing",
+            "0.1",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "0.005",
+            "--clip-norm",
+            "1.0",
+            "--max-tokens",
+            "300",
+            "--max-update",
+            "300",
+            "--dropout",
+            "0.0",
+            "--cpu",
+            "--seed",
+            "1",
+            "--save-dir",
+            save,
+            "--no-epoch-checkpoints",
+            "--no-last-checkpoints",
+            "--log-format",
+            "simple",
+            "--log-interval",
+            "50",
+            "--num-workers",
+            "0",
         )
         out = helpers.run_cli(
-            "fairseq-generate", data, "--user-dir", helpers.USER_DIR, "--path", save / "checkpoint_best.pt",
-            "--beam", "5", "--batch-size", "64", "--required-batch-size-multiple", "1", "--cpu",
-            "--gen-subset", "test", "--num-workers", "0",
+            "fairseq-generate",
+            data,
+            "--user-dir",
+            helpers.USER_DIR,
+            "--path",
+            save / "checkpoint_best.pt",
+            "--beam",
+            "5",
+            "--batch-size",
+            "64",
+            "--required-batch-size-multiple",
+            "1",
+            "--cpu",
+            "--gen-subset",
+            "test",
+            "--num-workers",
+            "0",
         ).stdout
         hyps, refs = helpers.hypotheses_from_generate(out), helpers.references_from_generate(out)
         assert len(hyps) == 50

@@ -1,4 +1,5 @@
 """Unit tests of the attentional GRU baseline."""
+
 import pytest
 import torch
 
@@ -11,8 +12,15 @@ from tests import helpers
 def build(vocab=16, **overrides):
     torch.manual_seed(0)
     d = helpers.dummy_dictionary(vocab)
-    kwargs = dict(encoder_embed_dim=8, encoder_hidden_size=8, decoder_embed_dim=8, decoder_hidden_size=12,
-                  attention_dim=10, readout_dim=8, dropout=0.0)
+    kwargs = dict(
+        encoder_embed_dim=8,
+        encoder_hidden_size=8,
+        decoder_embed_dim=8,
+        decoder_hidden_size=12,
+        attention_dim=10,
+        readout_dim=8,
+        dropout=0.0,
+    )
     kwargs.update(overrides)
     model = GRUAttentionModel.build_model(GRUAttentionConfig(**kwargs), helpers.DummyTask(d))
     return model, d

@@ -7,6 +7,7 @@ throughput). ``x.unbind(0)`` has a single backward that stacks the step gradient
 The check: no autograd node type may occur more often for longer targets except the
 per-step computation itself, and in particular select/slice nodes must not.
 """
+
 import pytest
 
 from tests import helpers
@@ -31,4 +32,5 @@ def test_no_per_step_indexing_in_training_graph(family):
     for name in ("SelectBackward0", "SliceBackward0", "IndexBackward0", "AsStridedBackward0"):
         assert counts[0].get(name, 0) == counts[1].get(name, 0), (
             f"{family}: {name} grows with the target length ({counts[0].get(name, 0)} -> "
-            f"{counts[1].get(name, 0)}): a sequence tensor is indexed once per step")
+            f"{counts[1].get(name, 0)}): a sequence tensor is indexed once per step"
+        )

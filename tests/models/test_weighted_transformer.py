@@ -1,4 +1,5 @@
 """Tests of the Weighted Transformer (Ahmed et al., 2017) and its training hooks."""
+
 import json
 import re
 
@@ -17,9 +18,24 @@ from fairseq_dense.modules.simplex import is_on_simplex, project_onto_simplex
 from fairseq_dense.tasks.translation_weighted import TranslationWeightedTask
 from tests import helpers
 
-TINY = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "16",
-        "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
-        "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
+TINY = [
+    "--encoder-layers",
+    "2",
+    "--decoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "16",
+    "--decoder-embed-dim",
+    "16",
+    "--encoder-ffn-embed-dim",
+    "32",
+    "--decoder-ffn-embed-dim",
+    "32",
+    "--encoder-attention-heads",
+    "4",
+    "--decoder-attention-heads",
+    "4",
+]
 
 
 def parse(*flags, arch="weighted_transformer_tiny", task="translation_weighted"):
@@ -71,8 +87,9 @@ def test_incremental_reorder_padding_grads(variant):
         # finished sentences leaving the batch) must find what it finds without it
         sample7 = helpers.make_sample(d, src_lengths=(5, 7, 3, 6, 4, 2, 7), tgt_lengths=(4, 6, 5, 3, 4, 2, 6))
         model.decoder.output_projection.weight.data[d.eos()] *= 3  # let some sentences finish early
-        helpers.assert_same_hypotheses(helpers.beam_search(model, d, sample7),
-                                       helpers.beam_search(model, d, sample7, cached=False), atol=1e-4)
+        helpers.assert_same_hypotheses(
+            helpers.beam_search(model, d, sample7), helpers.beam_search(model, d, sample7, cached=False), atol=1e-4
+        )
     else:
         helpers.check_reorder_incremental_state(model, sample)
     helpers.check_padding_invariance(model, sample)
@@ -83,9 +100,22 @@ def test_incremental_reorder_padding_grads(variant):
 def test_parameter_count_equals_transformer_plus_2m_per_block():
     d = helpers.dummy_dictionary(16)
     cases = (
-        ("weighted_transformer_tiny", "transformer_tiny", 4, 2,
-         ["--encoder-ffn-embed-dim", "256", "--decoder-ffn-embed-dim", "256",
-          "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]),
+        (
+            "weighted_transformer_tiny",
+            "transformer_tiny",
+            4,
+            2,
+            [
+                "--encoder-ffn-embed-dim",
+                "256",
+                "--decoder-ffn-embed-dim",
+                "256",
+                "--encoder-attention-heads",
+                "4",
+                "--decoder-attention-heads",
+                "4",
+            ],
+        ),
         ("weighted_transformer_c", "transformer", 8, 2, ["--encoder-layers", "2", "--decoder-layers", "2"]),
     )
     for arch, base_arch, m, layers, base_flags in cases:
@@ -202,8 +232,9 @@ def test_fallback_projection_without_the_projecting_task(caplog):
 
 def test_real_updates_under_plain_translation_task_stay_on_simplex():
     d = helpers.dummy_dictionary(16)
-    args = parse("--optimizer", "adam", "--lr", "0.05", "--lr-scheduler", "fixed", "--dropout", "0", *TINY,
-                 task="translation")
+    args = parse(
+        "--optimizer", "adam", "--lr", "0.05", "--lr-scheduler", "fixed", "--dropout", "0", *TINY, task="translation"
+    )
     cfg = convert_namespace_to_omegaconf(args)
     task = TranslationTask(cfg.task, d, d)
     model = task.build_model(cfg.model)
@@ -224,8 +255,20 @@ def test_inference_weights_option_reaches_every_block():
 # ------------------------------------------------------------ real fairseq updates
 def make_trainer(*flags):
     d = helpers.dummy_dictionary(16)
-    args = parse("--optimizer", "adam", "--criterion", "label_smoothed_cross_entropy_with_stats",
-                 "--lr-scheduler", "grouped", "--lr", "0.05", "--dropout", "0", *TINY, *flags)
+    args = parse(
+        "--optimizer",
+        "adam",
+        "--criterion",
+        "label_smoothed_cross_entropy_with_stats",
+        "--lr-scheduler",
+        "grouped",
+        "--lr",
+        "0.05",
+        "--dropout",
+        "0",
+        *TINY,
+        *flags,
+    )
     cfg = convert_namespace_to_omegaconf(args)
     torch.manual_seed(0)
     task = TranslationWeightedTask(cfg.task, d, d)
@@ -299,8 +342,20 @@ def test_freeze_is_bit_identical_also_after_resume(tmp_path):
 def test_bf16_master_weights_are_projected():
     """fairseq's FP16Optimizer (bf16 on CPU; the trainer would take --bf16 --cpu for TPU)."""
     d = helpers.dummy_dictionary(16)
-    args = parse("--optimizer", "adam", "--lr-scheduler", "grouped", "--lr", "0.05", "--bf16",
-                 "--group-lr-scale", "branch=0.5", "--dropout", "0", *TINY)
+    args = parse(
+        "--optimizer",
+        "adam",
+        "--lr-scheduler",
+        "grouped",
+        "--lr",
+        "0.05",
+        "--bf16",
+        "--group-lr-scale",
+        "branch=0.5",
+        "--dropout",
+        "0",
+        *TINY,
+    )
     cfg = convert_namespace_to_omegaconf(args)
     torch.manual_seed(0)
     task = TranslationWeightedTask(cfg.task, d, d)
@@ -326,29 +381,82 @@ def test_bf16_master_weights_are_projected():
 # ------------------------------------------------------------------------ CLI
 @pytest.mark.slow
 def test_cli_train_generate_and_dump(tmp_path):
-    raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=2000, n_valid=50, n_test=50, vocab=8,
-                                    max_len=6)
+    raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=2000, n_valid=50, n_test=50, vocab=8, max_len=6)
     data = helpers.preprocess(raw, tmp_path / "bin")
     ckpt = tmp_path / "ckpt"
     train = helpers.run_cli(
-        "fairseq-train", data, "--user-dir", helpers.USER_DIR, "--task", "translation_weighted",
-        "--arch", "weighted_transformer_tiny", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-        "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64", "--share-all-embeddings",
-        "--criterion", "label_smoothed_cross_entropy_with_stats", "--label-smoothing", "0.1",
-        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--adam-eps", "1e-9",
-        "--lr-scheduler", "grouped", "--lr", "0.003", "--group-warmup-updates", "default=40,branch=10",
-        "--group-lr-scale", "default=0.02,branch=0.05", "--group-freeze-last", "branch=20",
-        "--max-update", "240", "--max-tokens", "800", "--cpu", "--seed", "1", "--disable-validation",
-        "--save-dir", ckpt, "--save-interval-updates", "50", "--no-epoch-checkpoints",
-        "--log-interval", "40", "--log-format", "simple",
+        "fairseq-train",
+        data,
+        "--user-dir",
+        helpers.USER_DIR,
+        "--task",
+        "translation_weighted",
+        "--arch",
+        "weighted_transformer_tiny",
+        "--encoder-embed-dim",
+        "32",
+        "--decoder-embed-dim",
+        "32",
+        "--encoder-ffn-embed-dim",
+        "64",
+        "--decoder-ffn-embed-dim",
+        "64",
+        "--share-all-embeddings",
+        "--criterion",
+        "label_smoothed_cross_entropy_with_stats",
+        "--label-smoothing",
+        "0.1",
+        "--optimizer",
+        "adam",
+        "--adam-betas",
+        "(0.9, 0.98)",
+        "--adam-eps",
+        "1e-9",
+        "--lr-scheduler",
+        "grouped",
+        "--lr",
+        "0.003",
+        "--group-warmup-updates",
+        "default=40,branch=10",
+        "--group-lr-scale",
+        "default=0.02,branch=0.05",
+        "--group-freeze-last",
+        "branch=20",
+        "--max-update",
+        "240",
+        "--max-tokens",
+        "800",
+        "--cpu",
+        "--seed",
+        "1",
+        "--disable-validation",
+        "--save-dir",
+        ckpt,
+        "--save-interval-updates",
+        "50",
+        "--no-epoch-checkpoints",
+        "--log-interval",
+        "40",
+        "--log-format",
+        "simple",
     )
     # branch weights and both groups' learning rates are logged
     assert "model/enc0.kappa_ent" in train.stderr + train.stdout
     assert "lr_branch" in train.stderr + train.stdout
     gen = helpers.run_cli(
-        "fairseq-generate", data, "--user-dir", helpers.USER_DIR,  # any translation task generates
-        "--path", ckpt / "checkpoint_last.pt", "--beam", "5", "--batch-size", "64",
-        "--required-batch-size-multiple", "1", "--cpu",
+        "fairseq-generate",
+        data,
+        "--user-dir",
+        helpers.USER_DIR,  # any translation task generates
+        "--path",
+        ckpt / "checkpoint_last.pt",
+        "--beam",
+        "5",
+        "--batch-size",
+        "64",
+        "--required-batch-size-multiple",
+        "1",
+        "--cpu",
     )
     hyps = helpers.hypotheses_from_generate(gen.stdout)
     refs = helpers.references_from_generate(gen.stdout)
@@ -371,14 +479,27 @@ def test_cli_train_generate_and_dump(tmp_path):
     assert out.with_name("weights.png").stat().st_size > 1000
 
 
-
 # ------------------------------------------------------------ any task: projected on the step itself
 def test_plain_translation_task_every_checkpoint_on_simplex(tmp_path):
     """Under fairseq's ``translation`` (with ``--update-freq 2``) kappa/alpha are projected on
     the optimizer step itself: on the simplex right after each update, so in every checkpoint."""
     d = helpers.dummy_dictionary(16)
-    args = parse("--optimizer", "adam", "--lr", "0.05", "--lr-scheduler", "grouped", "--group-lr-scale",
-                 "branch=0.5", "--update-freq", "2", "--dropout", "0", *TINY, task="translation")
+    args = parse(
+        "--optimizer",
+        "adam",
+        "--lr",
+        "0.05",
+        "--lr-scheduler",
+        "grouped",
+        "--group-lr-scale",
+        "branch=0.5",
+        "--update-freq",
+        "2",
+        "--dropout",
+        "0",
+        *TINY,
+        task="translation",
+    )
     cfg = convert_namespace_to_omegaconf(args)
     torch.manual_seed(0)
     task = TranslationTask(cfg.task, d, d)

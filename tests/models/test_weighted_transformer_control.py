@@ -12,6 +12,7 @@ where residual dropout sits (on the heads before ``W^O`` here, after ``W^O`` in 
 Transformer): both are training-time choices, measured in the ablation of
 ``docs/weighted_transformer.md``.
 """
+
 import pytest
 import torch
 from fairseq import options
@@ -21,9 +22,26 @@ import fairseq_dense  # noqa: F401
 from fairseq_dense.models.weighted_transformer import WeightedTransformerModel
 from tests import helpers
 
-SHAPE = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "16",
-         "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
-         "--encoder-attention-heads", "4", "--decoder-attention-heads", "4", "--dropout", "0"]
+SHAPE = [
+    "--encoder-layers",
+    "2",
+    "--decoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "16",
+    "--decoder-embed-dim",
+    "16",
+    "--encoder-ffn-embed-dim",
+    "32",
+    "--decoder-ffn-embed-dim",
+    "32",
+    "--encoder-attention-heads",
+    "4",
+    "--decoder-attention-heads",
+    "4",
+    "--dropout",
+    "0",
+]
 
 
 def build(arch, task, *flags, vocab=16):
@@ -86,12 +104,14 @@ def copy_transformer_into(weighted, base) -> None:
 def test_one_branch_is_the_transformer(flags):
     torch.manual_seed(0)
     base, d = build("transformer", "translation")
-    weighted, _ = build("weighted_transformer", "translation_weighted",
-                        "--encoder-branches", "1", "--decoder-branches", "1", *flags)
+    weighted, _ = build(
+        "weighted_transformer", "translation_weighted", "--encoder-branches", "1", "--decoder-branches", "1", *flags
+    )
     for name, w in weighted.branch_weights().items():  # one-point simplex
         assert w.tolist() == [1.0], name
     assert sum(p.numel() for p in weighted.parameters()) == sum(p.numel() for p in base.parameters()) + (
-        0 if flags else 2 * 4)  # kappa and alpha per block, 4 blocks
+        0 if flags else 2 * 4
+    )  # kappa and alpha per block, 4 blocks
     copy_transformer_into(weighted, base)
     sample = helpers.make_sample(d)
     for model in (base, weighted):
@@ -106,16 +126,18 @@ def test_one_branch_is_the_transformer(flags):
     own = dict(weighted.named_parameters())
     for name, p in base.named_parameters():
         mine = branched_name(name)
-        torch.testing.assert_close(own[mine].grad, to_branched(mine, p.grad), atol=1e-5, rtol=1e-4,
-                                   msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(
+            own[mine].grad, to_branched(mine, p.grad), atol=1e-5, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}"
+        )
 
 
 def test_control_fails_when_a_weight_differs():
     """The comparison can fail: one perturbed FFN weight changes the output."""
     torch.manual_seed(0)
     base, d = build("transformer", "translation")
-    weighted, _ = build("weighted_transformer", "translation_weighted",
-                        "--encoder-branches", "1", "--decoder-branches", "1")
+    weighted, _ = build(
+        "weighted_transformer", "translation_weighted", "--encoder-branches", "1", "--decoder-branches", "1"
+    )
     copy_transformer_into(weighted, base)
     with torch.no_grad():
         weighted.encoder.layers[0].branched.fc2_weight[0, 0, 0] += 0.5

@@ -5,6 +5,7 @@ translation (4+4 layers, hidden 1024, embeddings 512, no dense connections);
 named architectures in :mod:`.model` turn on ``--dense-connections`` and
 ``--dense-attention`` for the DenseRNN variants.
 """
+
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -39,8 +40,10 @@ class DenseLSTMConfig(FairseqDataclass):
     )
     dense_connections: bool = field(
         default=False,
-        metadata={"help": "DC: densely connected encoder and decoder stacks (Eq. 6); "
-                          "without --dense-attention the attention reads o^{L_e} = [h^1; ...; h^{L_e}]"},
+        metadata={
+            "help": "DC: densely connected encoder and decoder stacks (Eq. 6); "
+            "without --dense-attention the attention reads o^{L_e} = [h^1; ...; h^{L_e}]"
+        },
     )
     dense_attention: bool = field(
         default=False,
@@ -54,14 +57,17 @@ class DenseLSTMConfig(FairseqDataclass):
     )
     share_decoder_input_output_embed: bool = field(
         default=False,
-        metadata={"help": "tie target embedding and softmax weights (needs --decoder-out-embed-dim == "
-                          "--decoder-embed-dim)"},
+        metadata={
+            "help": "tie target embedding and softmax weights (needs --decoder-out-embed-dim == --decoder-embed-dim)"
+        },
     )
     share_all_embeddings: bool = field(
         default=False,
-        metadata={"help": "one embedding table for source, target and softmax: a joined dictionary, "
-                          "--encoder-embed-dim == --decoder-embed-dim, and as for "
-                          "--share-decoder-input-output-embed"},
+        metadata={
+            "help": "one embedding table for source, target and softmax: a joined dictionary, "
+            "--encoder-embed-dim == --decoder-embed-dim, and as for "
+            "--share-decoder-input-output-embed"
+        },
     )
     max_source_positions: int = field(default=1024, metadata={"help": "longest source accepted"})
     max_target_positions: int = field(default=1024, metadata={"help": "longest target accepted"})

@@ -1,4 +1,5 @@
 """Dense (or plain) stacked LSTM decoder with (dense) Bahdanau attention."""
+
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -62,12 +63,24 @@ class DenseLSTMDecoder(IncrementalDecoder):
 
     STATE_KEY = "dense_lstm_state"
 
-    def __init__(self, dictionary, embed_dim: int, hidden_size: int, num_layers: int,
-                 encoder_layer_dims: List[int], dense: bool = False, dense_attention: bool = False,
-                 attention_layer: int = 1, attention_dim: Optional[int] = None, out_embed_dim: int = 512,
-                 dropout: float = 0.0, softmax_dropout: float = 0.0,
-                 share_input_output_embed: bool = False, max_positions: int = 1024,
-                 embed_tokens: Optional[nn.Embedding] = None):
+    def __init__(
+        self,
+        dictionary,
+        embed_dim: int,
+        hidden_size: int,
+        num_layers: int,
+        encoder_layer_dims: List[int],
+        dense: bool = False,
+        dense_attention: bool = False,
+        attention_layer: int = 1,
+        attention_dim: Optional[int] = None,
+        out_embed_dim: int = 512,
+        dropout: float = 0.0,
+        softmax_dropout: float = 0.0,
+        share_input_output_embed: bool = False,
+        max_positions: int = 1024,
+        embed_tokens: Optional[nn.Embedding] = None,
+    ):
         super().__init__(dictionary)
         self.padding_idx = dictionary.pad()
         self.embed_dim = embed_dim
@@ -119,8 +132,9 @@ class DenseLSTMDecoder(IncrementalDecoder):
             return encoder_out["encoder_layers"][0]
         return encoder_out["encoder_out"][0]
 
-    def _attend(self, query: Tensor, keys: Tensor, values: Tensor, w_query: Tensor, w_v: Tensor,
-                padding_mask: Tensor) -> Tuple[Tensor, Tensor]:
+    def _attend(
+        self, query: Tensor, keys: Tensor, values: Tensor, w_query: Tensor, w_v: Tensor, padding_mask: Tensor
+    ) -> Tuple[Tensor, Tensor]:
         """All attention branches for one step, batched (Bahdanau's MLP per branch).
 
         Args:
@@ -218,12 +232,15 @@ class DenseLSTMDecoder(IncrementalDecoder):
             if dense and j + 1 < self.num_layers:
                 shifted.append(shift_in_time(feats[-1], firsts[j + 1]))
         if incremental_state is not None:
-            self.set_cache(incremental_state, {
-                "hidden": torch.stack(h, 1),
-                "cell": torch.stack(c, 1),
-                "prev_out": torch.cat([f[-1] for f in feats], -1),  # o_t^{L_d} of the last step
-                "proj_keys": proj_keys,
-            })
+            self.set_cache(
+                incremental_state,
+                {
+                    "hidden": torch.stack(h, 1),
+                    "cell": torch.stack(c, 1),
+                    "prev_out": torch.cat([f[-1] for f in feats], -1),  # o_t^{L_d} of the last step
+                    "proj_keys": proj_keys,
+                },
+            )
         if dense:
             readout_in = torch.cat(feats + [ctx_all], -1)  # [o_t^{L_d}; c_t]
         else:

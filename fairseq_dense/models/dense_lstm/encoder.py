@@ -1,4 +1,5 @@
 """Dense (or plain) stacked bidirectional LSTM encoder of DenseRNN."""
+
 from typing import Dict, List
 
 import torch
@@ -31,9 +32,17 @@ class DenseLSTMEncoder(Encoder):
         max_positions: longest source accepted.
     """
 
-    def __init__(self, dictionary, embed_dim: int, hidden_size: int, num_layers: int,
-                 bidirectional: bool = True, dense: bool = False, dropout: float = 0.0,
-                 max_positions: int = 1024):
+    def __init__(
+        self,
+        dictionary,
+        embed_dim: int,
+        hidden_size: int,
+        num_layers: int,
+        bidirectional: bool = True,
+        dense: bool = False,
+        dropout: float = 0.0,
+        max_positions: int = 1024,
+    ):
         super().__init__(dictionary)
         self.padding_idx = dictionary.pad()
         self.hidden_size = hidden_size
@@ -45,10 +54,12 @@ class DenseLSTMEncoder(Encoder):
         self.dropout = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.layers = nn.ModuleList(
             DenseLSTMEncoderLayer(
-                embed_dim + l * hidden_size if dense else (embed_dim if l == 0 else hidden_size),
-                hidden_size, bidirectional=bidirectional, dense=dense,
+                embed_dim + layer * hidden_size if dense else (embed_dim if layer == 0 else hidden_size),
+                hidden_size,
+                bidirectional=bidirectional,
+                dense=dense,
             )
-            for l in range(num_layers)
+            for layer in range(num_layers)
         )
         self.dense = dense
         # sizes of the encoder layers h^1..h^{L_e}, as the decoder's attention sees them
@@ -87,7 +98,7 @@ class DenseLSTMEncoder(Encoder):
         if left_padded:  # back to the caller's layout, so attention columns match src_tokens
             all_layers = right_to_left_padding(all_layers, src_lengths)
         return {
-            "encoder_out": [all_layers[..., -self.hidden_size:]],
+            "encoder_out": [all_layers[..., -self.hidden_size :]],
             "encoder_layers": [all_layers],
             "encoder_padding_mask": [padding_mask],
             "src_lengths": [src_lengths],

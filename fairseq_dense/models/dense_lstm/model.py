@@ -1,4 +1,5 @@
 """DenseRNN encoder-decoder: model registration and named architectures."""
+
 import dataclasses
 
 from fairseq.models import FairseqEncoderDecoderModel, register_model, register_model_architecture
@@ -35,9 +36,19 @@ class DenseLSTMModel(FairseqEncoderDecoderModel):
         for f in dataclasses.fields(DenseLSTMConfig):
             if safe_getattr(cfg, f.name) is None and getattr(defaults, f.name) is not None:
                 setattr(cfg, f.name, getattr(defaults, f.name))
-        require_positive(cfg, ("encoder_embed_dim", "encoder_hidden_size", "encoder_layers", "decoder_embed_dim",
-                               "decoder_hidden_size", "decoder_layers", "decoder_out_embed_dim"),
-                         optional=("attention_dim",))
+        require_positive(
+            cfg,
+            (
+                "encoder_embed_dim",
+                "encoder_hidden_size",
+                "encoder_layers",
+                "decoder_embed_dim",
+                "decoder_hidden_size",
+                "decoder_layers",
+                "decoder_out_embed_dim",
+            ),
+            optional=("attention_dim",),
+        )
         require_probability(cfg, ("dropout", "softmax_dropout"))
         attention_dim = safe_getattr(cfg, "attention_dim", None)
         bidirectional = not safe_getattr(cfg, "no_encoder_bidirectional", False)

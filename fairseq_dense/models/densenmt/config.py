@@ -3,6 +3,7 @@
 The dataclass defaults are DenseNMT-4L-2 (IWSLT14 De-En, embed 256, dense hidden
 128, DenseAtt-2, no summary layers).
 """
+
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -16,8 +17,7 @@ ATTENTION_CHOICES = ChoiceEnum(["multistep", "dense1", "dense2"])
 class DenseNMTConfig(FairseqDataclass):
     encoder_connections: CONNECTION_CHOICES = field(
         default="dense",
-        metadata={"help": "encoder layers: 'dense' (Eq. 6, concatenation, no residual) or "
-                          "'residual' (ConvS2S)"},
+        metadata={"help": "encoder layers: 'dense' (Eq. 6, concatenation, no residual) or 'residual' (ConvS2S)"},
     )
     decoder_connections: CONNECTION_CHOICES = field(
         default="dense", metadata={"help": "decoder layers: 'dense' (Eq. 7) or 'residual' (ConvS2S)"}
@@ -33,8 +33,10 @@ class DenseNMTConfig(FairseqDataclass):
     )
     factorized_embed_dim: Optional[int] = field(
         default=None,
-        metadata={"help": "small size of the source/target embedding tables and the softmax matrix, "
-                          "projected linearly to the model's embedding sizes (Sec. 4.2); off when unset"},
+        metadata={
+            "help": "small size of the source/target embedding tables and the softmax matrix, "
+            "projected linearly to the model's embedding sizes (Sec. 4.2); off when unset"
+        },
     )
     encoder_layers: int = field(default=4, metadata={"help": "number of encoder convolution layers"})
     decoder_layers: int = field(default=4, metadata={"help": "number of decoder convolution layers"})
@@ -60,18 +62,24 @@ class DenseNMTConfig(FairseqDataclass):
     )
     attention_dim: int = field(
         default=128,
-        metadata={"help": "width of attention queries/keys/values; in a dense decoder also the width "
-                          "of each attention output a^l appended to the features"},
+        metadata={
+            "help": "width of attention queries/keys/values; in a dense decoder also the width "
+            "of each attention output a^l appended to the features"
+        },
     )
     sumlen: Optional[int] = field(
         default=None,
-        metadata={"help": "summary layer period (Sec. 3.3): a summary layer mapping the concatenation "
-                          "back to the embedding size after every sumlen-1 dense layers; off when unset"},
+        metadata={
+            "help": "summary layer period (Sec. 3.3): a summary layer mapping the concatenation "
+            "back to the embedding size after every sumlen-1 dense layers; off when unset"
+        },
     )
     attention_length_scale: bool = field(
         default=False,
-        metadata={"help": "multiply each attention output by sqrt(unpadded source length), the "
-                          "ConvS2S normalisation (Gehring et al. 2017, Sec. 3.4) that fairseq's fconv applies"},
+        metadata={
+            "help": "multiply each attention output by sqrt(unpadded source length), the "
+            "ConvS2S normalisation (Gehring et al. 2017, Sec. 3.4) that fairseq's fconv applies"
+        },
     )
     dropout: float = field(default=0.2, metadata={"help": "dropout probability"})
     no_weight_norm: bool = field(
@@ -79,14 +87,18 @@ class DenseNMTConfig(FairseqDataclass):
     )
     share_decoder_input_output_embed: bool = field(
         default=False,
-        metadata={"help": "tie the target embedding and the softmax, an unnormalised linear map as in fconv "
-                          "(needs --decoder-out-embed-dim == --decoder-embed-dim, or --factorized-embed-dim)"},
+        metadata={
+            "help": "tie the target embedding and the softmax, an unnormalised linear map as in fconv "
+            "(needs --decoder-out-embed-dim == --decoder-embed-dim, or --factorized-embed-dim)"
+        },
     )
     share_all_embeddings: bool = field(
         default=False,
-        metadata={"help": "one embedding table for source, target and softmax: a joined dictionary, "
-                          "--encoder-embed-dim == --decoder-embed-dim, and as for "
-                          "--share-decoder-input-output-embed"},
+        metadata={
+            "help": "one embedding table for source, target and softmax: a joined dictionary, "
+            "--encoder-embed-dim == --decoder-embed-dim, and as for "
+            "--share-decoder-input-output-embed"
+        },
     )
     max_source_positions: int = field(default=1024, metadata={"help": "longest source accepted"})
     max_target_positions: int = field(default=1024, metadata={"help": "longest target accepted"})

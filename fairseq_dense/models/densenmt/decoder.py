@@ -1,4 +1,5 @@
 """Causal convolutional decoder of DenseNMT with per-layer (dense) attention."""
+
 import math
 from typing import List, Optional, Tuple
 
@@ -9,7 +10,14 @@ from torch import Tensor
 
 from fairseq_dense.modules.dense_attention import DenseAttention
 from fairseq_dense.modules.dense_conv import (
-    ConvLayer, Embedding, FeatureBuffer, Linear, conv_rows, glu_rows, linear_rows, plan_blocks,
+    ConvLayer,
+    Embedding,
+    FeatureBuffer,
+    Linear,
+    conv_rows,
+    glu_rows,
+    linear_rows,
+    plan_blocks,
 )
 from fairseq_dense.modules.encoder_decoder import IncrementalDecoder
 
@@ -57,13 +65,27 @@ class DenseNMTDecoder(IncrementalDecoder):
 
     STATE_KEY = "densenmt_state"
 
-    def __init__(self, dictionary, embed_dim: int, hidden_sizes: List[int], kernel_sizes: List[int],
-                 encoder_dims: List[int], encoder_embed_dim: int, attention: str = "dense2",
-                 attention_dim: int = 128, dense: bool = True, sumlen: Optional[int] = None,
-                 out_embed_dim: int = 256, factorized_dim: Optional[int] = None, dropout: float = 0.1,
-                 use_weight_norm: bool = True, max_positions: int = 1024,
-                 attention_length_scale: bool = False, share_input_output_embed: bool = False,
-                 embed_tokens: Optional[nn.Embedding] = None):
+    def __init__(
+        self,
+        dictionary,
+        embed_dim: int,
+        hidden_sizes: List[int],
+        kernel_sizes: List[int],
+        encoder_dims: List[int],
+        encoder_embed_dim: int,
+        attention: str = "dense2",
+        attention_dim: int = 128,
+        dense: bool = True,
+        sumlen: Optional[int] = None,
+        out_embed_dim: int = 256,
+        factorized_dim: Optional[int] = None,
+        dropout: float = 0.1,
+        use_weight_norm: bool = True,
+        max_positions: int = 1024,
+        attention_length_scale: bool = False,
+        share_input_output_embed: bool = False,
+        embed_tokens: Optional[nn.Embedding] = None,
+    ):
         super().__init__(dictionary)
         self.padding_idx = dictionary.pad()
         self.embed_dim = embed_dim
@@ -79,8 +101,15 @@ class DenseNMTDecoder(IncrementalDecoder):
         self.embed_tokens = embed_tokens
         self.embed_factor = Linear(factorized_dim, embed_dim, 0.0, wn) if factorized_dim else None
         self.embed_positions = PositionalEmbedding(max_positions, embed_dim, self.padding_idx, learned=True)
-        self.attention = DenseAttention(attention, encoder_dims, encoder_embed_dim, attention_dim, dropout, wn,
-                                        scale_by_source_length=attention_length_scale)
+        self.attention = DenseAttention(
+            attention,
+            encoder_dims,
+            encoder_embed_dim,
+            attention_dim,
+            dropout,
+            wn,
+            scale_by_source_length=attention_length_scale,
+        )
         self.pad_left = max(k - 1 for k in kernel_sizes)
         self.blocks = plan_blocks(len(hidden_sizes), sumlen if dense else None)
         self.convs = nn.ModuleList()
@@ -135,7 +164,8 @@ class DenseNMTDecoder(IncrementalDecoder):
         if cached is not None:
             return cached["keys"], cached["values"], cached["mask"]
         keys, values, mask = self.attention.project_memory(
-            encoder_out["encoder_out"][0], encoder_out["encoder_embedding"][0],
+            encoder_out["encoder_out"][0],
+            encoder_out["encoder_embedding"][0],
             encoder_out["encoder_padding_mask"][0],
         )
         if incremental_state is not None:
@@ -217,9 +247,9 @@ class DenseNMTDecoder(IncrementalDecoder):
                     z = F.glu(conv(buf[..., :w], incremental_state), dim=-1)
                     a, attn = self._attend(i, z, keys, values, mask)
                     attn_sum = attn if attn_sum is None else attn_sum + attn
-                    buf[..., w: w + z.size(-1)] = z
+                    buf[..., w : w + z.size(-1)] = z
                     w += z.size(-1)
-                    buf[..., w: w + a.size(-1)] = a
+                    buf[..., w : w + a.size(-1)] = a
                     w += a.size(-1)
                 if bi < len(self.blocks) - 1:
                     first = self.summaries[bi](buf)

@@ -1,4 +1,5 @@
 """Convolutional encoder of DenseNMT: dense (Eq. 6) or residual (ConvS2S)."""
+
 import math
 from typing import Dict, List, Optional
 
@@ -7,7 +8,14 @@ from fairseq.modules import FairseqDropout, GradMultiply, PositionalEmbedding
 from torch import Tensor
 
 from fairseq_dense.modules.dense_conv import (
-    ConvLayer, Embedding, FeatureBuffer, Linear, conv_rows, glu_rows, linear_rows, plan_blocks,
+    ConvLayer,
+    Embedding,
+    FeatureBuffer,
+    Linear,
+    conv_rows,
+    glu_rows,
+    linear_rows,
+    plan_blocks,
 )
 from fairseq_dense.modules.encoder_decoder import Encoder
 
@@ -40,10 +48,21 @@ class DenseNMTEncoder(Encoder):
         max_positions: longest source accepted.
     """
 
-    def __init__(self, dictionary, embed_dim: int, hidden_sizes: List[int], kernel_sizes: List[int],
-                 dense: bool = True, sumlen: Optional[int] = None, attention: str = "dense2",
-                 factorized_dim: Optional[int] = None, dropout: float = 0.1,
-                 use_weight_norm: bool = True, grad_scale: float = 1.0, max_positions: int = 1024):
+    def __init__(
+        self,
+        dictionary,
+        embed_dim: int,
+        hidden_sizes: List[int],
+        kernel_sizes: List[int],
+        dense: bool = True,
+        sumlen: Optional[int] = None,
+        attention: str = "dense2",
+        factorized_dim: Optional[int] = None,
+        dropout: float = 0.1,
+        use_weight_norm: bool = True,
+        grad_scale: float = 1.0,
+        max_positions: int = 1024,
+    ):
         super().__init__(dictionary)
         self.padding_idx = dictionary.pad()
         self.embed_dim = embed_dim
@@ -68,8 +87,9 @@ class DenseNMTEncoder(Encoder):
             for bi, block in enumerate(self.blocks):
                 width = embed_dim
                 for i in block:
-                    self.convs.append(ConvLayer(width, 2 * hidden_sizes[i], kernel_sizes[i], dropout,
-                                                use_weight_norm=use_weight_norm))
+                    self.convs.append(
+                        ConvLayer(width, 2 * hidden_sizes[i], kernel_sizes[i], dropout, use_weight_norm=use_weight_norm)
+                    )
                     width += hidden_sizes[i]
                 if bi < len(self.blocks) - 1:
                     self.summaries.append(Linear(width, embed_dim, dropout, use_weight_norm))
@@ -125,8 +145,9 @@ class DenseNMTEncoder(Encoder):
             top = buf.center(buf.rows())
             visible = top[first:]
         else:
-            buf = FeatureBuffer(self.embed_dim + sum(self.hidden_sizes) + self.hidden_sizes[0],
-                                t, bsz, plen, self.pad_right, x0)
+            buf = FeatureBuffer(
+                self.embed_dim + sum(self.hidden_sizes) + self.hidden_sizes[0], t, bsz, plen, self.pad_right, x0
+            )
             buf.append(x0)
             x = linear_rows(x0, self.fc1.weight, self.fc1.bias) * keep
             buf.append(x)

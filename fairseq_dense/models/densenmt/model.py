@@ -1,4 +1,5 @@
 """DenseNMT encoder-decoder: model registration and named architectures."""
+
 from typing import List, Optional
 
 from fairseq.models import FairseqEncoderDecoderModel, register_model, register_model_architecture
@@ -17,8 +18,7 @@ def _layer_spec(cfg, side: str, what: str) -> List[int]:
     listed: Optional[List[int]] = safe_getattr(cfg, f"{side}_{what}s", None)
     if listed is not None and len(listed) > 0:
         if len(listed) != n:
-            raise ValueError(f"{flag(f'{side}_{what}s')} has {len(listed)} entries but "
-                             f"{flag(f'{side}_layers')} is {n}")
+            raise ValueError(f"{flag(f'{side}_{what}s')} has {len(listed)} entries but {flag(f'{side}_layers')} is {n}")
         spec = [int(v) for v in listed]
     else:
         spec = [int(safe_getattr(cfg, f"{side}_{what}"))] * n
@@ -48,8 +48,11 @@ class DenseNMTModel(FairseqEncoderDecoderModel):
         dec_hidden = _layer_spec(cfg, "decoder", "hidden_size")
         enc_kernels = _layer_spec(cfg, "encoder", "kernel_size")
         dec_kernels = _layer_spec(cfg, "decoder", "kernel_size")
-        require_positive(cfg, ("encoder_embed_dim", "decoder_embed_dim", "decoder_out_embed_dim", "attention_dim"),
-                         optional=("factorized_embed_dim",))
+        require_positive(
+            cfg,
+            ("encoder_embed_dim", "decoder_embed_dim", "decoder_out_embed_dim", "attention_dim"),
+            optional=("factorized_embed_dim",),
+        )
         require_probability(cfg, ("dropout",))
         factor = safe_getattr(cfg, "factorized_embed_dim", None)
         enc_dense = str(cfg.encoder_connections) == "dense"
@@ -63,8 +66,9 @@ class DenseNMTModel(FairseqEncoderDecoderModel):
                 raise ValueError("--sumlen needs --encoder-connections dense or --decoder-connections dense")
         for side, dense, hidden in (("encoder", enc_dense, enc_hidden), ("decoder", dec_dense, dec_hidden)):
             if not dense and len(set(hidden)) > 1:
-                raise ValueError(f"{flag(side + '_hidden_sizes')} must be uniform with "
-                                 f"{flag(side + '_connections')} residual")
+                raise ValueError(
+                    f"{flag(side + '_hidden_sizes')} must be uniform with {flag(side + '_connections')} residual"
+                )
         # with --factorized-embed-dim the softmax matrix is as wide as the embedding tables
         share_all, tie_output = embedding_sharing(cfg, task, None if factor else "decoder_out_embed_dim")
         use_wn = not cfg.no_weight_norm
@@ -107,6 +111,7 @@ class DenseNMTModel(FairseqEncoderDecoderModel):
 
 # ---------------------------------------------------------------- named architectures
 
+
 def _set(cfg, **values):
     for k, v in values.items():
         setattr(cfg, k, safe_getattr(cfg, k, v))
@@ -118,10 +123,22 @@ def _fill_defaults(cfg):
 
 
 def _four_layer(cfg, enc, dec, att, enc_hidden, dec_hidden, attention_dim):
-    _set(cfg, encoder_connections=enc, decoder_connections=dec, attention=att,
-         encoder_hidden_size=enc_hidden, decoder_hidden_size=dec_hidden, attention_dim=attention_dim,
-         encoder_layers=4, decoder_layers=4, encoder_embed_dim=256, decoder_embed_dim=256,
-         decoder_out_embed_dim=256, encoder_kernel_size=3, decoder_kernel_size=3)
+    _set(
+        cfg,
+        encoder_connections=enc,
+        decoder_connections=dec,
+        attention=att,
+        encoder_hidden_size=enc_hidden,
+        decoder_hidden_size=dec_hidden,
+        attention_dim=attention_dim,
+        encoder_layers=4,
+        decoder_layers=4,
+        encoder_embed_dim=256,
+        decoder_embed_dim=256,
+        decoder_out_embed_dim=256,
+        encoder_kernel_size=3,
+        decoder_kernel_size=3,
+    )
     _fill_defaults(cfg)
 
 
@@ -162,10 +179,21 @@ def densenmt_4l_2(cfg):
 
 
 def _eight_layer(cfg, enc, att, hidden, sumlen):
-    _set(cfg, encoder_connections=enc, decoder_connections=enc, attention=att, encoder_hidden_size=hidden,
-         decoder_hidden_size=hidden, attention_dim=hidden if enc == "dense" else 256, sumlen=sumlen,
-         encoder_layers=8, decoder_layers=8, encoder_embed_dim=256, decoder_embed_dim=256,
-         decoder_out_embed_dim=256)
+    _set(
+        cfg,
+        encoder_connections=enc,
+        decoder_connections=enc,
+        attention=att,
+        encoder_hidden_size=hidden,
+        decoder_hidden_size=hidden,
+        attention_dim=hidden if enc == "dense" else 256,
+        sumlen=sumlen,
+        encoder_layers=8,
+        decoder_layers=8,
+        encoder_embed_dim=256,
+        decoder_embed_dim=256,
+        decoder_out_embed_dim=256,
+    )
     _fill_defaults(cfg)
 
 
@@ -193,10 +221,24 @@ def densenmt_wmt_en_de_15(cfg):
     kernels) with 1/4 of its hidden sizes, dense, DenseAtt-2, sumlen 6."""
     hidden = [128] * 9 + [256] * 4 + [512] * 2
     kernels = [3] * 13 + [1] * 2
-    _set(cfg, encoder_connections="dense", decoder_connections="dense", attention="dense2", sumlen=6,
-         encoder_layers=15, decoder_layers=15, encoder_hidden_sizes=hidden, decoder_hidden_sizes=hidden,
-         encoder_kernel_sizes=kernels, decoder_kernel_sizes=kernels, encoder_embed_dim=768,
-         decoder_embed_dim=768, decoder_out_embed_dim=512, attention_dim=128, dropout=0.1)
+    _set(
+        cfg,
+        encoder_connections="dense",
+        decoder_connections="dense",
+        attention="dense2",
+        sumlen=6,
+        encoder_layers=15,
+        decoder_layers=15,
+        encoder_hidden_sizes=hidden,
+        decoder_hidden_sizes=hidden,
+        encoder_kernel_sizes=kernels,
+        decoder_kernel_sizes=kernels,
+        encoder_embed_dim=768,
+        decoder_embed_dim=768,
+        decoder_out_embed_dim=512,
+        attention_dim=128,
+        dropout=0.1,
+    )
     _fill_defaults(cfg)
 
 
@@ -205,15 +247,31 @@ def densenmt_small(cfg):
     """CPU-sized (the quick-start's DenseNMT): DenseNMT-4L-2 at half width, embed 128, growth
     64, DenseAtt-2 dim 64; 2.9M parameters with the quick-start's Tatoeba vocabularies (4000
     BPE merges)."""
-    _set(cfg, encoder_embed_dim=128, decoder_embed_dim=128, decoder_out_embed_dim=128, encoder_hidden_size=64,
-         decoder_hidden_size=64, attention_dim=64)
+    _set(
+        cfg,
+        encoder_embed_dim=128,
+        decoder_embed_dim=128,
+        decoder_out_embed_dim=128,
+        encoder_hidden_size=64,
+        decoder_hidden_size=64,
+        attention_dim=64,
+    )
     _fill_defaults(cfg)
 
 
 @register_model_architecture("densenmt", "densenmt_tiny")
 def densenmt_tiny(cfg):
     """Tiny sizes for tests: 2+2 dense layers, embed 32, growth 16, DenseAtt-2."""
-    _set(cfg, encoder_layers=2, decoder_layers=2, encoder_embed_dim=32, decoder_embed_dim=32,
-         decoder_out_embed_dim=32, encoder_hidden_size=16, decoder_hidden_size=16, attention_dim=16,
-         dropout=0.1)
+    _set(
+        cfg,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_embed_dim=32,
+        decoder_embed_dim=32,
+        decoder_out_embed_dim=32,
+        encoder_hidden_size=16,
+        decoder_hidden_size=16,
+        attention_dim=16,
+        dropout=0.1,
+    )
     _fill_defaults(cfg)

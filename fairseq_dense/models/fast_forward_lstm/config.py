@@ -4,6 +4,7 @@ The dataclass defaults are the paper's deepest Deep-Att model (``deep_att``):
 n_e = 9 encoder layers in two interleaved columns, n_d = 7 decoder layers,
 embeddings 256, LSTM 512, dropout 0.1.
 """
+
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -16,8 +17,10 @@ INTERFACE_CHOICES = ChoiceEnum(["deep_att", "deep_ed"])
 class FastForwardLSTMConfig(FairseqDataclass):
     interface: INTERFACE_CHOICES = field(
         default="deep_att",
-        metadata={"help": "deep_att: attention over the fc-projected [f; h] of both columns; "
-                          "deep_ed: one fixed vector (last step of column 1, max over time of column 2)"},
+        metadata={
+            "help": "deep_att: attention over the fc-projected [f; h] of both columns; "
+            "deep_ed: one fixed vector (last step of column 1, max over time of column 2)"
+        },
     )
     encoder_embed_dim: int = field(default=256, metadata={"help": "source embedding size"})
     encoder_hidden_size: int = field(default=512, metadata={"help": "encoder LSTM size (each layer, each column)"})
@@ -48,19 +51,25 @@ class FastForwardLSTMConfig(FairseqDataclass):
     )
     decoder_out_embed_dim: Optional[int] = field(
         default=None,
-        metadata={"help": "softmax input size: a linear map of the top decoder h to this size before the "
-                          "softmax, as in fairseq's lstm (default: --decoder-hidden-size, no map)"},
+        metadata={
+            "help": "softmax input size: a linear map of the top decoder h to this size before the "
+            "softmax, as in fairseq's lstm (default: --decoder-hidden-size, no map)"
+        },
     )
     share_decoder_input_output_embed: bool = field(
         default=False,
-        metadata={"help": "tie the target embedding and the softmax (needs the softmax input size, "
-                          "--decoder-out-embed-dim or else --decoder-hidden-size, == --decoder-embed-dim)"},
+        metadata={
+            "help": "tie the target embedding and the softmax (needs the softmax input size, "
+            "--decoder-out-embed-dim or else --decoder-hidden-size, == --decoder-embed-dim)"
+        },
     )
     share_all_embeddings: bool = field(
         default=False,
-        metadata={"help": "one embedding table for source, target and softmax: a joined dictionary, "
-                          "--encoder-embed-dim == --decoder-embed-dim, and as for "
-                          "--share-decoder-input-output-embed"},
+        metadata={
+            "help": "one embedding table for source, target and softmax: a joined dictionary, "
+            "--encoder-embed-dim == --decoder-embed-dim, and as for "
+            "--share-decoder-input-output-embed"
+        },
     )
     max_source_positions: int = field(default=1024, metadata={"help": "longest source accepted"})
     max_target_positions: int = field(default=1024, metadata={"help": "longest target accepted"})

@@ -1,4 +1,5 @@
 """Single-column forward decoder with fast-forward connections (Deep-Att / Deep-ED)."""
+
 from typing import List, Optional, Tuple
 
 import torch
@@ -51,11 +52,23 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
 
     STATE_KEY = "ff_lstm_state"
 
-    def __init__(self, dictionary, embed_dim: int, hidden_size: int, num_layers: int, encoder_dim: int,
-                 interface: str = "deep_att", attention_dim: int = 512, fast_forward: bool = True,
-                 dropout: float = 0.1, init_std: float = 0.07, max_positions: int = 1024,
-                 out_embed_dim: Optional[int] = None, share_input_output_embed: bool = False,
-                 embed_tokens: Optional[nn.Embedding] = None):
+    def __init__(
+        self,
+        dictionary,
+        embed_dim: int,
+        hidden_size: int,
+        num_layers: int,
+        encoder_dim: int,
+        interface: str = "deep_att",
+        attention_dim: int = 512,
+        fast_forward: bool = True,
+        dropout: float = 0.1,
+        init_std: float = 0.07,
+        max_positions: int = 1024,
+        out_embed_dim: Optional[int] = None,
+        share_input_output_embed: bool = False,
+        embed_tokens: Optional[nn.Embedding] = None,
+    ):
         super().__init__(dictionary)
         self.padding_idx = dictionary.pad()
         self.hidden_size = hidden_size
@@ -72,8 +85,13 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
         self.context_proj = nn.Linear(encoder_dim, 4 * hidden_size, bias=False)
         nn.init.normal_(self.context_proj.weight, 0.0, init_std)
         self.rest = FastForwardLSTM(
-            FastForwardLSTM.connection_dim(hidden_size, fast_forward), hidden_size, num_layers - 1,
-            fast_forward=fast_forward, interleave=False, dropout=dropout, init_std=init_std,
+            FastForwardLSTM.connection_dim(hidden_size, fast_forward),
+            hidden_size,
+            num_layers - 1,
+            fast_forward=fast_forward,
+            interleave=False,
+            dropout=dropout,
+            init_std=init_std,
         )
         self.attention = BahdanauAttention(hidden_size, encoder_dim, attention_dim) if interface == "deep_att" else None
         if self.attention is not None:
@@ -114,22 +132,27 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
             f1, h1, first_final, attn = self._attend_and_recur(f1_y, enc, enc_proj, encoder_out, first_state)
         h, finals = h1, []
         if len(self.rest.layers):
-            _, h, finals = self.rest(self.rest.connect(f1, h1), states=None if states is None else states[1:],
-                                     last_f=False)
+            _, h, finals = self.rest(
+                self.rest.connect(f1, h1), states=None if states is None else states[1:], last_f=False
+            )
         if incremental_state is not None:
             finals = [first_final] + finals
-            self.set_cache(incremental_state, {
-                "h": torch.stack([s[0] for s in finals], dim=1),  # B x n_d x H
-                "c": torch.stack([s[1] for s in finals], dim=1),
-                cache_key: enc_proj,
-            })
+            self.set_cache(
+                incremental_state,
+                {
+                    "h": torch.stack([s[0] for s in finals], dim=1),  # B x n_d x H
+                    "c": torch.stack([s[1] for s in finals], dim=1),
+                    cache_key: enc_proj,
+                },
+            )
         features = self.dropout(h.transpose(0, 1))  # S x B x H -> B x S x H
         if self.additional_fc is not None:
             features = self.additional_fc(features)  # B x S x H -> B x S x out_embed_dim
         return features, {"attn": [attn]}
 
-    def _attend_and_recur(self, f1_y: Tensor, enc: Tensor, proj_keys: Tensor, encoder_out,
-                          state: Optional[Tuple[Tensor, Tensor]]):
+    def _attend_and_recur(
+        self, f1_y: Tensor, enc: Tensor, proj_keys: Tensor, encoder_out, state: Optional[Tuple[Tensor, Tensor]]
+    ):
         """Layer 1 of Deep-Att, step by step: ``c_t`` from ``h^1_{t-1}``, then ``f^1_t = W_y y + W_c c_t``."""
         values = enc.transpose(0, 1)  # B x T x E
         padding_mask = encoder_out["encoder_padding_mask"][0]

@@ -1,4 +1,5 @@
 """Interleaved bidirectional two-column encoder of Deep-Att / Deep-ED."""
+
 from typing import Dict, List
 
 import torch
@@ -38,9 +39,21 @@ class FastForwardLSTMEncoder(Encoder):
         max_positions: longest source accepted.
     """
 
-    def __init__(self, dictionary, embed_dim: int, hidden_size: int, num_layers: int, num_columns: int = 2,
-                 interleave: bool = True, fast_forward: bool = True, interface: str = "deep_att",
-                 fc_dim: int = 512, dropout: float = 0.1, init_std: float = 0.07, max_positions: int = 1024):
+    def __init__(
+        self,
+        dictionary,
+        embed_dim: int,
+        hidden_size: int,
+        num_layers: int,
+        num_columns: int = 2,
+        interleave: bool = True,
+        fast_forward: bool = True,
+        interface: str = "deep_att",
+        fc_dim: int = 512,
+        dropout: float = 0.1,
+        init_std: float = 0.07,
+        max_positions: int = 1024,
+    ):
         super().__init__(dictionary)
         self.padding_idx = dictionary.pad()
         self.interface = interface
@@ -50,9 +63,16 @@ class FastForwardLSTMEncoder(Encoder):
         nn.init.normal_(self.embed_tokens.weight, 0.0, init_std)
         nn.init.zeros_(self.embed_tokens.weight[self.padding_idx])
         self.columns = nn.ModuleList(
-            FastForwardLSTM(embed_dim, hidden_size, num_layers, fast_forward=fast_forward,
-                            first_reverse=interleave and c == 1, interleave=interleave,
-                            dropout=dropout, init_std=init_std)
+            FastForwardLSTM(
+                embed_dim,
+                hidden_size,
+                num_layers,
+                fast_forward=fast_forward,
+                first_reverse=interleave and c == 1,
+                interleave=interleave,
+                dropout=dropout,
+                init_std=init_std,
+            )
             for c in range(num_columns)
         )
         per_column = (5 if fast_forward else 1) * hidden_size  # [f; h] or h

@@ -1,4 +1,5 @@
 """Deep-Att / Deep-ED: model registration and named architectures."""
+
 from typing import Dict
 
 from fairseq.models import FairseqEncoderDecoderModel, register_model, register_model_architecture
@@ -35,8 +36,18 @@ class FastForwardLSTMModel(FairseqEncoderDecoderModel):
         Raises:
             ValueError: naming the offending flags.
         """
-        require_positive(cfg, ("encoder_embed_dim", "encoder_hidden_size", "encoder_layers", "decoder_embed_dim",
-                               "decoder_hidden_size", "decoder_layers"), optional=("decoder_out_embed_dim",))
+        require_positive(
+            cfg,
+            (
+                "encoder_embed_dim",
+                "encoder_hidden_size",
+                "encoder_layers",
+                "decoder_embed_dim",
+                "decoder_hidden_size",
+                "decoder_layers",
+            ),
+            optional=("decoder_out_embed_dim",),
+        )
         if int(cfg.encoder_columns) not in (1, 2):
             raise ValueError(f"--encoder-columns must be 1 or 2 (got {cfg.encoder_columns})")
         if str(cfg.interface) not in ("deep_att", "deep_ed"):

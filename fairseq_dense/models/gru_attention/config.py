@@ -2,6 +2,7 @@
 
 The dataclass defaults are the report's IWSLT14 De-En sizes.
 """
+
 from dataclasses import dataclass, field
 
 from fairseq.dataclass import FairseqDataclass
@@ -10,32 +11,24 @@ from fairseq.dataclass import FairseqDataclass
 @dataclass
 class GRUAttentionConfig(FairseqDataclass):
     encoder_embed_dim: int = field(default=512, metadata={"help": "source embedding size"})
-    encoder_hidden_size: int = field(
-        default=512, metadata={"help": "encoder GRU size per direction (bidirectional)"}
-    )
+    encoder_hidden_size: int = field(default=512, metadata={"help": "encoder GRU size per direction (bidirectional)"})
     decoder_embed_dim: int = field(default=512, metadata={"help": "target embedding size"})
     decoder_hidden_size: int = field(default=512, metadata={"help": "decoder GRU state size"})
-    attention_dim: int = field(
-        default=256, metadata={"help": "hidden size of the attention MLP"}
-    )
-    readout_dim: int = field(
-        default=512, metadata={"help": "size of m = tanh(W1 [c_t; s_t]) before the softmax"}
-    )
-    dropout: float = field(
-        default=0.5, metadata={"help": "dropout on m, before the softmax (the report's 0.5)"}
-    )
-    embed_dropout: float = field(
-        default=0.0, metadata={"help": "dropout on source and target embeddings"}
-    )
+    attention_dim: int = field(default=256, metadata={"help": "hidden size of the attention MLP"})
+    readout_dim: int = field(default=512, metadata={"help": "size of m = tanh(W1 [c_t; s_t]) before the softmax"})
+    dropout: float = field(default=0.5, metadata={"help": "dropout on m, before the softmax (the report's 0.5)"})
+    embed_dropout: float = field(default=0.0, metadata={"help": "dropout on source and target embeddings"})
     share_decoder_input_output_embed: bool = field(
         default=False,
         metadata={"help": "tie the target embedding and the softmax (needs readout-dim == decoder-embed-dim)"},
     )
     share_all_embeddings: bool = field(
         default=False,
-        metadata={"help": "one embedding table for source, target and softmax: a joined dictionary, "
-                          "--encoder-embed-dim == --decoder-embed-dim, and as for "
-                          "--share-decoder-input-output-embed"},
+        metadata={
+            "help": "one embedding table for source, target and softmax: a joined dictionary, "
+            "--encoder-embed-dim == --decoder-embed-dim, and as for "
+            "--share-decoder-input-output-embed"
+        },
     )
     max_source_positions: int = field(default=1024, metadata={"help": "longest source accepted"})
     max_target_positions: int = field(default=1024, metadata={"help": "longest target accepted"})

@@ -1,4 +1,5 @@
 """GRU decoder with Bahdanau attention and a tanh readout layer."""
+
 from typing import Optional
 
 import torch
@@ -29,11 +30,21 @@ class GRUAttentionDecoder(IncrementalDecoder):
 
     STATE_KEY = "gru_state"
 
-    def __init__(self, dictionary, embed_dim: int, hidden_size: int, encoder_dim: int,
-                 encoder_hidden_size: int, attention_dim: int, readout_dim: int,
-                 dropout: float = 0.5, embed_dropout: float = 0.0,
-                 share_input_output_embed: bool = False, max_positions: int = 1024,
-                 embed_tokens: Optional[nn.Embedding] = None):
+    def __init__(
+        self,
+        dictionary,
+        embed_dim: int,
+        hidden_size: int,
+        encoder_dim: int,
+        encoder_hidden_size: int,
+        attention_dim: int,
+        readout_dim: int,
+        dropout: float = 0.5,
+        embed_dropout: float = 0.0,
+        share_input_output_embed: bool = False,
+        max_positions: int = 1024,
+        embed_tokens: Optional[nn.Embedding] = None,
+    ):
         super().__init__(dictionary)
         self.padding_idx = dictionary.pad()
         self.hidden_size = hidden_size
@@ -41,7 +52,7 @@ class GRUAttentionDecoder(IncrementalDecoder):
         self.max_target_positions = max_positions
         if embed_tokens is None:
             embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=self.padding_idx)
-            nn.init.normal_(embed_tokens.weight, 0, embed_dim ** -0.5)
+            nn.init.normal_(embed_tokens.weight, 0, embed_dim**-0.5)
             nn.init.zeros_(embed_tokens.weight[self.padding_idx])
         self.embed_tokens = embed_tokens
         self.embed_dropout = FairseqDropout(embed_dropout, module_name=self.__class__.__name__)

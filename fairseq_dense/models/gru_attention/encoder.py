@@ -1,4 +1,5 @@
 """Bidirectional GRU encoder of the attentional GRU baseline."""
+
 from typing import Dict, List
 
 import torch.nn as nn
@@ -19,15 +20,16 @@ class GRUAttentionEncoder(Encoder):
         max_positions: longest source accepted.
     """
 
-    def __init__(self, dictionary, embed_dim: int, hidden_size: int,
-                 embed_dropout: float = 0.0, max_positions: int = 1024):
+    def __init__(
+        self, dictionary, embed_dim: int, hidden_size: int, embed_dropout: float = 0.0, max_positions: int = 1024
+    ):
         super().__init__(dictionary)
         self.padding_idx = dictionary.pad()
         self.hidden_size = hidden_size
         self.output_dim = 2 * hidden_size
         self.max_source_positions = max_positions
         self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=self.padding_idx)
-        nn.init.normal_(self.embed_tokens.weight, 0, embed_dim ** -0.5)
+        nn.init.normal_(self.embed_tokens.weight, 0, embed_dim**-0.5)
         nn.init.zeros_(self.embed_tokens.weight[self.padding_idx])
         self.embed_dropout = FairseqDropout(embed_dropout, module_name=self.__class__.__name__)
         self.gru = nn.GRU(embed_dim, hidden_size, batch_first=False, bidirectional=True)
@@ -54,9 +56,7 @@ class GRUAttentionEncoder(Encoder):
         lengths = src_lengths.detach().cpu().long()
         packed = nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False)
         packed_out, final = self.gru(packed)
-        out, _ = nn.utils.rnn.pad_packed_sequence(
-            packed_out, padding_value=0.0, total_length=src_tokens.size(1)
-        )
+        out, _ = nn.utils.rnn.pad_packed_sequence(packed_out, padding_value=0.0, total_length=src_tokens.size(1))
         if left_padded:  # back to the caller's layout, so attention columns match src_tokens
             out = right_to_left_padding(out, src_lengths)
         return {

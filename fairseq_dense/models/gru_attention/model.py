@@ -1,4 +1,5 @@
 """Attentional GRU encoder-decoder: model registration and named architectures."""
+
 from fairseq.models import FairseqEncoderDecoderModel, register_model, register_model_architecture
 from fairseq.utils import safe_getattr
 
@@ -27,8 +28,17 @@ class GRUAttentionModel(FairseqEncoderDecoderModel):
         Raises:
             ValueError: naming the offending flags.
         """
-        require_positive(cfg, ("encoder_embed_dim", "encoder_hidden_size", "decoder_embed_dim",
-                               "decoder_hidden_size", "attention_dim", "readout_dim"))
+        require_positive(
+            cfg,
+            (
+                "encoder_embed_dim",
+                "encoder_hidden_size",
+                "decoder_embed_dim",
+                "decoder_hidden_size",
+                "attention_dim",
+                "readout_dim",
+            ),
+        )
         require_probability(cfg, ("dropout", "embed_dropout"))
         share_all, tie_output = embedding_sharing(cfg, task, "readout_dim")
         encoder = GRUAttentionEncoder(

@@ -3,5 +3,6 @@
 Importing this package registers the model and its architectures; the
 ``translation_weighted`` task it trains with is registered by ``fairseq_dense.tasks``.
 """
+
 from fairseq_dense.models.weighted_transformer.config import WeightedTransformerConfig  # noqa: F401
 from fairseq_dense.models.weighted_transformer.model import WeightedTransformerModel  # noqa: F401

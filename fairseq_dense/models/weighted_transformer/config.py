@@ -1,4 +1,5 @@
 """Options of the Weighted Transformer that fairseq's transformer does not have."""
+
 from dataclasses import dataclass, field
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
@@ -42,12 +43,8 @@ class WeightedTransformerConfig(FairseqDataclass):
         default=False,
         metadata={"help": "do not project kappa/alpha onto the simplex (Table 3 ablation)"},
     )
-    fixed_kappa: bool = field(
-        default=False, metadata={"help": "kappa fixed to 1, not learned (Table 3 ablation)"}
-    )
-    fixed_alpha: bool = field(
-        default=False, metadata={"help": "alpha fixed to 1, not learned (Table 3 ablation)"}
-    )
+    fixed_kappa: bool = field(default=False, metadata={"help": "kappa fixed to 1, not learned (Table 3 ablation)"})
+    fixed_alpha: bool = field(default=False, metadata={"help": "alpha fixed to 1, not learned (Table 3 ablation)"})
     branch_weights_at_inference: INFERENCE_WEIGHT_CHOICES = field(
         default="learned",
         metadata={
@@ -56,6 +53,4 @@ class WeightedTransformerConfig(FairseqDataclass):
             "generation time with --model-overrides"
         },
     )
-    branch_random_seed: int = field(
-        default=1, metadata={"help": "seed of --branch-weights-at-inference random"}
-    )
+    branch_random_seed: int = field(default=1, metadata={"help": "seed of --branch-weights-at-inference random"})

@@ -1,4 +1,5 @@
 """Weighted Transformer decoder: fairseq's transformer decoder with branched layers."""
+
 from typing import Dict, Optional
 
 from fairseq.models.transformer import TransformerDecoderBase
@@ -48,9 +49,7 @@ class WeightedDecoderLayer(nn.Module):
             self.self_branched = BranchedAttention(self_attention=True, **self_attn_block)
         else:
             self.self_branched = None
-            self.self_attn = MultiheadAttention(
-                embed_dim, num_heads, dropout=attention_dropout, self_attention=True
-            )
+            self.self_attn = MultiheadAttention(embed_dim, num_heads, dropout=attention_dropout, self_attention=True)
             self.self_attn_layer_norm = LayerNorm(embed_dim)
         self.normalize_before = normalize_before
         if cross_block is not None:
@@ -59,7 +58,11 @@ class WeightedDecoderLayer(nn.Module):
             self.cross_branched = None
             kdim = encoder_embed_dim or embed_dim
             self.encoder_attn = MultiheadAttention(
-                embed_dim, num_heads, kdim=kdim, vdim=kdim, dropout=attention_dropout,
+                embed_dim,
+                num_heads,
+                kdim=kdim,
+                vdim=kdim,
+                dropout=attention_dropout,
                 encoder_decoder_attention=True,
             )
             self.encoder_attn_layer_norm = LayerNorm(embed_dim)

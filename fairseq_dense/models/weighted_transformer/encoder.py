@@ -1,4 +1,5 @@
 """Weighted Transformer encoder: fairseq's transformer encoder with branched layers."""
+
 from dataclasses import dataclass
 from typing import Optional
 

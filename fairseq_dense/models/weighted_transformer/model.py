@@ -3,6 +3,7 @@
 Ahmed, Keskar and Socher, 2017, "Weighted Transformer Network for Machine
 Translation", https://arxiv.org/abs/1711.02132.
 """
+
 import logging
 from typing import Dict, Iterator, Tuple
 
@@ -150,9 +151,7 @@ class WeightedTransformerModel(TransformerModel):
 
     def needs_projection(self) -> bool:
         """Whether some learned branch weight must be kept on the simplex."""
-        return any(
-            getattr(p, "on_simplex", False) for p in self.parameters() if p.requires_grad
-        )
+        return any(getattr(p, "on_simplex", False) for p in self.parameters() if p.requires_grad)
 
     def set_num_updates(self, num_updates):
         """fairseq calls this before every training forward and when loading a checkpoint.
