@@ -1,7 +1,5 @@
 import os
 
-import pytest
-
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 

@@ -228,7 +228,9 @@ def run_cli(tool: str, *args, cwd=None, check=True, env=None) -> subprocess.Comp
     full_env.setdefault("MKL_NUM_THREADS", "1")
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=full_env)
     if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+        raise AssertionError(
+            f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+        )
     return proc
 
 

@@ -69,7 +69,8 @@ def test_resume_with_installed_package_as_user_dir(trained):
         "fairseq-train", *train_args(trained["bin"], trained["save_dir"], PACKAGE_DIR, TRAIN_UPDATES + 20)
     )
     log = proc.stdout + proc.stderr
-    assert re.search(rf"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ {TRAIN_UPDATES} updates\)", log), log[-2000:]
+    loaded = rf"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ {TRAIN_UPDATES} updates\)"
+    assert re.search(loaded, log), log[-2000:]
     assert f"num_updates {TRAIN_UPDATES + 20}" in log
     gen = helpers.run_cli(
         "fairseq-generate", trained["bin"], "--user-dir", PACKAGE_DIR,

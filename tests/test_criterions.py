@@ -8,7 +8,6 @@ from fairseq import metrics
 import fairseq_dense  # noqa: F401
 from fairseq_dense.criterions.label_smoothed_cross_entropy_with_stats import (
     LabelSmoothedCrossEntropyWithStatsCriterion,
-    LabelSmoothedCrossEntropyWithStatsCriterionConfig,
     token_errors,
 )
 from tests import helpers
@@ -39,7 +38,6 @@ class TableModel(torch.nn.Module):
 
 
 def build_criterion(d, eps):
-    cfg = LabelSmoothedCrossEntropyWithStatsCriterionConfig(label_smoothing=eps)
     task = SimpleNamespace(target_dictionary=d)
     return LabelSmoothedCrossEntropyWithStatsCriterion(
         task, False, eps, ignore_prefix_size=0, report_accuracy=False

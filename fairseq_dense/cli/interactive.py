@@ -83,8 +83,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     sys.stdin = CheckedLines(stream, "stdin" if source == "-" else source, allow_empty)
     sys.argv = ["fairseq-interactive", *argv, "--input", "-"]
     try:
-        import fairseq_dense  # noqa: F401  (registers the architectures even without --user-dir)
         from fairseq_cli import interactive
+
+        import fairseq_dense  # noqa: F401  (registers the architectures even without --user-dir)
 
         interactive.cli_main()
     except FairseqDenseError as e:

@@ -90,11 +90,12 @@ def distributed_args(
 
 def run_train(train_args: Sequence[str]) -> None:
     """Run ``fairseq-train`` with ``train_args`` in this process (fairseq's ``cli_main``)."""
-    import fairseq_dense  # noqa: F401  (registers the architectures even without --user-dir)
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.distributed import utils as distributed_utils
     from fairseq_cli import train
+
+    import fairseq_dense  # noqa: F401  (registers the architectures even without --user-dir)
 
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, input_args=list(train_args))
