@@ -1,12 +1,12 @@
 """Packaging for fairseq-dense, a fairseq plugin of dense / deep NMT architectures."""
+
 from setuptools import find_packages, setup
 
 setup(
     name="fairseq-dense",
     version="0.1.0",
     description=(
-        "fairseq plugin: DenseNMT, DenseRNN, Deep-Att/Deep-ED, an attentional GRU "
-        "baseline and the Weighted Transformer"
+        "fairseq plugin: DenseNMT, DenseRNN, Deep-Att/Deep-ED, an attentional GRU baseline and the Weighted Transformer"
     ),
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",

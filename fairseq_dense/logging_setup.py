@@ -1,4 +1,5 @@
 """Logging set-up shared by the command-line entry points and benchmark scripts."""
+
 import logging
 from typing import Optional
 

@@ -5,6 +5,7 @@ launcher's worker protocol); SPEC lists one ``fairseq-train`` argument list per
 architecture. Each goes through :func:`fairseq_dense.cli.train_ddp.rank_main`, as
 ``fairseq-dense-train-ddp`` runs it, but the ~5 s fairseq import is paid once.
 """
+
 import json
 import sys
 

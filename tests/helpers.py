@@ -4,6 +4,7 @@ fairseq's own ``tests/`` package is not in its wheel, so these are ours. Every
 model family's tests use the ``check_*`` functions, so each family is held to the
 same properties (shapes, gradients, incremental == full, reorder, padding).
 """
+
 import os
 import random
 import subprocess
@@ -49,7 +50,7 @@ def random_tokens(d: Dictionary, lengths: List[int], left_pad: bool, seed: int =
         if eos:
             toks[-1] = d.eos()
         if left_pad:
-            out[i, max_len - n:] = toks
+            out[i, max_len - n :] = toks
         else:
             out[i, :n] = toks
     return out
@@ -78,6 +79,7 @@ def make_sample(d: Dictionary, src_lengths=(5, 7, 3), tgt_lengths=(4, 6, 5), lef
 
 
 # ---------------------------------------------------------------- model checks
+
 
 def _tgt_mask(sample, d):
     return sample["target"].ne(d.pad())
@@ -183,7 +185,7 @@ def flip_padding(tokens: torch.Tensor, pad: int) -> torch.Tensor:
         if tokens[:, 0].eq(pad).any():  # currently left-padded -> right
             out[i, : len(toks)] = toks
         else:
-            out[i, tokens.size(1) - len(toks):] = toks
+            out[i, tokens.size(1) - len(toks) :] = toks
     return out
 
 
@@ -204,8 +206,10 @@ def check_padding_invariance(model, sample, atol: float = 1e-5) -> None:
 
 # ---------------------------------------------------------------- corpora and CLI
 
-def write_copy_corpus(directory: Path, n_train=2000, n_valid=100, n_test=100, vocab=12, seed=0,
-                      src="src", tgt="tgt", min_len=3, max_len=8) -> Path:
+
+def write_copy_corpus(
+    directory: Path, n_train=2000, n_valid=100, n_test=100, vocab=12, seed=0, src="src", tgt="tgt", min_len=3, max_len=8
+) -> Path:
     """A copy-like task: the target is the source with every letter upper-cased."""
     rng = random.Random(seed)
     letters = [chr(ord("a") + i) for i in range(vocab)]
@@ -236,9 +240,22 @@ def run_cli(tool: str, *args, cwd=None, check=True, env=None) -> subprocess.Comp
 
 def preprocess(raw: Path, dest: Path, src="src", tgt="tgt") -> Path:
     run_cli(
-        "fairseq-preprocess", "--source-lang", src, "--target-lang", tgt,
-        "--trainpref", raw / "train", "--validpref", raw / "valid", "--testpref", raw / "test",
-        "--destdir", dest, "--workers", "1", "--joined-dictionary",
+        "fairseq-preprocess",
+        "--source-lang",
+        src,
+        "--target-lang",
+        tgt,
+        "--trainpref",
+        raw / "train",
+        "--validpref",
+        raw / "valid",
+        "--testpref",
+        raw / "test",
+        "--destdir",
+        dest,
+        "--workers",
+        "1",
+        "--joined-dictionary",
     )
     return dest
 

@@ -5,6 +5,7 @@ Every test iterates over :func:`tiny_archs`, so a family that registers a
 runs in the pytest process (``fairseq_cli.train.main``) wherever possible:
 importing fairseq costs about 5 s per process.
 """
+
 import contextlib
 import dataclasses
 import os
@@ -25,7 +26,8 @@ def tiny_archs() -> List[str]:
     from fairseq.models import ARCH_MODEL_REGISTRY
 
     return sorted(
-        name for name, cls in ARCH_MODEL_REGISTRY.items()
+        name
+        for name, cls in ARCH_MODEL_REGISTRY.items()
         if name.endswith("_tiny") and cls.__module__.startswith("fairseq_dense.")
     )
 
@@ -47,8 +49,17 @@ def zero_dropout_args(arch: str) -> List[str]:
     return args or ["--dropout", "0"]
 
 
-def write_corpus(directory: Path, n_train: int, n_valid: int = 8, n_test: int = 8, vocab: int = 8,
-                 seed: int = 0, min_len: int = 2, max_len: int = 6, group: int = 0) -> Path:
+def write_corpus(
+    directory: Path,
+    n_train: int,
+    n_valid: int = 8,
+    n_test: int = 8,
+    vocab: int = 8,
+    seed: int = 0,
+    min_len: int = 2,
+    max_len: int = 6,
+    group: int = 0,
+) -> Path:
     """A tiny copy-like corpus (the target is the upper-cased source).
 
     With ``group=g``, training sentences come in runs of ``g`` of the same length
@@ -75,11 +86,25 @@ def preprocess_inprocess(raw: Path, dest: Path) -> Path:
     from fairseq_cli import preprocess
 
     parser = options.get_preprocessing_parser()
-    args = parser.parse_args([
-        "--source-lang", "src", "--target-lang", "tgt", "--trainpref", str(raw / "train"),
-        "--validpref", str(raw / "valid"), "--testpref", str(raw / "test"), "--destdir", str(dest),
-        "--workers", "1", "--joined-dictionary",
-    ])
+    args = parser.parse_args(
+        [
+            "--source-lang",
+            "src",
+            "--target-lang",
+            "tgt",
+            "--trainpref",
+            str(raw / "train"),
+            "--validpref",
+            str(raw / "valid"),
+            "--testpref",
+            str(raw / "test"),
+            "--destdir",
+            str(dest),
+            "--workers",
+            "1",
+            "--joined-dictionary",
+        ]
+    )
     preprocess.main(args)
     return dest
 
@@ -105,11 +130,30 @@ def default_task() -> str:
 def base_train_args(bin_dir: Path, save_dir: Path, arch: str, max_update: int, *extra: str) -> List[str]:
     """A tiny CPU ``fairseq-train`` command line for ``arch`` (``--task`` from :func:`default_task`)."""
     task = [] if "--task" in extra else ["--task", default_task()]
-    return [*task,
-        str(bin_dir), "--arch", arch, "--cpu", "--seed", "3", "--num-workers", "0",
-        "--criterion", "label_smoothed_cross_entropy_with_stats", "--label-smoothing", "0.1",
-        "--max-update", str(max_update), "--save-dir", str(save_dir), "--no-epoch-checkpoints",
-        "--log-format", "json", "--log-interval", "1", *extra,
+    return [
+        *task,
+        str(bin_dir),
+        "--arch",
+        arch,
+        "--cpu",
+        "--seed",
+        "3",
+        "--num-workers",
+        "0",
+        "--criterion",
+        "label_smoothed_cross_entropy_with_stats",
+        "--label-smoothing",
+        "0.1",
+        "--max-update",
+        str(max_update),
+        "--save-dir",
+        str(save_dir),
+        "--no-epoch-checkpoints",
+        "--log-format",
+        "json",
+        "--log-interval",
+        "1",
+        *extra,
     ]
 
 

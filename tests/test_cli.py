@@ -4,6 +4,7 @@ One tiny copy-like corpus is preprocessed and one ``gru_attention_tiny`` model i
 trained once per module; the tests then generate with beam search, resume
 training, and load the checkpoint through fairseq's hub interface.
 """
+
 import os
 import re
 
@@ -24,11 +25,37 @@ BLEU_THRESHOLD = 40.0
 
 def train_args(bin_dir, save_dir, user_dir, max_update):
     return [
-        bin_dir, "--user-dir", user_dir, "--arch", "gru_attention_tiny", "--cpu", "--seed", "1",
-        "--optimizer", "adam", "--lr", "0.005", "--clip-norm", "1.0",
-        "--criterion", "label_smoothed_cross_entropy_with_stats", "--label-smoothing", "0.1",
-        "--max-tokens", "1000", "--max-update", str(max_update), "--save-dir", save_dir,
-        "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50", "--num-workers", "0",
+        bin_dir,
+        "--user-dir",
+        user_dir,
+        "--arch",
+        "gru_attention_tiny",
+        "--cpu",
+        "--seed",
+        "1",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "0.005",
+        "--clip-norm",
+        "1.0",
+        "--criterion",
+        "label_smoothed_cross_entropy_with_stats",
+        "--label-smoothing",
+        "0.1",
+        "--max-tokens",
+        "1000",
+        "--max-update",
+        str(max_update),
+        "--save-dir",
+        save_dir,
+        "--no-epoch-checkpoints",
+        "--log-format",
+        "simple",
+        "--log-interval",
+        "50",
+        "--num-workers",
+        "0",
     ]
 
 
@@ -51,9 +78,22 @@ def test_train_logs_token_error_rate(trained):
 
 def test_generate_beam5_learns_copy_task(trained):
     proc = helpers.run_cli(
-        "fairseq-generate", trained["bin"], "--user-dir", helpers.USER_DIR,
-        "--path", trained["save_dir"] / "checkpoint_last.pt", "--gen-subset", "test", "--beam", "5",
-        "--batch-size", "32", "--required-batch-size-multiple", "1", "--cpu", "--print-alignment",
+        "fairseq-generate",
+        trained["bin"],
+        "--user-dir",
+        helpers.USER_DIR,
+        "--path",
+        trained["save_dir"] / "checkpoint_last.pt",
+        "--gen-subset",
+        "test",
+        "--beam",
+        "5",
+        "--batch-size",
+        "32",
+        "--required-batch-size-multiple",
+        "1",
+        "--cpu",
+        "--print-alignment",
     )
     hyps = helpers.hypotheses_from_generate(proc.stdout)
     refs = helpers.references_from_generate(proc.stdout)
@@ -73,9 +113,21 @@ def test_resume_with_installed_package_as_user_dir(trained):
     assert re.search(loaded, log), log[-2000:]
     assert f"num_updates {TRAIN_UPDATES + 20}" in log
     gen = helpers.run_cli(
-        "fairseq-generate", trained["bin"], "--user-dir", PACKAGE_DIR,
-        "--path", trained["save_dir"] / "checkpoint_last.pt", "--gen-subset", "valid", "--beam", "5",
-        "--batch-size", "32", "--required-batch-size-multiple", "1", "--cpu",
+        "fairseq-generate",
+        trained["bin"],
+        "--user-dir",
+        PACKAGE_DIR,
+        "--path",
+        trained["save_dir"] / "checkpoint_last.pt",
+        "--gen-subset",
+        "valid",
+        "--beam",
+        "5",
+        "--batch-size",
+        "32",
+        "--required-batch-size-multiple",
+        "1",
+        "--cpu",
     )
     assert len(helpers.hypotheses_from_generate(gen.stdout)) == 100
 
@@ -86,8 +138,11 @@ def test_hub_interface_translates(trained):
     from fairseq_dense.models.gru_attention import GRUAttentionModel
 
     hub = GRUAttentionModel.from_pretrained(
-        str(trained["save_dir"]), checkpoint_file="checkpoint_last.pt",
-        data_name_or_path=str(trained["bin"]), user_dir=str(helpers.USER_DIR), cpu=True,
+        str(trained["save_dir"]),
+        checkpoint_file="checkpoint_last.pt",
+        data_name_or_path=str(trained["bin"]),
+        user_dir=str(helpers.USER_DIR),
+        cpu=True,
     )
     assert isinstance(hub, GeneratorHubInterface)
     src_lines = (trained["raw"] / "test.src").read_text().splitlines()[:20]

@@ -1,4 +1,5 @@
 """Tests of the ConvS2S/DenseNMT annealing scheduler ``convs2s_anneal``."""
+
 import io
 
 import pytest

@@ -1,4 +1,5 @@
 """The stats criterion against hand-computed values."""
+
 import math
 from types import SimpleNamespace
 
@@ -39,9 +40,7 @@ class TableModel(torch.nn.Module):
 
 def build_criterion(d, eps):
     task = SimpleNamespace(target_dictionary=d)
-    return LabelSmoothedCrossEntropyWithStatsCriterion(
-        task, False, eps, ignore_prefix_size=0, report_accuracy=False
-    )
+    return LabelSmoothedCrossEntropyWithStatsCriterion(task, False, eps, ignore_prefix_size=0, report_accuracy=False)
 
 
 def _setup():
@@ -49,13 +48,22 @@ def _setup():
     pad = d.pad()
     # batch 1 x 3 target positions, the last one padding
     target = torch.tensor([[4, 5, pad]])
-    logits = torch.log(torch.tensor([[
-        [0.1, 0.1, 0.1, 0.1, 0.5, 0.1],   # predicts 4: correct
-        [0.1, 0.1, 0.1, 0.1, 0.4, 0.2],   # predicts 4, gold 5: wrong
-        [0.1, 0.1, 0.1, 0.1, 0.1, 0.5],   # padding: ignored
-    ]]))
-    sample = {"net_input": {"src_tokens": None, "src_lengths": None, "prev_output_tokens": None},
-              "target": target, "ntokens": 2}
+    logits = torch.log(
+        torch.tensor(
+            [
+                [
+                    [0.1, 0.1, 0.1, 0.1, 0.5, 0.1],  # predicts 4: correct
+                    [0.1, 0.1, 0.1, 0.1, 0.4, 0.2],  # predicts 4, gold 5: wrong
+                    [0.1, 0.1, 0.1, 0.1, 0.1, 0.5],  # padding: ignored
+                ]
+            ]
+        )
+    )
+    sample = {
+        "net_input": {"src_tokens": None, "src_lengths": None, "prev_output_tokens": None},
+        "target": target,
+        "ntokens": 2,
+    }
     return d, logits, sample
 
 
@@ -105,8 +113,10 @@ def test_zero_smoothing_is_cross_entropy():
 def test_reduce_metrics_logs_ter_and_model_stats():
     d, logits, sample = _setup()
     crit = build_criterion(d, 0.0)
-    logs = [crit(TableModel(logits, {"kappa_max": 0.5}), sample)[2],
-            crit(TableModel(logits, {"kappa_max": 1.0}), sample)[2]]
+    logs = [
+        crit(TableModel(logits, {"kappa_max": 0.5}), sample)[2],
+        crit(TableModel(logits, {"kappa_max": 1.0}), sample)[2],
+    ]
     with metrics.aggregate() as agg:
         LabelSmoothedCrossEntropyWithStatsCriterion.reduce_metrics(logs)
         values = agg.get_smoothed_values()

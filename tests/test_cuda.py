@@ -5,6 +5,7 @@ mixed-precision (autocast) forward/backward with finite gradients.
 Skipped without CUDA (CI has none); run on a GPU machine with
 ``pytest tests/test_cuda.py tests/test_precision.py``.
 """
+
 import pytest
 import torch
 
@@ -59,8 +60,9 @@ def test_cuda_beam_search_with_cache_equals_without(arch):
         with torch.no_grad():
             out_proj.bias[d.eos()] += 0.1
     sample = _sample(d, "cuda")
-    helpers.assert_same_hypotheses(helpers.beam_search(model, d, sample),
-                                   helpers.beam_search(model, d, sample, cached=False), atol=1e-4)
+    helpers.assert_same_hypotheses(
+        helpers.beam_search(model, d, sample), helpers.beam_search(model, d, sample, cached=False), atol=1e-4
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -1,4 +1,5 @@
 """Data preparation: BPE compatibility with the standard recipe, input checks, the synthetic corpus."""
+
 import filecmp
 import json
 import random

@@ -12,6 +12,7 @@ All architectures train in ONE torchrun launch (``tests/ddp_worker.py`` calls th
 launcher's per-rank entry point for each), while the single-process references
 train in this process.
 """
+
 import json
 import os
 import subprocess
@@ -32,8 +33,9 @@ OPT = ["--optimizer", "sgd", "--lr", "0.5", "--momentum", "0.9", "--disable-vali
 
 
 def _args(bin_dir, save_dir, arch, batch):
-    return rh.base_train_args(bin_dir, save_dir, arch, UPDATES, *OPT, "--batch-size", str(batch),
-                              *rh.zero_dropout_args(arch))
+    return rh.base_train_args(
+        bin_dir, save_dir, arch, UPDATES, *OPT, "--batch-size", str(batch), *rh.zero_dropout_args(arch)
+    )
 
 
 def _on_simplex(t: torch.Tensor) -> bool:
@@ -47,11 +49,14 @@ def test_two_processes_equal_one_process_with_double_batch(tmp_path):
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(runs))
     opts = train_ddp.build_parser().parse_args(["--nproc", "2"])
-    cmd = [sys.executable, "-m", "torch.distributed.run",
-           *train_ddp.torchrun_args(opts, [str(spec)], worker_module="tests.ddp_worker")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *train_ddp.torchrun_args(opts, [str(spec)], worker_module="tests.ddp_worker"),
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    ddp = subprocess.Popen(cmd, cwd=helpers.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True)
+    ddp = subprocess.Popen(cmd, cwd=helpers.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         for arch in archs:  # the references train while the workers start
             rh.train_inprocess(_args(bin_dir, tmp_path / "single" / arch, arch, 2 * B))
@@ -78,9 +83,15 @@ def test_launcher_builds_rank_arguments():
     args = train_ddp.distributed_args(["bin", "--cpu", "--arch", "x"], rank=1, world_size=2, local_rank=1)
     assert args[:4] == ["bin", "--cpu", "--arch", "x"]
     joined = " ".join(args)
-    for part in ("--distributed-init-method env://", "--distributed-world-size 2", "--distributed-rank 1",
-                 "--distributed-no-spawn", "--distributed-backend gloo", "--ddp-backend legacy_ddp",
-                 "--device-id 0"):
+    for part in (
+        "--distributed-init-method env://",
+        "--distributed-world-size 2",
+        "--distributed-rank 1",
+        "--distributed-no-spawn",
+        "--distributed-backend gloo",
+        "--ddp-backend legacy_ddp",
+        "--device-id 0",
+    ):
         assert part in joined
     gpu = train_ddp.distributed_args(["bin"], rank=3, world_size=8, local_rank=3, backend="nccl")
     assert "--distributed-backend nccl" in " ".join(gpu) and "--device-id 3" in " ".join(gpu)
@@ -95,14 +106,27 @@ def test_launcher_torchrun_command(monkeypatch):
     train_ddp.main(["--nproc", "2", "bin", "--cpu", "--lr", "0.1"])
     a = seen["args"]
     assert a[:3] == ["--nproc_per_node", "2", "--standalone"]
-    assert a[a.index("-m") + 1: a.index("--")] == ["fairseq_dense.cli.train_ddp", "--worker"]
-    assert a[a.index("--") + 1:] == ["bin", "--cpu", "--lr", "0.1"]
+    assert a[a.index("-m") + 1 : a.index("--")] == ["fairseq_dense.cli.train_ddp", "--worker"]
+    assert a[a.index("--") + 1 :] == ["bin", "--cpu", "--lr", "0.1"]
 
     multi = train_ddp.torchrun_args(
-        train_ddp.build_parser().parse_args(["--nproc", "4", "--nnodes", "2", "--node-rank", "1",
-                                             "--master-addr", "node0", "--backend", "nccl"]), ["bin"])
-    assert multi[:10] == ["--nproc_per_node", "4", "--nnodes", "2", "--node_rank", "1",
-                          "--master_addr", "node0", "--master_port", "29500"]
+        train_ddp.build_parser().parse_args(
+            ["--nproc", "4", "--nnodes", "2", "--node-rank", "1", "--master-addr", "node0", "--backend", "nccl"]
+        ),
+        ["bin"],
+    )
+    assert multi[:10] == [
+        "--nproc_per_node",
+        "4",
+        "--nnodes",
+        "2",
+        "--node_rank",
+        "1",
+        "--master_addr",
+        "node0",
+        "--master_port",
+        "29500",
+    ]
     assert "--backend" in multi and "nccl" in multi
 
     with pytest.raises(SystemExit):
@@ -133,10 +157,15 @@ def test_console_launcher_end_to_end(arch, tmp_path):
     save = tmp_path / "ddp"
     proc = subprocess.run(
         [sys.executable, "-m", "fairseq_dense.cli.train_ddp", "--nproc", "2", *_args(bin_dir, save, arch, B)],
-        cwd=helpers.REPO, capture_output=True, text=True, timeout=600,
+        cwd=helpers.REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
     rh.train_inprocess(_args(bin_dir, tmp_path / "single", arch, 2 * B))
-    diff = rh.max_abs_diff(rh.load_checkpoint(tmp_path / "single" / "checkpoint_last.pt")["model"],
-                           rh.load_checkpoint(save / "checkpoint_last.pt")["model"])
+    diff = rh.max_abs_diff(
+        rh.load_checkpoint(tmp_path / "single" / "checkpoint_last.pt")["model"],
+        rh.load_checkpoint(save / "checkpoint_last.pt")["model"],
+    )
     assert diff <= 1e-5

@@ -1,4 +1,5 @@
 """Tests for the per-parameter-group LR schedule ``--lr-scheduler grouped``."""
+
 import math
 
 import pytest
@@ -20,8 +21,17 @@ def make_cfg(*flags):
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(
         parser,
-        input_args=["/nonexistent", "--arch", "transformer_tiny", "--optimizer", "adam",
-                    "--lr-scheduler", "grouped", "--cpu", *flags],
+        input_args=[
+            "/nonexistent",
+            "--arch",
+            "transformer_tiny",
+            "--optimizer",
+            "adam",
+            "--lr-scheduler",
+            "grouped",
+            "--cpu",
+            *flags,
+        ],
     )
     return convert_namespace_to_omegaconf(args)
 
@@ -79,8 +89,14 @@ def test_split_groups_default_first():
 
 def test_values_step1_boundary_late_both_groups():
     sd, sb, wd, wb = 512**-0.5, (512 / 6) ** -0.5, 4000, 400
-    cfg = make_cfg("--lr", "1", "--group-lr-scale", f"default={sd},branch={sb}",
-                   "--group-warmup-updates", f"default={wd},branch={wb}")
+    cfg = make_cfg(
+        "--lr",
+        "1",
+        "--group-lr-scale",
+        f"default={sd},branch={sb}",
+        "--group-warmup-updates",
+        f"default={wd},branch={wb}",
+    )
     opt, sched = build(cfg, TaggedModel())
 
     def lrs(n):
@@ -128,9 +144,18 @@ def test_freeze_window_and_bit_identical_params():
 
 
 def test_resume_equals_uninterrupted():
-    cfg = make_cfg("--lr", "0.01", "--group-lr-scale", "branch=0.05",
-                   "--group-warmup-updates", "default=4,branch=2",
-                   "--group-freeze-last", "branch=2", "--max-update", "8")
+    cfg = make_cfg(
+        "--lr",
+        "0.01",
+        "--group-lr-scale",
+        "branch=0.05",
+        "--group-warmup-updates",
+        "default=4,branch=2",
+        "--group-freeze-last",
+        "branch=2",
+        "--max-update",
+        "8",
+    )
     ref = TaggedModel()
     opt, sched = build(cfg, ref)
     train_steps(ref, opt, sched, 0, 8)

@@ -1,4 +1,5 @@
 """Our entry points' logging survives fairseq's own root-logger set-up."""
+
 import logging
 
 import fairseq  # noqa: F401  (configures the root logger on import)

@@ -9,6 +9,7 @@
 * GPUs: ``--fp16`` and ``--amp`` train every ``*_tiny`` architecture for a few
   hundred updates without a non-finite loss or parameter. Skipped without CUDA.
 """
+
 import math
 
 import pytest
@@ -59,8 +60,9 @@ def test_incremental_decoding_runs_in_bfloat16(arch):
         ref = helpers.incremental_decode(model, *args).exp()
         model = model.to(torch.bfloat16)
         low = helpers.incremental_decode(model, *args).exp()
-        out, _ = model.decoder(ni["prev_output_tokens"][:, :1], encoder_out=model.encoder(*args[:2]),
-                               incremental_state={})
+        out, _ = model.decoder(
+            ni["prev_output_tokens"][:, :1], encoder_out=model.encoder(*args[:2]), incremental_state={}
+        )
     assert out.dtype == torch.bfloat16
     mask = ni["prev_output_tokens"].ne(d.pad())
     assert torch.isfinite(low[mask]).all()
@@ -78,8 +80,20 @@ def gpu_data(tmp_path_factory):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_gpu_mixed_precision_trains_without_nan(arch, mode, gpu_data, tmp_path):
     args = rh.base_train_args(
-        gpu_data, tmp_path / "ckpt", arch, GPU_UPDATES, mode, "--optimizer", "adam", "--lr", "0.002",
-        "--clip-norm", "1.0", "--batch-size", "32", "--disable-validation",
+        gpu_data,
+        tmp_path / "ckpt",
+        arch,
+        GPU_UPDATES,
+        mode,
+        "--optimizer",
+        "adam",
+        "--lr",
+        "0.002",
+        "--clip-norm",
+        "1.0",
+        "--batch-size",
+        "32",
+        "--disable-validation",
     )
     args.remove("--cpu")
     losses = rh.train_inprocess(args)

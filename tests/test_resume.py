@@ -21,6 +21,7 @@ built on it; :func:`reliability_helpers.default_task`): with fairseq's own
 (see ``fairseq_dense/tasks/translation_exact_resume.py``), which
 ``test_plain_translation_task_resume_differs`` pins down.
 """
+
 import re
 
 import pytest
@@ -33,10 +34,24 @@ pytestmark = pytest.mark.slow
 N_TRAIN = 24  # 3 batches of 8 -> 3 updates per epoch
 TOTAL, STOP = 8, 4  # checkpoint after update 4 (mid-epoch: epoch 2, batch 1 of 3), killed in update 5
 EXTRA = [
-    "--optimizer", "adam", "--lr", "0.003", "--clip-norm", "1.0", "--batch-size", "8",
-    "--save-interval-updates", str(STOP),
-    "--lr-scheduler", "reduce_lr_on_plateau", "--lr-shrink", "0.5", "--lr-patience", "0",
-    "--max-tokens-valid", "200",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "0.003",
+    "--clip-norm",
+    "1.0",
+    "--batch-size",
+    "8",
+    "--save-interval-updates",
+    str(STOP),
+    "--lr-scheduler",
+    "reduce_lr_on_plateau",
+    "--lr-shrink",
+    "0.5",
+    "--lr-patience",
+    "0",
+    "--max-tokens-valid",
+    "200",
 ]
 
 
@@ -105,16 +120,32 @@ def test_resume_with_grouped_schedule_and_freeze_window(arch, data_bin, tmp_path
     """``--lr-scheduler grouped``: per-group warm-up and a freeze window spanning the resume."""
     group = rh.parameter_groups(arch)[0]
     extra = [
-        "--optimizer", "adam", "--lr", "0.003", "--batch-size", "8", "--max-tokens-valid", "200",
-        "--save-interval-updates", str(STOP), "--lr-scheduler", "grouped",
-        "--group-warmup-updates", f"default=3,{group}=2",
-        "--group-freeze-last", f"{group}={TOTAL - STOP}", "--fp16-no-flatten-grads",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "0.003",
+        "--batch-size",
+        "8",
+        "--max-tokens-valid",
+        "200",
+        "--save-interval-updates",
+        str(STOP),
+        "--lr-scheduler",
+        "grouped",
+        "--group-warmup-updates",
+        f"default=3,{group}=2",
+        "--group-freeze-last",
+        f"{group}={TOTAL - STOP}",
+        "--fp16-no-flatten-grads",
     ]
     at_stop, final = _check_resume(arch, data_bin, tmp_path, extra)
     from tests.helpers import dummy_dictionary
 
-    frozen = [n for n, p in rh.build_tiny_model(arch, dummy_dictionary(8)).named_parameters()
-              if getattr(p, "param_group", None) == group]
+    frozen = [
+        n
+        for n, p in rh.build_tiny_model(arch, dummy_dictionary(8)).named_parameters()
+        if getattr(p, "param_group", None) == group
+    ]
     assert frozen
     moved = [n for n in frozen if not torch.equal(at_stop[n], final[n])]
     assert not moved, f"{arch}: group {group!r} changed inside its freeze window: {moved}"

@@ -1,4 +1,5 @@
 """Euclidean projection onto the probability simplex and its post-step application."""
+
 import itertools
 from types import SimpleNamespace
 
@@ -80,8 +81,7 @@ def test_after_step_fp32_and_frozen_group():
     model.a = _param([0.9, 0.4, -0.1])
     model.b = _param([2.0, 2.0, 2.0])
     model.c = _param([5.0, 1.0], on_simplex=False)
-    opt = SimpleNamespace(param_groups=[{"params": [model.a, model.c], "lr": 0.1},
-                                        {"params": [model.b], "lr": 0.0}])
+    opt = SimpleNamespace(param_groups=[{"params": [model.a, model.c], "lr": 0.1}, {"params": [model.b], "lr": 0.0}])
     assert project_parameters_after_step(model, opt) == 1
     torch.testing.assert_close(model.a.data, brute_force(torch.tensor([0.9, 0.4, -0.1])).float())
     assert torch.equal(model.b.data, torch.tensor([2.0, 2.0, 2.0]))  # lr 0: untouched

@@ -5,6 +5,7 @@ model is built on a small dictionary and, for every pair of variants meant to ha
 same shape (Transformer against Weighted Transformer), the parameter counts differ by
 the branch weights only.
 """
+
 import importlib.util
 import os
 

@@ -3,6 +3,7 @@
 ``fairseq-train --user-dir user_dir ...`` imports this folder as a top-level module
 named ``user_dir``; importing :mod:`fairseq_dense` registers everything.
 """
+
 import os
 import sys
 

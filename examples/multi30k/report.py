@@ -7,6 +7,7 @@ training's log and ``eval.json``), rewrites the table between the markers of
 ``RESULTS.md`` and of the README's results section, and draws one plot per pair
 (validation loss against updates and against seconds, both sides in each panel).
 """
+
 import glob
 import json
 import os
@@ -38,7 +39,7 @@ def summarize(pair: str, side: str):
     folder = os.path.join(LOGS, pair, side)
     sweep = {}
     for path in sorted(glob.glob(os.path.join(folder, "sweep-lr*.log"))):
-        lr = float(os.path.basename(path)[len("sweep-lr"):-len(".log")])
+        lr = float(os.path.basename(path)[len("sweep-lr") : -len(".log")])
         losses = [float(r["valid_loss"]) for r in records(path, "valid") if int(r["epoch"]) <= SWEEP_EPOCHS]
         if losses:
             sweep[lr] = min(losses)
@@ -53,19 +54,33 @@ def summarize(pair: str, side: str):
     valid = list({int(r["epoch"]): r for log in logs for r in records(log, "valid")}.values())
     train = {int(r["epoch"]): r for log in logs for r in records(log, "train")}
     # (updates, wall seconds at the end of that epoch, validation loss, epoch)
-    curve = [(int(r["valid_num_updates"]), float(train.get(int(r["epoch"]), {}).get("wall", "nan")),
-              float(r["valid_loss"]), int(r["epoch"])) for r in valid]
+    curve = [
+        (
+            int(r["valid_num_updates"]),
+            float(train.get(int(r["epoch"]), {}).get("wall", "nan")),
+            float(r["valid_loss"]),
+            int(r["epoch"]),
+        )
+        for r in valid
+    ]
     with open(train_log) as f:
         text = f.read()
     best = min(curve, key=lambda c: c[2]) if curve else None
     wps = [float(r["train_wps"]) for r in train.values() if "train_wps" in r]
-    row.update({
-        "params": params(chosen_log), "curve": curve, "early_stopped": "early stop" in text,
-        "finished": "done training" in text,
-        "best_loss": best[2] if best else None, "best_epoch": best[3] if best else None,
-        "best_updates": best[0] if best else None, "best_wall_h": best[1] / 3600 if best else None,
-        "epochs": curve[-1][3] if curve else 0, "wps": sum(wps) / len(wps) if wps else None,
-    })
+    row.update(
+        {
+            "params": params(chosen_log),
+            "curve": curve,
+            "early_stopped": "early stop" in text,
+            "finished": "done training" in text,
+            "best_loss": best[2] if best else None,
+            "best_epoch": best[3] if best else None,
+            "best_updates": best[0] if best else None,
+            "best_wall_h": best[1] / 3600 if best else None,
+            "epochs": curve[-1][3] if curve else 0,
+            "wps": sum(wps) / len(wps) if wps else None,
+        }
+    )
     eval_path = os.path.join(folder, "eval.json")
     if os.path.isfile(eval_path):
         with open(eval_path) as f:
@@ -138,8 +153,10 @@ def replace_between(path: str, text: str) -> None:
 
 def front_table(rows) -> str:
     """One row per family for the README: its BLEU beside its baseline's."""
-    lines = ["| family | plugin arch | test sacreBLEU | baseline | baseline sacreBLEU | claim |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| family | plugin arch | test sacreBLEU | baseline | baseline sacreBLEU | claim |",
+        "|---|---|---|---|---|---|",
+    ]
     by = {(r["pair"], r["side"]): r for r in rows}
     for pair, spec in PAIRS.items():
         model, base = by.get((pair, "model"), {}), by.get((pair, "baseline"), {})
@@ -147,16 +164,19 @@ def front_table(rows) -> str:
         def bleu(r):
             return fmt(r.get("eval", {}).get("test", {}).get("sacrebleu"), ".2f")
 
-        lines.append(f"| {pair} | `{arch(pair, 'model')}` | {bleu(model)} | `{arch(pair, 'baseline')}` | "
-                     f"{bleu(base)} | {spec['claim']} |")
+        lines.append(
+            f"| {pair} | `{arch(pair, 'model')}` | {bleu(model)} | `{arch(pair, 'baseline')}` | "
+            f"{bleu(base)} | {spec['claim']} |"
+        )
     return "\n".join(lines)
 
 
 def main() -> None:
     rows = []
     for pair in PAIRS:
-        pair_rows = [summarize(pair, side) for side in ("model", "baseline")
-                     if os.path.isdir(os.path.join(LOGS, pair, side))]
+        pair_rows = [
+            summarize(pair, side) for side in ("model", "baseline") if os.path.isdir(os.path.join(LOGS, pair, side))
+        ]
         if any(r.get("curve") for r in pair_rows):
             plot(pair, pair_rows)
         rows.extend(pair_rows)

@@ -20,6 +20,7 @@ label smoothing 0.1, clip-norm 1.0, 4096 tokens per batch, seed 1, early stoppin
 PATIENCE epochs without a better validation loss. The best checkpoint is decoded with
 beam 5; the length penalty is chosen on valid.
 """
+
 import argparse
 import json
 import os
@@ -44,12 +45,35 @@ MAX_EPOCH = 80
 SWEEP_EPOCHS = 4  # 528 updates: well past the warm-up, so the sweep does not just reward fast warm-up
 LENPENS = (0.6, 1.0, 1.4)
 COMMON = [
-    "--task", "translation", "-s", SRC, "-t", TGT, "--cpu",
-    "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "1.0",
-    "--lr-scheduler", "inverse_sqrt", "--warmup-init-lr", "1e-07",
-    "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-    "--max-tokens", "4096", "--seed", "1",
-    "--log-format", "json", "--log-interval", "50",
+    "--task",
+    "translation",
+    "-s",
+    SRC,
+    "-t",
+    TGT,
+    "--cpu",
+    "--optimizer",
+    "adam",
+    "--adam-betas",
+    "(0.9, 0.98)",
+    "--clip-norm",
+    "1.0",
+    "--lr-scheduler",
+    "inverse_sqrt",
+    "--warmup-init-lr",
+    "1e-07",
+    "--criterion",
+    "label_smoothed_cross_entropy",
+    "--label-smoothing",
+    "0.1",
+    "--max-tokens",
+    "4096",
+    "--seed",
+    "1",
+    "--log-format",
+    "json",
+    "--log-interval",
+    "50",
 ]
 
 
@@ -69,8 +93,22 @@ def prepare() -> None:
             link = os.path.join(raw, f"{split}.{lang}")
             if not os.path.islink(link):
                 os.symlink(os.path.abspath(path), link)
-    run([sys.executable, os.path.join(ROOT, "examples", "translation", "prepare.py"), "--raw", raw,
-         "--src", SRC, "--tgt", TGT, "--dest", os.path.join(WORK, "data"), "--bpe-merges", str(MERGES)])
+    run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "examples", "translation", "prepare.py"),
+            "--raw",
+            raw,
+            "--src",
+            SRC,
+            "--tgt",
+            TGT,
+            "--dest",
+            os.path.join(WORK, "data"),
+            "--bpe-merges",
+            str(MERGES),
+        ]
+    )
 
 
 def run(cmd, log=None, threads=None) -> None:
@@ -120,9 +158,21 @@ def side_dir(pair: str, side: str) -> str:
 
 def train_args(pair: str, side: str, lr: float):
     """The whole ``fairseq-train`` command of one side at peak rate ``lr`` (without stopping options)."""
-    return ["fairseq-train", data_bin(), "--user-dir", user_dir(), *PAIRS[pair][side], *COMMON,
-            "--warmup-updates", str(PAIRS[pair]["warmup"]), "--lr", f"{lr:g}",
-            "--save-dir", os.path.join(side_dir(pair, side), f"lr{lr:g}"), "--no-epoch-checkpoints"]
+    return [
+        "fairseq-train",
+        data_bin(),
+        "--user-dir",
+        user_dir(),
+        *PAIRS[pair][side],
+        *COMMON,
+        "--warmup-updates",
+        str(PAIRS[pair]["warmup"]),
+        "--lr",
+        f"{lr:g}",
+        "--save-dir",
+        os.path.join(side_dir(pair, side), f"lr{lr:g}"),
+        "--no-epoch-checkpoints",
+    ]
 
 
 def sweep(pair: str, side: str, threads: int) -> float:
@@ -164,17 +214,41 @@ def converge(pair: str, side: str, lr: float, threads: int) -> None:
         return
     with open(os.path.join(side_dir(pair, side), "chosen_lr"), "w") as f:
         f.write(f"{lr:g}\n")
-    run(train_args(pair, side, lr) + ["--patience", str(PATIENCE), "--max-epoch", str(MAX_EPOCH)],
-        log=log, threads=threads)
+    run(
+        train_args(pair, side, lr) + ["--patience", str(PATIENCE), "--max-epoch", str(MAX_EPOCH)],
+        log=log,
+        threads=threads,
+    )
     copy_log(log, f"{pair}/{side}/train.log")
 
 
 def generate(pair: str, side: str, lr: float, subset: str, lenpen: float, threads: int):
     """Beam-5 translations of ``subset``: (tokenised hypotheses, detokenised hypotheses)."""
     ckpt = os.path.join(side_dir(pair, side), f"lr{lr:g}", "checkpoint_best.pt")
-    cmd = ["fairseq-generate", data_bin(), "--user-dir", user_dir(), "--path", ckpt, "-s", SRC, "-t", TGT,
-           "--cpu", "--gen-subset", subset, "--beam", "5", "--lenpen", f"{lenpen:g}", "--batch-size", "64",
-           "--required-batch-size-multiple", "1", "--remove-bpe"]
+    cmd = [
+        "fairseq-generate",
+        data_bin(),
+        "--user-dir",
+        user_dir(),
+        "--path",
+        ckpt,
+        "-s",
+        SRC,
+        "-t",
+        TGT,
+        "--cpu",
+        "--gen-subset",
+        subset,
+        "--beam",
+        "5",
+        "--lenpen",
+        f"{lenpen:g}",
+        "--batch-size",
+        "64",
+        "--required-batch-size-multiple",
+        "1",
+        "--remove-bpe",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     out = subprocess.run(cmd, check=True, env=env, capture_output=True, text=True).stdout
     hyps = {}
@@ -222,9 +296,13 @@ def evaluate(pair: str, side: str, lr: float, threads: int) -> dict:
     lenpen = max(valid, key=lambda p: valid[p]["sacrebleu"])
     cmd, tok, detok = generate(pair, side, lr, "test", lenpen, threads)
     result = {
-        "pair": pair, "side": side, "lr": lr, "lenpen": lenpen,
+        "pair": pair,
+        "side": side,
+        "lr": lr,
+        "lenpen": lenpen,
         "valid_by_lenpen": {f"{p:g}": v for p, v in valid.items()},
-        "test": scores("test", tok, detok), "generate_command": shlex.join(cmd),
+        "test": scores("test", tok, detok),
+        "generate_command": shlex.join(cmd),
         "machine": machine(),
     }
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
@@ -272,8 +350,10 @@ def count_params(pair: str, which: str) -> int:
 
 def pair(name: str) -> None:
     """Both sides at once, one thread each (the most two cores take)."""
-    procs = [subprocess.Popen([sys.executable, __file__, "side", name, which, "--threads", "1"])
-             for which in ("model", "baseline")]
+    procs = [
+        subprocess.Popen([sys.executable, __file__, "side", name, which, "--threads", "1"])
+        for which in ("model", "baseline")
+    ]
     codes = [p.wait() for p in procs]
     if any(codes):
         sys.exit(f"pair {name}: a side failed (exit codes {codes})")

@@ -15,6 +15,7 @@ updates, test BLEU (beam 5), training tokens/s.
 Work files go to ``wt-ablation-work/`` (ignored by git); the logs the table is made of are
 copied to ``examples/weighted_transformer/ablation-logs/``.
 """
+
 import argparse
 import json
 import os
@@ -32,13 +33,42 @@ RATES = (1e-3, 3e-3, 6e-3)
 SWEEP_UPDATES, UPDATES, SEEDS = 500, 1500, (1, 2)
 
 # the quick-start's size: 2+2 layers, d_model 128, d_ff 512, 4 heads, shared embeddings
-SHAPE = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "128",
-         "--decoder-embed-dim", "128", "--encoder-ffn-embed-dim", "512", "--decoder-ffn-embed-dim", "512",
-         "--encoder-attention-heads", "4", "--decoder-attention-heads", "4", "--share-all-embeddings",
-         "--dropout", "0.1"]
+SHAPE = [
+    "--encoder-layers",
+    "2",
+    "--decoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "128",
+    "--decoder-embed-dim",
+    "128",
+    "--encoder-ffn-embed-dim",
+    "512",
+    "--decoder-ffn-embed-dim",
+    "512",
+    "--encoder-attention-heads",
+    "4",
+    "--decoder-attention-heads",
+    "4",
+    "--share-all-embeddings",
+    "--dropout",
+    "0.1",
+]
 DEEP = ["--encoder-layers", "4", "--decoder-layers", "4"]
-WIDE = ["--encoder-embed-dim", "256", "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024",
-        "--decoder-ffn-embed-dim", "1024", "--encoder-attention-heads", "8", "--decoder-attention-heads", "8"]
+WIDE = [
+    "--encoder-embed-dim",
+    "256",
+    "--decoder-embed-dim",
+    "256",
+    "--encoder-ffn-embed-dim",
+    "1024",
+    "--decoder-ffn-embed-dim",
+    "1024",
+    "--encoder-attention-heads",
+    "8",
+    "--decoder-attention-heads",
+    "8",
+]
 WT = ["--arch", "weighted_transformer", *SHAPE]
 # variants trained with the grouped schedule: the branch weights get their own warm-up (a
 # tenth of the main one) and scale (sqrt(2) times the main one), and are frozen for the
@@ -75,18 +105,64 @@ def prepare() -> None:
 def command(variant: str, lr: float, seed: int, updates: int, save: str):
     if variant in GROUPED:  # lr_g(u) = scale_g * min(u^-0.5, u W_g^-1.5): peak scale_g / sqrt(W_g)
         scale = lr * 100**0.5
-        sched = ["--lr-scheduler", "grouped", "--group-lr-scale", f"default={scale:g},branch={scale * 2**0.5:g}",
-                 "--group-warmup-updates", "default=100,branch=10", "--group-freeze-last", f"branch={updates // 10}"]
+        sched = [
+            "--lr-scheduler",
+            "grouped",
+            "--group-lr-scale",
+            f"default={scale:g},branch={scale * 2**0.5:g}",
+            "--group-warmup-updates",
+            "default=100,branch=10",
+            "--group-freeze-last",
+            f"branch={updates // 10}",
+        ]
     else:
         sched = ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100", "--warmup-init-lr", "1e-4"]
-    return ["fairseq-train", data_bin(), "--user-dir", os.path.join(ROOT, "user_dir"), *VARIANTS[variant],
-            "--task", "translation_weighted", "-s", "de", "-t", "en",
-            *(["--cpu"] if DEVICE == "cpu" else []), "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)",
-            "--lr", f"{lr:g}", *sched, "--clip-norm", "1.0",
-            "--criterion", "label_smoothed_cross_entropy_with_stats", "--label-smoothing", "0.1",
-            "--max-tokens", "2048", "--max-update", str(updates), "--validate-interval-updates", "500",
-            "--save-interval-updates", "500", "--keep-interval-updates", "1", "--no-epoch-checkpoints",
-            "--seed", str(seed), "--save-dir", save, "--log-format", "json", "--log-interval", "50"]
+    return [
+        "fairseq-train",
+        data_bin(),
+        "--user-dir",
+        os.path.join(ROOT, "user_dir"),
+        *VARIANTS[variant],
+        "--task",
+        "translation_weighted",
+        "-s",
+        "de",
+        "-t",
+        "en",
+        *(["--cpu"] if DEVICE == "cpu" else []),
+        "--optimizer",
+        "adam",
+        "--adam-betas",
+        "(0.9, 0.98)",
+        "--lr",
+        f"{lr:g}",
+        *sched,
+        "--clip-norm",
+        "1.0",
+        "--criterion",
+        "label_smoothed_cross_entropy_with_stats",
+        "--label-smoothing",
+        "0.1",
+        "--max-tokens",
+        "2048",
+        "--max-update",
+        str(updates),
+        "--validate-interval-updates",
+        "500",
+        "--save-interval-updates",
+        "500",
+        "--keep-interval-updates",
+        "1",
+        "--no-epoch-checkpoints",
+        "--seed",
+        str(seed),
+        "--save-dir",
+        save,
+        "--log-format",
+        "json",
+        "--log-interval",
+        "50",
+    ]
 
 
 def valid_losses(log: str):
@@ -125,9 +201,24 @@ def bleu(variant: str, lr: float, seed: int) -> float:
     path = os.path.join(LOGS, variant, f"lr{lr:g}-seed{seed}-{UPDATES}.bleu")
     if not os.path.isfile(path):
         ckpt = os.path.join(WORK, variant, f"lr{lr:g}-seed{seed}-{UPDATES}", "checkpoint_last.pt")
-        cmd = ["fairseq-generate", data_bin(), "--user-dir", os.path.join(ROOT, "user_dir"), "--path", ckpt,
-               *(["--cpu"] if DEVICE == "cpu" else []), "--gen-subset", "test", "--beam", "5",
-               "--batch-size", "64", "--required-batch-size-multiple", "1", "--remove-bpe"]
+        cmd = [
+            "fairseq-generate",
+            data_bin(),
+            "--user-dir",
+            os.path.join(ROOT, "user_dir"),
+            "--path",
+            ckpt,
+            *(["--cpu"] if DEVICE == "cpu" else []),
+            "--gen-subset",
+            "test",
+            "--beam",
+            "5",
+            "--batch-size",
+            "64",
+            "--required-batch-size-multiple",
+            "1",
+            "--remove-bpe",
+        ]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         line = [x for x in out.splitlines() if "BLEU4 =" in x][-1]
         with open(path, "w") as f:
@@ -145,8 +236,11 @@ def run(variant: str) -> None:
 
 
 def report() -> str:
-    rows = ["| variant | sweep (lr -> valid loss @500) | lr | valid loss @500 / 1000 / 1500 (seed 1; seed 2) "
-            "| test BLEU (seed 1; seed 2) | tokens/s |", "|---|---|---|---|---|---|"]
+    rows = [
+        "| variant | sweep (lr -> valid loss @500) | lr | valid loss @500 / 1000 / 1500 (seed 1; seed 2) "
+        "| test BLEU (seed 1; seed 2) | tokens/s |",
+        "|---|---|---|---|---|---|",
+    ]
     for variant in VARIANTS:
         sweep = {}
         for lr in RATES:

@@ -15,6 +15,7 @@ state dicts are read (no model is built, no ``--user-dir`` needed); any
 parameter whose name ends in ``.kappa`` or ``.alpha`` is taken. The plot needs
 matplotlib (``pip install fairseq-dense[plot]``); ``--no-plot`` skips it.
 """
+
 import argparse
 import json
 import logging
@@ -83,7 +84,7 @@ def plot(series: dict, out_png: str) -> None:
         short = name.replace("decoder.layers.", "dec").replace("encoder.layers.", "enc")
         ax.set_title(short, fontsize=8)
         ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(names):]:
+    for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
     fig.supxlabel("updates")
     fig.tight_layout()

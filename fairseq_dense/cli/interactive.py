@@ -14,6 +14,7 @@ Usage::
     fairseq-dense-interactive data-bin --path ckpt.pt --user-dir ... < input.txt
     python -m fairseq_dense.cli.interactive data-bin --path ckpt.pt --input input.txt
 """
+
 import io
 import sys
 from typing import BinaryIO, Iterator, List, Optional, Sequence
@@ -63,7 +64,7 @@ def _pop_option(argv: List[str], flag: str, default: Optional[str]) -> Optional[
     for i, a in enumerate(argv):
         if a == flag and i + 1 < len(argv):
             value = argv[i + 1]
-            del argv[i:i + 2]
+            del argv[i : i + 2]
             return value
         if a.startswith(flag + "="):
             del argv[i]

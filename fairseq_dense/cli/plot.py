@@ -13,6 +13,7 @@ branch weights) can be plotted with ``--model-stats``.
 
 The parsing functions are also the benchmark harness' log reader.
 """
+
 import argparse
 import json
 import logging
@@ -116,7 +117,7 @@ def parse_log(path: str) -> Dict[str, List[Dict]]:
             rec = {}
             for k, v in stats.items():
                 if tag != "train_inner" and k.startswith(tag + "_"):
-                    k = k[len(tag) + 1:]
+                    k = k[len(tag) + 1 :]
                 rec[k] = _number(v)
             rec["t"] = t
             out[tag].append(rec)
@@ -129,8 +130,9 @@ def series(records: Sequence[Dict], key: str, x: str = "num_updates"):
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def plot_loss_curves(runs: Dict[str, Dict[str, List[Dict]]], out_png: str, title: str = "",
-                     x: str = "num_updates") -> str:
+def plot_loss_curves(
+    runs: Dict[str, Dict[str, List[Dict]]], out_png: str, title: str = "", x: str = "num_updates"
+) -> str:
     """Draw training and validation loss of several runs side by side.
 
     Args:
@@ -190,7 +192,7 @@ def plot_model_stats(log: Dict[str, List[Dict]], out_png: str, title: str = "") 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for k in keys:
         xs, ys = series(log["train_inner"], k)
-        ax.plot(xs, ys, label=k[len("model/"):], lw=1)
+        ax.plot(xs, ys, label=k[len("model/") :], lw=1)
     ax.set_xlabel("updates")
     ax.set_title(title or "model statistics")
     ax.grid(alpha=0.3)
@@ -210,11 +212,13 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("logs", nargs="+", help="fairseq-train log files (stdout of --log-format json or simple)")
     parser.add_argument("--labels", nargs="+", help="one label per log (default: file names)")
     parser.add_argument("--out", default="loss.png", help="output PNG (default: loss.png)")
-    parser.add_argument("--x", choices=("updates", "wall"), default="updates",
-                        help="x axis: updates or wall-clock seconds")
+    parser.add_argument(
+        "--x", choices=("updates", "wall"), default="updates", help="x axis: updates or wall-clock seconds"
+    )
     parser.add_argument("--title", default="", help="figure title")
-    parser.add_argument("--model-stats", metavar="PNG",
-                        help="also plot the model/<name> statistics of the first log into PNG")
+    parser.add_argument(
+        "--model-stats", metavar="PNG", help="also plot the model/<name> statistics of the first log into PNG"
+    )
     return parser
 
 

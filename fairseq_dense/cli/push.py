@@ -8,6 +8,7 @@ The token comes from huggingface_hub's usual lookup (``HF_TOKEN`` or
 first (``config.json`` and every file it names), and the repository is created
 when missing.
 """
+
 import argparse
 import sys
 from typing import List, Optional
@@ -32,8 +33,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     from fairseq_dense.hub import PretrainedModelError, push_to_hub
 
     try:
-        url = push_to_hub(args.model_dir, args.repo_id, private=args.private, commit_message=args.commit_message,
-                          revision=args.revision, include_pickle=not args.no_pickle)
+        url = push_to_hub(
+            args.model_dir,
+            args.repo_id,
+            private=args.private,
+            commit_message=args.commit_message,
+            revision=args.revision,
+            include_pickle=not args.no_pickle,
+        )
     except PretrainedModelError as err:
         print(f"fairseq-dense-push: error: {err}", file=sys.stderr)
         return 1

@@ -142,9 +142,10 @@ def run_command(cmd: List[str], log_path: str, on_line: Optional[Callable[[str],
     # fairseq logs to stdout, which Python block-buffers into a pipe: unbuffered,
     # so that progress shows while training runs, not when it ends
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    with open(log_path, "w") as log, subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env
-    ) as proc:
+    with (
+        open(log_path, "w") as log,
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env) as proc,
+    ):
         for line in proc.stdout:
             log.write(line)
             out_lines.append(line)

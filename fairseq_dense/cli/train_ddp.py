@@ -21,6 +21,7 @@ Several nodes: run the same command on every node with ``--nnodes``,
 under SLURM, ``srun`` one launcher per node and take the node rank from
 ``$SLURM_NODEID`` (see ``docs/reliability.md``).
 """
+
 import argparse
 import logging
 import os
@@ -73,10 +74,14 @@ def distributed_args(
 
         backend = "gloo" if cpu or not torch.cuda.is_available() else "nccl"
     out = list(train_args) + [
-        "--distributed-init-method", "env://",
-        "--distributed-world-size", str(world_size),
-        "--distributed-rank", str(rank),
-        "--device-id", str(0 if cpu else local_rank),
+        "--distributed-init-method",
+        "env://",
+        "--distributed-world-size",
+        str(world_size),
+        "--distributed-rank",
+        str(rank),
+        "--device-id",
+        str(0 if cpu else local_rank),
         "--distributed-no-spawn",
     ]
     if not _has_flag(train_args, "--distributed-backend"):
@@ -120,17 +125,23 @@ def build_parser() -> argparse.ArgumentParser:
         description="Data-parallel fairseq-train through torchrun (gloo on CPU, NCCL on GPU). "
         "Every argument not listed here goes to fairseq-train.",
     )
-    p.add_argument("--nproc", type=int, default=None,
-                   help="processes per node (default: number of GPUs, or 2 with --cpu)")
+    p.add_argument(
+        "--nproc", type=int, default=None, help="processes per node (default: number of GPUs, or 2 with --cpu)"
+    )
     p.add_argument("--nnodes", default="1", help="number of nodes, or MIN:MAX for elastic runs")
     p.add_argument("--node-rank", type=int, default=0, help="rank of this node (static rendezvous)")
     p.add_argument("--master-addr", default="127.0.0.1", help="address of node 0 (static rendezvous)")
     p.add_argument("--master-port", type=int, default=29500, help="port on node 0 (static rendezvous)")
-    p.add_argument("--rdzv-endpoint", default=None,
-                   help="host:port of a c10d rendezvous (instead of --master-addr/--node-rank)")
+    p.add_argument(
+        "--rdzv-endpoint", default=None, help="host:port of a c10d rendezvous (instead of --master-addr/--node-rank)"
+    )
     p.add_argument("--rdzv-id", default="fairseq-dense", help="job id for the c10d rendezvous")
-    p.add_argument("--backend", choices=("gloo", "nccl"), default=None,
-                   help="torch.distributed backend (default: gloo with --cpu, else nccl)")
+    p.add_argument(
+        "--backend",
+        choices=("gloo", "nccl"),
+        default=None,
+        help="torch.distributed backend (default: gloo with --cpu, else nccl)",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return p
 
@@ -156,11 +167,27 @@ def torchrun_args(
     if opts.nnodes == "1":
         out += ["--standalone"]
     elif opts.rdzv_endpoint:
-        out += ["--nnodes", opts.nnodes, "--rdzv_backend", "c10d", "--rdzv_endpoint", opts.rdzv_endpoint,
-                "--rdzv_id", opts.rdzv_id]
+        out += [
+            "--nnodes",
+            opts.nnodes,
+            "--rdzv_backend",
+            "c10d",
+            "--rdzv_endpoint",
+            opts.rdzv_endpoint,
+            "--rdzv_id",
+            opts.rdzv_id,
+        ]
     else:
-        out += ["--nnodes", opts.nnodes, "--node_rank", str(opts.node_rank),
-                "--master_addr", opts.master_addr, "--master_port", str(opts.master_port)]
+        out += [
+            "--nnodes",
+            opts.nnodes,
+            "--node_rank",
+            str(opts.node_rank),
+            "--master_addr",
+            opts.master_addr,
+            "--master_port",
+            str(opts.master_port),
+        ]
     worker = ["-m", worker_module, "--worker"]
     if opts.backend:
         worker += ["--backend", opts.backend]
@@ -173,7 +200,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if "--" in argv:  # everything after "--" goes to fairseq-train untouched
         i = argv.index("--")
         opts, rest = build_parser().parse_known_args(argv[:i])
-        train_args = rest + argv[i + 1:]
+        train_args = rest + argv[i + 1 :]
     else:
         opts, train_args = build_parser().parse_known_args(argv)
     if opts.worker:

@@ -1,4 +1,5 @@
 """Label-smoothed cross entropy that also reports token error rate and model statistics."""
+
 import math
 from dataclasses import dataclass
 from typing import Dict
@@ -92,8 +93,8 @@ class LabelSmoothedCrossEntropyWithStatsCriterion(LabelSmoothedCrossEntropyCrite
             return self.get_lprobs_and_target(model, net_output, sample)
         scores, target = net_output[0], model.get_targets(sample, net_output)
         if self.ignore_prefix_size > 0:
-            scores = scores[:, self.ignore_prefix_size:, :]
-            target = target[:, self.ignore_prefix_size:]
+            scores = scores[:, self.ignore_prefix_size :, :]
+            target = target[:, self.ignore_prefix_size :]
         return scores.reshape(-1, scores.size(-1)), target.reshape(-1)
 
     @staticmethod
@@ -119,9 +120,11 @@ class LabelSmoothedCrossEntropyWithStatsCriterion(LabelSmoothedCrossEntropyCrite
             metrics.log_scalar_sum("_ter_tokens", n_tok)
             metrics.log_derived(
                 "ter",
-                lambda meters: round(100.0 * meters["_ter_errors"].sum / meters["_ter_tokens"].sum, 3)
-                if meters["_ter_tokens"].sum > 0
-                else float("nan"),
+                lambda meters: (
+                    round(100.0 * meters["_ter_errors"].sum / meters["_ter_tokens"].sum, 3)
+                    if meters["_ter_tokens"].sum > 0
+                    else float("nan")
+                ),
             )
         n_stat = sum(log.get(_MODEL_STAT_COUNT, 0) for log in logging_outputs)
         if n_stat > 0:

@@ -16,6 +16,7 @@ run never leaves a half-prepared folder behind. A finished ``DEST`` is reused on
 when both the options and the raw files' fingerprint match; otherwise it is rebuilt
 and the log says what changed.
 """
+
 import argparse
 import hashlib
 import json
@@ -63,9 +64,7 @@ def check_parallel(raw_dir: str, src: str, tgt: str, splits: Sequence[str] = SPL
         a = read_lines(os.path.join(raw_dir, f"{split}.{src}"))
         b = read_lines(os.path.join(raw_dir, f"{split}.{tgt}"))
         if len(a) != len(b):
-            raise DataError(
-                f"{raw_dir}/{split}.{src} has {len(a)} lines but {raw_dir}/{split}.{tgt} has {len(b)}"
-            )
+            raise DataError(f"{raw_dir}/{split}.{src} has {len(a)} lines but {raw_dir}/{split}.{tgt} has {len(b)}")
         if not a:
             raise DataError(f"{raw_dir}/{split}.{src}: empty file")
 
@@ -119,8 +118,11 @@ def _reusable(dest: str, meta: Dict, raw_dir: str) -> Optional[List[str]]:
         options = {k: v for k, v in meta.items() if k != "inputs"}
         if options != old:
             return describe_changes(old, options)
-        newer = [name for name in meta["inputs"]
-                 if os.path.getmtime(os.path.join(raw_dir, name)) > os.path.getmtime(meta_path)]
+        newer = [
+            name
+            for name in meta["inputs"]
+            if os.path.getmtime(os.path.join(raw_dir, name)) > os.path.getmtime(meta_path)
+        ]
         if newer:
             return [f"{name} modified after the preparation" for name in newer]
         with open(meta_path + ".tmp", "w") as f:
@@ -200,27 +202,54 @@ def binarize(bpe_dir: str, bin_dir: str, src: str, tgt: str, workers: int) -> No
     from fairseq_cli import preprocess
 
     parser = options.get_preprocessing_parser()
-    args = parser.parse_args([
-        "--source-lang", src, "--target-lang", tgt,
-        "--trainpref", os.path.join(bpe_dir, "train"),
-        "--validpref", os.path.join(bpe_dir, "valid"),
-        "--testpref", os.path.join(bpe_dir, "test"),
-        "--destdir", bin_dir, "--joined-dictionary", "--workers", str(workers),
-    ])
+    args = parser.parse_args(
+        [
+            "--source-lang",
+            src,
+            "--target-lang",
+            tgt,
+            "--trainpref",
+            os.path.join(bpe_dir, "train"),
+            "--validpref",
+            os.path.join(bpe_dir, "valid"),
+            "--testpref",
+            os.path.join(bpe_dir, "test"),
+            "--destdir",
+            bin_dir,
+            "--joined-dictionary",
+            "--workers",
+            str(workers),
+        ]
+    )
     preprocess.main(args)
 
 
-def prepare(raw_dir: str, dest: str, src: str, tgt: str, merges: int = 10000,
-            lowercase: bool = False, workers: int = 2, force: bool = False) -> str:
+def prepare(
+    raw_dir: str,
+    dest: str,
+    src: str,
+    tgt: str,
+    merges: int = 10000,
+    lowercase: bool = False,
+    workers: int = 2,
+    force: bool = False,
+) -> str:
     """Run the whole pipeline; returns ``dest``.
 
     A finished ``dest`` is reused when it was prepared with the same options from raw
     files of the same content (sizes and SHA-256 in ``prepare.json``) unless ``force``;
     otherwise it is rebuilt, and the log names every option and raw file that changed.
     """
-    meta = {"src": src, "tgt": tgt, "merges": merges, "lowercase": lowercase,
-            "raw_dir": os.path.abspath(raw_dir), "moses_src": moses_lang(src), "moses_tgt": moses_lang(tgt),
-            "inputs": fingerprint(raw_dir, src, tgt)}
+    meta = {
+        "src": src,
+        "tgt": tgt,
+        "merges": merges,
+        "lowercase": lowercase,
+        "raw_dir": os.path.abspath(raw_dir),
+        "moses_src": moses_lang(src),
+        "moses_tgt": moses_lang(tgt),
+        "inputs": fingerprint(raw_dir, src, tgt),
+    }
     if force:
         if os.path.isdir(dest):
             logger.info("rebuilding %s (--force)", dest)
@@ -240,16 +269,22 @@ def prepare(raw_dir: str, dest: str, src: str, tgt: str, merges: int = 10000,
     try:
         for split in SPLITS:
             for lang in (src, tgt):
-                tokenize_file(os.path.join(raw_dir, f"{split}.{lang}"),
-                              os.path.join(tmp, "tok", f"{split}.{lang}"), lang, lowercase, workers)
+                tokenize_file(
+                    os.path.join(raw_dir, f"{split}.{lang}"),
+                    os.path.join(tmp, "tok", f"{split}.{lang}"),
+                    lang,
+                    lowercase,
+                    workers,
+                )
         logger.info("tokenised in %.0fs", time.time() - start)
         codes = os.path.join(tmp, "bpecodes")
         learn_joint_bpe([os.path.join(tmp, "tok", f"train.{lang}") for lang in (src, tgt)], codes, merges)
         logger.info("learned %d BPE merges in %.0fs", merges, time.time() - start)
         for split in SPLITS:
             for lang in (src, tgt):
-                apply_bpe_file(codes, os.path.join(tmp, "tok", f"{split}.{lang}"),
-                               os.path.join(tmp, "bpe", f"{split}.{lang}"))
+                apply_bpe_file(
+                    codes, os.path.join(tmp, "tok", f"{split}.{lang}"), os.path.join(tmp, "bpe", f"{split}.{lang}")
+                )
         binarize(os.path.join(tmp, "bpe"), os.path.join(tmp, "bin"), src, tgt, workers)
         with open(os.path.join(tmp, "prepare.json"), "w") as f:
             json.dump(meta, f, indent=2)
@@ -274,7 +309,8 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lowercase", action="store_true", help="lower-case after tokenisation")
     parser.add_argument("--workers", type=int, default=2, help="processes for tokenisation and binarisation")
     parser.add_argument(
-        "--force", action="store_true",
+        "--force",
+        action="store_true",
         help="redo even if DEST holds the same preparation (same options and raw file contents)",
     )
     return parser

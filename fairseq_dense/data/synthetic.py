@@ -16,6 +16,7 @@ So a model must reorder (verb to the end, adjectives after nouns), carry agreeme
 features across several words, and copy lexical items. Sentences are sampled
 with a seeded RNG, so the corpus is reproducible.
 """
+
 import argparse
 import logging
 import os
@@ -28,32 +29,74 @@ logger = logging.getLogger(__name__)
 
 # source noun -> (target stem, gender)
 NOUNS = {
-    "dog": ("dog", "m"), "cat": ("cat", "f"), "apple": ("manz", "f"), "house": ("cas", "f"),
-    "boy": ("nin", "m"), "girl": ("nin", "f"), "bird": ("pajar", "m"), "book": ("libr", "m"),
-    "tree": ("arbol", "m"), "river": ("ri", "m"), "car": ("cot", "m"), "city": ("urb", "f"),
-    "teacher": ("maestr", "m"), "doctor": ("medic", "f"), "horse": ("caball", "m"),
-    "table": ("mes", "f"), "window": ("ventan", "f"), "friend": ("amig", "m"),
-    "letter": ("cart", "f"), "garden": ("huert", "m"), "song": ("canzon", "f"),
-    "fish": ("pesc", "m"), "flower": ("flor", "f"), "king": ("re", "m"), "queen": ("regin", "f"),
+    "dog": ("dog", "m"),
+    "cat": ("cat", "f"),
+    "apple": ("manz", "f"),
+    "house": ("cas", "f"),
+    "boy": ("nin", "m"),
+    "girl": ("nin", "f"),
+    "bird": ("pajar", "m"),
+    "book": ("libr", "m"),
+    "tree": ("arbol", "m"),
+    "river": ("ri", "m"),
+    "car": ("cot", "m"),
+    "city": ("urb", "f"),
+    "teacher": ("maestr", "m"),
+    "doctor": ("medic", "f"),
+    "horse": ("caball", "m"),
+    "table": ("mes", "f"),
+    "window": ("ventan", "f"),
+    "friend": ("amig", "m"),
+    "letter": ("cart", "f"),
+    "garden": ("huert", "m"),
+    "song": ("canzon", "f"),
+    "fish": ("pesc", "m"),
+    "flower": ("flor", "f"),
+    "king": ("re", "m"),
+    "queen": ("regin", "f"),
 }
 ADJECTIVES = {
-    "big": "grand", "small": "pequeñ", "red": "roj", "old": "viej", "new": "nuev",
-    "happy": "felic", "dark": "oscur", "quiet": "tranquil", "green": "verd", "fast": "rapid",
-    "tall": "alt", "cold": "fri",
+    "big": "grand",
+    "small": "pequeñ",
+    "red": "roj",
+    "old": "viej",
+    "new": "nuev",
+    "happy": "felic",
+    "dark": "oscur",
+    "quiet": "tranquil",
+    "green": "verd",
+    "fast": "rapid",
+    "tall": "alt",
+    "cold": "fri",
 }
 # source verb (3rd person singular, plural) -> target stem
 VERBS = {
-    ("sees", "see"): "ve", ("eats", "eat"): "com", ("finds", "find"): "encuentr",
-    ("likes", "like"): "quier", ("takes", "take"): "tom", ("paints", "paint"): "pint",
-    ("follows", "follow"): "sig", ("calls", "call"): "llam", ("reads", "read"): "le",
+    ("sees", "see"): "ve",
+    ("eats", "eat"): "com",
+    ("finds", "find"): "encuentr",
+    ("likes", "like"): "quier",
+    ("takes", "take"): "tom",
+    ("paints", "paint"): "pint",
+    ("follows", "follow"): "sig",
+    ("calls", "call"): "llam",
+    ("reads", "read"): "le",
     ("visits", "visit"): "visit",
 }
 DETERMINERS = {  # source (definite?, plural?) -> source word
-    (True, False): "the", (True, True): "the", (False, False): "a", (False, True): "some",
+    (True, False): "the",
+    (True, True): "the",
+    (False, False): "a",
+    (False, True): "some",
 }
 TGT_DET = {  # (definite, plural, gender) -> target word
-    (True, False, "m"): "lo", (True, False, "f"): "la", (True, True, "m"): "los", (True, True, "f"): "las",
-    (False, False, "m"): "uno", (False, False, "f"): "una", (False, True, "m"): "unos", (False, True, "f"): "unas",
+    (True, False, "m"): "lo",
+    (True, False, "f"): "la",
+    (True, True, "m"): "los",
+    (True, True, "f"): "las",
+    (False, False, "m"): "uno",
+    (False, False, "f"): "una",
+    (False, True, "m"): "unos",
+    (False, True, "f"): "unas",
 }
 ADJ_SUFFIX = {("m", False): "o", ("f", False): "a", ("m", True): "os", ("f", True): "as"}
 NOUN_SUFFIX = {("m", False): "o", ("f", False): "a", ("m", True): "os", ("f", True): "as"}
@@ -104,8 +147,9 @@ def generate(n: int, seed: int) -> List[Tuple[str, str]]:
     return [sentence_pair(rng) for _ in range(n)]
 
 
-def write_corpus(out_dir: str, src: str = "en", tgt: str = "xx",
-                 sizes: Sequence[int] = (20000, 500, 500), seed: int = 1) -> str:
+def write_corpus(
+    out_dir: str, src: str = "en", tgt: str = "xx", sizes: Sequence[int] = (20000, 500, 500), seed: int = 1
+) -> str:
     """Write ``{train,valid,test}.{src,tgt}`` raw text to ``out_dir``.
 
     Held-out splits exclude sentences seen in training, so BLEU measures

@@ -5,6 +5,7 @@ with NAG at a fixed learning rate 0.25, divides it by 10 every time the validati
 loss rises (IWSLT) or, for WMT14 En-De as in ConvS2S, every epoch from the first
 rise on, and stops once it falls below 1e-4 (fairseq's ``--stop-min-lr``).
 """
+
 import logging
 from dataclasses import dataclass, field
 from typing import List, Optional
@@ -23,8 +24,10 @@ class ConvS2SAnnealScheduleConfig(FairseqDataclass):
     )
     shrink_every_epoch_after_rise: bool = field(
         default=False,
-        metadata={"help": "after the first rise of the validation loss, shrink at the end of every "
-                          "epoch (the ConvS2S/DenseNMT WMT14 En-De recipe)"},
+        metadata={
+            "help": "after the first rise of the validation loss, shrink at the end of every "
+            "epoch (the ConvS2S/DenseNMT WMT14 En-De recipe)"
+        },
     )
     lr: List[float] = II("optimization.lr")
 
@@ -71,8 +74,10 @@ class ConvS2SAnnealSchedule(FairseqLRScheduler):
             rose = self.prev_loss is not None and val_loss > self.prev_loss
             if rose or (self.risen and self.cfg.shrink_every_epoch_after_rise):
                 self.lr *= self.cfg.lr_shrink
-                logger.info(f"epoch {epoch}: validation loss {val_loss:.4f} "
-                            f"(previous {self.prev_loss:.4f}); learning rate shrunk to {self.lr:g}")
+                logger.info(
+                    f"epoch {epoch}: validation loss {val_loss:.4f} "
+                    f"(previous {self.prev_loss:.4f}); learning rate shrunk to {self.lr:g}"
+                )
             self.risen = self.risen or rose
             self.prev_loss = float(val_loss)
         self.optimizer.set_lr(self.lr)

@@ -57,6 +57,7 @@ Not supported: ``--fp16``/``--bf16`` with flattened master weights (pass
 ``--fp16-no-flatten-grads``; a clear error says so) and the ``composite``
 optimizer (which has its own per-group schedulers).
 """
+
 import logging
 import math
 from collections import OrderedDict
@@ -80,8 +81,7 @@ class GroupedScheduleConfig(FairseqDataclass):
     group_lr_scale: str = field(
         default="",
         metadata={
-            "help": "comma-separated group=scale list, e.g. 'default=0.0442,branch=0.125'; "
-            "groups not listed use --lr"
+            "help": "comma-separated group=scale list, e.g. 'default=0.0442,branch=0.125'; groups not listed use --lr"
         },
     )
     group_warmup_updates: str = field(
@@ -196,18 +196,14 @@ class GroupedSchedule(FairseqLRScheduler):
 
         if type(optimizer).__name__ == "FairseqCompositeOptimizer":
             raise ValueError(
-                "--lr-scheduler grouped does not work with --optimizer composite "
-                "(which schedules its groups itself)"
+                "--lr-scheduler grouped does not work with --optimizer composite (which schedules its groups itself)"
             )
         if getattr(optimizer, "has_flat_params", False):
             raise ValueError(
-                "--lr-scheduler grouped cannot split flattened fp16/bf16 master weights: "
-                "add --fp16-no-flatten-grads"
+                "--lr-scheduler grouped cannot split flattened fp16/bf16 master weights: add --fp16-no-flatten-grads"
             )
         self.group_names = split_param_groups(optimizer.optimizer)
-        unknown = (set(self.scales) | set(self.warmups) | set(self.freezes)) - set(
-            self.group_names
-        )
+        unknown = (set(self.scales) | set(self.warmups) | set(self.freezes)) - set(self.group_names)
         if unknown:
             raise ValueError(
                 f"--group-lr-scale/--group-warmup-updates/--group-freeze-last name groups "
