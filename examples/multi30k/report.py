@@ -53,11 +53,11 @@ def summarize(pair: str, side: str):
     # by epoch, the last record wins (an interrupted epoch is logged again on resume)
     valid = list({int(r["epoch"]): r for log in logs for r in records(log, "valid")}.values())
     train = {int(r["epoch"]): r for log in logs for r in records(log, "train")}
-    # (updates, wall seconds at the end of that epoch, validation loss, epoch)
+    # (updates, wall seconds at the end of that epoch (fairseq logs "wall" as train_wall), validation loss, epoch)
     curve = [
         (
             int(r["valid_num_updates"]),
-            float(train.get(int(r["epoch"]), {}).get("wall", "nan")),
+            float(train.get(int(r["epoch"]), {}).get("train_wall", "nan")),
             float(r["valid_loss"]),
             int(r["epoch"]),
         )
