@@ -110,47 +110,17 @@ PAIRS["dense_lstm"] = {
 
 # Deep-Att with fast-forward connections at 4+4 layers, against the same model without them
 # (the fast-forward inputs widen each layer's input: 10.2M against 7.3M parameters)
+_DEEP_ATT = [
+    "--arch", "fast_forward_lstm_small", "--encoder-layers", "4", "--decoder-layers", "4",
+    "--encoder-hidden-size", "192", "--decoder-hidden-size", "192", "--encoder-fc-dim", "192",
+    "--attention-dim", "192", "--dropout", "0.2",
+]  # fmt: skip
 PAIRS["deep_att"] = {
     "claim": "fast-forward connections make the deeper model train better",
     "rates": RNN_RATES,
     "warmup": 200,
-    "model": [
-        "--arch",
-        "fast_forward_lstm_small",
-        "--encoder-layers",
-        "4",
-        "--decoder-layers",
-        "4",
-        "--encoder-hidden-size",
-        "192",
-        "--decoder-hidden-size",
-        "192",
-        "--encoder-fc-dim",
-        "192",
-        "--attention-dim",
-        "192",
-        "--dropout",
-        "0.2",
-    ],
-    "baseline": [
-        "--arch",
-        "fast_forward_lstm_small",
-        "--encoder-layers",
-        "4",
-        "--decoder-layers",
-        "4",
-        "--encoder-hidden-size",
-        "192",
-        "--decoder-hidden-size",
-        "192",
-        "--encoder-fc-dim",
-        "192",
-        "--attention-dim",
-        "192",
-        "--dropout",
-        "0.2",
-        "--no-fast-forward",
-    ],
+    "model": _DEEP_ATT,
+    "baseline": [*_DEEP_ATT, "--no-fast-forward"],
 }
 
 # the calibration Transformer (3+3 layers, d 256, ffn 1024, 4 heads, shared embeddings)

@@ -21,27 +21,9 @@ from fairseq.models.transformer import TransformerModel
 import fairseq_dense  # noqa: F401
 from fairseq_dense.models.weighted_transformer import WeightedTransformerModel
 from tests import helpers
+from tests.models.test_weighted_transformer import TINY
 
-SHAPE = [
-    "--encoder-layers",
-    "2",
-    "--decoder-layers",
-    "2",
-    "--encoder-embed-dim",
-    "16",
-    "--decoder-embed-dim",
-    "16",
-    "--encoder-ffn-embed-dim",
-    "32",
-    "--decoder-ffn-embed-dim",
-    "32",
-    "--encoder-attention-heads",
-    "4",
-    "--decoder-attention-heads",
-    "4",
-    "--dropout",
-    "0",
-]
+SHAPE = [*TINY, "--dropout", "0"]
 
 
 def build(arch, task, *flags, vocab=16):
