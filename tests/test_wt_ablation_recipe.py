@@ -50,3 +50,23 @@ def test_variants_parse_build_and_match_their_transformer(pair):
 def test_every_variant_parses_and_builds():
     for variant in ablation.VARIANTS:
         assert sum(p.numel() for p in build(variant).parameters()) > 0, variant
+
+
+def test_full_run_continues_its_sweep_run(tmp_path, monkeypatch):
+    """Seed 1's full run starts from the sweep run's checkpoint and log; the grouped one does not."""
+    monkeypatch.setattr(ablation, "WORK", str(tmp_path / "work"))
+    monkeypatch.setattr(ablation, "LOGS", str(tmp_path / "logs"))
+    for variant in ("wt", "wt_grouped_schedule"):
+        name = f"{variant}/lr0.003-seed1-{ablation.SWEEP_UPDATES}"
+        os.makedirs(tmp_path / "work" / name)
+        (tmp_path / "work" / name / "checkpoint_last.pt").write_bytes(b"weights")
+        os.makedirs(tmp_path / "logs" / variant, exist_ok=True)
+        (tmp_path / "logs" / f"{name}.log").write_text("sweep lines\n")
+    save = tmp_path / "work" / "wt" / "full"
+    head = ablation.continue_sweep_run("wt", 3e-3, 1, ablation.UPDATES, str(save))
+    assert head.endswith("sweep lines\n") and (save / "checkpoint_last.pt").read_bytes() == b"weights"
+    assert ablation.continue_sweep_run("wt", 3e-3, 1, ablation.UPDATES, str(save)) == ""  # resumes its own
+    assert ablation.continue_sweep_run("wt", 3e-3, 2, ablation.UPDATES, str(tmp_path / "s2")) == ""  # no seed-2 sweep
+    grouped = tmp_path / "work" / "g"
+    assert ablation.continue_sweep_run("wt_grouped_schedule", 3e-3, 1, ablation.UPDATES, str(grouped)) == ""
+    assert not grouped.exists()

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -178,15 +179,39 @@ def valid_losses(log: str):
     return out
 
 
+def continue_sweep_run(variant: str, lr: float, seed: int, updates: int, save: str) -> str:
+    """Start a full run from the sweep run of the same rate and seed, when there is one.
+
+    The inverse-sqrt schedule does not depend on ``--max-update`` and fairseq seeds each
+    update with ``seed + updates``, so training on from the sweep's last checkpoint (update
+    SWEEP_UPDATES, the iterator mid-epoch) is the run a fresh start would make; it saves
+    SWEEP_UPDATES updates per variant. Not for the grouped schedule, whose freeze depends
+    on the total. Returns the sweep log's lines, the start of the full run's log.
+    """
+    sweep = os.path.join(WORK, f"{variant}/lr{lr:g}-seed{seed}-{SWEEP_UPDATES}", "checkpoint_last.pt")
+    sweep_log = os.path.join(LOGS, variant, f"lr{lr:g}-seed{seed}-{SWEEP_UPDATES}.log")
+    if variant in GROUPED or updates <= SWEEP_UPDATES or not os.path.isfile(sweep):
+        return ""
+    if os.path.isfile(os.path.join(save, "checkpoint_last.pt")):  # a cut full run resumes from its own
+        return ""
+    os.makedirs(save, exist_ok=True)
+    shutil.copyfile(sweep, os.path.join(save, "checkpoint_last.pt"))
+    with open(sweep_log) as f:
+        return f"# continued from {sweep} (update {SWEEP_UPDATES}); its log:\n" + f.read()
+
+
 def train(variant: str, lr: float, seed: int, updates: int) -> str:
     name = f"{variant}/lr{lr:g}-seed{seed}-{updates}"
     log = os.path.join(LOGS, name + ".log")
     if updates in valid_losses(log):
         return log
     os.makedirs(os.path.dirname(log), exist_ok=True)
-    cmd = command(variant, lr, seed, updates, os.path.join(WORK, name))
+    save = os.path.join(WORK, name)
+    cmd = command(variant, lr, seed, updates, save)
     print("+", shlex.join(cmd), flush=True)
-    with open(log + ".tmp", "w") as f:
+    head = continue_sweep_run(variant, lr, seed, updates, save)
+    with open(log + ".tmp", "a") as f:  # a cut run resumes from its checkpoint: keep its log
+        f.write(head)
         f.write("# " + shlex.join(cmd) + "\n")
         f.flush()
         subprocess.run(cmd, check=True, stdout=f, stderr=subprocess.STDOUT)
