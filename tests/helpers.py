@@ -31,6 +31,14 @@ def dummy_dictionary(vocab_size: int = 16) -> Dictionary:
     return d
 
 
+def build_tiny(model_cls, config_cls, shape: dict, vocab: int = 16, **overrides):
+    """``(model, dictionary)``: ``model_cls`` built from ``config_cls(**shape, **overrides)`` on a
+    ``vocab``-word dictionary, the parameters drawn after ``torch.manual_seed(0)``."""
+    torch.manual_seed(0)
+    d = dummy_dictionary(vocab)
+    return model_cls.build_model(config_cls(**{**shape, **overrides}), DummyTask(d)), d
+
+
 class DummyTask:
     """Just what ``build_model`` reads from a translation task."""
 

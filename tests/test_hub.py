@@ -26,6 +26,7 @@ from fairseq_dense.cli import export as export_cli
 from fairseq_dense.cli import push as push_cli
 from fairseq_dense.hub import PretrainedModelError, export_checkpoint
 from tests import helpers
+from tests.reliability_helpers import preprocess_inprocess
 
 TINY_ARCHS = sorted(a for a in hub.dense_architectures() if a.endswith("_tiny"))
 FIRST = "gru_attention_tiny" if "gru_attention_tiny" in TINY_ARCHS else TINY_ARCHS[0]
@@ -44,31 +45,9 @@ def _fairseq_main(module, parser, argv):
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """One tiny copy corpus, binarized once, shared by every architecture."""
-    from fairseq import options
-    from fairseq_cli import preprocess
-
     root = tmp_path_factory.mktemp("hub")
     raw = helpers.write_copy_corpus(root / "raw", n_train=160, n_valid=16, n_test=5)
-    args = options.get_preprocessing_parser().parse_args(
-        [
-            "--source-lang",
-            "src",
-            "--target-lang",
-            "tgt",
-            "--trainpref",
-            str(raw / "train"),
-            "--validpref",
-            str(raw / "valid"),
-            "--testpref",
-            str(raw / "test"),
-            "--destdir",
-            str(root / "bin"),
-            "--workers",
-            "1",
-            "--joined-dictionary",
-        ]
-    )
-    preprocess.main(args)
+    preprocess_inprocess(raw, root / "bin")
     codes = root / "bpecodes"
     codes.write_text("#version: 0.2\nx y\n")  # a merge that never fires on single letters
     lines = (raw / "test.src").read_text().splitlines()

@@ -92,6 +92,16 @@ def test_all_families_takes_each_family_cpu_arch_from_the_registry():
     assert "| densenmt | fairseq-dense | `densenmt_small` | error: command failed |" in quickstart.table([failed])
 
 
+def test_default_arch_is_the_best_family_of_the_readme_table():
+    """``DEFAULT_ARCH`` is the plugin row with the best test BLEU in the README's measured table."""
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("<!-- quickstart-families:begin -->")[1].split("<!-- quickstart-families:end -->")[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in block.strip().splitlines()[2:]]
+    ours = {row[2].strip("`"): float(row[6]) for row in rows if row[1] == "fairseq-dense"}
+    assert sorted(ours) == sorted(quickstart.family_archs())
+    assert max(ours, key=ours.get) == quickstart.DEFAULT_ARCH
+
+
 def _make_dry_run(*args) -> str:
     # -n: print the commands only (nothing is installed or trained)
     out = subprocess.run(["make", "-n", "-C", str(REPO), "quickstart", *args], capture_output=True, text=True)

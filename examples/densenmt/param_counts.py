@@ -9,25 +9,13 @@ import logging
 
 import torch
 from fairseq.data import Dictionary
-from fairseq.models import ARCH_CONFIG_REGISTRY
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY
 
 import fairseq_dense  # noqa: F401
 from fairseq_dense.logging_setup import configure_logging
 from fairseq_dense.models.densenmt import DenseNMTConfig, DenseNMTModel
 
-ARCHS = [
-    "densenmt_base_4l",
-    "densenmt_enc_4l",
-    "densenmt_dec_4l",
-    "densenmt_att_4l",
-    "densenmt_4l_1",
-    "densenmt_4l_2",
-    "densenmt_base_8l",
-    "densenmt_8l_1",
-    "densenmt_8l_2",
-    "densenmt_wmt_en_de_15",
-    "densenmt_tiny",
-]
+ARCHS = [arch for arch, model in ARCH_MODEL_NAME_REGISTRY.items() if model == "densenmt"]  # every preset
 
 
 class _Task:

@@ -22,24 +22,22 @@ VARIANTS = {  # (dense_connections, dense_attention, attention_layer)
 }
 
 
+TINY = dict(
+    encoder_embed_dim=8,
+    encoder_hidden_size=10,
+    encoder_layers=3,
+    decoder_embed_dim=8,
+    decoder_hidden_size=12,
+    decoder_layers=3,
+    decoder_out_embed_dim=8,
+    attention_dim=6,
+    dropout=0.0,
+    softmax_dropout=0.0,
+)
+
+
 def build(vocab=16, **overrides):
-    torch.manual_seed(0)
-    d = helpers.dummy_dictionary(vocab)
-    kwargs = dict(
-        encoder_embed_dim=8,
-        encoder_hidden_size=10,
-        encoder_layers=3,
-        decoder_embed_dim=8,
-        decoder_hidden_size=12,
-        decoder_layers=3,
-        decoder_out_embed_dim=8,
-        attention_dim=6,
-        dropout=0.0,
-        softmax_dropout=0.0,
-    )
-    kwargs.update(overrides)
-    model = DenseLSTMModel.build_model(DenseLSTMConfig(**kwargs), helpers.DummyTask(d))
-    return model, d
+    return helpers.build_tiny(DenseLSTMModel, DenseLSTMConfig, TINY, vocab, **overrides)
 
 
 def build_variant(name, **overrides):

@@ -6,7 +6,7 @@ import itertools
 import pytest
 import sacrebleu
 import torch
-from fairseq.models import ARCH_CONFIG_REGISTRY
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY
 
 import fairseq_dense  # noqa: F401
 from fairseq_dense.models.densenmt import DenseNMTConfig, DenseNMTModel
@@ -14,38 +14,24 @@ from fairseq_dense.modules.dense_attention import DenseAttention
 from fairseq_dense.modules.dense_conv import FeatureBuffer, conv_rows, glu_rows
 from tests import helpers
 
-ARCHS = [
-    "densenmt_tiny",
-    "densenmt_base_4l",
-    "densenmt_enc_4l",
-    "densenmt_dec_4l",
-    "densenmt_att_4l",
-    "densenmt_4l_1",
-    "densenmt_4l_2",
-    "densenmt_base_8l",
-    "densenmt_8l_1",
-    "densenmt_8l_2",
-    "densenmt_wmt_en_de_15",
-]
+ARCHS = [arch for arch, model in ARCH_MODEL_NAME_REGISTRY.items() if model == "densenmt"]  # every preset
+
+
+TINY = dict(
+    encoder_embed_dim=8,
+    decoder_embed_dim=8,
+    decoder_out_embed_dim=8,
+    encoder_hidden_size=6,
+    decoder_hidden_size=5,
+    attention_dim=4,
+    encoder_layers=2,
+    decoder_layers=2,
+    dropout=0.0,
+)
 
 
 def build(vocab=16, **overrides):
-    torch.manual_seed(0)
-    d = helpers.dummy_dictionary(vocab)
-    kwargs = dict(
-        encoder_embed_dim=8,
-        decoder_embed_dim=8,
-        decoder_out_embed_dim=8,
-        encoder_hidden_size=6,
-        decoder_hidden_size=5,
-        attention_dim=4,
-        encoder_layers=2,
-        decoder_layers=2,
-        dropout=0.0,
-    )
-    kwargs.update(overrides)
-    model = DenseNMTModel.build_model(DenseNMTConfig(**kwargs), helpers.DummyTask(d))
-    return model, d
+    return helpers.build_tiny(DenseNMTModel, DenseNMTConfig, TINY, vocab, **overrides)
 
 
 # attention mode x summary layers x decoder connections (encoder dense unless noted)

@@ -28,11 +28,9 @@ SMALL = dict(
 
 def build(vocab=16, randomize_recurrent=True, **overrides):
     """A small model; recurrent matrices are randomised (they start at zero) so the tests see them."""
-    torch.manual_seed(0)
-    d = helpers.dummy_dictionary(vocab)
-    kwargs = dict(SMALL, init_std=0.3)
-    kwargs.update(overrides)
-    model = FastForwardLSTMModel.build_model(FastForwardLSTMConfig(**kwargs), helpers.DummyTask(d))
+    model, d = helpers.build_tiny(
+        FastForwardLSTMModel, FastForwardLSTMConfig, dict(SMALL, init_std=0.3), vocab, **overrides
+    )
     if randomize_recurrent:
         with torch.no_grad():
             for p in model.recurrent_parameters():

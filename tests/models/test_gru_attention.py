@@ -8,22 +8,19 @@ from fairseq_dense.models.gru_attention import GRUAttentionConfig, GRUAttentionM
 from fairseq_dense.modules.bahdanau_attention import BahdanauAttention
 from tests import helpers
 
+TINY = dict(
+    encoder_embed_dim=8,
+    encoder_hidden_size=8,
+    decoder_embed_dim=8,
+    decoder_hidden_size=12,
+    attention_dim=10,
+    readout_dim=8,
+    dropout=0.0,
+)
+
 
 def build(vocab=16, **overrides):
-    torch.manual_seed(0)
-    d = helpers.dummy_dictionary(vocab)
-    kwargs = dict(
-        encoder_embed_dim=8,
-        encoder_hidden_size=8,
-        decoder_embed_dim=8,
-        decoder_hidden_size=12,
-        attention_dim=10,
-        readout_dim=8,
-        dropout=0.0,
-    )
-    kwargs.update(overrides)
-    model = GRUAttentionModel.build_model(GRUAttentionConfig(**kwargs), helpers.DummyTask(d))
-    return model, d
+    return helpers.build_tiny(GRUAttentionModel, GRUAttentionConfig, TINY, vocab, **overrides)
 
 
 def test_output_shape_and_alignment():

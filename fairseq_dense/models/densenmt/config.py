@@ -9,6 +9,8 @@ from typing import List, Optional
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
+from fairseq_dense.models.config_fields import max_positions_field, share_all_embeddings_field
+
 CONNECTION_CHOICES = ChoiceEnum(["dense", "residual"])
 ATTENTION_CHOICES = ChoiceEnum(["multistep", "dense1", "dense2"])
 
@@ -92,13 +94,6 @@ class DenseNMTConfig(FairseqDataclass):
             "(needs --decoder-out-embed-dim == --decoder-embed-dim, or --factorized-embed-dim)"
         },
     )
-    share_all_embeddings: bool = field(
-        default=False,
-        metadata={
-            "help": "one embedding table for source, target and softmax: a joined dictionary, "
-            "--encoder-embed-dim == --decoder-embed-dim, and as for "
-            "--share-decoder-input-output-embed"
-        },
-    )
-    max_source_positions: int = field(default=1024, metadata={"help": "longest source accepted"})
-    max_target_positions: int = field(default=1024, metadata={"help": "longest target accepted"})
+    share_all_embeddings: bool = share_all_embeddings_field()
+    max_source_positions: int = max_positions_field("source")
+    max_target_positions: int = max_positions_field("target")

@@ -10,6 +10,8 @@ from typing import Optional
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
+from fairseq_dense.models.config_fields import max_positions_field, share_all_embeddings_field
+
 INTERFACE_CHOICES = ChoiceEnum(["deep_att", "deep_ed"])
 
 
@@ -63,13 +65,6 @@ class FastForwardLSTMConfig(FairseqDataclass):
             "--decoder-out-embed-dim or else --decoder-hidden-size, == --decoder-embed-dim)"
         },
     )
-    share_all_embeddings: bool = field(
-        default=False,
-        metadata={
-            "help": "one embedding table for source, target and softmax: a joined dictionary, "
-            "--encoder-embed-dim == --decoder-embed-dim, and as for "
-            "--share-decoder-input-output-embed"
-        },
-    )
-    max_source_positions: int = field(default=1024, metadata={"help": "longest source accepted"})
-    max_target_positions: int = field(default=1024, metadata={"help": "longest target accepted"})
+    share_all_embeddings: bool = share_all_embeddings_field()
+    max_source_positions: int = max_positions_field("source")
+    max_target_positions: int = max_positions_field("target")

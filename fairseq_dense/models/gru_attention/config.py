@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from fairseq.dataclass import FairseqDataclass
 
+from fairseq_dense.models.config_fields import max_positions_field, share_all_embeddings_field
+
 
 @dataclass
 class GRUAttentionConfig(FairseqDataclass):
@@ -22,13 +24,6 @@ class GRUAttentionConfig(FairseqDataclass):
         default=False,
         metadata={"help": "tie the target embedding and the softmax (needs readout-dim == decoder-embed-dim)"},
     )
-    share_all_embeddings: bool = field(
-        default=False,
-        metadata={
-            "help": "one embedding table for source, target and softmax: a joined dictionary, "
-            "--encoder-embed-dim == --decoder-embed-dim, and as for "
-            "--share-decoder-input-output-embed"
-        },
-    )
-    max_source_positions: int = field(default=1024, metadata={"help": "longest source accepted"})
-    max_target_positions: int = field(default=1024, metadata={"help": "longest target accepted"})
+    share_all_embeddings: bool = share_all_embeddings_field()
+    max_source_positions: int = max_positions_field("source")
+    max_target_positions: int = max_positions_field("target")
