@@ -24,10 +24,14 @@ ablation = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ablation)
 
 
-def build(variant):
+def parsed(variant):
     cmd = ablation.command(variant, 3e-3, 1, 1500, "/nonexistent/save")
     assert cmd[0] == "fairseq-train"
-    args = options.parse_args_and_arch(options.get_training_parser(), cmd[1:])
+    return options.parse_args_and_arch(options.get_training_parser(), cmd[1:])
+
+
+def build(variant):
+    args = parsed(variant)
     assert args.lr == [3e-3] and args.max_update == 1500
     if variant in ablation.GROUPED:
         assert args.lr_scheduler == "grouped" and args.group_freeze_last == "branch=150"
@@ -45,6 +49,15 @@ def test_variants_parse_build_and_match_their_transformer(pair):
     n_weighted = sum(p.numel() for p in weighted.parameters())
     blocks = len(list(weighted.branch_blocks()))
     assert n_weighted == n_base + blocks * 2 * 4  # kappa and alpha, M = 4, per block
+
+
+def test_every_variant_has_the_quick_start_dropout_and_embeddings():
+    """As in the quick-start (its fairseq baseline is matched the same way): dropout 0.1 on
+    residuals and attention probabilities, none on FFN activations, separate tables."""
+    for variant in ablation.VARIANTS:
+        args = parsed(variant)
+        assert (args.dropout, args.attention_dropout, args.activation_dropout) == (0.1, 0.1, 0.0), variant
+        assert not args.share_all_embeddings, variant
 
 
 def test_every_variant_parses_and_builds():

@@ -124,7 +124,9 @@ PAIRS["deep_att"] = {
 }
 
 # the calibration Transformer (3+3 layers, d 256, ffn 1024, 4 heads, shared embeddings)
-# and the Weighted Transformer of the same shape (4 branches; 2M more weights per block)
+# and the Weighted Transformer of the same shape (4 branches; 2M more weights per block);
+# attention dropout set for both (the Weighted Transformer's default is --dropout,
+# fairseq's transformer's is 0)
 _TRANSFORMER_SHAPE = [
     "--encoder-layers",
     "3",
@@ -145,6 +147,10 @@ _TRANSFORMER_SHAPE = [
     "--share-all-embeddings",
     "--dropout",
     "0.3",
+    "--attention-dropout",
+    "0.1",
+    "--activation-dropout",
+    "0.0",
 ]
 PAIRS["weighted_transformer"] = {
     "claim": "better BLEU and 15-40% fewer updates",

@@ -163,8 +163,8 @@ def train_args(pair: str, side: str, lr: float):
         data_bin(),
         "--user-dir",
         user_dir(),
-        *PAIRS[pair][side],
         *COMMON,
+        *PAIRS[pair][side],  # after COMMON: a pair's own options (e.g. its --task) win
         "--warmup-updates",
         str(PAIRS[pair]["warmup"]),
         "--lr",
@@ -342,7 +342,7 @@ def count_params(pair: str, which: str) -> int:
     import fairseq_dense  # noqa: F401  (registers the plugin's architectures)
 
     parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [data_bin(), *PAIRS[pair][which], *COMMON, "--lr", "1e-3"])
+    args = options.parse_args_and_arch(parser, [data_bin(), *COMMON, *PAIRS[pair][which], "--lr", "1e-3"])
     cfg = convert_namespace_to_omegaconf(args)
     task = tasks.setup_task(cfg.task)
     return sum(p.numel() for p in task.build_model(cfg.model).parameters())
