@@ -6,6 +6,7 @@ options (``pairs.py``) and the common recipe; here each goes through fairseq's o
 dropout, or lose its task to the common recipe's.
 """
 
+import importlib
 import importlib.util
 import os
 import sys
@@ -40,3 +41,17 @@ def test_both_sides_parse_and_share_the_recipe(pair):
         assert getattr(model, name) == getattr(base, name), (pair, name)
     if model.arch.startswith("weighted_transformer"):
         assert model.task == "translation_weighted"
+
+
+def test_report_walls_continue_across_resumes(tmp_path):
+    """fairseq's wall restarts in each process; the report's adds the earlier processes' time."""
+    report = importlib.import_module("report")
+
+    def record(epoch, wall):
+        return f'2026-01-01 00:00:00 | INFO | train | {{"epoch": {epoch}, "train_wall": "{wall}"}}\n'
+
+    sweep, train = tmp_path / "sweep.log", tmp_path / "train.log"
+    sweep.write_text("# fairseq-train sweep\n" + record(1, 100) + record(2, 200))
+    # continued from the sweep, then cut during epoch 4 and resumed from epoch 3's checkpoint
+    train.write_text("# fairseq-train\n" + record(3, 90) + "# fairseq-train\n" + record(4, 95) + record(5, 190))
+    assert report.walls([str(sweep), str(train)]) == {1: 100, 2: 200, 3: 290, 4: 385, 5: 480}

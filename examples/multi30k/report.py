@@ -35,6 +35,31 @@ def params(log: str):
     return None
 
 
+def walls(logs) -> dict:
+    """``{epoch: wall seconds of training up to the end of that epoch}`` over ``logs`` in order.
+
+    fairseq's cumulative wall (``train_wall`` of an epoch record) starts at 0 in every
+    process, and each process begins with its ``# command`` line in our logs (the sweep
+    run, the continued run, each resume after an interruption): each one continues from
+    where the one before it ended. The part of an epoch cut by an interruption is not
+    counted (it is trained again).
+    """
+    out, offset, last = {}, 0.0, 0.0
+    pattern = re.compile(r"\| INFO \| train \| (\{.*\})$")
+    for log in logs:
+        with open(log) as f:
+            for line in f:
+                if line.startswith("# "):
+                    offset, last = offset + last, 0.0
+                    continue
+                m = pattern.search(line.rstrip("\n"))
+                if m:
+                    record = json.loads(m.group(1))
+                    last = float(record["train_wall"])
+                    out[int(record["epoch"])] = offset + last
+    return out
+
+
 def summarize(pair: str, side: str):
     folder = os.path.join(LOGS, pair, side)
     sweep = {}
@@ -53,11 +78,12 @@ def summarize(pair: str, side: str):
     # by epoch, the last record wins (an interrupted epoch is logged again on resume)
     valid = list({int(r["epoch"]): r for log in logs for r in records(log, "valid")}.values())
     train = {int(r["epoch"]): r for log in logs for r in records(log, "train")}
-    # (updates, wall seconds at the end of that epoch (fairseq logs "wall" as train_wall), validation loss, epoch)
+    wall = walls(logs)
+    # (updates, wall seconds at the end of that epoch, validation loss, epoch)
     curve = [
         (
             int(r["valid_num_updates"]),
-            float(train.get(int(r["epoch"]), {}).get("train_wall", "nan")),
+            wall.get(int(r["epoch"]), float("nan")),
             float(r["valid_loss"]),
             int(r["epoch"]),
         )
