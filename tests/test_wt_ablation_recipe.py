@@ -83,3 +83,21 @@ def test_full_run_continues_its_sweep_run(tmp_path, monkeypatch):
     grouped = tmp_path / "work" / "g"
     assert ablation.continue_sweep_run("wt_grouped_schedule", 3e-3, 1, ablation.UPDATES, str(grouped)) == ""
     assert not grouped.exists()
+
+
+def test_sweep_goes_past_the_grid_while_its_top_rate_wins(monkeypatch):
+    """A variant whose best rate is the largest tried gets 2x that rate too (until it loses)."""
+    optimum = 1.2e-2
+    trained = []
+
+    def fake_train(variant, lr, seed, updates):
+        trained.append((lr, seed, updates))
+        return f"{lr}:{seed}:{updates}"
+
+    monkeypatch.setattr(ablation, "train", fake_train)
+    monkeypatch.setattr(ablation, "valid_losses", lambda log: {500: abs(float(log.split(":")[0]) - optimum)})
+    monkeypatch.setattr(ablation, "bleu", lambda *a: 0.0)
+    ablation.run("wt")
+    sweep = [lr for lr, _, updates in trained if updates == ablation.SWEEP_UPDATES]
+    assert sweep == [1e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2]
+    assert {(lr, seed) for lr, seed, updates in trained if updates == ablation.UPDATES} == {(1.2e-2, 1), (1.2e-2, 2)}
