@@ -10,7 +10,7 @@ updates, test BLEU (beam 5), training tokens/s.
 
     python examples/weighted_transformer/ablation.py prepare
     python examples/weighted_transformer/ablation.py run [VARIANT ...]   # resumable
-    python examples/weighted_transformer/ablation.py report              # the table
+    python examples/weighted_transformer/ablation.py report [--write]    # the table (--write: into the docs)
     DEVICE=cuda python examples/weighted_transformer/ablation.py run     # on a GPU
 
 Work files go to ``wt-ablation-work/`` (ignored by git); the logs the table is made of are
@@ -302,13 +302,25 @@ def report() -> str:
     return "\n".join(rows)
 
 
+def write_table(table: str) -> None:
+    """Put ``table`` between the ablation markers of the docs page and of the family's RESULTS.md."""
+    begin, end = "<!-- wt-ablation:begin -->", "<!-- wt-ablation:end -->"
+    for path in (os.path.join(ROOT, "docs", "weighted_transformer.md"), os.path.join(HERE, "RESULTS.md")):
+        with open(path) as f:
+            head, rest = f.read().split(begin, 1)
+        with open(path + ".tmp", "w") as f:
+            f.write(head + begin + "\n" + table + "\n" + end + rest.split(end, 1)[1])
+        os.replace(path + ".tmp", path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("prepare")
     r = sub.add_parser("run")
     r.add_argument("variants", nargs="*", choices=sorted(VARIANTS))
-    sub.add_parser("report")
+    rep = sub.add_parser("report")
+    rep.add_argument("--write", action="store_true", help="also put the table into the docs and RESULTS.md")
     args = parser.parse_args()
     if args.cmd == "prepare":
         prepare()
@@ -318,7 +330,10 @@ def main() -> None:
         for variant in args.variants or VARIANTS:
             run(variant)
     else:
-        print(report())
+        table = report()
+        if args.write:
+            write_table(table)
+        print(table)
 
 
 if __name__ == "__main__":
