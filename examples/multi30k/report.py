@@ -14,7 +14,7 @@ import os
 import re
 
 from pairs import PAIRS
-from run import LOGS, SWEEP_EPOCHS, records
+from run import LOGS, SWEEP_EPOCHS, record, records
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -45,18 +45,14 @@ def walls(logs) -> dict:
     counted (it is trained again).
     """
     out, offset, last = {}, 0.0, 0.0
-    pattern = re.compile(r"\| INFO \| train \| (\{.*\})$")
     for log in logs:
         with open(log) as f:
             for line in f:
                 if line.startswith("# "):
                     offset, last = offset + last, 0.0
-                    continue
-                m = pattern.search(line.rstrip("\n"))
-                if m:
-                    record = json.loads(m.group(1))
-                    last = float(record["train_wall"])
-                    out[int(record["epoch"])] = offset + last
+                elif (epoch := record(line, "train")) is not None:
+                    last = float(epoch["train_wall"])
+                    out[int(epoch["epoch"])] = offset + last
     return out
 
 

@@ -129,18 +129,18 @@ def user_dir() -> str:
     return os.path.join(ROOT, "user_dir")
 
 
+def record(line: str, kind: str):
+    """The JSON record of a fairseq log line of ``kind`` ('valid' or 'train' epoch summaries), or None."""
+    m = re.search(r"\| INFO \| %s \| (\{.*\})$" % kind, line.rstrip("\n"))
+    return json.loads(m.group(1)) if m else None
+
+
 def records(log: str, kind: str):
-    """The JSON records fairseq logged for ``kind`` ('valid' or 'train' epoch summaries)."""
-    out = []
+    """The JSON records fairseq logged for ``kind`` in ``log`` (none when there is no log)."""
     if not os.path.isfile(log):
-        return out
-    pattern = re.compile(r"\| INFO \| %s \| (\{.*\})$" % kind)
+        return []
     with open(log) as f:
-        for line in f:
-            m = pattern.search(line.rstrip("\n"))
-            if m:
-                out.append(json.loads(m.group(1)))
-    return out
+        return [r for r in (record(line, kind) for line in f) if r is not None]
 
 
 def copy_log(src: str, name: str) -> None:

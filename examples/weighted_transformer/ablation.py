@@ -18,7 +18,6 @@ copied to ``examples/weighted_transformer/ablation-logs/``.
 """
 
 import argparse
-import glob
 import json
 import os
 import re
@@ -260,12 +259,36 @@ def bleu(variant: str, lr: float, seed: int) -> float:
         return float(re.search(r"BLEU4 = ([\d.]+)", f.read()).group(1))
 
 
+def sweep(loss_at) -> dict:
+    """``{rate: best validation loss after SWEEP_UPDATES}`` in the order the sweep tries them.
+
+    The rates of RATES, then twice the largest while the largest tried is the best (its
+    optimum may lie above the grid), up to MAX_RATE. ``loss_at(lr)`` gives one rate's loss
+    (training it if need be), or None where it is not there yet: the sweep stops there.
+    """
+    losses = {}
+    for lr in RATES:
+        losses[lr] = loss_at(lr)
+        if losses[lr] is None:
+            return {k: v for k, v in losses.items() if v is not None}
+    while min(losses, key=losses.get) == max(losses) and 2 * max(losses) <= MAX_RATE:
+        lr = 2 * max(losses)
+        losses[lr] = loss_at(lr)
+        if losses[lr] is None:
+            del losses[lr]
+            break
+    return losses
+
+
+def sweep_log_loss(variant: str, lr: float):
+    """The best validation loss of the committed sweep run at ``lr``, or None."""
+    losses = valid_losses(os.path.join(LOGS, variant, f"lr{lr:g}-seed1-{SWEEP_UPDATES}.log"))
+    return min(losses.values()) if losses else None
+
+
 def run(variant: str) -> None:
-    sweep = {lr: min(valid_losses(train(variant, lr, 1, SWEEP_UPDATES)).values()) for lr in RATES}
-    while min(sweep, key=sweep.get) == max(sweep) and 2 * max(sweep) <= MAX_RATE:
-        lr = 2 * max(sweep)  # the best rate is the grid's top: its optimum may lie above
-        sweep[lr] = min(valid_losses(train(variant, lr, 1, SWEEP_UPDATES)).values())
-    lr = min(sweep, key=sweep.get)
+    swept = sweep(lambda lr: min(valid_losses(train(variant, lr, 1, SWEEP_UPDATES)).values()))
+    lr = min(swept, key=swept.get)
     for seed in SEEDS:
         train(variant, lr, seed, UPDATES)
         bleu(variant, lr, seed)
@@ -278,15 +301,10 @@ def report() -> str:
         "|---|---|---|---|---|---|",
     ]
     for variant in VARIANTS:
-        sweep = {}
-        for log in glob.glob(os.path.join(LOGS, variant, f"lr*-seed1-{SWEEP_UPDATES}.log")):
-            losses = valid_losses(log)
-            if losses:
-                sweep[float(os.path.basename(log)[2:].split("-")[0])] = min(losses.values())
-        sweep = dict(sorted(sweep.items()))
-        if not sweep:
+        losses_by_rate = sweep(lambda lr: sweep_log_loss(variant, lr))
+        if not losses_by_rate:
             continue
-        lr = min(sweep, key=sweep.get)
+        lr = min(losses_by_rate, key=losses_by_rate.get)
         curves, bleus, wps = [], [], []
         for seed in SEEDS:
             log = os.path.join(LOGS, variant, f"lr{lr:g}-seed{seed}-{UPDATES}.log")
@@ -296,7 +314,7 @@ def report() -> str:
             bleus.append(re.search(r"BLEU4 = ([\d.]+)", open(path).read()).group(1) if os.path.isfile(path) else "-")
             if os.path.isfile(log):
                 wps += [float(m) for m in re.findall(r'"train_wps": "([\d.]+)"', open(log).read())]
-        swept = ", ".join(f"{k:g} -> {v:.3f}" for k, v in sweep.items())
+        swept = ", ".join(f"{k:g} -> {v:.3f}" for k, v in losses_by_rate.items())
         speed = f"{sum(wps) / len(wps):,.0f}" if wps else "-"
         rows.append(f"| {variant} | {swept} | {lr:g} | {'; '.join(curves)} | {'; '.join(bleus)} | {speed} |")
     return "\n".join(rows)
