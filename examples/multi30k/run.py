@@ -183,7 +183,10 @@ def sweep(pair: str, side: str, threads: int) -> float:
 
     Each sweep run keeps its last checkpoint: the chosen one is continued to convergence
     (the same run as one started with the final stopping options, since neither the
-    schedule nor the batches depend on them).
+    schedule nor the batches depend on them). A sweep point whose committed log
+    (``logs/<pair>/<side>/``) is complete is not trained again when the work folder has
+    lost it: if it wins, the converging run starts from update 0 at its rate, with the
+    same seed, schedule and batches.
     """
     results = {}
     for lr in sorted(PAIRS[pair]["rates"]):
@@ -192,7 +195,10 @@ def sweep(pair: str, side: str, threads: int) -> float:
             break
         log = os.path.join(side_dir(pair, side), f"sweep-lr{lr:g}.log")
         os.makedirs(os.path.dirname(log), exist_ok=True)
-        if len({r["epoch"] for r in records(log, "valid")}) < SWEEP_EPOCHS:
+        committed = os.path.join(LOGS, pair, side, f"sweep-lr{lr:g}.log")
+        if _epochs(log) < SWEEP_EPOCHS and _epochs(committed) >= SWEEP_EPOCHS:
+            log = committed  # finished in an earlier session whose work folder is gone
+        if _epochs(log) < SWEEP_EPOCHS:
             run(train_args(pair, side, lr) + ["--max-epoch", str(SWEEP_EPOCHS)], log=log, threads=threads)
             copy_log(log, f"{pair}/{side}/sweep-lr{lr:g}.log")
         results[lr] = min(float(r["valid_loss"]) for r in records(log, "valid") if int(r["epoch"]) <= SWEEP_EPOCHS)
@@ -200,6 +206,11 @@ def sweep(pair: str, side: str, threads: int) -> float:
     best = min(results, key=results.get)
     print(f"{pair}/{side}: chosen lr {best:g}", flush=True)
     return best
+
+
+def _epochs(log: str) -> int:
+    """How many epochs ``log`` has validation records for."""
+    return len({r["epoch"] for r in records(log, "valid")})
 
 
 def _finished(log: str) -> bool:

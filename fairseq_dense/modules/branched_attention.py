@@ -44,6 +44,7 @@ from fairseq_dense.modules.simplex import ON_SIMPLEX_ATTR, uniform_simplex
 #: ``param_group`` tag of kappa/alpha, read by ``--lr-scheduler grouped``
 BRANCH_PARAM_GROUP = "branch"
 INFERENCE_WEIGHTS = ("learned", "uniform", "random")
+BRANCH_INITS = ("xavier", "transformer")
 
 
 def _branch_matrix(m: int, fan_in: int, fan_out: int) -> nn.Parameter:
@@ -73,6 +74,11 @@ class BranchedAttention(nn.Module):
             uniform draw from the simplex) replacing learned kappa/alpha in eval
             mode (Table 4).
         random_seed: seed of the ``random`` inference weights.
+        init: ``xavier`` (each branch's ``W_i^O``, ``W1_i``, ``W2_i`` Xavier-uniform for its
+            own shape, zero biases), or ``transformer``: the branch matrices drawn as
+            fairseq's transformer draws the matrices they split (``W^O`` Xavier over
+            ``C x C`` with a zero bias, the FFN ``nn.Linear``'s default: bound
+            ``1/sqrt(fan_in)`` of the whole matrix for weights and biases).
     """
 
     def __init__(
@@ -93,6 +99,7 @@ class BranchedAttention(nn.Module):
         simplex: bool = True,
         inference_weights: str = "learned",
         random_seed: int = 1,
+        init: str = "xavier",
     ):
         super().__init__()
         if num_branches < 1 or num_heads % num_branches or embed_dim % num_heads:
@@ -101,6 +108,8 @@ class BranchedAttention(nn.Module):
             raise ValueError("ffn_embed_dim must be a multiple of num_branches")
         if inference_weights not in INFERENCE_WEIGHTS:
             raise ValueError(f"inference_weights must be one of {INFERENCE_WEIGHTS}")
+        if init not in BRANCH_INITS:
+            raise ValueError(f"init must be one of {BRANCH_INITS}")
         C, M = embed_dim, num_branches
         kdim = kdim or embed_dim
         self.embed_dim, self.num_heads, self.num_branches = C, num_heads, M
@@ -126,6 +135,8 @@ class BranchedAttention(nn.Module):
         self.fc2_weight = _branch_matrix(M, ff, C)
         self.fc2_bias = nn.Parameter(torch.zeros(C))
         self.final_layer_norm = LayerNorm(C)
+        if init == "transformer":
+            self._transformer_init(C, ffn_embed_dim)
 
         self.kappa = self._branch_weight(M, simplex) if learn_kappa else None
         self.alpha = self._branch_weight(M, simplex) if learn_alpha else None
@@ -135,6 +146,18 @@ class BranchedAttention(nn.Module):
         self.activation_fn = utils.get_activation_fn(activation_fn)
         # fixed kappa/alpha for --branch-weights-at-inference, and the scaled weights
         self._inference_cache: Dict[str, Any] = {}
+
+    @torch.no_grad()
+    def _transformer_init(self, embed_dim: int, ffn_embed_dim: int) -> None:
+        """The branch matrices as slices of the Transformer's: fan-in and fan-out of the whole matrix."""
+        nn.init.uniform_(self.out_weight, -math.sqrt(6.0 / (2 * embed_dim)), math.sqrt(6.0 / (2 * embed_dim)))
+        for weight, bias, fan_in in (
+            (self.fc1_weight, self.fc1_bias, embed_dim),
+            (self.fc2_weight, self.fc2_bias, ffn_embed_dim),
+        ):
+            bound = 1.0 / math.sqrt(fan_in)
+            nn.init.uniform_(weight, -bound, bound)
+            nn.init.uniform_(bias, -bound, bound)
 
     def train(self, mode: bool = True):
         # Weights change between evaluations (optimizer steps), and fairseq's

@@ -152,6 +152,42 @@ def test_ablation_flags():
     model.set_num_updates(1)  # nothing to project: no task needed
 
 
+def test_branch_init_transformer_draws_the_matrices_as_the_transformer_does():
+    """--branch-init transformer: each branch's W^O, W1, W2 and FFN biases have the bounds of
+    fairseq's transformer matrices they split (whole fan-in / fan-out), not their own shape's."""
+    dims = ["--encoder-embed-dim", "128", "--decoder-embed-dim", "128"]
+    ffn = ["--encoder-ffn-embed-dim", "512", "--decoder-ffn-embed-dim", "512"]
+    xavier, _ = build(*dims, *ffn)
+    matched, _ = build(*dims, *ffn, "--branch-init", "transformer")
+    torch.manual_seed(0)
+    base = TransformerModel.build_model(
+        parse("--dropout", "0", *TINY, *dims, *ffn, arch="transformer_tiny", task="translation"),
+        helpers.DummyTask(helpers.dummy_dictionary(16)),
+    )
+    layer = base.encoder.layers[0]
+
+    def bound(t):
+        return t.detach().abs().max().item()
+
+    block = dict(matched.branch_blocks())["enc0"]
+    own = dict(xavier.branch_blocks())["enc0"]
+    for ours, theirs in (
+        (block.out_weight, layer.self_attn.out_proj.weight),
+        (block.fc1_weight, layer.fc1.weight),
+        (block.fc2_weight, layer.fc2.weight),
+        (block.fc1_bias, layer.fc1.bias),
+        (block.fc2_bias, layer.fc2.bias),
+    ):
+        assert bound(ours) == pytest.approx(bound(theirs), rel=0.05)
+    assert bound(block.out_bias) == 0 == bound(layer.self_attn.out_proj.bias)
+    # the default draws each branch for its own shape: W2_i (128 x 128) twice the Transformer's bound
+    assert bound(own.fc2_weight) > 1.8 * bound(layer.fc2.weight) and bound(own.fc1_bias) == 0
+    for name, p in matched.named_parameters():  # same parameters, same shapes
+        assert p.shape == dict(xavier.named_parameters())[name].shape, name
+    with pytest.raises(SystemExit):
+        parse("--branch-init", "kaiming")
+
+
 def test_inference_weight_override():
     model, d = build()
     sample = helpers.make_sample(d)

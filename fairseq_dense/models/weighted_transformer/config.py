@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
 INFERENCE_WEIGHT_CHOICES = ChoiceEnum(["learned", "uniform", "random"])
+BRANCH_INIT_CHOICES = ChoiceEnum(["xavier", "transformer"])
 
 
 @dataclass
@@ -54,3 +55,12 @@ class WeightedTransformerConfig(FairseqDataclass):
         },
     )
     branch_random_seed: int = field(default=1, metadata={"help": "seed of --branch-weights-at-inference random"})
+    branch_init: BRANCH_INIT_CHOICES = field(
+        default="xavier",
+        metadata={
+            "help": "initialisation of the branch matrices W_i^O, W1_i, W2_i: 'xavier' for each "
+            "branch's own shape with zero biases (the default), or 'transformer': drawn as fairseq's "
+            "transformer draws the whole matrices they split (W^O Xavier over C x C, the FFN "
+            "nn.Linear's default with the whole fan-in, uniform FFN biases)"
+        },
+    )

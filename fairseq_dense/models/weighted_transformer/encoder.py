@@ -24,6 +24,7 @@ class BranchOptions:
     learn_alpha: bool = True
     inference_weights: str = "learned"
     random_seed: int = 1
+    init: str = "xavier"
 
     def block_kwargs(self, cfg, side: str) -> dict:
         """Keyword arguments of a branched block on ``side`` (``"encoder"``/``"decoder"``), all but its seed."""
@@ -42,6 +43,7 @@ class BranchOptions:
             learn_alpha=self.learn_alpha,
             simplex=self.simplex,
             inference_weights=self.inference_weights,
+            init=self.init,
         )
 
 
