@@ -88,6 +88,8 @@ VARIANTS = {
     "wt": WT,  # M = 4 (one head per branch), decoder self-attention plain, encoder-decoder branched
     "wt_m1": [*WT, "--encoder-branches", "1", "--decoder-branches", "1"],
     "wt_transformer_init": [*WT, "--branch-init", "transformer"],  # branch matrices drawn as the Transformer's
+    # residual dropout on each branch's output (the Transformer's placement), not on the heads
+    "wt_output_dropout": [*WT, "--branch-residual-dropout", "outputs"],
     "wt_fixed_weights": [*WT, "--fixed-kappa", "--fixed-alpha"],  # Table 3: both fixed to 1
     "wt_branched_self_attn": [*WT, "--decoder-branched-self-attn"],
     "wt_plain_cross_attn": [*WT, "--decoder-plain-cross-attn"],

@@ -45,6 +45,7 @@ from fairseq_dense.modules.simplex import ON_SIMPLEX_ATTR, uniform_simplex
 BRANCH_PARAM_GROUP = "branch"
 INFERENCE_WEIGHTS = ("learned", "uniform", "random")
 BRANCH_INITS = ("xavier", "transformer")
+RESIDUAL_DROPOUT_SITES = ("heads", "outputs")
 
 
 def _branch_matrix(m: int, fan_in: int, fan_out: int) -> nn.Parameter:
@@ -79,6 +80,10 @@ class BranchedAttention(nn.Module):
             fairseq's transformer draws the matrices they split (``W^O`` Xavier over
             ``C x C`` with a zero bias, the FFN ``nn.Linear``'s default: bound
             ``1/sqrt(fan_in)`` of the whole matrix for weights and biases).
+        residual_dropout: where Eq. 6's residual dropout acts: ``heads`` (on the heads
+            before ``W_i^O``, an ``(T*B, C)`` tensor; the default) or ``outputs`` (on each
+            branch's output ``kappa_i (head_i W_i^O + b^O)`` before the residual sum, the
+            Transformer's placement, an ``(M, T*B, C)`` tensor).
     """
 
     def __init__(
@@ -100,6 +105,7 @@ class BranchedAttention(nn.Module):
         inference_weights: str = "learned",
         random_seed: int = 1,
         init: str = "xavier",
+        residual_dropout: str = "heads",
     ):
         super().__init__()
         if num_branches < 1 or num_heads % num_branches or embed_dim % num_heads:
@@ -110,6 +116,8 @@ class BranchedAttention(nn.Module):
             raise ValueError(f"inference_weights must be one of {INFERENCE_WEIGHTS}")
         if init not in BRANCH_INITS:
             raise ValueError(f"init must be one of {BRANCH_INITS}")
+        if residual_dropout not in RESIDUAL_DROPOUT_SITES:
+            raise ValueError(f"residual_dropout must be one of {RESIDUAL_DROPOUT_SITES}")
         C, M = embed_dim, num_branches
         kdim = kdim or embed_dim
         self.embed_dim, self.num_heads, self.num_branches = C, num_heads, M
@@ -119,6 +127,7 @@ class BranchedAttention(nn.Module):
         self.normalize_before = normalize_before
         self.inference_weights = inference_weights
         self.random_seed = random_seed
+        self.drop_outputs = residual_dropout == "outputs"
 
         self.q_proj = nn.Linear(C, C)
         self.k_proj = nn.Linear(kdim, C)
@@ -292,7 +301,9 @@ class BranchedAttention(nn.Module):
         o, probs = self._attend(q, k, v, attn_mask, kpm, need_weights)
         N = T * B
         # (B, H, T, d) -> (T, B, H, d) -> (N, M, C/M): heads grouped by branch
-        o = self.dropout_module(o.permute(2, 0, 1, 3).reshape(N, M, C // M))
+        o = o.permute(2, 0, 1, 3).reshape(N, M, C // M)
+        if not self.drop_outputs:
+            o = self.dropout_module(o)
         kappa = self.branch_weights("kappa")
         alpha = self.branch_weights("alpha")
         if kappa is None or alpha is None:  # fixed to 1 (Table 3)
@@ -342,7 +353,8 @@ class BranchedAttention(nn.Module):
         ``sum_i alpha_i FFN_i(u_i)`` is a single ``(N, d_ff) x (d_ff, C)`` product.
 
         Args:
-            x: ``(N, C)`` residual input; o: ``(N, M, C/M)`` (dropped-out) heads.
+            x: ``(N, C)`` residual input; o: ``(N, M, C/M)`` heads (dropped out unless
+                the dropout acts on the branch outputs).
 
         Returns:
             ``(sum_i alpha_i u_i, sum_i alpha_i FFN_i(u_i))``, both ``(N, C)``.
@@ -351,7 +363,10 @@ class BranchedAttention(nn.Module):
         M = self.num_branches
         w_out, b_out, w2, b2 = self._scaled_weights(kappa, alpha)
         # u_i = x + kappa_i (head_i W_i^O + b^O)                         (M, N, C)
-        u = torch.baddbmm(x.view(1, N, C) + b_out, o.transpose(0, 1), w_out)
+        if self.drop_outputs:
+            u = x.view(1, N, C) + self.dropout_module(torch.baddbmm(b_out, o.transpose(0, 1), w_out))
+        else:
+            u = torch.baddbmm(x.view(1, N, C) + b_out, o.transpose(0, 1), w_out)
         if not self.normalize_before:
             u = self.attn_layer_norm(u)
         f = self.final_layer_norm(u) if self.normalize_before else u

@@ -113,6 +113,36 @@ def test_one_branch_is_the_transformer(flags):
         )
 
 
+def test_one_branch_with_dropout_on_the_branch_outputs_is_the_transformer_in_training():
+    """``--branch-residual-dropout outputs`` drops what the Transformer drops: at M = 1, with
+    residual dropout on and the same seed, the training-mode outputs are equal (the default
+    ``heads`` placement, dropping before ``W^O``, is not)."""
+    drop = ["--dropout", "0.3", "--attention-dropout", "0", "--activation-dropout", "0"]
+    torch.manual_seed(0)
+    base, d = build("transformer", "translation", *drop)
+    one_branch = ["--encoder-branches", "1", "--decoder-branches", "1"]
+    outputs = build(
+        "weighted_transformer", "translation_weighted", *one_branch, *drop, "--branch-residual-dropout", "outputs"
+    )[0]
+    heads = build("weighted_transformer", "translation_weighted", *one_branch, *drop)[0]
+    sample = helpers.make_sample(d)
+    results = []
+    for model in (base, outputs, heads):
+        if model is not base:
+            copy_transformer_into(model, base)
+        model.train()
+        torch.manual_seed(1)
+        results.append(model(**sample["net_input"])[0])
+    out_b, out_outputs, out_heads = results
+    torch.testing.assert_close(out_outputs, out_b, atol=1e-5, rtol=1e-5)
+    assert (out_heads - out_b).abs().max() > 1e-2
+    for model in (base, outputs, heads):  # without dropout all three agree
+        model.eval()
+    evals = [m(**sample["net_input"])[0] for m in (base, outputs, heads)]
+    torch.testing.assert_close(evals[1], evals[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(evals[2], evals[0], atol=1e-5, rtol=1e-5)
+
+
 def test_control_fails_when_a_weight_differs():
     """The comparison can fail: one perturbed FFN weight changes the output."""
     torch.manual_seed(0)

@@ -6,6 +6,7 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
 INFERENCE_WEIGHT_CHOICES = ChoiceEnum(["learned", "uniform", "random"])
 BRANCH_INIT_CHOICES = ChoiceEnum(["xavier", "transformer"])
+RESIDUAL_DROPOUT_CHOICES = ChoiceEnum(["heads", "outputs"])
 
 
 @dataclass
@@ -62,5 +63,14 @@ class WeightedTransformerConfig(FairseqDataclass):
             "branch's own shape with zero biases (the default), or 'transformer': drawn as fairseq's "
             "transformer draws the whole matrices they split (W^O Xavier over C x C, the FFN "
             "nn.Linear's default with the whole fan-in, uniform FFN biases)"
+        },
+    )
+    branch_residual_dropout: RESIDUAL_DROPOUT_CHOICES = field(
+        default="heads",
+        metadata={
+            "help": "where the residual dropout of Eq. 6 acts: 'heads', on the attention heads before "
+            "W_i^O (one (T*B, C) tensor; the default), or 'outputs', on each branch's output "
+            "kappa_i (head_i W_i^O + b^O) before the residual sum (the Transformer's placement; "
+            "M times the tensor)"
         },
     )

@@ -25,6 +25,7 @@ class BranchOptions:
     inference_weights: str = "learned"
     random_seed: int = 1
     init: str = "xavier"
+    residual_dropout: str = "heads"
 
     def block_kwargs(self, cfg, side: str) -> dict:
         """Keyword arguments of a branched block on ``side`` (``"encoder"``/``"decoder"``), all but its seed."""
@@ -44,6 +45,7 @@ class BranchOptions:
             simplex=self.simplex,
             inference_weights=self.inference_weights,
             init=self.init,
+            residual_dropout=self.residual_dropout,
         )
 
 

@@ -40,6 +40,7 @@ def branch_options(cfg) -> BranchOptions:
         inference_weights=str(cfg.branch_weights_at_inference),
         random_seed=int(cfg.branch_random_seed),
         init=str(safe_getattr(cfg, "branch_init", "xavier")),
+        residual_dropout=str(safe_getattr(cfg, "branch_residual_dropout", "heads")),
     )
 
 
@@ -241,6 +242,7 @@ def weighted_transformer_base(args):
     args.branch_weights_at_inference = safe_getattr(args, "branch_weights_at_inference", "learned")
     args.branch_random_seed = safe_getattr(args, "branch_random_seed", 1)
     args.branch_init = safe_getattr(args, "branch_init", "xavier")
+    args.branch_residual_dropout = safe_getattr(args, "branch_residual_dropout", "heads")
     args.dropout = safe_getattr(args, "dropout", 0.1)
     # the paper drops attention probabilities with the residual dropout rate
     args.attention_dropout = safe_getattr(args, "attention_dropout", args.dropout)
