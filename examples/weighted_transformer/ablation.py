@@ -90,6 +90,13 @@ VARIANTS = {
     "wt_transformer_init": [*WT, "--branch-init", "transformer"],  # branch matrices drawn as the Transformer's
     # residual dropout on each branch's output (the Transformer's placement), not on the heads
     "wt_output_dropout": [*WT, "--branch-residual-dropout", "outputs"],
+    # both: the branches drawn and dropped as the Transformer's (at M = 1 the Transformer itself)
+    "wt_transformer_like": [*WT, "--branch-init", "transformer", "--branch-residual-dropout", "outputs"],
+    "wt_m1_transformer_like": [
+        *WT,
+        *("--encoder-branches", "1", "--decoder-branches", "1"),
+        *("--branch-init", "transformer", "--branch-residual-dropout", "outputs"),
+    ],
     "wt_fixed_weights": [*WT, "--fixed-kappa", "--fixed-alpha"],  # Table 3: both fixed to 1
     "wt_branched_self_attn": [*WT, "--decoder-branched-self-attn"],
     "wt_plain_cross_attn": [*WT, "--decoder-plain-cross-attn"],
