@@ -55,3 +55,32 @@ def test_report_walls_continue_across_resumes(tmp_path):
     # continued from the sweep, then cut during epoch 4 and resumed from epoch 3's checkpoint
     train.write_text("# fairseq-train\n" + record(3, 90) + "# fairseq-train\n" + record(4, 95) + record(5, 190))
     assert report.walls([str(sweep), str(train)]) == {1: 100, 2: 200, 3: 290, 4: 385, 5: 480}
+
+
+def test_sweep_reuses_committed_points_and_trains_the_rest(tmp_path, monkeypatch):
+    """A sweep point whose committed log is complete is not trained again when the work folder
+    lost it; an incomplete one is trained; the line search stops once the loss grows."""
+    monkeypatch.setattr(run, "WORK", str(tmp_path / "work"))
+    monkeypatch.setattr(run, "LOGS", str(tmp_path / "logs"))
+    monkeypatch.setitem(run.PAIRS, "toy", {"rates": (1e-3, 2e-3, 4e-3, 8e-3), "model": [], "baseline": [], "warmup": 1})
+
+    def log_lines(losses):
+        return "".join(
+            '2026 | INFO | valid | {"epoch": %d, "valid_loss": "%s"}\n' % (e, loss) for e, loss in enumerate(losses, 1)
+        )
+
+    (tmp_path / "logs" / "toy" / "model").mkdir(parents=True)
+    (tmp_path / "logs" / "toy" / "model" / "sweep-lr0.001.log").write_text(log_lines([9, 8, 7, 6]))
+    (tmp_path / "logs" / "toy" / "model" / "sweep-lr0.002.log").write_text(log_lines([9, 8]))  # cut short
+    trained = []
+
+    def fake_run(cmd, log=None, threads=None):
+        lr = float(cmd[cmd.index("--lr") + 1])
+        trained.append(lr)
+        with open(log, "a") as f:
+            f.write(log_lines({2e-3: [8, 7, 6, 5], 4e-3: [8, 7, 6, 5.5]}[lr]))
+
+    monkeypatch.setattr(run, "run", fake_run)
+    assert run.sweep("toy", "model", 1) == 2e-3
+    assert trained == [2e-3, 4e-3]  # 1e-3 from its committed log; 8e-3 not tried (4e-3 did worse)
+    assert "5.5" in (tmp_path / "logs" / "toy" / "model" / "sweep-lr0.004.log").read_text()
