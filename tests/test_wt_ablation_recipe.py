@@ -101,3 +101,11 @@ def test_sweep_goes_past_the_grid_while_its_top_rate_wins(monkeypatch):
     sweep = [lr for lr, _, updates in trained if updates == ablation.SWEEP_UPDATES]
     assert sweep == [1e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2]
     assert {(lr, seed) for lr, seed, updates in trained if updates == ablation.UPDATES} == {(1.2e-2, 1), (1.2e-2, 2)}
+
+
+def test_sweep_is_finished_only_when_nothing_is_left_to_try():
+    assert not ablation.sweep_finished({1e-3: 5.0, 3e-3: 4.0})  # a grid rate missing
+    assert not ablation.sweep_finished({1e-3: 5.0, 3e-3: 4.5, 6e-3: 4.0})  # top rate best: 1.2e-2 due
+    assert ablation.sweep_finished({1e-3: 5.0, 3e-3: 4.0, 6e-3: 4.5})
+    assert ablation.sweep_finished({1e-3: 5.0, 3e-3: 4.5, 6e-3: 4.0, 1.2e-2: 4.2})
+    assert ablation.sweep_finished({1e-3: 5.0, 3e-3: 4.5, 6e-3: 4.0, 1.2e-2: 3.9, 2.4e-2: 3.8})  # MAX_RATE reached

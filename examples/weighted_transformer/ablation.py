@@ -290,6 +290,13 @@ def sweep(loss_at) -> dict:
     return losses
 
 
+def sweep_finished(losses: dict) -> bool:
+    """Whether ``sweep`` has nothing left to try after ``losses`` (every grid rate, no doubling due)."""
+    if not all(lr in losses for lr in RATES):
+        return False
+    return not (min(losses, key=losses.get) == max(losses) and 2 * max(losses) <= MAX_RATE)
+
+
 def sweep_log_loss(variant: str, lr: float):
     """The best validation loss of the committed sweep run at ``lr``, or None."""
     losses = valid_losses(os.path.join(LOGS, variant, f"lr{lr:g}-seed1-{SWEEP_UPDATES}.log"))
@@ -314,6 +321,10 @@ def report() -> str:
         losses_by_rate = sweep(lambda lr: sweep_log_loss(variant, lr))
         if not losses_by_rate:
             continue
+        swept = ", ".join(f"{k:g} -> {v:.3f}" for k, v in losses_by_rate.items())
+        if not sweep_finished(losses_by_rate):
+            rows.append(f"| {variant} | {swept} (under way) | - | - | - | - |")
+            continue
         lr = min(losses_by_rate, key=losses_by_rate.get)
         curves, bleus, wps = [], [], []
         for seed in SEEDS:
@@ -324,7 +335,6 @@ def report() -> str:
             bleus.append(re.search(r"BLEU4 = ([\d.]+)", open(path).read()).group(1) if os.path.isfile(path) else "-")
             if os.path.isfile(log):
                 wps += [float(m) for m in re.findall(r'"train_wps": "([\d.]+)"', open(log).read())]
-        swept = ", ".join(f"{k:g} -> {v:.3f}" for k, v in losses_by_rate.items())
         speed = f"{sum(wps) / len(wps):,.0f}" if wps else "-"
         rows.append(f"| {variant} | {swept} | {lr:g} | {'; '.join(curves)} | {'; '.join(bleus)} | {speed} |")
     return "\n".join(rows)
