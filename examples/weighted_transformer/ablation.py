@@ -10,6 +10,7 @@ updates, test BLEU (beam 5), training tokens/s.
 
     python examples/weighted_transformer/ablation.py prepare
     python examples/weighted_transformer/ablation.py run [VARIANT ...]   # resumable
+    python examples/weighted_transformer/ablation.py at VARIANT LR       # two seeds at a rate the sweep did not choose
     python examples/weighted_transformer/ablation.py report [--write]    # the table (--write: into the docs)
     DEVICE=cuda python examples/weighted_transformer/ablation.py run     # on a GPU
 
@@ -77,7 +78,9 @@ WIDE = [
     "--decoder-attention-heads",
     "8",
 ]
-WT = ["--arch", "weighted_transformer", *SHAPE]
+# the Weighted Transformer as first built (the rows named wt*): branch matrices Xavier for
+# their own shape, residual dropout on the heads; a variant's own options come after these
+WT = ["--arch", "weighted_transformer", *SHAPE, "--branch-init", "xavier", "--branch-residual-dropout", "heads"]
 # variants trained with the grouped schedule: the branch weights get their own warm-up (a
 # tenth of the main one) and scale (sqrt(2) times the main one), and are frozen for the
 # last 10% of the updates (the paper's shape); the main group peaks at the swept rate
@@ -326,18 +329,34 @@ def report() -> str:
             rows.append(f"| {variant} | {swept} (under way) | - | - | - | - |")
             continue
         lr = min(losses_by_rate, key=losses_by_rate.get)
-        curves, bleus, wps = [], [], []
-        for seed in SEEDS:
-            log = os.path.join(LOGS, variant, f"lr{lr:g}-seed{seed}-{UPDATES}.log")
-            losses = valid_losses(log)
-            curves.append(" / ".join(f"{losses[u]:.3f}" if u in losses else "-" for u in (500, 1000, 1500)))
-            path = log[: -len(".log")] + ".bleu"
-            bleus.append(re.search(r"BLEU4 = ([\d.]+)", open(path).read()).group(1) if os.path.isfile(path) else "-")
-            if os.path.isfile(log):
-                wps += [float(m) for m in re.findall(r'"train_wps": "([\d.]+)"', open(log).read())]
-        speed = f"{sum(wps) / len(wps):,.0f}" if wps else "-"
-        rows.append(f"| {variant} | {swept} | {lr:g} | {'; '.join(curves)} | {'; '.join(bleus)} | {speed} |")
+        rows.append(f"| {variant} | {swept} | {lr:g} | {full_runs(variant, lr)} |")
+        for other in sorted(extra_rates(variant) - {lr}):
+            rows.append(
+                f"| {variant} at {other:g} (not the sweep's choice) | - | {other:g} | {full_runs(variant, other)} |"
+            )
     return "\n".join(rows)
+
+
+def full_runs(variant: str, lr: float) -> str:
+    """The table cells of the two seeds' full runs at ``lr``: curves | BLEU | tokens/s."""
+    curves, bleus, wps = [], [], []
+    for seed in SEEDS:
+        log = os.path.join(LOGS, variant, f"lr{lr:g}-seed{seed}-{UPDATES}.log")
+        losses = valid_losses(log)
+        curves.append(" / ".join(f"{losses[u]:.3f}" if u in losses else "-" for u in (500, 1000, 1500)))
+        path = log[: -len(".log")] + ".bleu"
+        bleus.append(re.search(r"BLEU4 = ([\d.]+)", open(path).read()).group(1) if os.path.isfile(path) else "-")
+        if os.path.isfile(log):
+            wps += [float(m) for m in re.findall(r'"train_wps": "([\d.]+)"', open(log).read())]
+    speed = f"{sum(wps) / len(wps):,.0f}" if wps else "-"
+    return f"{'; '.join(curves)} | {'; '.join(bleus)} | {speed}"
+
+
+def extra_rates(variant: str) -> set:
+    """Rates with a full run of ``variant`` in the logs (the sweep's choice, and any ``at`` run)."""
+    folder = os.path.join(LOGS, variant)
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    return {float(m.group(1)) for m in (re.match(rf"lr([\d.e-]+)-seed1-{UPDATES}\.log$", n) for n in names) if m}
 
 
 def write_table(table: str) -> None:
@@ -357,6 +376,9 @@ def main() -> None:
     sub.add_parser("prepare")
     r = sub.add_parser("run")
     r.add_argument("variants", nargs="*", choices=sorted(VARIANTS))
+    at = sub.add_parser("at", help="the full runs (two seeds) of one variant at a rate of your choosing")
+    at.add_argument("variant", choices=sorted(VARIANTS))
+    at.add_argument("lr", type=float)
     rep = sub.add_parser("report")
     rep.add_argument("--write", action="store_true", help="also put the table into the docs and RESULTS.md")
     args = parser.parse_args()
@@ -367,6 +389,10 @@ def main() -> None:
             sys.exit(f"{data_bin()}: no prepared data; run `python {sys.argv[0]} prepare` first")
         for variant in args.variants or VARIANTS:
             run(variant)
+    elif args.cmd == "at":
+        for seed in SEEDS:
+            train(args.variant, args.lr, seed, UPDATES)
+            bleu(args.variant, args.lr, seed)
     else:
         table = report()
         if args.write:
