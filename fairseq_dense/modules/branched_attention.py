@@ -13,10 +13,10 @@ with M branches, ``FFN_i(u) = W2_i act(W1_i u + b1_i) + b^2`` of inner size
 projection after every optimizer step, see :mod:`fairseq_dense.modules.simplex`).
 Residual connections, the two layer norms and dropout sit where the Transformer
 has them (post-norm; ``normalize_before=True`` gives the pre-norm variant
-``u_i = x + hbar_i``, ``FFN_i(LN_f(u_i))``, no final norm). Dropout acts on the
-heads before ``W_i^O`` and on the alpha-mixed FFN output, i.e. on ``(T*B, C)``
-tensors as in the Transformer rather than on the M times larger per-branch
-ones (a cheaper variant of residual dropout; same expectation). The layer norms
+``u_i = x + hbar_i``, ``FFN_i(LN_f(u_i))``, no final norm). Residual dropout acts
+on each branch's output ``hbar_i`` and on the alpha-mixed FFN output
+(``residual_dropout="heads"``: on the heads before ``W_i^O`` instead, a cheaper
+variant with the same expectation). The layer norms
 and the biases ``b^O``, ``b^2`` are shared by the branches, so the block has
 exactly the parameters of a Transformer attention + FFN sub-layer pair plus the
 2M weights kappa, alpha.
@@ -75,15 +75,16 @@ class BranchedAttention(nn.Module):
             uniform draw from the simplex) replacing learned kappa/alpha in eval
             mode (Table 4).
         random_seed: seed of the ``random`` inference weights.
-        init: ``xavier`` (each branch's ``W_i^O``, ``W1_i``, ``W2_i`` Xavier-uniform for its
-            own shape, zero biases), or ``transformer``: the branch matrices drawn as
-            fairseq's transformer draws the matrices they split (``W^O`` Xavier over
-            ``C x C`` with a zero bias, the FFN ``nn.Linear``'s default: bound
-            ``1/sqrt(fan_in)`` of the whole matrix for weights and biases).
-        residual_dropout: where Eq. 6's residual dropout acts: ``heads`` (on the heads
-            before ``W_i^O``, an ``(T*B, C)`` tensor; the default) or ``outputs`` (on each
-            branch's output ``kappa_i (head_i W_i^O + b^O)`` before the residual sum, the
-            Transformer's placement, an ``(M, T*B, C)`` tensor).
+        init: ``transformer`` (the default): the branch matrices drawn as fairseq's
+            transformer draws the matrices they split (``W^O`` Xavier over ``C x C`` with
+            a zero bias, the FFN ``nn.Linear``'s default: bound ``1/sqrt(fan_in)`` of the
+            whole matrix for weights and biases); or ``xavier``: each branch's ``W_i^O``,
+            ``W1_i``, ``W2_i`` Xavier-uniform for its own shape, zero biases (the first
+            form built; measured worse, docs/weighted_transformer.md).
+        residual_dropout: where Eq. 6's residual dropout acts: ``outputs`` (the default: on
+            each branch's output ``kappa_i (head_i W_i^O + b^O)`` before the residual sum,
+            the Transformer's placement, an ``(M, T*B, C)`` tensor) or ``heads`` (on the
+            heads before ``W_i^O``, a ``(T*B, C)`` tensor: cheaper, same expectation).
     """
 
     def __init__(
@@ -104,8 +105,8 @@ class BranchedAttention(nn.Module):
         simplex: bool = True,
         inference_weights: str = "learned",
         random_seed: int = 1,
-        init: str = "xavier",
-        residual_dropout: str = "heads",
+        init: str = "transformer",
+        residual_dropout: str = "outputs",
     ):
         super().__init__()
         if num_branches < 1 or num_heads % num_branches or embed_dim % num_heads:

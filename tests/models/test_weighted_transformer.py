@@ -153,12 +153,13 @@ def test_ablation_flags():
 
 
 def test_branch_init_transformer_draws_the_matrices_as_the_transformer_does():
-    """--branch-init transformer: each branch's W^O, W1, W2 and FFN biases have the bounds of
-    fairseq's transformer matrices they split (whole fan-in / fan-out), not their own shape's."""
+    """--branch-init transformer (the default): each branch's W^O, W1, W2 and FFN biases have the
+    bounds of fairseq's transformer matrices they split (whole fan-in / fan-out); xavier: their own
+    shape's."""
     dims = ["--encoder-embed-dim", "128", "--decoder-embed-dim", "128"]
     ffn = ["--encoder-ffn-embed-dim", "512", "--decoder-ffn-embed-dim", "512"]
-    xavier, _ = build(*dims, *ffn)
-    matched, _ = build(*dims, *ffn, "--branch-init", "transformer")
+    xavier, _ = build(*dims, *ffn, "--branch-init", "xavier")
+    matched, _ = build(*dims, *ffn)
     torch.manual_seed(0)
     base = TransformerModel.build_model(
         parse("--dropout", "0", *TINY, *dims, *ffn, arch="transformer_tiny", task="translation"),

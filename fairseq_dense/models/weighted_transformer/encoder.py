@@ -24,8 +24,8 @@ class BranchOptions:
     learn_alpha: bool = True
     inference_weights: str = "learned"
     random_seed: int = 1
-    init: str = "xavier"
-    residual_dropout: str = "heads"
+    init: str = "transformer"
+    residual_dropout: str = "outputs"
 
     def block_kwargs(self, cfg, side: str) -> dict:
         """Keyword arguments of a branched block on ``side`` (``"encoder"``/``"decoder"``), all but its seed."""

@@ -39,8 +39,8 @@ def branch_options(cfg) -> BranchOptions:
         learn_alpha=not cfg.fixed_alpha,
         inference_weights=str(cfg.branch_weights_at_inference),
         random_seed=int(cfg.branch_random_seed),
-        init=str(safe_getattr(cfg, "branch_init", "xavier")),
-        residual_dropout=str(safe_getattr(cfg, "branch_residual_dropout", "heads")),
+        init=str(safe_getattr(cfg, "branch_init", "transformer")),
+        residual_dropout=str(safe_getattr(cfg, "branch_residual_dropout", "outputs")),
     )
 
 
@@ -241,8 +241,8 @@ def weighted_transformer_base(args):
     args.fixed_alpha = safe_getattr(args, "fixed_alpha", False)
     args.branch_weights_at_inference = safe_getattr(args, "branch_weights_at_inference", "learned")
     args.branch_random_seed = safe_getattr(args, "branch_random_seed", 1)
-    args.branch_init = safe_getattr(args, "branch_init", "xavier")
-    args.branch_residual_dropout = safe_getattr(args, "branch_residual_dropout", "heads")
+    args.branch_init = safe_getattr(args, "branch_init", "transformer")
+    args.branch_residual_dropout = safe_getattr(args, "branch_residual_dropout", "outputs")
     args.dropout = safe_getattr(args, "dropout", 0.1)
     # the paper drops attention probabilities with the residual dropout rate
     args.attention_dropout = safe_getattr(args, "attention_dropout", args.dropout)
