@@ -100,6 +100,11 @@ VARIANTS = {
         *("--encoder-branches", "1", "--decoder-branches", "1"),
         *("--branch-init", "transformer", "--branch-residual-dropout", "outputs"),
     ],
+    # today's defaults with the decoder's branches in its self-attention (not the encoder-decoder attention)
+    "wt_transformer_like_plain_cross_attn": [
+        *WT,
+        *("--branch-init", "transformer", "--branch-residual-dropout", "outputs", "--decoder-plain-cross-attn"),
+    ],
     "wt_fixed_weights": [*WT, "--fixed-kappa", "--fixed-alpha"],  # Table 3: both fixed to 1
     "wt_branched_self_attn": [*WT, "--decoder-branched-self-attn"],
     "wt_plain_cross_attn": [*WT, "--decoder-plain-cross-attn"],
