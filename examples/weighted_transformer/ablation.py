@@ -105,6 +105,12 @@ VARIANTS = {
         *WT,
         *("--branch-init", "transformer", "--branch-residual-dropout", "outputs", "--decoder-plain-cross-attn"),
     ],
+    # its M = 1 control: the Transformer with the decoder's FFN before its encoder-decoder attention
+    "wt_m1_transformer_like_plain_cross_attn": [
+        *WT,
+        *("--encoder-branches", "1", "--decoder-branches", "1"),
+        *("--branch-init", "transformer", "--branch-residual-dropout", "outputs", "--decoder-plain-cross-attn"),
+    ],
     "wt_fixed_weights": [*WT, "--fixed-kappa", "--fixed-alpha"],  # Table 3: both fixed to 1
     "wt_branched_self_attn": [*WT, "--decoder-branched-self-attn"],
     "wt_plain_cross_attn": [*WT, "--decoder-plain-cross-attn"],
