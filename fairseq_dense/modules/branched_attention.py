@@ -160,7 +160,8 @@ class BranchedAttention(nn.Module):
     @torch.no_grad()
     def _transformer_init(self, embed_dim: int, ffn_embed_dim: int) -> None:
         """The branch matrices as slices of the Transformer's: fan-in and fan-out of the whole matrix."""
-        nn.init.uniform_(self.out_weight, -math.sqrt(6.0 / (2 * embed_dim)), math.sqrt(6.0 / (2 * embed_dim)))
+        xavier = math.sqrt(6.0 / (2 * embed_dim))
+        nn.init.uniform_(self.out_weight, -xavier, xavier)
         for weight, bias, fan_in in (
             (self.fc1_weight, self.fc1_bias, embed_dim),
             (self.fc2_weight, self.fc2_bias, ffn_embed_dim),

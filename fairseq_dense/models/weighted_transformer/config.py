@@ -4,9 +4,12 @@ from dataclasses import dataclass, field
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
-INFERENCE_WEIGHT_CHOICES = ChoiceEnum(["learned", "uniform", "random"])
-BRANCH_INIT_CHOICES = ChoiceEnum(["xavier", "transformer"])
-RESIDUAL_DROPOUT_CHOICES = ChoiceEnum(["heads", "outputs"])
+from fairseq_dense.modules.branched_attention import BRANCH_INITS, INFERENCE_WEIGHTS, RESIDUAL_DROPOUT_SITES
+
+# the block's own lists of accepted values (one place: the module checks them too)
+INFERENCE_WEIGHT_CHOICES = ChoiceEnum(list(INFERENCE_WEIGHTS))
+BRANCH_INIT_CHOICES = ChoiceEnum(list(BRANCH_INITS))
+RESIDUAL_DROPOUT_CHOICES = ChoiceEnum(list(RESIDUAL_DROPOUT_SITES))
 
 
 @dataclass
