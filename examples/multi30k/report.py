@@ -94,6 +94,7 @@ def summarize(pair: str, side: str):
             "params": params(chosen_log),
             "curve": curve,
             "early_stopped": "early stop" in text,
+            "stopped_by_time": "Stopping training due to cumulative_training_time" in text,
             "finished": "done training" in text,
             "best_loss": best[2] if best else None,
             "best_epoch": best[3] if best else None,
@@ -114,11 +115,17 @@ def fmt(value, spec):
     return "-" if value is None else format(value, spec)
 
 
+def stopped(row) -> str:
+    if row.get("early_stopped"):
+        return "yes"
+    return "no (time limit)" if row.get("stopped_by_time") else "no"
+
+
 def table(rows) -> str:
     lines = [
         "| pair | side (arch) | params | peak lr (sweep: lr -> valid loss) | epochs run / to best | updates to best "
-        "| hours to best | best valid loss | test sacreBLEU | BLEU tok+lc | chrF | train tok/s | early stop |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| hours to best | best valid loss | test sacreBLEU | BLEU tok+lc | chrF | train tok/s | early stop | machine |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         sweep = ", ".join(f"{lr:g} -> {loss:.3f}" for lr, loss in sorted(r["sweep"].items()))
@@ -130,7 +137,7 @@ def table(rows) -> str:
             f"{fmt(r.get('best_updates'), ',')} | {fmt(r.get('best_wall_h'), '.2f')} | "
             f"{fmt(r.get('best_loss'), '.3f')} | {fmt(test.get('sacrebleu'), '.2f')} | "
             f"{fmt(test.get('bleu_tok_lc'), '.2f')} | {fmt(test.get('chrf'), '.2f')} | {fmt(r.get('wps'), ',.0f')} | "
-            f"{'yes' if r.get('early_stopped') else 'no'} |"
+            f"{stopped(r)} | {ev.get('machine', '-')} |"
         )
     return "\n".join(lines)
 
@@ -149,7 +156,7 @@ def plot(pair: str, rows) -> None:
         by_updates.plot([c[0] for c in r["curve"]], [c[2] for c in r["curve"]], marker=".", label=label)
         by_time.plot([c[1] / 3600 for c in r["curve"]], [c[2] for c in r["curve"]], marker=".", label=label)
     by_updates.set_xlabel("updates")
-    by_time.set_xlabel("hours (wall, one core each)")
+    by_time.set_xlabel("hours (wall; machine in the table)")
     for ax in (by_updates, by_time):
         ax.set_ylabel("validation loss")
         ax.grid(alpha=0.3)

@@ -6,6 +6,13 @@
     python examples/multi30k/run.py side gru model     # one side only (same stages)
     python examples/multi30k/run.py report             # RESULTS.md table + plots from logs/
     python examples/multi30k/run.py params [PAIR ...]  # parameter counts of both sides
+    DEVICE=cuda python examples/multi30k/run.py pair gru --parallel-sweep --train-hours 0.3
+                                                       # on a GPU: the sweep's rates at once,
+                                                       #   training stopped after 0.3 h
+
+``--train-hours H`` stops the converging run cleanly (fairseq's ``--stop-time-hours``)
+once the side has trained for H hours, sweep included; the best checkpoint is then
+evaluated as usual and the table says the run was stopped by time, not by early stopping.
 
 Every stage is resumable: a finished sweep point or evaluation is kept as a JSON file
 and skipped when the command is run again, and the converging training continues from
@@ -35,9 +42,10 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from pairs import PAIRS  # noqa: E402
 
-RAW = os.path.join(ROOT, "..", "shared", "data", "multi30k")
+RAW = os.environ.get("MULTI30K_RAW", os.path.join(ROOT, "..", "shared", "data", "multi30k"))
 WORK = os.environ.get("MULTI30K_WORK", os.path.join(ROOT, "multi30k-work"))
 LOGS = os.path.join(HERE, "logs")
+DEVICE = os.environ.get("DEVICE", "cpu")  # "cuda": train and decode on the GPU
 SRC, TGT = "en", "de"
 MERGES = 8000
 PATIENCE = 5
@@ -51,7 +59,6 @@ COMMON = [
     SRC,
     "-t",
     TGT,
-    "--cpu",
     "--optimizer",
     "adam",
     "--adam-betas",
@@ -112,17 +119,29 @@ def prepare() -> None:
 
 
 def run(cmd, log=None, threads=None) -> None:
-    env = dict(os.environ)
-    if threads:
-        env["OMP_NUM_THREADS"] = str(threads)
-    print("+", shlex.join(cmd), flush=True)
     if log is None:
-        subprocess.run(cmd, check=True, env=env)
+        print("+", shlex.join(cmd), flush=True)
+        subprocess.run(cmd, check=True, env=_env(threads))
         return
+    code = start(cmd, log, threads).wait()
+    if code:
+        raise subprocess.CalledProcessError(code, cmd)
+
+
+def start(cmd, log: str, threads=None) -> subprocess.Popen:
+    """Start ``cmd`` with its output appended to ``log`` (after a ``# command`` line)."""
+    print("+", shlex.join(cmd), flush=True)
     with open(log, "a") as f:
         f.write("# " + shlex.join(cmd) + "\n")
         f.flush()
-        subprocess.run(cmd, check=True, env=env, stdout=f, stderr=subprocess.STDOUT)
+        return subprocess.Popen(cmd, env=_env(threads), stdout=f, stderr=subprocess.STDOUT)
+
+
+def _env(threads=None) -> dict:
+    env = dict(os.environ)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
 
 
 def user_dir() -> str:
@@ -146,7 +165,7 @@ def records(log: str, kind: str):
 def copy_log(src: str, name: str) -> None:
     """Keep the lines the report needs (commands, epoch summaries, validations)."""
     os.makedirs(os.path.dirname(os.path.join(LOGS, name)), exist_ok=True)
-    keep = re.compile(r"^# |\| INFO \| (valid|train) \| \{|done training|model params|early stop")
+    keep = re.compile(r"^# |\| INFO \| (valid|train) \| \{|done training|model params|early stop|Stopping training")
     with open(src) as f, open(os.path.join(LOGS, name) + ".tmp", "w") as out:
         out.writelines(line for line in f if keep.search(line))
     os.replace(os.path.join(LOGS, name) + ".tmp", os.path.join(LOGS, name))
@@ -164,6 +183,7 @@ def train_args(pair: str, side: str, lr: float):
         "--user-dir",
         user_dir(),
         *COMMON,
+        *(["--cpu"] if DEVICE == "cpu" else []),
         *PAIRS[pair][side],  # after COMMON: a pair's own options (e.g. its --task) win
         "--warmup-updates",
         str(PAIRS[pair]["warmup"]),
@@ -175,11 +195,13 @@ def train_args(pair: str, side: str, lr: float):
     ]
 
 
-def sweep(pair: str, side: str, threads: int) -> float:
+def sweep(pair: str, side: str, threads: int, parallel: bool = False) -> float:
     """Train SWEEP_EPOCHS epochs at each candidate rate; return the rate with the best valid loss.
 
     Rates are tried from the smallest up; once a rate does worse than the one before it,
-    the larger ones are not tried (a line search: they would do worse still).
+    the larger ones are not tried (a line search: they would do worse still). With
+    ``parallel`` every rate is trained at once (on a GPU with cores to spare) and the
+    same rule picks among them, so the choice is the one the line search makes.
 
     Each sweep run keeps its last checkpoint: the chosen one is continued to convergence
     (the same run as one started with the final stopping options, since neither the
@@ -188,16 +210,31 @@ def sweep(pair: str, side: str, threads: int) -> float:
     lost it: if it wins, the converging run starts from update 0 at its rate, with the
     same seed, schedule and batches.
     """
-    results = {}
-    for lr in sorted(PAIRS[pair]["rates"]):
-        if len(results) >= 2 and list(results.values())[-1] > list(results.values())[-2]:
-            print(f"{pair}/{side}: lr {lr:g} skipped (the loss grew from the last rate to the one before)")
-            break
+    rates = sorted(PAIRS[pair]["rates"])
+    logs = {}
+    for lr in rates:
         log = os.path.join(side_dir(pair, side), f"sweep-lr{lr:g}.log")
         os.makedirs(os.path.dirname(log), exist_ok=True)
         committed = os.path.join(LOGS, pair, side, f"sweep-lr{lr:g}.log")
         if _epochs(log) < SWEEP_EPOCHS and _epochs(committed) >= SWEEP_EPOCHS:
             log = committed  # finished in an earlier session whose work folder is gone
+        logs[lr] = log
+    if parallel:
+        procs = {
+            lr: start(train_args(pair, side, lr) + ["--max-epoch", str(SWEEP_EPOCHS)], log, threads)
+            for lr, log in logs.items()
+            if _epochs(log) < SWEEP_EPOCHS
+        }
+        for lr, proc in procs.items():
+            if proc.wait():
+                raise subprocess.CalledProcessError(proc.returncode, proc.args)
+            copy_log(logs[lr], f"{pair}/{side}/sweep-lr{lr:g}.log")
+    results = {}
+    for lr in rates:
+        if len(results) >= 2 and list(results.values())[-1] > list(results.values())[-2]:
+            print(f"{pair}/{side}: lr {lr:g} skipped (the loss grew from the last rate to the one before)")
+            break
+        log = logs[lr]
         if _epochs(log) < SWEEP_EPOCHS:
             run(train_args(pair, side, lr) + ["--max-epoch", str(SWEEP_EPOCHS)], log=log, threads=threads)
             copy_log(log, f"{pair}/{side}/sweep-lr{lr:g}.log")
@@ -218,19 +255,33 @@ def _finished(log: str) -> bool:
         return "done training" in f.read()
 
 
-def converge(pair: str, side: str, lr: float, threads: int) -> None:
-    """Train at the chosen rate until PATIENCE epochs bring no better validation loss."""
+def converge(pair: str, side: str, lr: float, threads: int, deadline=None) -> None:
+    """Train at the chosen rate until PATIENCE epochs bring no better validation loss.
+
+    With a ``deadline`` (a ``time.time()``), the run also stops cleanly at it: fairseq's
+    ``--stop-time-hours`` counts the training time its checkpoint carries (the sweep
+    run's, which the train logs give as ``train_wall``) plus this process's.
+    """
     log = os.path.join(side_dir(pair, side), "train.log")
     if os.path.isfile(log) and _finished(log):
         return
     with open(os.path.join(side_dir(pair, side), "chosen_lr"), "w") as f:
         f.write(f"{lr:g}\n")
+    stop = []
+    if deadline is not None:
+        done = [float(r["train_wall"]) for r in records(log, "train") or records(_sweep_log(pair, side, lr), "train")]
+        hours = ((done[-1] if done else 0.0) + max(deadline - time.time(), 60.0)) / 3600
+        stop = ["--stop-time-hours", f"{hours:.4f}"]
     run(
-        train_args(pair, side, lr) + ["--patience", str(PATIENCE), "--max-epoch", str(MAX_EPOCH)],
+        train_args(pair, side, lr) + ["--patience", str(PATIENCE), "--max-epoch", str(MAX_EPOCH), *stop],
         log=log,
         threads=threads,
     )
     copy_log(log, f"{pair}/{side}/train.log")
+
+
+def _sweep_log(pair: str, side: str, lr: float) -> str:
+    return os.path.join(side_dir(pair, side), f"sweep-lr{lr:g}.log")
 
 
 def generate(pair: str, side: str, lr: float, subset: str, lenpen: float, threads: int):
@@ -247,7 +298,7 @@ def generate(pair: str, side: str, lr: float, subset: str, lenpen: float, thread
         SRC,
         "-t",
         TGT,
-        "--cpu",
+        *(["--cpu"] if DEVICE == "cpu" else []),
         "--gen-subset",
         subset,
         "--beam",
@@ -328,6 +379,11 @@ def evaluate(pair: str, side: str, lr: float, threads: int) -> dict:
 def machine() -> str:
     import platform
 
+    if DEVICE != "cpu":
+        import torch
+
+        return f"{torch.cuda.get_device_name()}, GPU"
+
     try:
         with open("/proc/cpuinfo") as f:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
@@ -336,11 +392,12 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, CPU"
 
 
-def side(pair: str, which: str, threads: int) -> None:
+def side(pair: str, which: str, threads: int, parallel_sweep: bool = False, train_hours=None) -> None:
     if not os.path.isdir(data_bin()):
         sys.exit(f"{data_bin()}: no prepared data; run `python {sys.argv[0]} prepare` first")
-    lr = sweep(pair, which, threads)
-    converge(pair, which, lr, threads)
+    deadline = None if train_hours is None else time.time() + train_hours * 3600
+    lr = sweep(pair, which, threads, parallel_sweep)
+    converge(pair, which, lr, threads, deadline)
     result = evaluate(pair, which, lr, threads)
     print(f"{pair}/{which}: test sacreBLEU {result['test']['sacrebleu']}", flush=True)
 
@@ -359,10 +416,10 @@ def count_params(pair: str, which: str) -> int:
     return sum(p.numel() for p in task.build_model(cfg.model).parameters())
 
 
-def pair(name: str) -> None:
+def pair(name: str, options=()) -> None:
     """Both sides at once, one thread each (the most two cores take)."""
     procs = [
-        subprocess.Popen([sys.executable, __file__, "side", name, which, "--threads", "1"])
+        subprocess.Popen([sys.executable, __file__, "side", name, which, "--threads", "1", *options])
         for which in ("model", "baseline")
     ]
     codes = [p.wait() for p in procs]
@@ -380,6 +437,9 @@ def main() -> None:
     s.add_argument("name", choices=sorted(PAIRS))
     s.add_argument("which", choices=("model", "baseline"))
     s.add_argument("--threads", type=int, default=2)
+    for q in (p, s):
+        q.add_argument("--parallel-sweep", action="store_true", help="train the sweep's rates at once")
+        q.add_argument("--train-hours", type=float, help="stop the converging run after this much training")
     sub.add_parser("report")
     c = sub.add_parser("params")
     c.add_argument("names", nargs="*", choices=sorted(PAIRS))
@@ -388,9 +448,12 @@ def main() -> None:
     if args.cmd == "prepare":
         prepare()
     elif args.cmd == "pair":
-        pair(args.name)
+        options = ["--parallel-sweep"] if args.parallel_sweep else []
+        if args.train_hours is not None:
+            options += ["--train-hours", str(args.train_hours)]
+        pair(args.name, options)
     elif args.cmd == "side":
-        side(args.name, args.which, args.threads)
+        side(args.name, args.which, args.threads, args.parallel_sweep, args.train_hours)
     elif args.cmd == "params":
         for name in args.names or PAIRS:
             model, base = count_params(name, "model"), count_params(name, "baseline")
