@@ -84,3 +84,74 @@ def test_sweep_reuses_committed_points_and_trains_the_rest(tmp_path, monkeypatch
     assert run.sweep("toy", "model", 1) == 2e-3
     assert trained == [2e-3, 4e-3]  # 1e-3 from its committed log; 8e-3 not tried (4e-3 did worse)
     assert "5.5" in (tmp_path / "logs" / "toy" / "model" / "sweep-lr0.004.log").read_text()
+
+
+def _toy_sweep(tmp_path, monkeypatch, losses):
+    """A four-rate toy pair whose fake trainings write the given final valid losses per rate."""
+    monkeypatch.setattr(run, "WORK", str(tmp_path / "work"))
+    monkeypatch.setattr(run, "LOGS", str(tmp_path / "logs"))
+    monkeypatch.setitem(run.PAIRS, "toy", {"rates": tuple(losses), "model": [], "baseline": [], "warmup": 1})
+    started = []
+
+    class Done:
+        returncode = 0
+
+        def __init__(self, args):
+            self.args = args
+
+        def wait(self):
+            return 0
+
+    def fake_start(cmd, log, threads=None):
+        lr = float(cmd[cmd.index("--lr") + 1])
+        started.append(lr)
+        with open(log, "a") as f:
+            for epoch in range(1, run.SWEEP_EPOCHS + 1):
+                loss = losses[lr] + run.SWEEP_EPOCHS - epoch
+                f.write('2026 | INFO | valid | {"epoch": %d, "valid_loss": "%s"}\n' % (epoch, loss))
+        return Done(cmd)
+
+    monkeypatch.setattr(run, "start", fake_start)
+    monkeypatch.setattr(run, "run", lambda cmd, log=None, threads=None: fake_start(cmd, log, threads).wait())
+    return started
+
+
+@pytest.mark.parametrize(
+    "losses, chosen",
+    [
+        ({1e-3: 6.0, 2e-3: 5.0, 4e-3: 5.5, 8e-3: 4.0}, 2e-3),  # the line search never reaches 8e-3
+        ({1e-3: 6.0, 2e-3: 5.0, 4e-3: 4.5, 8e-3: 4.8}, 4e-3),
+    ],
+)
+def test_parallel_sweep_chooses_what_the_line_search_chooses(tmp_path, monkeypatch, losses, chosen):
+    started = _toy_sweep(tmp_path / "a", monkeypatch, losses)
+    assert run.sweep("toy", "model", 1) == chosen
+    serial = list(started)
+    started = _toy_sweep(tmp_path / "b", monkeypatch, losses)
+    assert run.sweep("toy", "model", 1, parallel=True) == chosen
+    assert sorted(started) == sorted(losses)  # every rate trained at once
+    assert set(serial) <= set(started)
+
+
+def test_train_hours_stop_the_converging_run_and_the_report_says_so(tmp_path, monkeypatch):
+    """--train-hours becomes fairseq's --stop-time-hours: the sweep run's training time plus what is left."""
+    import time
+
+    monkeypatch.setattr(run, "WORK", str(tmp_path / "work"))
+    monkeypatch.setitem(run.PAIRS, "toy", {"rates": (1e-3,), "model": [], "baseline": [], "warmup": 1})
+    os.makedirs(run.side_dir("toy", "model"))
+    with open(run._sweep_log("toy", "model", 1e-3), "w") as f:
+        f.write('2026 | INFO | train | {"epoch": 4, "train_wall": "360"}\n')
+    commands = []
+    monkeypatch.setattr(run, "run", lambda cmd, log=None, threads=None: commands.append(cmd))
+    monkeypatch.setattr(run, "copy_log", lambda src, name: None)
+    run.converge("toy", "model", 1e-3, 1, deadline=time.time() + 1800)
+    hours = float(commands[0][commands[0].index("--stop-time-hours") + 1])
+    assert 0.59 < hours <= 0.6  # 0.1 h of sweep + 0.5 h left
+    commands.clear()
+    run.converge("toy", "model", 1e-3, 1)
+    assert "--stop-time-hours" not in commands[0]
+
+    report = importlib.import_module("report")
+    assert report.stopped({"early_stopped": False, "stopped_by_time": True}) == "no (time limit)"
+    assert report.stopped({"early_stopped": True}) == "yes"

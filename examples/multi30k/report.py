@@ -123,8 +123,9 @@ def stopped(row) -> str:
 
 def table(rows) -> str:
     lines = [
-        "| pair | side (arch) | params | peak lr (sweep: lr -> valid loss) | epochs run / to best | updates to best "
-        "| hours to best | best valid loss | test sacreBLEU | BLEU tok+lc | chrF | train tok/s | early stop | machine |",
+        "| pair | side (arch) | params | peak lr (sweep: lr -> valid loss) | epochs run / to best "
+        "| updates to best | hours to best | best valid loss | test sacreBLEU | BLEU tok+lc | chrF | train tok/s "
+        "| early stop | machine |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
