@@ -112,6 +112,11 @@ VARIANTS = {
         *("--branch-init", "transformer", "--branch-residual-dropout", "outputs", "--decoder-plain-cross-attn"),
     ],
     "wt_fixed_weights": [*WT, "--fixed-kappa", "--fixed-alpha"],  # Table 3: both fixed to 1
+    # today's defaults with both fixed to 1: does learning kappa / alpha cost with them too?
+    "wt_transformer_like_fixed_weights": [
+        *WT,
+        *("--branch-init", "transformer", "--branch-residual-dropout", "outputs", "--fixed-kappa", "--fixed-alpha"),
+    ],
     "wt_branched_self_attn": [*WT, "--decoder-branched-self-attn"],
     "wt_plain_cross_attn": [*WT, "--decoder-plain-cross-attn"],
     "wt_grouped_schedule": WT,
