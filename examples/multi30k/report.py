@@ -192,7 +192,8 @@ def front_table(rows) -> str:
         model, base = by.get((pair, "model"), {}), by.get((pair, "baseline"), {})
 
         def bleu(r):
-            return fmt(r.get("eval", {}).get("test", {}).get("sacrebleu"), ".2f")
+            value = fmt(r.get("eval", {}).get("test", {}).get("sacrebleu"), ".2f")
+            return value + (" (stopped by the time limit, not converged)" if r.get("stopped_by_time") else "")
 
         lines.append(
             f"| {pair} | `{arch(pair, 'model')}` | {bleu(model)} | `{arch(pair, 'baseline')}` | "
