@@ -78,9 +78,13 @@ WIDE = [
     "--decoder-attention-heads",
     "8",
 ]
-# the Weighted Transformer as first built (the rows named wt*): branch matrices Xavier for
-# their own shape, residual dropout on the heads; a variant's own options come after these
-WT = ["--arch", "weighted_transformer", *SHAPE, "--branch-init", "xavier", "--branch-residual-dropout", "heads"]
+# the Weighted Transformer as first built (the rows named wt*): kappa/alpha learned (the
+# paper), branch matrices Xavier for their own shape, residual dropout on the heads; a
+# variant's own options come after these
+WT = [
+    *("--arch", "weighted_transformer", *SHAPE, "--learned-branch-weights"),
+    *("--branch-init", "xavier", "--branch-residual-dropout", "heads"),
+]
 # variants trained with the grouped schedule: the branch weights get their own warm-up (a
 # tenth of the main one) and scale (sqrt(2) times the main one), and are frozen for the
 # last 10% of the updates (the paper's shape); the main group peaks at the swept rate

@@ -52,7 +52,10 @@ def read_checkpoint(path: str) -> dict:
         if k.endswith(SUFFIXES) and torch.is_tensor(v)
     }
     if not weights:
-        raise ValueError(f"{path} holds no kappa/alpha parameters (not a weighted_transformer?)")
+        raise ValueError(
+            f"{path} holds no kappa/alpha parameters (not a weighted_transformer, or one trained with "
+            "fixed branch weights, the default; --learned-branch-weights learns them)"
+        )
     history = state.get("optimizer_history") or [{}]
     return {"path": path, "num_updates": int(history[-1].get("num_updates", 0)), "weights": weights}
 

@@ -38,10 +38,17 @@ TINY = [
 ]
 
 
-def parse(*flags, arch="weighted_transformer_tiny", task="translation_weighted"):
+# Most tests here are about kappa and alpha, so they build the paper's form, with the branch
+# weights learned; the default (both fixed to 1) has its own tests (test_default_fixes_the_branch_weights).
+LEARNED = "--learned-branch-weights"
+
+
+def parse(*flags, arch="weighted_transformer_tiny", task="translation_weighted", learned=True):
     parser = options.get_training_parser()
+    extra = [LEARNED] if learned and arch.startswith("weighted_transformer") else []
     return options.parse_args_and_arch(
-        parser, input_args=["/nonexistent", "--arch", arch, "--task", task, "--cpu", *flags]
+        parser,
+        input_args=["/nonexistent", "--arch", arch, "--task", task, "--cpu", *extra, *flags],
     )
 
 
@@ -150,6 +157,37 @@ def test_ablation_flags():
     model, _ = build("--no-simplex")
     assert not model.needs_projection()
     model.set_num_updates(1)  # nothing to project: no task needed
+
+
+def test_default_fixes_the_branch_weights():
+    """kappa and alpha are fixed to 1 by default (measured: docs/weighted_transformer.md);
+    --learned-branch-weights learns both (the paper), --fixed-kappa / --fixed-alpha fix one."""
+
+    def learned(*flags):
+        model = WeightedTransformerModel.build_model(
+            parse(*TINY, *flags, learned=False), helpers.DummyTask(helpers.dummy_dictionary(16))
+        )
+        kinds = {(b.kappa is not None, b.alpha is not None) for _, b in model.branch_blocks()}
+        assert len(kinds) == 1
+        return kinds.pop()
+
+    assert learned() == (False, False)
+    assert learned(LEARNED) == (True, True)
+    assert learned(LEARNED, "--fixed-alpha") == (True, False)
+    assert learned(LEARNED, "--fixed-kappa") == (False, True)
+    assert learned("--fixed-kappa", "--fixed-alpha") == (False, False)
+
+
+def test_configurations_saved_before_the_fixed_default_keep_learned_weights():
+    """A checkpoint's configuration from before fixed weights became the default holds
+    fixed_kappa = fixed_alpha = False and no learned_branch_weights: its model is the learned one."""
+    args = parse(*TINY, learned=False)
+    args.fixed_kappa = args.fixed_alpha = False
+    del args.learned_branch_weights
+    cfg = convert_namespace_to_omegaconf(args).model
+    model = WeightedTransformerModel.build_model(cfg, helpers.DummyTask(helpers.dummy_dictionary(16)))
+    assert all(b.kappa is not None and b.alpha is not None for _, b in model.branch_blocks())
+    assert len(model.branch_weights()) == 2 * 4
 
 
 def test_branch_init_transformer_draws_the_matrices_as_the_transformer_does():
@@ -430,6 +468,7 @@ def test_cli_train_generate_and_dump(tmp_path):
         "translation_weighted",
         "--arch",
         "weighted_transformer_tiny",
+        LEARNED,
         "--encoder-embed-dim",
         "32",
         "--decoder-embed-dim",

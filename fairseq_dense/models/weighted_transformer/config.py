@@ -1,6 +1,7 @@
 """Options of the Weighted Transformer that fairseq's transformer does not have."""
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
@@ -48,8 +49,22 @@ class WeightedTransformerConfig(FairseqDataclass):
         default=False,
         metadata={"help": "do not project kappa/alpha onto the simplex (Table 3 ablation)"},
     )
-    fixed_kappa: bool = field(default=False, metadata={"help": "kappa fixed to 1, not learned (Table 3 ablation)"})
-    fixed_alpha: bool = field(default=False, metadata={"help": "alpha fixed to 1, not learned (Table 3 ablation)"})
+    learned_branch_weights: bool = field(
+        default=False,
+        metadata={
+            "help": "learn kappa and alpha on the simplex, as the paper does (the default fixes both "
+            "to 1, by measurement: docs/weighted_transformer.md); with it, --fixed-kappa or "
+            "--fixed-alpha fixes one of them"
+        },
+    )
+    # None: not given, the default (fixed unless --learned-branch-weights). Configurations saved
+    # before fixed weights became the default hold an explicit False: their weights stay learned.
+    fixed_kappa: Optional[bool] = field(
+        default=None, metadata={"help": "kappa fixed to 1, not learned (Table 3 ablation; the default)"}
+    )
+    fixed_alpha: Optional[bool] = field(
+        default=None, metadata={"help": "alpha fixed to 1, not learned (Table 3 ablation; the default)"}
+    )
     branch_weights_at_inference: INFERENCE_WEIGHT_CHOICES = field(
         default="learned",
         metadata={

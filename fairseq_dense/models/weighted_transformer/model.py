@@ -27,6 +27,19 @@ class SimplexTaskError(ValueError, RuntimeError):
     """Half-precision training of simplex-constrained weights without ``--task translation_weighted``."""
 
 
+def learns(cfg, weight: str) -> bool:
+    """Whether ``weight`` ('kappa' or 'alpha') is learned.
+
+    ``--fixed-kappa``/``--fixed-alpha`` decide when given. Not given (None), the weight is
+    fixed to 1 (the default, by measurement) unless ``--learned-branch-weights``. A
+    configuration saved before that default holds an explicit False: still learned.
+    """
+    fixed = getattr(cfg, f"fixed_{weight}", None)
+    if fixed is None:
+        return bool(getattr(cfg, "learned_branch_weights", False))
+    return not fixed
+
+
 def branch_options(cfg) -> BranchOptions:
     """The branch options from a (namespace or transformer) config."""
     return BranchOptions(
@@ -35,8 +48,8 @@ def branch_options(cfg) -> BranchOptions:
         decoder_branched_self_attn=bool(cfg.decoder_branched_self_attn),
         decoder_plain_cross_attn=bool(safe_getattr(cfg, "decoder_plain_cross_attn", False)),
         simplex=not cfg.no_simplex,
-        learn_kappa=not cfg.fixed_kappa,
-        learn_alpha=not cfg.fixed_alpha,
+        learn_kappa=learns(cfg, "kappa"),
+        learn_alpha=learns(cfg, "alpha"),
         inference_weights=str(cfg.branch_weights_at_inference),
         random_seed=int(cfg.branch_random_seed),
         init=str(safe_getattr(cfg, "branch_init", "transformer")),
@@ -75,8 +88,8 @@ def validate(args) -> None:
             "--decoder-plain-cross-attn already makes the decoder self-attention branched; "
             "drop --decoder-branched-self-attn"
         )
-    if args.no_simplex and args.fixed_kappa and args.fixed_alpha:
-        logger.warning("--no-simplex has no effect with --fixed-kappa and --fixed-alpha")
+    if args.no_simplex and not (learns(args, "kappa") or learns(args, "alpha")):
+        logger.warning("--no-simplex has no effect with fixed kappa and alpha (add --learned-branch-weights)")
 
 
 @register_model("weighted_transformer")
@@ -237,8 +250,9 @@ def weighted_transformer_base(args):
     args.decoder_branches = safe_getattr(args, "decoder_branches", 0)
     args.decoder_branched_self_attn = safe_getattr(args, "decoder_branched_self_attn", False)
     args.no_simplex = safe_getattr(args, "no_simplex", False)
-    args.fixed_kappa = safe_getattr(args, "fixed_kappa", False)
-    args.fixed_alpha = safe_getattr(args, "fixed_alpha", False)
+    args.learned_branch_weights = safe_getattr(args, "learned_branch_weights", False)
+    args.fixed_kappa = getattr(args, "fixed_kappa", None)  # None: the default (see learns())
+    args.fixed_alpha = getattr(args, "fixed_alpha", None)
     args.branch_weights_at_inference = safe_getattr(args, "branch_weights_at_inference", "learned")
     args.branch_random_seed = safe_getattr(args, "branch_random_seed", 1)
     args.branch_init = safe_getattr(args, "branch_init", "transformer")
