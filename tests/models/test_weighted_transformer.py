@@ -190,6 +190,18 @@ def test_configurations_saved_before_the_fixed_default_keep_learned_weights():
     assert len(model.branch_weights()) == 2 * 4
 
 
+def test_loading_mismatched_branch_weights_names_the_flag():
+    """A checkpoint with learned kappa/alpha into a model that fixes them (e.g. an older run
+    resumed without --learned-branch-weights), or the other way round: a clear error."""
+    learned, _ = build()
+    fixed, _ = build("--fixed-kappa", "--fixed-alpha")
+    with pytest.raises(RuntimeError, match="build it with --learned-branch-weights"):
+        fixed.load_state_dict(learned.state_dict())
+    with pytest.raises(RuntimeError, match="drop --learned-branch-weights"):
+        learned.load_state_dict(fixed.state_dict())
+    fixed.load_state_dict(build("--fixed-kappa", "--fixed-alpha")[0].state_dict())  # matching: loads
+
+
 def test_branch_init_transformer_draws_the_matrices_as_the_transformer_does():
     """--branch-init transformer (the default): each branch's W^O, W1, W2 and FFN biases have the
     bounds of fairseq's transformer matrices they split (whole fan-in / fan-out); xavier: their own

@@ -19,6 +19,7 @@ from fairseq_dense.models.weighted_transformer.decoder import WeightedTransforme
 from fairseq_dense.models.weighted_transformer.encoder import BranchOptions, WeightedTransformerEncoder
 from fairseq_dense.modules.branched_attention import BranchedAttention
 from fairseq_dense.modules.simplex import PROJECTION_HOOK_ATTR, install_step_hook, is_on_simplex, project_onto_simplex
+from fairseq_dense.validation import CheckpointMismatchError
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +144,30 @@ class WeightedTransformerModel(TransformerModel):
     def build_decoder(cls, args, tgt_dict, embed_tokens):
         cfg = TransformerConfig.from_namespace(args)
         return WeightedTransformerDecoder(cfg, tgt_dict, embed_tokens, branch_options(args))
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        """fairseq's loading, with a clear error when the checkpoint's kappa/alpha do not match.
+
+        Raises:
+            CheckpointMismatchError: naming ``--learned-branch-weights`` / ``--fixed-kappa`` /
+                ``--fixed-alpha`` when the checkpoint learned branch weights this model
+                fixes, or the other way round (e.g. a training from before fixed weights
+                became the default, resumed without ``--learned-branch-weights``).
+        """
+        if strict:
+            own = {k for k in self.state_dict() if k.endswith((".kappa", ".alpha"))}
+            theirs = {k for k in state_dict if k.endswith((".kappa", ".alpha"))}
+            if own != theirs:
+                learned, fixed = sorted(theirs - own), sorted(own - theirs)
+                what = (
+                    f"the checkpoint learned branch weights ({learned[0]}, ...) that this model fixes to 1: "
+                    "build it with --learned-branch-weights (the default fixes kappa and alpha)"
+                    if learned
+                    else f"this model learns branch weights ({fixed[0]}, ...) that the checkpoint fixed to 1: "
+                    "drop --learned-branch-weights (or add --fixed-kappa / --fixed-alpha)"
+                )
+                raise CheckpointMismatchError(f"its branch weights do not match: {what}")
+        return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
 
     # ------------------------------------------------------------ branch weights
     def branch_blocks(self) -> Iterator[Tuple[str, BranchedAttention]]:
