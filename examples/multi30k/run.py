@@ -225,9 +225,10 @@ def sweep(pair: str, side: str, threads: int, parallel: bool = False) -> float:
             for lr, log in logs.items()
             if _epochs(log) < SWEEP_EPOCHS
         }
-        for lr, proc in procs.items():
-            if proc.wait():
-                raise subprocess.CalledProcessError(proc.returncode, proc.args)
+        codes = {lr: proc.wait() for lr, proc in procs.items()}  # all of them, even after a failure
+        for lr, code in codes.items():
+            if code:
+                raise subprocess.CalledProcessError(code, procs[lr].args)
             copy_log(logs[lr], f"{pair}/{side}/sweep-lr{lr:g}.log")
     results = {}
     for lr in rates:
