@@ -213,7 +213,7 @@ def sweep(pair: str, side: str, threads: int, parallel: bool = False) -> float:
     rates = sorted(PAIRS[pair]["rates"])
     logs = {}
     for lr in rates:
-        log = os.path.join(side_dir(pair, side), f"sweep-lr{lr:g}.log")
+        log = _sweep_log(pair, side, lr)
         os.makedirs(os.path.dirname(log), exist_ok=True)
         committed = os.path.join(LOGS, pair, side, f"sweep-lr{lr:g}.log")
         if _epochs(log) < SWEEP_EPOCHS and _epochs(committed) >= SWEEP_EPOCHS:
