@@ -141,9 +141,12 @@ def explain_state_dict_mismatch(model, state_dict: Dict, model_cfg=None) -> Opti
         model_cfg: the model's config (for its ``--arch`` name in the message).
 
     Returns:
-        One sentence naming the cause: another architecture (parameter names
-        differ), other dictionaries (only the rows of vocabulary-sized tensors
-        differ) or other model sizes (first differing tensor).
+        One sentence naming the cause: the model's own reading of differing
+        parameter names when it has one (``model.state_dict_mismatch_hint(missing,
+        unexpected)``, e.g. the Weighted Transformer's learned or fixed branch
+        weights), another architecture (parameter names differ), other dictionaries
+        (only the rows of vocabulary-sized tensors differ) or other model sizes
+        (first differing tensor).
     """
     own = model.state_dict()
     missing = sorted(set(own) - set(state_dict))
@@ -155,6 +158,10 @@ def explain_state_dict_mismatch(model, state_dict: Dict, model_cfg=None) -> Opti
         or type(model).__name__
     )
     if missing or unexpected:
+        hint = getattr(model, "state_dict_mismatch_hint", None)
+        reason = hint(missing, unexpected) if hint is not None else None
+        if reason:
+            return reason
         shared = len(set(own) & set(state_dict))
         return (
             f"the checkpoint's parameters do not match {arch} ({len(missing)} missing, e.g. "

@@ -5,7 +5,7 @@ Translation", https://arxiv.org/abs/1711.02132.
 """
 
 import logging
-from typing import Dict, Iterator, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
 import torch
 from fairseq.dataclass.utils import gen_parser_from_dataclass
@@ -19,7 +19,6 @@ from fairseq_dense.models.weighted_transformer.decoder import WeightedTransforme
 from fairseq_dense.models.weighted_transformer.encoder import BranchOptions, WeightedTransformerEncoder
 from fairseq_dense.modules.branched_attention import BranchedAttention
 from fairseq_dense.modules.simplex import PROJECTION_HOOK_ATTR, install_step_hook, is_on_simplex, project_onto_simplex
-from fairseq_dense.validation import CheckpointMismatchError
 
 logger = logging.getLogger(__name__)
 
@@ -145,29 +144,29 @@ class WeightedTransformerModel(TransformerModel):
         cfg = TransformerConfig.from_namespace(args)
         return WeightedTransformerDecoder(cfg, tgt_dict, embed_tokens, branch_options(args))
 
-    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
-        """fairseq's loading, with a clear error when the checkpoint's kappa/alpha do not match.
+    def state_dict_mismatch_hint(self, missing, unexpected) -> Optional[str]:
+        """Why a checkpoint does not load, when only kappa/alpha names differ; else None.
 
-        Raises:
-            CheckpointMismatchError: naming ``--learned-branch-weights`` / ``--fixed-kappa`` /
-                ``--fixed-alpha`` when the checkpoint learned branch weights this model
-                fixes, or the other way round (e.g. a training from before fixed weights
-                became the default, resumed without ``--learned-branch-weights``).
+        Called on the failure path by the project's checkpoint-mismatch message
+        (:func:`fairseq_dense.fairseq_compat.explain_state_dict_mismatch`): a checkpoint
+        that learned the branch weights this model fixes (e.g. a training from before
+        fixed weights became the default, resumed without ``--learned-branch-weights``),
+        or the other way round.
         """
-        if strict:
-            own = {k for k in self.state_dict() if k.endswith((".kappa", ".alpha"))}
-            theirs = {k for k in state_dict if k.endswith((".kappa", ".alpha"))}
-            if own != theirs:
-                learned, fixed = sorted(theirs - own), sorted(own - theirs)
-                what = (
-                    f"the checkpoint learned branch weights ({learned[0]}, ...) that this model fixes to 1: "
-                    "build it with --learned-branch-weights (the default fixes kappa and alpha)"
-                    if learned
-                    else f"this model learns branch weights ({fixed[0]}, ...) that the checkpoint fixed to 1: "
-                    "drop --learned-branch-weights (or add --fixed-kappa / --fixed-alpha)"
-                )
-                raise CheckpointMismatchError(f"its branch weights do not match: {what}")
-        return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        names = (".kappa", ".alpha")
+        if not all(k.endswith(names) for k in [*missing, *unexpected]):
+            return None
+        if unexpected:
+            what = (
+                f"the checkpoint learned branch weights ({unexpected[0]}, ...) that this model fixes to 1: "
+                "build it with --learned-branch-weights (the default fixes kappa and alpha)"
+            )
+        else:
+            what = (
+                f"this model learns branch weights ({missing[0]}, ...) that the checkpoint fixed to 1: "
+                "drop --learned-branch-weights (or add --fixed-kappa / --fixed-alpha)"
+            )
+        return f"its branch weights do not match: {what}"
 
     # ------------------------------------------------------------ branch weights
     def branch_blocks(self) -> Iterator[Tuple[str, BranchedAttention]]:
