@@ -147,6 +147,12 @@ def test_train_hours_stop_the_converging_run_and_the_report_says_so(tmp_path, mo
     monkeypatch.setattr(run, "copy_log", lambda src, name: None)
     run.converge("toy", "model", 1e-3, 1, deadline=time.time() + 1800)
     hours = float(commands[0][commands[0].index("--stop-time-hours") + 1])
+    assert 0.49 < hours <= 0.5  # no sweep checkpoint to continue: the run starts at update 0
+    os.makedirs(os.path.join(run.side_dir("toy", "model"), "lr0.001"))
+    open(os.path.join(run.side_dir("toy", "model"), "lr0.001", "checkpoint_last.pt"), "w").close()
+    commands.clear()
+    run.converge("toy", "model", 1e-3, 1, deadline=time.time() + 1800)
+    hours = float(commands[0][commands[0].index("--stop-time-hours") + 1])
     assert 0.59 < hours <= 0.6  # 0.1 h of sweep + 0.5 h left
     commands.clear()
     run.converge("toy", "model", 1e-3, 1)
@@ -155,3 +161,58 @@ def test_train_hours_stop_the_converging_run_and_the_report_says_so(tmp_path, mo
     report = importlib.import_module("report")
     assert report.stopped({"early_stopped": False, "stopped_by_time": True}) == "no (time limit)"
     assert report.stopped({"early_stopped": True}) == "yes"
+
+
+def _epoch_lines(epochs, wall_per_epoch, loss0=9.0):
+    """fairseq's epoch records (train and valid) for ``epochs``, one process's wall from 0."""
+    lines = []
+    for i, epoch in enumerate(epochs, 1):
+        loss = loss0 - epoch / 10
+        lines.append(
+            '2026 | INFO | valid | {"epoch": %d, "valid_loss": "%.2f", "valid_num_updates": "%d"}\n'
+            % (epoch, loss, epoch * 10)
+        )
+        lines.append(
+            '2026 | INFO | train | {"epoch": %d, "train_wall": "%d", "train_wps": "100"}\n' % (epoch, i * wall_per_epoch)
+        )
+    return "".join(lines)
+
+
+def test_a_converging_run_restarted_at_update_0_is_not_joined_to_its_sweep(tmp_path, monkeypatch):
+    """When the work folder lost the sweep's checkpoint, the converging run starts at epoch 1:
+    its curve and wall are its own, not the sweep run's followed by it."""
+    report = importlib.import_module("report")
+    folder = tmp_path / "toy" / "baseline"
+    folder.mkdir(parents=True)
+    (folder / "sweep-lr0.001.log").write_text("# fairseq-train sweep\n" + _epoch_lines(range(1, 5), 10, loss0=8.0))
+    continued = "# fairseq-train\n" + _epoch_lines(range(5, 8), 10)
+    restarted = "# fairseq-train\n" + _epoch_lines(range(1, 8), 100) + "early stop\ndone training\n"
+    assert run.continues_sweep(str(tmp_path / "absent.log"))
+    monkeypatch.setattr(report, "LOGS", str(tmp_path))
+    monkeypatch.setitem(report.PAIRS, "toy", {"model": ["--arch", "a"], "baseline": ["--arch", "b"]})
+
+    (folder / "train.log").write_text(continued)
+    assert run.continues_sweep(str(folder / "train.log"))
+    row = report.summarize("toy", "baseline")
+    assert [c[3] for c in row["curve"]] == [1, 2, 3, 4, 5, 6, 7]
+    assert row["curve"][4][1] == 40 + 10  # the sweep's 40 s, then this process's
+
+    (folder / "train.log").write_text(restarted)
+    assert not run.continues_sweep(str(folder / "train.log"))
+    row = report.summarize("toy", "baseline")
+    assert [c[3] for c in row["curve"]] == [1, 2, 3, 4, 5, 6, 7]
+    assert [c[1] for c in row["curve"]] == [100, 200, 300, 400, 500, 600, 700]
+    assert row["curve"][0][2] == 8.9  # the restarted run's epoch 1, not the sweep's
+    assert row["early_stopped"]
+
+
+def test_an_earlier_run_of_a_side_is_kept_beside_it(tmp_path, monkeypatch):
+    """``<side>.<label>`` folders are earlier runs: listed after the two sides, with the side's arch."""
+    report = importlib.import_module("report")
+    for name in ("baseline.gpu-0.3h", "baseline", "model", "notes"):
+        (tmp_path / "toy" / name).mkdir(parents=True)
+    monkeypatch.setattr(report, "LOGS", str(tmp_path))
+    monkeypatch.setitem(report.PAIRS, "toy", {"model": ["--arch", "a"], "baseline": ["--arch", "b"]})
+    assert report.sides("toy") == ["model", "baseline", "baseline.gpu-0.3h"]
+    assert report.arch("toy", "baseline.gpu-0.3h") == "b"
+

@@ -14,7 +14,7 @@ import os
 import re
 
 from pairs import PAIRS
-from run import LOGS, SWEEP_EPOCHS, record, records
+from run import LOGS, SWEEP_EPOCHS, continues_sweep, record, records
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -22,7 +22,7 @@ BEGIN, END = "<!-- multi30k-table:begin -->", "<!-- multi30k-table:end -->"
 
 
 def arch(pair: str, side: str) -> str:
-    opts = PAIRS[pair][side]
+    opts = PAIRS[pair][side.split(".")[0]]  # "baseline.gpu-0.3h": an earlier run of the baseline
     return opts[opts.index("--arch") + 1]
 
 
@@ -68,9 +68,10 @@ def summarize(pair: str, side: str):
     train_log = os.path.join(folder, "train.log")
     if not sweep or not os.path.isfile(train_log):
         return row
-    # the converging run continues the sweep run at the chosen rate (the same rule as run.py)
+    # the converging run continues the sweep run at the chosen rate (the same rule as run.py),
+    # unless it started again at update 0 (the sweep's checkpoint was lost)
     chosen_log = os.path.join(folder, f"sweep-lr{min(sweep, key=sweep.get):g}.log")
-    logs = (chosen_log, train_log)
+    logs = (chosen_log, train_log) if continues_sweep(train_log) else (train_log,)
     # by epoch, the last record wins (an interrupted epoch is logged again on resume)
     valid = list({int(r["epoch"]): r for log in logs for r in records(log, "valid")}.values())
     train = {int(r["epoch"]): r for log in logs for r in records(log, "train")}
@@ -91,7 +92,7 @@ def summarize(pair: str, side: str):
     wps = [float(r["train_wps"]) for r in train.values() if "train_wps" in r]
     row.update(
         {
-            "params": params(chosen_log),
+            "params": params(train_log) or params(chosen_log),
             "curve": curve,
             "early_stopped": "early stop" in text,
             "stopped_by_time": "Stopping training due to cumulative_training_time" in text,
@@ -150,12 +151,16 @@ def plot(pair: str, rows) -> None:
     import matplotlib.pyplot as plt
 
     fig, (by_updates, by_time) = plt.subplots(1, 2, figsize=(10, 3.8))
+    machines = {r.get("eval", {}).get("machine") for r in rows}
     for r in rows:
         if not r.get("curve"):
             continue
         label = f"{r['side']} ({r['arch']}, lr {r.get('eval', {}).get('lr', '?')})"
-        by_updates.plot([c[0] for c in r["curve"]], [c[2] for c in r["curve"]], marker=".", label=label)
-        by_time.plot([c[1] / 3600 for c in r["curve"]], [c[2] for c in r["curve"]], marker=".", label=label)
+        if len(machines) > 1:  # the hours panel compares machines: name each curve's
+            label += f" [{r.get('eval', {}).get('machine', '?').rsplit(', ', 1)[-1]}]"
+        style = {"marker": ".", "linestyle": "--" if "." in r["side"] else "-"}
+        by_updates.plot([c[0] for c in r["curve"]], [c[2] for c in r["curve"]], label=label, **style)
+        by_time.plot([c[1] / 3600 for c in r["curve"]], [c[2] for c in r["curve"]], label=label, **style)
     by_updates.set_xlabel("updates")
     by_time.set_xlabel("hours (wall; machine in the table)")
     for ax in (by_updates, by_time):
@@ -202,12 +207,24 @@ def front_table(rows) -> str:
     return "\n".join(lines)
 
 
+def sides(pair: str):
+    """The pair's side folders: the model, the baseline, then earlier runs kept beside them.
+
+    An earlier run of a side lives in ``<side>.<label>`` (e.g. ``baseline.gpu-0.3h``, a run
+    stopped by a time limit and then trained again to convergence on another machine): it
+    keeps its logs and scores in the table and its curve in the plot (dashed), but the
+    README's front table reads the side itself.
+    """
+    folder = os.path.join(LOGS, pair)
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    main = [s for s in ("model", "baseline") if s in names]
+    return main + [s for s in names if s.split(".")[0] in ("model", "baseline") and "." in s]
+
+
 def main() -> None:
     rows = []
     for pair in PAIRS:
-        pair_rows = [
-            summarize(pair, side) for side in ("model", "baseline") if os.path.isdir(os.path.join(LOGS, pair, side))
-        ]
+        pair_rows = [summarize(pair, side) for side in sides(pair)]
         if any(r.get("curve") for r in pair_rows):
             plot(pair, pair_rows)
         rows.extend(pair_rows)

@@ -270,7 +270,10 @@ def converge(pair: str, side: str, lr: float, threads: int, deadline=None) -> No
         f.write(f"{lr:g}\n")
     stop = []
     if deadline is not None:
-        done = [float(r["train_wall"]) for r in records(log, "train") or records(_sweep_log(pair, side, lr), "train")]
+        # the training time fairseq's checkpoint carries: this run's own, or the sweep run's it continues
+        resumes = os.path.isfile(os.path.join(side_dir(pair, side), f"lr{lr:g}", "checkpoint_last.pt"))
+        earlier = records(log, "train") or (records(_sweep_log(pair, side, lr), "train") if resumes else [])
+        done = [float(r["train_wall"]) for r in earlier]
         hours = ((done[-1] if done else 0.0) + max(deadline - time.time(), 60.0)) / 3600
         stop = ["--stop-time-hours", f"{hours:.4f}"]
     run(
@@ -283,6 +286,16 @@ def converge(pair: str, side: str, lr: float, threads: int, deadline=None) -> No
 
 def _sweep_log(pair: str, side: str, lr: float) -> str:
     return os.path.join(side_dir(pair, side), f"sweep-lr{lr:g}.log")
+
+
+def continues_sweep(train_log: str) -> bool:
+    """Whether the converging run of ``train_log`` continued its sweep run's checkpoint.
+
+    It does unless the work folder had lost that checkpoint (a sweep point reused from its
+    committed log): then the run starts at update 0, and its log's first epoch is 1.
+    """
+    epochs = [int(r["epoch"]) for r in records(train_log, "train")]
+    return not epochs or epochs[0] > 1
 
 
 def generate(pair: str, side: str, lr: float, subset: str, lenpen: float, threads: int):
