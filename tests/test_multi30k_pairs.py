@@ -172,9 +172,8 @@ def _epoch_lines(epochs, wall_per_epoch, loss0=9.0):
             '2026 | INFO | valid | {"epoch": %d, "valid_loss": "%.2f", "valid_num_updates": "%d"}\n'
             % (epoch, loss, epoch * 10)
         )
-        lines.append(
-            '2026 | INFO | train | {"epoch": %d, "train_wall": "%d", "train_wps": "100"}\n' % (epoch, i * wall_per_epoch)
-        )
+        wall = i * wall_per_epoch
+        lines.append('2026 | INFO | train | {"epoch": %d, "train_wall": "%d", "train_wps": "100"}\n' % (epoch, wall))
     return "".join(lines)
 
 
