@@ -214,4 +214,3 @@ def test_an_earlier_run_of_a_side_is_kept_beside_it(tmp_path, monkeypatch):
     monkeypatch.setitem(report.PAIRS, "toy", {"model": ["--arch", "a"], "baseline": ["--arch", "b"]})
     assert report.sides("toy") == ["model", "baseline", "baseline.gpu-0.3h"]
     assert report.arch("toy", "baseline.gpu-0.3h") == "b"
-
