@@ -214,3 +214,38 @@ def test_an_earlier_run_of_a_side_is_kept_beside_it(tmp_path, monkeypatch):
     monkeypatch.setitem(report.PAIRS, "toy", {"model": ["--arch", "a"], "baseline": ["--arch", "b"]})
     assert report.sides("toy") == ["model", "baseline", "baseline.gpu-0.3h"]
     assert report.arch("toy", "baseline.gpu-0.3h") == "b"
+
+
+def test_committed_scores_are_reused_only_for_the_run_they_scored(tmp_path, monkeypatch):
+    """A side trained again (another best validation loss in the work folder) is scored again."""
+    import json
+
+    monkeypatch.setattr(run, "WORK", str(tmp_path / "work"))
+    monkeypatch.setattr(run, "LOGS", str(tmp_path / "logs"))
+    committed = tmp_path / "logs" / "toy" / "baseline"
+    committed.mkdir(parents=True)
+    (committed / "train.log").write_text(_epoch_lines(range(5, 9), 10))  # best 8.2
+    (committed / "eval.json").write_text(json.dumps({"test": {"sacrebleu": 30.0}}))  # no best_valid_loss: older
+    decoded = []
+
+    def fake_generate(pair, side, lr, subset, lenpen, threads):
+        decoded.append((subset, lenpen))
+        return ["cmd"], ["ein Hund ."], ["ein Hund."]
+
+    monkeypatch.setattr(run, "generate", fake_generate)
+    monkeypatch.setattr(run, "scores", lambda subset, tok, detok: {"sacrebleu": 40.0})
+    assert run.evaluate("toy", "baseline", 1e-3, 1)["test"]["sacrebleu"] == 30.0  # no work folder: reused
+    work = tmp_path / "work" / "toy" / "baseline"
+    work.mkdir(parents=True)
+    (work / "train.log").write_text(_epoch_lines(range(5, 9), 10))
+    assert run.evaluate("toy", "baseline", 1e-3, 1)["test"]["sacrebleu"] == 30.0  # the same run: reused
+    assert decoded == []
+
+    (work / "train.log").write_text(_epoch_lines(range(1, 12), 10, loss0=8.0))  # trained again: best 6.9
+    result = run.evaluate("toy", "baseline", 1e-3, 1)
+    assert result["test"]["sacrebleu"] == 40.0 and result["best_valid_loss"] == 6.9
+    assert ("test", result["lenpen"]) in decoded and len(decoded) == len(run.LENPENS) + 1
+    assert json.loads((committed / "eval.json").read_text()) == result
+    assert (committed / "test.hyp.de").read_text() == "ein Hund.\n"
+    decoded.clear()
+    assert run.evaluate("toy", "baseline", 1e-3, 1) == result and decoded == []

@@ -16,7 +16,8 @@ evaluated as usual and the table says the run was stopped by time, not by early 
 
 Every stage is resumable: a finished sweep point or evaluation is kept as a JSON file
 and skipped when the command is run again, and the converging training continues from
-its ``checkpoint_last.pt``. Data and checkpoints go to ``multi30k-work/`` (ignored by
+its ``checkpoint_last.pt``. A side trained again (its work folder's training log has
+another best validation loss than the committed scores') is scored again. Data and checkpoints go to ``multi30k-work/`` (ignored by
 git); the logs that the report reads are copied to ``examples/multi30k/logs/`` after
 every stage, so the table regenerates from what is committed.
 
@@ -360,11 +361,28 @@ def scores(subset: str, tok_hyps, detok_hyps) -> dict:
     }
 
 
+def best_loss(log: str):
+    """The best validation loss ``log`` records (None when it records none)."""
+    losses = [float(r["valid_loss"]) for r in records(log, "valid")]
+    return min(losses) if losses else None
+
+
 def evaluate(pair: str, side: str, lr: float, threads: int) -> dict:
+    """Score the side's best checkpoint (``eval.json``), unless its scores are committed.
+
+    Committed scores are reused only for the run they scored: when the work folder holds a
+    training of the side whose best validation loss differs (the side was trained again),
+    the new checkpoint is scored and the old scores are replaced.
+    """
     out_path = os.path.join(LOGS, pair, side, "eval.json")
+    best = best_loss(os.path.join(side_dir(pair, side), "train.log"))  # None: the work folder is gone
     if os.path.isfile(out_path):
         with open(out_path) as f:
-            return json.load(f)
+            result = json.load(f)
+        scored = result.get("best_valid_loss", best_loss(os.path.join(LOGS, pair, side, "train.log")))
+        if best is None or scored == best:
+            return result
+        print(f"{pair}/{side}: eval.json scored another run (best valid loss {scored}, now {best}): scoring again")
     valid = {}
     for lenpen in LENPENS:
         _, tok, detok = generate(pair, side, lr, "valid", lenpen, threads)
@@ -376,6 +394,7 @@ def evaluate(pair: str, side: str, lr: float, threads: int) -> dict:
         "side": side,
         "lr": lr,
         "lenpen": lenpen,
+        "best_valid_loss": best,
         "valid_by_lenpen": {f"{p:g}": v for p, v in valid.items()},
         "test": scores("test", tok, detok),
         "generate_command": shlex.join(cmd),
