@@ -18,8 +18,9 @@ Every stage is resumable: a finished sweep point or evaluation is kept as a JSON
 and skipped when the command is run again, and the converging training continues from
 its ``checkpoint_last.pt``. A side trained again (its work folder's training log has
 another best validation loss than the committed scores) is scored again. Data and
-checkpoints go to ``multi30k-work/`` (ignored by git); the logs that the report reads are copied to ``examples/multi30k/logs/`` after
-every stage, so the table regenerates from what is committed.
+checkpoints go to ``multi30k-work/`` (ignored by git); the logs that the report reads
+are copied to ``examples/multi30k/logs/`` after every stage, so the table regenerates
+from what is committed.
 
 The recipe common to both sides of every pair: Adam (0.9, 0.98), inverse-sqrt
 schedule (warm-up per pair, ``pairs.py``), the peak rate chosen per model by a short
