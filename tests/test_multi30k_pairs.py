@@ -43,6 +43,22 @@ def test_both_sides_parse_and_share_the_recipe(pair):
         assert model.task == "translation_weighted"
 
 
+VARIANTS = [(pair, name) for pair in sorted(run.PAIRS) for name in run.PAIRS[pair].get("variants", {})]
+
+
+@pytest.mark.parametrize("pair, name", VARIANTS)
+def test_variants_parse_and_share_the_recipe(pair, name):
+    """A variant (``<side>.<label>``) is its side's architecture with the pair's common recipe."""
+    side = name.split(".")[0]
+    assert side in ("model", "baseline") and "." in name
+    variant, original = parsed(pair, name), parsed(pair, side)
+    assert variant.arch == original.arch
+    for key in ("optimizer", "lr_scheduler", "criterion", "label_smoothing", "max_tokens", "seed", "dropout"):
+        assert getattr(variant, key) == getattr(original, key), (pair, name, key)
+    assert vars(variant) != vars(original)  # it changes something
+    assert set(run.rates(pair, name)) <= set(run.PAIRS[pair]["rates"])
+
+
 def test_report_walls_continue_across_resumes(tmp_path):
     """fairseq's wall restarts in each process; the report's adds the earlier processes' time."""
     report = importlib.import_module("report")

@@ -14,7 +14,7 @@ import os
 import re
 
 from pairs import PAIRS
-from run import LOGS, SWEEP_EPOCHS, continues_sweep, record, records
+from run import LOGS, SWEEP_EPOCHS, continues_sweep, options, record, records
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -22,7 +22,7 @@ BEGIN, END = "<!-- multi30k-table:begin -->", "<!-- multi30k-table:end -->"
 
 
 def arch(pair: str, side: str) -> str:
-    opts = PAIRS[pair][side.split(".")[0]]  # "baseline.gpu-0.3h": an earlier run of the baseline
+    opts = options(pair, side)
     return opts[opts.index("--arch") + 1]
 
 
@@ -208,12 +208,12 @@ def front_table(rows) -> str:
 
 
 def sides(pair: str):
-    """The pair's side folders: the model, the baseline, then earlier runs kept beside them.
+    """The pair's side folders: the model, the baseline, then the runs kept beside them.
 
-    An earlier run of a side lives in ``<side>.<label>`` (e.g. ``baseline.gpu-0.3h``, a run
-    stopped by a time limit and then trained again to convergence on another machine): it
-    keeps its logs and scores in the table and its curve in the plot (dashed), but the
-    README's front table reads the side itself.
+    ``<side>.<label>`` is one of the pair's variants (``pairs.py``) or an earlier run of a
+    side (e.g. ``baseline.gpu-0.3h``, a run stopped by a time limit and then trained again
+    to convergence on another machine). Each keeps its row in the table and its curve in
+    the plot (dashed); the README's front table reads the two sides only.
     """
     folder = os.path.join(LOGS, pair)
     names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []

@@ -173,6 +173,20 @@ def copy_log(src: str, name: str) -> None:
     os.replace(os.path.join(LOGS, name) + ".tmp", os.path.join(LOGS, name))
 
 
+def options(pair: str, side: str):
+    """The ``fairseq-train`` options of a side, or of one of the pair's variants."""
+    spec = PAIRS[pair]
+    if side in spec.get("variants", {}):
+        return spec["variants"][side]["options"]
+    return spec[side.split(".")[0]]  # "baseline.gpu-0.3h": an earlier run of the baseline
+
+
+def rates(pair: str, side: str):
+    """The peak rates a side's sweep tries."""
+    variant = PAIRS[pair].get("variants", {}).get(side)
+    return sorted(variant["rates"] if variant else PAIRS[pair]["rates"])
+
+
 def side_dir(pair: str, side: str) -> str:
     return os.path.join(WORK, pair, side)
 
@@ -186,7 +200,7 @@ def train_args(pair: str, side: str, lr: float):
         user_dir(),
         *COMMON,
         *(["--cpu"] if DEVICE == "cpu" else []),
-        *PAIRS[pair][side],  # after COMMON: a pair's own options (e.g. its --task) win
+        *options(pair, side),  # after COMMON: a pair's own options (e.g. its --task) win
         "--warmup-updates",
         str(PAIRS[pair]["warmup"]),
         "--lr",
@@ -212,9 +226,8 @@ def sweep(pair: str, side: str, threads: int, parallel: bool = False) -> float:
     lost it: if it wins, the converging run starts from update 0 at its rate, with the
     same seed, schedule and batches.
     """
-    rates = sorted(PAIRS[pair]["rates"])
     logs = {}
-    for lr in rates:
+    for lr in rates(pair, side):
         log = _sweep_log(pair, side, lr)
         os.makedirs(os.path.dirname(log), exist_ok=True)
         committed = os.path.join(LOGS, pair, side, f"sweep-lr{lr:g}.log")
@@ -233,7 +246,7 @@ def sweep(pair: str, side: str, threads: int, parallel: bool = False) -> float:
                 raise subprocess.CalledProcessError(code, procs[lr].args)
             copy_log(logs[lr], f"{pair}/{side}/sweep-lr{lr:g}.log")
     results = {}
-    for lr in rates:
+    for lr in rates(pair, side):
         if len(results) >= 2 and list(results.values())[-1] > list(results.values())[-2]:
             print(f"{pair}/{side}: lr {lr:g} skipped (the loss grew from the last rate to the one before)")
             break
@@ -444,7 +457,7 @@ def count_params(pair: str, which: str) -> int:
     import fairseq_dense  # noqa: F401  (registers the plugin's architectures)
 
     parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [data_bin(), *COMMON, *PAIRS[pair][which], "--lr", "1e-3"])
+    args = options.parse_args_and_arch(parser, [data_bin(), *COMMON, *options(pair, which), "--lr", "1e-3"])
     cfg = convert_namespace_to_omegaconf(args)
     task = tasks.setup_task(cfg.task)
     return sum(p.numel() for p in task.build_model(cfg.model).parameters())
@@ -469,7 +482,7 @@ def main() -> None:
     p.add_argument("name", choices=sorted(PAIRS))
     s = sub.add_parser("side")
     s.add_argument("name", choices=sorted(PAIRS))
-    s.add_argument("which", choices=("model", "baseline"))
+    s.add_argument("which", help="model, baseline, or one of the pair's variants (pairs.py)")
     s.add_argument("--threads", type=int, default=2)
     for q in (p, s):
         q.add_argument("--parallel-sweep", action="store_true", help="train the sweep's rates at once")
@@ -487,6 +500,9 @@ def main() -> None:
             options += ["--train-hours", str(args.train_hours)]
         pair(args.name, options)
     elif args.cmd == "side":
+        known = ("model", "baseline", *PAIRS[args.name].get("variants", {}))
+        if args.which not in known:
+            parser.error(f"side {args.which!r} of pair {args.name}: choose from {', '.join(known)}")
         side(args.name, args.which, args.threads, args.parallel_sweep, args.train_hours)
     elif args.cmd == "params":
         for name in args.names or PAIRS:
