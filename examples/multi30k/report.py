@@ -151,7 +151,7 @@ def plot(pair: str, rows) -> None:
     import matplotlib.pyplot as plt
 
     fig, (by_updates, by_time) = plt.subplots(1, 2, figsize=(10, 3.8))
-    machines = {r.get("eval", {}).get("machine") for r in rows}
+    machines = {r["eval"]["machine"] for r in rows if r.get("curve") and "eval" in r}
     for r in rows:
         if not r.get("curve"):
             continue
