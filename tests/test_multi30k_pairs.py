@@ -240,7 +240,6 @@ def test_committed_scores_are_reused_only_for_the_run_they_scored(tmp_path, monk
     monkeypatch.setattr(run, "LOGS", str(tmp_path / "logs"))
     committed = tmp_path / "logs" / "toy" / "baseline"
     committed.mkdir(parents=True)
-    (committed / "train.log").write_text(_epoch_lines(range(5, 9), 10))  # best 8.2
     (committed / "eval.json").write_text(json.dumps({"test": {"sacrebleu": 30.0}}))  # no best_valid_loss: older
     decoded = []
 
@@ -251,17 +250,20 @@ def test_committed_scores_are_reused_only_for_the_run_they_scored(tmp_path, monk
     monkeypatch.setattr(run, "generate", fake_generate)
     monkeypatch.setattr(run, "scores", lambda subset, tok, detok: {"sacrebleu": 40.0})
     assert run.evaluate("toy", "baseline", 1e-3, 1)["test"]["sacrebleu"] == 30.0  # no work folder: reused
+    assert decoded == []
     work = tmp_path / "work" / "toy" / "baseline"
     work.mkdir(parents=True)
-    (work / "train.log").write_text(_epoch_lines(range(5, 9), 10))
-    assert run.evaluate("toy", "baseline", 1e-3, 1)["test"]["sacrebleu"] == 30.0  # the same run: reused
-    assert decoded == []
-
-    (work / "train.log").write_text(_epoch_lines(range(1, 12), 10, loss0=8.0))  # trained again: best 6.9
+    # a training in the work folder (here already copied over the committed log, as converge
+    # does before evaluating): scores that record no loss cannot be matched to it
+    (work / "train.log").write_text(_epoch_lines(range(1, 12), 10, loss0=8.0))  # best 6.9
     result = run.evaluate("toy", "baseline", 1e-3, 1)
     assert result["test"]["sacrebleu"] == 40.0 and result["best_valid_loss"] == 6.9
     assert ("test", result["lenpen"]) in decoded and len(decoded) == len(run.LENPENS) + 1
     assert json.loads((committed / "eval.json").read_text()) == result
     assert (committed / "test.hyp.de").read_text() == "ein Hund.\n"
     decoded.clear()
-    assert run.evaluate("toy", "baseline", 1e-3, 1) == result and decoded == []
+    assert run.evaluate("toy", "baseline", 1e-3, 1) == result and decoded == []  # the same run: reused
+
+    (work / "train.log").write_text(_epoch_lines(range(1, 14), 10, loss0=8.0))  # trained on: best 6.7
+    assert run.evaluate("toy", "baseline", 1e-3, 1)["best_valid_loss"] == 6.7
+    assert len(decoded) == len(run.LENPENS) + 1

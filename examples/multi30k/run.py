@@ -385,15 +385,17 @@ def evaluate(pair: str, side: str, lr: float, threads: int) -> dict:
     """Score the side's best checkpoint (``eval.json``), unless its scores are committed.
 
     Committed scores are reused only for the run they scored: when the work folder holds a
-    training of the side whose best validation loss differs (the side was trained again),
-    the new checkpoint is scored and the old scores are replaced.
+    training of the side whose best validation loss is not the one the scores record (the
+    side was trained again), the new checkpoint is scored and the old scores are replaced.
+    Scores that record no loss (written before this check) are reused only where the work
+    folder holds no training to compare them with.
     """
     out_path = os.path.join(LOGS, pair, side, "eval.json")
     best = best_loss(os.path.join(side_dir(pair, side), "train.log"))  # None: the work folder is gone
     if os.path.isfile(out_path):
         with open(out_path) as f:
             result = json.load(f)
-        scored = result.get("best_valid_loss", best_loss(os.path.join(LOGS, pair, side, "train.log")))
+        scored = result.get("best_valid_loss")
         if best is None or scored == best:
             return result
         print(f"{pair}/{side}: eval.json scored another run (best valid loss {scored}, now {best}): scoring again")
