@@ -485,7 +485,13 @@ def main() -> None:
     s = sub.add_parser("side")
     s.add_argument("name", choices=sorted(PAIRS))
     s.add_argument("which", help="model, baseline, or one of the pair's variants (pairs.py)")
-    s.add_argument("--threads", type=int, default=2)
+    s.add_argument(
+        "--threads",
+        type=int,
+        default=2,
+        help="torch threads of this side; keep the sum over the runs at once within the cores "
+        "(a 2-thread run beside a 1-thread one on 2 cores ran 12x slower, measured)",
+    )
     for q in (p, s):
         q.add_argument("--parallel-sweep", action="store_true", help="train the sweep's rates at once")
         q.add_argument("--train-hours", type=float, help="stop the converging run after this much training")
