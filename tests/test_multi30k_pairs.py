@@ -267,3 +267,23 @@ def test_committed_scores_are_reused_only_for_the_run_they_scored(tmp_path, monk
     (work / "train.log").write_text(_epoch_lines(range(1, 14), 10, loss0=8.0))  # trained on: best 6.7
     assert run.evaluate("toy", "baseline", 1e-3, 1)["best_valid_loss"] == 6.7
     assert len(decoded) == len(run.LENPENS) + 1
+
+
+def test_a_rate_chosen_by_a_wider_sweep_sets_the_earlier_rates_log_aside(tmp_path, monkeypatch):
+    monkeypatch.setattr(run, "WORK", str(tmp_path / "work"))
+    os.makedirs(run.side_dir("toy", "baseline"))
+
+    def fake_run(cmd, log=None, threads=None):
+        open(log, "a").close()  # fairseq-train appends to the side's log
+
+    monkeypatch.setattr(run, "run", fake_run)
+    monkeypatch.setattr(run, "copy_log", lambda src, name: None)
+    monkeypatch.setitem(run.PAIRS, "toy", {"rates": (4e-3, 8e-3), "model": [], "baseline": [], "warmup": 1})
+    folder = tmp_path / "work" / "toy" / "baseline"
+    run.converge("toy", "baseline", 4e-3, 1)
+    (folder / "train.log").write_text("# fairseq-train ... --lr 0.004\n")
+    run.converge("toy", "baseline", 4e-3, 1)  # resumed at the same rate: the same log
+    assert (folder / "train.log").read_text().startswith("# fairseq-train ... --lr 0.004")
+    run.converge("toy", "baseline", 8e-3, 1)
+    assert (folder / "train-lr0.004.log").read_text().startswith("# fairseq-train ... --lr 0.004")
+    assert not (folder / "train.log").read_text() and (folder / "chosen_lr").read_text() == "0.008\n"

@@ -279,9 +279,15 @@ def converge(pair: str, side: str, lr: float, threads: int, deadline=None) -> No
     run's, which the train logs give as ``train_wall``) plus this process's.
     """
     log = os.path.join(side_dir(pair, side), "train.log")
+    chosen = os.path.join(side_dir(pair, side), "chosen_lr")
+    if os.path.isfile(chosen) and os.path.isfile(log):
+        with open(chosen) as f:
+            earlier = f.read().strip()
+        if earlier != f"{lr:g}":  # a wider sweep chose another rate: that run's log is set aside
+            os.replace(log, os.path.join(side_dir(pair, side), f"train-lr{earlier}.log"))
     if os.path.isfile(log) and _finished(log):
         return
-    with open(os.path.join(side_dir(pair, side), "chosen_lr"), "w") as f:
+    with open(chosen, "w") as f:
         f.write(f"{lr:g}\n")
     stop = []
     if deadline is not None:
