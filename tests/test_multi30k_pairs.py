@@ -212,6 +212,11 @@ def test_a_converging_run_restarted_at_update_0_is_not_joined_to_its_sweep(tmp_p
     assert [c[3] for c in row["curve"]] == [1, 2, 3, 4, 5, 6, 7]
     assert row["curve"][4][1] == 40 + 10  # the sweep's 40 s, then this process's
 
+    # a better sweep point at another rate does not change which run this log continued
+    (folder / "sweep-lr0.002.log").write_text("# fairseq-train sweep\n" + _epoch_lines(range(1, 5), 99, loss0=7.0))
+    (folder / "train.log").write_text("# fairseq-train --lr 0.001 --seed 1\n" + _epoch_lines(range(5, 8), 10))
+    assert report.summarize("toy", "baseline")["curve"][4][1] == 40 + 10
+
     (folder / "train.log").write_text(restarted)
     assert not run.continues_sweep(str(folder / "train.log"))
     row = report.summarize("toy", "baseline")

@@ -35,6 +35,16 @@ def params(log: str):
     return None
 
 
+def trained_lr(log: str):
+    """The peak rate of the first ``# fairseq-train`` command in ``log`` (None without one)."""
+    with open(log) as f:
+        for line in f:
+            m = re.match(r"# .* --lr (\S+)", line)
+            if m:
+                return float(m.group(1))
+    return None
+
+
 def walls(logs) -> dict:
     """``{epoch: wall seconds of training up to the end of that epoch}`` over ``logs`` in order.
 
@@ -68,9 +78,9 @@ def summarize(pair: str, side: str):
     train_log = os.path.join(folder, "train.log")
     if not sweep or not os.path.isfile(train_log):
         return row
-    # the converging run continues the sweep run at the chosen rate (the same rule as run.py),
+    # the converging run continues the sweep run at its rate (the one its command names),
     # unless it started again at update 0 (the sweep's checkpoint was lost)
-    chosen_log = os.path.join(folder, f"sweep-lr{min(sweep, key=sweep.get):g}.log")
+    chosen_log = os.path.join(folder, f"sweep-lr{trained_lr(train_log) or min(sweep, key=sweep.get):g}.log")
     logs = (chosen_log, train_log) if continues_sweep(train_log) else (train_log,)
     # by epoch, the last record wins (an interrupted epoch is logged again on resume)
     valid = list({int(r["epoch"]): r for log in logs for r in records(log, "valid")}.values())
