@@ -292,3 +292,52 @@ def test_a_rate_chosen_by_a_wider_sweep_sets_the_earlier_rates_log_aside(tmp_pat
     run.converge("toy", "baseline", 8e-3, 1)
     assert (folder / "train-lr0.004.log").read_text().startswith("# fairseq-train ... --lr 0.004")
     assert not (folder / "train.log").read_text() and (folder / "chosen_lr").read_text() == "0.008\n"
+
+
+def test_a_saved_model_is_scored_on_another_test_set(tmp_path, monkeypatch):
+    """``run.py score``: the set is tokenised, split and binarised with the prepared corpus's
+    BPE codes and dictionaries, decoded as the side's evaluation chose, and scored."""
+    import json
+    import subprocess
+
+    work, logs = tmp_path / "work", tmp_path / "logs"
+    monkeypatch.setattr(run, "WORK", str(work))
+    monkeypatch.setattr(run, "LOGS", str(logs))
+    (work / "data" / "bin").mkdir(parents=True)
+    (work / "data" / "bpecodes").write_text("#version: 0.2\n")  # no merges: BPE is the identity
+    words = {"en": ["a", "dog", "runs", "."], "de": ["ein", "Hund", "läuft", "."]}
+    for lang, vocab in words.items():
+        (work / "data" / "bin" / f"dict.{lang}.txt").write_text("".join(f"{w} 1\n" for w in vocab))
+    (logs / "toy" / "model").mkdir(parents=True)
+    (logs / "toy" / "model" / "eval.json").write_text(json.dumps({"lr": 0.004, "lenpen": 1.4}))
+    src, ref = tmp_path / "set.en", tmp_path / "set.de"
+    src.write_text("A dog runs.\na dog.\n")
+    ref.write_text("Ein Hund läuft.\nein Hund.\n")
+
+    commands = []
+
+    def preprocess(cmd, log=None, threads=None):
+        assert cmd[0] == "fairseq-preprocess"
+        subprocess.run([sys.executable, "-m", "fairseq_cli.preprocess", *cmd[1:]], check=True, capture_output=True)
+
+    def fake_generate(pair, side, lr, subset, lenpen, threads, data=None):
+        commands.append((pair, side, lr, subset, lenpen, data))
+        assert sorted(os.listdir(data)) == sorted(
+            ["dict.en.txt", "dict.de.txt", "test.en-de.en.bin", "test.en-de.en.idx", "test.en-de.de.bin",
+             "test.en-de.de.idx", "preprocess.log"]
+        )  # fmt: skip
+        return ["fairseq-generate"], ["Ein Hund läuft .", "ein Katze ."], ["Ein Hund läuft.", "ein Katze."]
+
+    monkeypatch.setattr(run, "run", preprocess)
+    monkeypatch.setattr(run, "generate", fake_generate)
+    result = run.score("toy", "model", str(src), str(ref), "extra_set", 1)
+    assert commands == [("toy", "model", 0.004, "test", 1.4, str(work / "sets" / "extra_set" / "bin"))]
+    assert (work / "sets" / "extra_set" / "tok" / "test.de").read_text() == "Ein Hund läuft .\nein Hund .\n"
+    assert 0 < result["test"]["sacrebleu"] < 100 and result["set"] == "extra_set"
+    assert json.loads((logs / "toy" / "model" / "score-extra_set.json").read_text()) == result
+
+    ref.write_text("Ein Hund läuft.\n")
+    with pytest.raises(SystemExit, match="2 lines .* 1"):
+        run.score("toy", "model", str(src), str(ref), "extra_set", 1)
+    with pytest.raises(SystemExit, match="not evaluated yet"):
+        run.score("toy", "baseline", str(src), str(ref), "extra_set", 1)

@@ -6,6 +6,8 @@
     python examples/multi30k/run.py side gru model     # one side only (same stages)
     python examples/multi30k/run.py report             # RESULTS.md table + plots from logs/
     python examples/multi30k/run.py params [PAIR ...]  # parameter counts of both sides
+    python examples/multi30k/run.py score gru model --src test_2017_flickr.en \
+        --ref test_2017_flickr.de --set test_2017_flickr  # a saved model on another test set
     DEVICE=cuda python examples/multi30k/run.py pair gru --parallel-sweep --train-hours 0.3
                                                        # on a GPU: the sweep's rates at once,
                                                        #   training stopped after 0.3 h
@@ -35,6 +37,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -319,12 +322,13 @@ def continues_sweep(train_log: str) -> bool:
     return not epochs or epochs[0] > 1
 
 
-def generate(pair: str, side: str, lr: float, subset: str, lenpen: float, threads: int):
-    """Beam-5 translations of ``subset``: (tokenised hypotheses, detokenised hypotheses)."""
+def generate(pair: str, side: str, lr: float, subset: str, lenpen: float, threads: int, data=None):
+    """Beam-5 translations of ``subset`` (of ``data``, by default the prepared corpus):
+    (the command, tokenised hypotheses, detokenised hypotheses)."""
     ckpt = os.path.join(side_dir(pair, side), f"lr{lr:g}", "checkpoint_best.pt")
     cmd = [
         "fairseq-generate",
-        data_bin(),
+        data or data_bin(),
         "--user-dir",
         user_dir(),
         "--path",
@@ -360,13 +364,15 @@ def generate(pair: str, side: str, lr: float, subset: str, lenpen: float, thread
     return cmd, tok, [detok.detokenize(h.split()) for h in tok]
 
 
-def scores(subset: str, tok_hyps, detok_hyps) -> dict:
+def scores(subset: str, tok_hyps, detok_hyps, refs_path=None, tok_refs_path=None) -> dict:
+    """sacreBLEU, tokenised lower-cased BLEU and chrF of ``subset``'s hypotheses (the prepared
+    corpus's references, or the raw and tokenised ones given)."""
     import sacrebleu
 
     raw_name = "test_2016_flickr" if subset == "test" else subset
-    with open(os.path.join(RAW, f"{raw_name}.{TGT}"), encoding="utf-8") as f:
+    with open(refs_path or os.path.join(RAW, f"{raw_name}.{TGT}"), encoding="utf-8") as f:
         refs = [line.rstrip("\n") for line in f]
-    with open(os.path.join(WORK, "data", "tok", f"{subset}.{TGT}"), encoding="utf-8") as f:
+    with open(tok_refs_path or os.path.join(WORK, "data", "tok", f"{subset}.{TGT}"), encoding="utf-8") as f:
         tok_refs = [line.rstrip("\n") for line in f]
     if len(refs) != len(detok_hyps):
         raise RuntimeError(f"{subset}: {len(detok_hyps)} hypotheses for {len(refs)} references")
@@ -425,6 +431,76 @@ def evaluate(pair: str, side: str, lr: float, threads: int) -> dict:
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
     with open(os.path.join(LOGS, pair, side, "test.hyp.de"), "w", encoding="utf-8") as f:
         f.writelines(h + "\n" for h in detok)
+    with open(out_path + ".tmp", "w") as f:
+        json.dump(result, f, indent=2)
+    os.replace(out_path + ".tmp", out_path)
+    return result
+
+
+def score(pair: str, side: str, src: str, ref: str, name: str, threads: int) -> dict:
+    """Score a side's best checkpoint on another test set of the corpus (raw source and reference).
+
+    The set is Moses-tokenised and split with the prepared BPE codes, binarised with the
+    training dictionaries, and decoded as the side's evaluation decoded test 2016 (its rate's
+    checkpoint, beam 5, the length penalty chosen on valid: ``eval.json``). The scores go to
+    ``logs/<pair>/<side>/score-<name>.json``.
+    """
+    from fairseq_dense.data.prepare import DataError, apply_bpe_file, read_lines, tokenize_file
+
+    evaluated = os.path.join(LOGS, pair, side, "eval.json")
+    if not os.path.isfile(evaluated):
+        sys.exit(f"{pair}/{side}: not evaluated yet ({evaluated} is missing); run its side command first")
+    with open(evaluated) as f:
+        chosen = json.load(f)
+    if not re.fullmatch(r"[\w.-]+", name):
+        sys.exit(f"--name {name!r}: use letters, digits, '.', '-' and '_' only")
+    try:
+        n_src, n_ref = len(read_lines(src)), len(read_lines(ref))
+    except DataError as e:
+        sys.exit(str(e))
+    if n_src != n_ref or not n_src:
+        sys.exit(f"{src} has {n_src} lines and {ref} {n_ref}: a test set needs one reference per source line")
+    folder = os.path.join(WORK, "sets", name)
+    for sub in ("tok", "bpe"):
+        os.makedirs(os.path.join(folder, sub), exist_ok=True)
+    for path, lang in ((src, SRC), (ref, TGT)):
+        tok = os.path.join(folder, "tok", f"test.{lang}")
+        tokenize_file(path, tok, lang, False, 1)
+        apply_bpe_file(os.path.join(WORK, "data", "bpecodes"), tok, os.path.join(folder, "bpe", f"test.{lang}"))
+    shutil.rmtree(os.path.join(folder, "bin"), ignore_errors=True)
+    run(
+        [
+            "fairseq-preprocess",
+            "--source-lang",
+            SRC,
+            "--target-lang",
+            TGT,
+            "--testpref",
+            os.path.join(folder, "bpe", "test"),
+            "--destdir",
+            os.path.join(folder, "bin"),
+            "--srcdict",
+            os.path.join(data_bin(), f"dict.{SRC}.txt"),
+            "--tgtdict",
+            os.path.join(data_bin(), f"dict.{TGT}.txt"),
+            "--workers",
+            "1",
+        ]  # fmt: skip
+    )
+    cmd, tok, detok = generate(pair, side, chosen["lr"], "test", chosen["lenpen"], threads, os.path.join(folder, "bin"))
+    result = {
+        "pair": pair,
+        "side": side,
+        "set": name,
+        "source": os.path.abspath(src),
+        "reference": os.path.abspath(ref),
+        "lr": chosen["lr"],
+        "lenpen": chosen["lenpen"],
+        "test": scores(name, tok, detok, ref, os.path.join(folder, "tok", f"test.{TGT}")),
+        "generate_command": shlex.join(cmd),
+        "machine": machine(),
+    }
+    out_path = os.path.join(LOGS, pair, side, f"score-{name}.json")
     with open(out_path + ".tmp", "w") as f:
         json.dump(result, f, indent=2)
     os.replace(out_path + ".tmp", out_path)
@@ -501,6 +577,13 @@ def main() -> None:
     for q in (p, s):
         q.add_argument("--parallel-sweep", action="store_true", help="train the sweep's rates at once")
         q.add_argument("--train-hours", type=float, help="stop the converging run after this much training")
+    sc = sub.add_parser("score", help="score a side's best checkpoint on another test set of the corpus")
+    sc.add_argument("name", choices=sorted(PAIRS))
+    sc.add_argument("which", help="model, baseline, or one of the pair's variants")
+    sc.add_argument("--src", required=True, help=f"raw source sentences ({SRC}), one per line")
+    sc.add_argument("--ref", required=True, help=f"raw references ({TGT}), one per line")
+    sc.add_argument("--set", required=True, dest="set_name", help="a name for the set, e.g. test_2017_flickr")
+    sc.add_argument("--threads", type=int, default=2)
     sub.add_parser("report")
     c = sub.add_parser("params")
     c.add_argument("names", nargs="*", choices=sorted(PAIRS))
@@ -518,6 +601,9 @@ def main() -> None:
         if args.which not in known:
             parser.error(f"side {args.which!r} of pair {args.name}: choose from {', '.join(known)}")
         side(args.name, args.which, args.threads, args.parallel_sweep, args.train_hours)
+    elif args.cmd == "score":
+        result = score(args.name, args.which, args.src, args.ref, args.set_name, args.threads)
+        print(json.dumps(result["test"], indent=2))
     elif args.cmd == "params":
         for name in args.names or PAIRS:
             model, base = count_params(name, "model"), count_params(name, "baseline")
