@@ -177,6 +177,8 @@ def test_train_hours_stop_the_converging_run_and_the_report_says_so(tmp_path, mo
     report = importlib.import_module("report")
     assert report.stopped({"early_stopped": False, "stopped_by_time": True}) == "no (time limit)"
     assert report.stopped({"early_stopped": True}) == "yes"
+    assert report.stopped({"early_stopped": False, "finished": False}) == "no (under way)"
+    assert report.stopped({"early_stopped": False, "finished": True}) == "no"  # --max-epoch reached
 
 
 def _epoch_lines(epochs, wall_per_epoch, loss0=9.0):

@@ -103,6 +103,7 @@ def summarize(pair: str, side: str):
     row.update(
         {
             "params": params(train_log) or params(chosen_log),
+            "lr": trained_lr(train_log),
             "curve": curve,
             "early_stopped": "early stop" in text,
             "stopped_by_time": "Stopping training due to cumulative_training_time" in text,
@@ -129,7 +130,9 @@ def fmt(value, spec):
 def stopped(row) -> str:
     if row.get("early_stopped"):
         return "yes"
-    return "no (time limit)" if row.get("stopped_by_time") else "no"
+    if row.get("stopped_by_time"):
+        return "no (time limit)"
+    return "no" if row.get("finished") else "no (under way)"
 
 
 def table(rows) -> str:
@@ -161,13 +164,14 @@ def plot(pair: str, rows) -> None:
     import matplotlib.pyplot as plt
 
     fig, (by_updates, by_time) = plt.subplots(1, 2, figsize=(10, 3.8))
-    machines = {r["eval"]["machine"] for r in rows if r.get("curve") and "eval" in r}
+    machines = {r.get("eval", {}).get("machine") for r in rows if r.get("curve")}
     for r in rows:
         if not r.get("curve"):
             continue
-        label = f"{r['side']} ({r['arch']}, lr {r.get('eval', {}).get('lr', '?')})"
+        label = f"{r['side']} ({r['arch']}, lr {r.get('eval', {}).get('lr', r.get('lr'))})"
         if len(machines) > 1:  # the hours panel compares machines: name each curve's
-            label += f" [{r.get('eval', {}).get('machine', '?').rsplit(', ', 1)[-1]}]"
+            machine = r.get("eval", {}).get("machine")
+            label += f" [{machine.rsplit(', ', 1)[-1] if machine else 'under way'}]"
         style = {"marker": ".", "linestyle": "--" if "." in r["side"] else "-"}
         by_updates.plot([c[0] for c in r["curve"]], [c[2] for c in r["curve"]], label=label, **style)
         by_time.plot([c[1] / 3600 for c in r["curve"]], [c[2] for c in r["curve"]], label=label, **style)
