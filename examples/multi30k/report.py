@@ -14,7 +14,7 @@ import os
 import re
 
 from pairs import PAIRS
-from run import LOGS, SWEEP_EPOCHS, continues_sweep, options, record, records
+from run import LOGS, SWEEP_EPOCHS, continues_sweep, options, record, records, trained_lr
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -32,16 +32,6 @@ def params(log: str):
             m = re.search(r"model params: ([\d,]+)", line)
             if m:
                 return int(m.group(1).replace(",", ""))
-    return None
-
-
-def trained_lr(log: str):
-    """The peak rate of the first ``# fairseq-train`` command in ``log`` (None without one)."""
-    with open(log) as f:
-        for line in f:
-            m = re.match(r"# .* --lr (\S+)", line)
-            if m:
-                return float(m.group(1))
     return None
 
 

@@ -167,6 +167,18 @@ def records(log: str, kind: str):
         return [r for r in (record(line, kind) for line in f) if r is not None]
 
 
+def trained_lr(log: str):
+    """The peak rate of the first ``# fairseq-train`` command in ``log`` (None without one)."""
+    if not os.path.isfile(log):
+        return None
+    with open(log) as f:
+        for line in f:
+            m = re.match(r"# .* --lr (\S+)", line)
+            if m:
+                return float(m.group(1))
+    return None
+
+
 def copy_log(src: str, name: str) -> None:
     """Keep the lines the report needs (commands, epoch summaries, validations)."""
     os.makedirs(os.path.dirname(os.path.join(LOGS, name)), exist_ok=True)
@@ -282,22 +294,19 @@ def converge(pair: str, side: str, lr: float, threads: int, deadline=None) -> No
     run's, which the train logs give as ``train_wall``) plus this process's.
     """
     log = os.path.join(side_dir(pair, side), "train.log")
-    chosen = os.path.join(side_dir(pair, side), "chosen_lr")
-    if os.path.isfile(chosen) and os.path.isfile(log):
-        with open(chosen) as f:
-            earlier = f.read().strip()
-        if earlier != f"{lr:g}":  # a wider sweep chose another rate: that run's log is set aside
-            os.replace(log, os.path.join(side_dir(pair, side), f"train-lr{earlier}.log"))
+    logged_lr = trained_lr(log)
+    if logged_lr is not None and logged_lr != lr:  # a wider sweep chose another rate: that run's log is set aside
+        os.replace(log, os.path.join(side_dir(pair, side), f"train-lr{logged_lr:g}.log"))
     if os.path.isfile(log) and _finished(log):
         return
-    with open(chosen, "w") as f:
+    with open(os.path.join(side_dir(pair, side), "chosen_lr"), "w") as f:
         f.write(f"{lr:g}\n")
     stop = []
     if deadline is not None:
         # the training time fairseq's checkpoint carries: this run's own, or the sweep run's it continues
         resumes = os.path.isfile(os.path.join(side_dir(pair, side), f"lr{lr:g}", "checkpoint_last.pt"))
-        earlier = records(log, "train") or (records(_sweep_log(pair, side, lr), "train") if resumes else [])
-        done = [float(r["train_wall"]) for r in earlier]
+        before = records(log, "train") or (records(_sweep_log(pair, side, lr), "train") if resumes else [])
+        done = [float(r["train_wall"]) for r in before]
         hours = ((done[-1] if done else 0.0) + max(deadline - time.time(), 60.0)) / 3600
         stop = ["--stop-time-hours", f"{hours:.4f}"]
     run(
