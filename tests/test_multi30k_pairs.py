@@ -341,5 +341,7 @@ def test_a_saved_model_is_scored_on_another_test_set(tmp_path, monkeypatch):
     ref.write_text("Ein Hund läuft.\n")
     with pytest.raises(SystemExit, match="2 lines .* 1"):
         run.score("toy", "model", str(src), str(ref), "extra_set", 1)
+    with pytest.raises(SystemExit, match="--set 'a/b'"):
+        run.score("toy", "model", str(src), str(ref), "a/b", 1)
     with pytest.raises(SystemExit, match="not evaluated yet"):
         run.score("toy", "baseline", str(src), str(ref), "extra_set", 1)

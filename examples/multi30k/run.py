@@ -462,7 +462,7 @@ def score(pair: str, side: str, src: str, ref: str, name: str, threads: int) -> 
     with open(evaluated) as f:
         chosen = json.load(f)
     if not re.fullmatch(r"[\w.-]+", name):
-        sys.exit(f"--name {name!r}: use letters, digits, '.', '-' and '_' only")
+        sys.exit(f"--set {name!r}: use letters, digits, '.', '-' and '_' only")
     try:
         n_src, n_ref = len(read_lines(src)), len(read_lines(ref))
     except DataError as e:
@@ -592,7 +592,7 @@ def main() -> None:
     sc.add_argument("--src", required=True, help=f"raw source sentences ({SRC}), one per line")
     sc.add_argument("--ref", required=True, help=f"raw references ({TGT}), one per line")
     sc.add_argument("--set", required=True, dest="set_name", help="a name for the set, e.g. test_2017_flickr")
-    sc.add_argument("--threads", type=int, default=2)
+    sc.add_argument("--threads", type=int, default=2, help="torch threads of the decoding")
     sub.add_parser("report")
     c = sub.add_parser("params")
     c.add_argument("names", nargs="*", choices=sorted(PAIRS))
