@@ -228,6 +228,47 @@ def test_a_converging_run_restarted_at_update_0_is_not_joined_to_its_sweep(tmp_p
     assert row["early_stopped"]
 
 
+def test_a_run_stopped_by_time_continues_when_its_side_runs_again(tmp_path, monkeypatch):
+    """A converging run cut by --train-hours is not finished: the side's command continues it
+    (no time limit now), and the report reads how the last command ended."""
+    report = importlib.import_module("report")
+    monkeypatch.setattr(run, "WORK", str(tmp_path / "work"))
+    monkeypatch.setattr(report, "LOGS", str(tmp_path / "logs"))
+    monkeypatch.setitem(run.PAIRS, "toy", {"rates": (1e-3,), "model": ["--arch", "a"], "baseline": [], "warmup": 1})
+    os.makedirs(run.side_dir("toy", "model"))
+    log = os.path.join(run.side_dir("toy", "model"), "train.log")
+    commands = []
+    monkeypatch.setattr(run, "run", lambda cmd, log=None, threads=None: commands.append(cmd))
+    monkeypatch.setattr(run, "copy_log", lambda src, name: None)
+    cut = (
+        "# fairseq-train --lr 0.001 --stop-time-hours 0.1\n"
+        + _epoch_lines(range(1, 4), 100)
+        + f"2026 | INFO | fairseq_cli.train | {run.TIME_STOP}: 0.1 > 0.1 hour(s)\n"
+        + "2026 | INFO | fairseq_cli.train | done training in 300 seconds\n"
+    )
+    with open(log, "w") as f:
+        f.write(cut)
+    run.converge("toy", "model", 1e-3, 1)
+    assert len(commands) == 1 and "--stop-time-hours" not in commands[0]
+
+    folder = tmp_path / "logs" / "toy" / "model"
+    folder.mkdir(parents=True)
+    (folder / "sweep-lr0.001.log").write_text("# fairseq-train sweep\n" + _epoch_lines(range(1, 3), 100))
+    (folder / "train.log").write_text(cut)
+    assert report.stopped(report.summarize("toy", "model")) == "no (time limit)"
+    going = cut + "# fairseq-train --lr 0.001\n" + _epoch_lines([4], 100)
+    (folder / "train.log").write_text(going)
+    assert report.stopped(report.summarize("toy", "model")) == "no (under way)"
+    ended = going + "2026 | INFO | fairseq_cli.train | early stop since valid performance hasn't improved\n"
+    (folder / "train.log").write_text(ended + "2026 | INFO | fairseq_cli.train | done training in 9 seconds\n")
+    assert report.stopped(report.summarize("toy", "model")) == "yes"
+    with open(log, "w") as f:
+        f.write(ended + "done training\n")
+    commands.clear()
+    run.converge("toy", "model", 1e-3, 1)
+    assert not commands  # early stopping ended it for good
+
+
 def test_an_earlier_run_of_a_side_is_kept_beside_it(tmp_path, monkeypatch):
     """``<side>.<label>`` folders are earlier runs: listed after the two sides, with the side's arch."""
     report = importlib.import_module("report")

@@ -130,6 +130,8 @@ PAIRS["deep_att"] = {
         # unigram distribution; with std 0.2 its signal keeps its scale through the four
         # layers at initialisation. Trained at the rate both sides' sweeps chose.
         "baseline.init0.2": {"options": [*_DEEP_ATT, "--no-fast-forward", "--init-std", "0.2"], "rates": (2e-3,)},
+        # the same initialisation for the fast-forward model: the two sides compared at one init
+        "model.init0.2": {"options": [*_DEEP_ATT, "--init-std", "0.2"], "rates": (2e-3,)},
     },
 }
 

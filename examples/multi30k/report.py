@@ -14,7 +14,7 @@ import os
 import re
 
 from pairs import PAIRS
-from run import LOGS, SWEEP_EPOCHS, continues_sweep, options, record, records, trained_lr
+from run import LOGS, SWEEP_EPOCHS, TIME_STOP, continues_sweep, options, record, records, trained_lr
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -87,7 +87,7 @@ def summarize(pair: str, side: str):
         for r in valid
     ]
     with open(train_log) as f:
-        text = f.read()
+        text = f.read().split("\n# ")[-1]  # how the last command ended (a time-stopped run may be continued)
     best = min(curve, key=lambda c: c[2]) if curve else None
     wps = [float(r["train_wps"]) for r in train.values() if "train_wps" in r]
     row.update(
@@ -96,7 +96,7 @@ def summarize(pair: str, side: str):
             "lr": trained_lr(train_log),
             "curve": curve,
             "early_stopped": "early stop" in text,
-            "stopped_by_time": "Stopping training due to cumulative_training_time" in text,
+            "stopped_by_time": TIME_STOP in text,
             "finished": "done training" in text,
             "best_loss": best[2] if best else None,
             "best_epoch": best[3] if best else None,

@@ -15,6 +15,8 @@
 ``--train-hours H`` stops the converging run cleanly (fairseq's ``--stop-time-hours``)
 once the side has trained for H hours, sweep included; the best checkpoint is then
 evaluated as usual and the table says the run was stopped by time, not by early stopping.
+The side's command run again continues such a run from its last checkpoint (on any
+machine: fairseq's checkpoints load on the CPU) until early stopping, and scores it again.
 
 Every stage is resumable: a finished sweep point or evaluation is kept as a JSON file
 and skipped when the command is run again, and the converging training continues from
@@ -281,9 +283,18 @@ def _epochs(log: str) -> int:
     return len({r["epoch"] for r in records(log, "valid")})
 
 
+TIME_STOP = "Stopping training due to cumulative_training_time"
+
+
 def _finished(log: str) -> bool:
+    """Whether the converging run of ``log`` has ended for good: early stopping or the epoch cap.
+
+    A run stopped by ``--train-hours`` has not: its side run again continues it from its last
+    checkpoint (with no time limit, or with the new one). Only the log's last command counts.
+    """
     with open(log) as f:
-        return "done training" in f.read()
+        last = f.read().split("\n# ")[-1]
+    return "done training" in last and TIME_STOP not in last
 
 
 def converge(pair: str, side: str, lr: float, threads: int, deadline=None) -> None:
