@@ -269,6 +269,20 @@ def test_a_run_stopped_by_time_continues_when_its_side_runs_again(tmp_path, monk
     assert not commands  # early stopping ended it for good
 
 
+def test_the_report_names_both_machines_of_a_run_continued_on_another(tmp_path):
+    """A run cut on the GPU machine and continued on the CPU one says so (its hours mix the two)."""
+    report = importlib.import_module("report")
+    sweep, train = tmp_path / "sweep.log", tmp_path / "train.log"
+    sweep.write_text("# fairseq-train data --lr 0.008\n" + _epoch_lines(range(1, 5), 10))
+    train.write_text("# fairseq-train data --lr 0.008\n" + _epoch_lines(range(5, 9), 10))
+    assert report.trained_on([str(sweep), str(train)]) is None
+    with open(train, "a") as f:
+        f.write("# fairseq-train data --cpu --lr 0.008\n" + _epoch_lines(range(8, 10), 60))
+        f.write("# fairseq-train data --cpu --lr 0.008\n" + _epoch_lines([10], 60))
+    assert report.trained_on([str(sweep), str(train)]) == "GPU, then CPU from epoch 8"
+    assert report.trained_on([str(train)]) == "GPU, then CPU from epoch 8"
+
+
 def test_an_earlier_run_of_a_side_is_kept_beside_it(tmp_path, monkeypatch):
     """``<side>.<label>`` folders are earlier runs: listed after the two sides, with the side's arch."""
     report = importlib.import_module("report")

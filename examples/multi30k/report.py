@@ -56,6 +56,28 @@ def walls(logs) -> dict:
     return out
 
 
+def trained_on(logs):
+    """Where a run trained, when not on one kind of device: e.g. "GPU, then CPU from epoch 50".
+
+    Each process's ``# command`` line says it: ``--cpu`` in it is the CPU, none the GPU. A run
+    cut by a time limit on a GPU machine and continued on the CPU machine has both; its hours
+    to best and tokens/s then mix the two machines. None when every process ran on one kind.
+    """
+    parts = []  # [device, first epoch it logged]
+    for log in logs:
+        with open(log) as f:
+            for line in f:
+                if line.startswith("# "):
+                    device = "CPU" if " --cpu" in line else "GPU"
+                    if not parts or parts[-1][0] != device:
+                        parts.append([device, None])
+                elif parts and parts[-1][1] is None and (r := record(line, "train") or record(line, "valid")):
+                    parts[-1][1] = int(r["epoch"])
+    if len(parts) < 2:
+        return None
+    return parts[0][0] + "".join(f", then {device} from epoch {epoch}" for device, epoch in parts[1:])
+
+
 def summarize(pair: str, side: str):
     folder = os.path.join(LOGS, pair, side)
     sweep = {}
@@ -103,6 +125,7 @@ def summarize(pair: str, side: str):
             "best_updates": best[0] if best else None,
             "best_wall_h": best[1] / 3600 if best else None,
             "epochs": curve[-1][3] if curve else 0,
+            "trained_on": trained_on(logs),
             "wps": sum(wps) / len(wps) if wps else None,
         }
     )
@@ -142,7 +165,7 @@ def table(rows) -> str:
             f"{fmt(r.get('best_updates'), ',')} | {fmt(r.get('best_wall_h'), '.2f')} | "
             f"{fmt(r.get('best_loss'), '.3f')} | {fmt(test.get('sacrebleu'), '.2f')} | "
             f"{fmt(test.get('bleu_tok_lc'), '.2f')} | {fmt(test.get('chrf'), '.2f')} | {fmt(r.get('wps'), ',.0f')} | "
-            f"{stopped(r)} | {ev.get('machine', '-')} |"
+            f"{stopped(r)} | {ev.get('machine', '-')}{f' (trained: {on})' if (on := r.get('trained_on')) else ''} |"
         )
     return "\n".join(lines)
 
@@ -155,13 +178,14 @@ def plot(pair: str, rows) -> None:
 
     fig, (by_updates, by_time) = plt.subplots(1, 2, figsize=(10, 3.8))
     machines = {r.get("eval", {}).get("machine") for r in rows if r.get("curve")}
+    machines |= {r["trained_on"] for r in rows if r.get("trained_on")}
     for r in rows:
         if not r.get("curve"):
             continue
         label = f"{r['side']} ({r['arch']}, lr {r.get('eval', {}).get('lr', r.get('lr'))})"
         if len(machines) > 1:  # the hours panel compares machines: name each curve's
             machine = r.get("eval", {}).get("machine")
-            label += f" [{machine.rsplit(', ', 1)[-1] if machine else 'under way'}]"
+            label += f" [{r.get('trained_on') or (machine.rsplit(', ', 1)[-1] if machine else 'under way')}]"
         style = {"marker": ".", "linestyle": "--" if "." in r["side"] else "-"}
         by_updates.plot([c[0] for c in r["curve"]], [c[2] for c in r["curve"]], label=label, **style)
         by_time.plot([c[1] / 3600 for c in r["curve"]], [c[2] for c in r["curve"]], label=label, **style)

@@ -391,3 +391,23 @@ def test_cli_train_and_generate(tmp_path):
         ids = sorted(refs)
         bleu = sacrebleu.corpus_bleu([hyps[i] for i in ids], [[refs[i] for i in ids]]).score
         assert bleu > threshold, f"{arch}: BLEU {bleu:.1f} on the copy task"
+
+
+def test_init_scale_explains_which_stack_trains_at_which_init():
+    """examples/fast_forward_lstm/init_scale.py, whose figures the Multi30k verdict cites (at the
+    Multi30k size, H 192): at the paper's init the plain stack shrinks h layer by layer while FF
+    keeps its scale; at std 0.2 FF's linear f path grows about std * sqrt(2H) per layer and
+    saturates the gates, while the plain stack keeps its scale."""
+    import importlib.util
+    import os
+
+    path = os.path.join(helpers.REPO, "examples", "fast_forward_lstm", "init_scale.py")
+    spec = importlib.util.spec_from_file_location("init_scale", path)
+    init_scale = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(init_scale)
+    ff, plain = init_scale.scales(0.07, True, 4, 192), init_scale.scales(0.07, False, 4, 192)
+    assert plain[-1][1] < plain[0][1] / 5  # h shrinks through the plain stack
+    assert ff[-1][1] > ff[0][1]  # and does not with FF
+    ff, plain = init_scale.scales(0.2, True, 4, 192), init_scale.scales(0.2, False, 4, 192)
+    assert ff[-1][0] > 10 * ff[0][0] and ff[-1][2] > 0.3  # f grows; most gates saturate
+    assert plain[-1][2] == 0 and 0.5 < plain[-1][1] / plain[0][1] < 2  # the plain stack keeps its scale
