@@ -14,7 +14,7 @@ import os
 import re
 
 from pairs import PAIRS
-from run import LOGS, SWEEP_EPOCHS, TIME_STOP, continues_sweep, options, record, records, trained_lr
+from run import LOGS, SWEEP_EPOCHS, TIME_STOP, continues_sweep, last_command, options, record, records, trained_lr
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -108,8 +108,7 @@ def summarize(pair: str, side: str):
         )
         for r in valid
     ]
-    with open(train_log) as f:
-        text = f.read().split("\n# ")[-1]  # how the last command ended (a time-stopped run may be continued)
+    text = last_command(train_log)  # how the last process ended (a time-stopped run may be continued)
     best = min(curve, key=lambda c: c[2]) if curve else None
     wps = [float(r["train_wps"]) for r in train.values() if "train_wps" in r]
     row.update(
@@ -178,12 +177,13 @@ def plot(pair: str, rows) -> None:
 
     fig, (by_updates, by_time) = plt.subplots(1, 2, figsize=(10, 3.8))
     machines = {r.get("eval", {}).get("machine") for r in rows if r.get("curve")}
-    machines |= {r["trained_on"] for r in rows if r.get("trained_on")}
+    # the hours panel compares machines (or a run's mixes two): name each curve's
+    name_machines = len(machines) > 1 or any(r.get("trained_on") for r in rows)
     for r in rows:
         if not r.get("curve"):
             continue
         label = f"{r['side']} ({r['arch']}, lr {r.get('eval', {}).get('lr', r.get('lr'))})"
-        if len(machines) > 1:  # the hours panel compares machines: name each curve's
+        if name_machines:
             machine = r.get("eval", {}).get("machine")
             label += f" [{r.get('trained_on') or (machine.rsplit(', ', 1)[-1] if machine else 'under way')}]"
         style = {"marker": ".", "linestyle": "--" if "." in r["side"] else "-"}

@@ -286,14 +286,19 @@ def _epochs(log: str) -> int:
 TIME_STOP = "Stopping training due to cumulative_training_time"
 
 
+def last_command(log: str) -> str:
+    """The part of ``log`` from its last ``# command`` line on: how the last process ended."""
+    with open(log) as f:
+        return f.read().split("\n# ")[-1]
+
+
 def _finished(log: str) -> bool:
     """Whether the converging run of ``log`` has ended for good: early stopping or the epoch cap.
 
     A run stopped by ``--train-hours`` has not: its side run again continues it from its last
     checkpoint (with no time limit, or with the new one). Only the log's last command counts.
     """
-    with open(log) as f:
-        last = f.read().split("\n# ")[-1]
+    last = last_command(log)
     return "done training" in last and TIME_STOP not in last
 
 
