@@ -50,7 +50,7 @@ VARIANTS = [(pair, name) for pair in sorted(run.PAIRS) for name in run.PAIRS[pai
 def test_variants_parse_and_share_the_recipe(pair, name):
     """A variant (``<side>.<label>``) is its side's architecture with the pair's common recipe."""
     side = name.split(".")[0]
-    assert side in ("model", "baseline") and "." in name
+    assert side in run.SIDES and "." in name
     variant, original = parsed(pair, name), parsed(pair, side)
     assert variant.arch == original.arch
     for key in ("optimizer", "lr_scheduler", "criterion", "label_smoothing", "max_tokens", "seed", "dropout"):

@@ -10,6 +10,9 @@ Sizes are CPU-sized, about 5-10M parameters with the 8k joint BPE vocabulary (7,
 types): one converged pair takes about two hours on two cores, a core each.
 """
 
+# the two sides of every pair: the plugin family and the model its paper claims to beat
+SIDES = ("model", "baseline")
+
 # learning rates tried by the sweep, per pair (both sides get the same candidates)
 RNN_RATES = (1e-3, 2e-3, 4e-3)
 TRANSFORMER_RATES = (5e-4, 1e-3, 2e-3)

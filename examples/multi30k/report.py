@@ -13,7 +13,7 @@ import json
 import os
 import re
 
-from pairs import PAIRS
+from pairs import PAIRS, SIDES
 from run import LOGS, SWEEP_EPOCHS, TIME_STOP, continues_sweep, last_command, options, record, records, trained_lr
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -245,8 +245,8 @@ def sides(pair: str):
     """
     folder = os.path.join(LOGS, pair)
     names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
-    main = [s for s in ("model", "baseline") if s in names]
-    return main + [s for s in names if s.split(".")[0] in ("model", "baseline") and "." in s]
+    main = [s for s in SIDES if s in names]
+    return main + [s for s in names if s.split(".")[0] in SIDES and "." in s]
 
 
 def main() -> None:

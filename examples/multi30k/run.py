@@ -47,7 +47,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from pairs import PAIRS  # noqa: E402
+from pairs import PAIRS, SIDES  # noqa: E402
 
 RAW = os.environ.get("MULTI30K_RAW", os.path.join(ROOT, "..", "shared", "data", "multi30k"))
 WORK = os.environ.get("MULTI30K_WORK", os.path.join(ROOT, "multi30k-work"))
@@ -575,8 +575,7 @@ def count_params(pair: str, which: str) -> int:
 def pair(name: str, options=()) -> None:
     """Both sides at once, one thread each (the most two cores take)."""
     procs = [
-        subprocess.Popen([sys.executable, __file__, "side", name, which, "--threads", "1", *options])
-        for which in ("model", "baseline")
+        subprocess.Popen([sys.executable, __file__, "side", name, which, "--threads", "1", *options]) for which in SIDES
     ]
     codes = [p.wait() for p in procs]
     if any(codes):
@@ -622,7 +621,7 @@ def main() -> None:
             options += ["--train-hours", str(args.train_hours)]
         pair(args.name, options)
     elif args.cmd == "side":
-        known = ("model", "baseline", *PAIRS[args.name].get("variants", {}))
+        known = (*SIDES, *PAIRS[args.name].get("variants", {}))
         if args.which not in known:
             parser.error(f"side {args.which!r} of pair {args.name}: choose from {', '.join(known)}")
         side(args.name, args.which, args.threads, args.parallel_sweep, args.train_hours)
