@@ -177,7 +177,7 @@ def test_train_hours_stop_the_converging_run_and_the_report_says_so(tmp_path, mo
     report = importlib.import_module("report")
     assert report.stopped({"early_stopped": False, "stopped_by_time": True}) == "no (time limit)"
     assert report.stopped({"early_stopped": True}) == "yes"
-    assert report.stopped({"early_stopped": False, "finished": False}) == "no (under way)"
+    assert report.stopped({"early_stopped": False, "finished": False}) == "no (interrupted)"
     assert report.stopped({"early_stopped": False, "finished": True}) == "no"  # --max-epoch reached
 
 
@@ -258,7 +258,7 @@ def test_a_run_stopped_by_time_continues_when_its_side_runs_again(tmp_path, monk
     assert report.stopped(report.summarize("toy", "model")) == "no (time limit)"
     going = cut + "# fairseq-train --lr 0.001\n" + _epoch_lines([4], 100)
     (folder / "train.log").write_text(going)
-    assert report.stopped(report.summarize("toy", "model")) == "no (under way)"
+    assert report.stopped(report.summarize("toy", "model")) == "no (interrupted)"
     ended = going + "2026 | INFO | fairseq_cli.train | early stop since valid performance hasn't improved\n"
     (folder / "train.log").write_text(ended + "2026 | INFO | fairseq_cli.train | done training in 9 seconds\n")
     assert report.stopped(report.summarize("toy", "model")) == "yes"

@@ -140,11 +140,14 @@ def fmt(value, spec):
 
 
 def stopped(row) -> str:
+    """How the row's converging run ended: early stopping ("yes"), the epoch cap ("no"), a
+    time limit, or not at all in its committed log: the run was stopped by hand, or its log
+    was copied while it trained ("interrupted")."""
     if row.get("early_stopped"):
         return "yes"
     if row.get("stopped_by_time"):
         return "no (time limit)"
-    return "no" if row.get("finished") else "no (under way)"
+    return "no" if row.get("finished") else "no (interrupted)"
 
 
 def table(rows) -> str:
