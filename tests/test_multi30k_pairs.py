@@ -150,14 +150,17 @@ def test_parallel_sweep_chooses_what_the_line_search_chooses(tmp_path, monkeypat
 
 
 def test_train_hours_stop_the_converging_run_and_the_report_says_so(tmp_path, monkeypatch):
-    """--train-hours becomes fairseq's --stop-time-hours: the sweep run's training time plus what is left."""
+    """--train-hours becomes fairseq's --stop-time-hours: the training time the checkpoint it
+    continues carries (the sweep run's, or the run's own from earlier processes) plus what is left."""
     import time
+
+    import torch
 
     monkeypatch.setattr(run, "WORK", str(tmp_path / "work"))
     monkeypatch.setitem(run.PAIRS, "toy", {"rates": (1e-3,), "model": [], "baseline": [], "warmup": 1})
     os.makedirs(run.side_dir("toy", "model"))
     with open(run._sweep_log("toy", "model", 1e-3), "w") as f:
-        f.write('2026 | INFO | train | {"epoch": 4, "train_wall": "360"}\n')
+        f.write('2026 | INFO | train | {"epoch": 4, "train_wall": "300"}\n')  # the log's wall leaves out validation
     commands = []
     monkeypatch.setattr(run, "run", lambda cmd, log=None, threads=None: commands.append(cmd))
     monkeypatch.setattr(run, "copy_log", lambda src, name: None)
@@ -165,11 +168,21 @@ def test_train_hours_stop_the_converging_run_and_the_report_says_so(tmp_path, mo
     hours = float(commands[0][commands[0].index("--stop-time-hours") + 1])
     assert 0.49 < hours <= 0.5  # no sweep checkpoint to continue: the run starts at update 0
     os.makedirs(os.path.join(run.side_dir("toy", "model"), "lr0.001"))
-    open(os.path.join(run.side_dir("toy", "model"), "lr0.001", "checkpoint_last.pt"), "w").close()
+    checkpoint = os.path.join(run.side_dir("toy", "model"), "lr0.001", "checkpoint_last.pt")
+    torch.save({"extra_state": {"previous_training_time": 360.0}}, checkpoint)
     commands.clear()
     run.converge("toy", "model", 1e-3, 1, deadline=time.time() + 1800)
     hours = float(commands[0][commands[0].index("--stop-time-hours") + 1])
     assert 0.59 < hours <= 0.6  # 0.1 h of sweep + 0.5 h left
+    # stopped by that limit and continued later: its checkpoint carries both processes' time,
+    # while the log's last record has the second process's only
+    with open(os.path.join(run.side_dir("toy", "model"), "train.log"), "w") as f:
+        f.write('# fairseq-train\n2026 | INFO | train | {"epoch": 9, "train_wall": "1500"}\n')
+    torch.save({"extra_state": {"previous_training_time": 2160.0}}, checkpoint)
+    commands.clear()
+    run.converge("toy", "model", 1e-3, 1, deadline=time.time() + 1800)
+    hours = float(commands[0][commands[0].index("--stop-time-hours") + 1])
+    assert 1.09 < hours <= 1.1  # 0.6 h carried + 0.5 h left
     commands.clear()
     run.converge("toy", "model", 1e-3, 1)
     assert "--stop-time-hours" not in commands[0]

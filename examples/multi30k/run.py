@@ -306,8 +306,9 @@ def converge(pair: str, side: str, lr: float, threads: int, deadline=None) -> No
     """Train at the chosen rate until PATIENCE epochs bring no better validation loss.
 
     With a ``deadline`` (a ``time.time()``), the run also stops cleanly at it: fairseq's
-    ``--stop-time-hours`` counts the training time its checkpoint carries (the sweep
-    run's, which the train logs give as ``train_wall``) plus this process's.
+    ``--stop-time-hours`` counts the training time the checkpoint it continues carries (the
+    sweep run's, or this run's own from earlier processes: ``trained_seconds``) plus this
+    process's.
     """
     log = os.path.join(side_dir(pair, side), "train.log")
     logged_lr = trained_lr(log)
@@ -319,11 +320,8 @@ def converge(pair: str, side: str, lr: float, threads: int, deadline=None) -> No
         f.write(f"{lr:g}\n")
     stop = []
     if deadline is not None:
-        # the training time fairseq's checkpoint carries: this run's own, or the sweep run's it continues
-        resumes = os.path.isfile(os.path.join(side_dir(pair, side), f"lr{lr:g}", "checkpoint_last.pt"))
-        before = records(log, "train") or (records(_sweep_log(pair, side, lr), "train") if resumes else [])
-        done = [float(r["train_wall"]) for r in before]
-        hours = ((done[-1] if done else 0.0) + max(deadline - time.time(), 60.0)) / 3600
+        done = trained_seconds(os.path.join(side_dir(pair, side), f"lr{lr:g}", "checkpoint_last.pt"))
+        hours = (done + max(deadline - time.time(), 60.0)) / 3600
         stop = ["--stop-time-hours", f"{hours:.4f}"]
     run(
         train_args(pair, side, lr) + ["--patience", str(PATIENCE), "--max-epoch", str(MAX_EPOCH), *stop],
@@ -331,6 +329,21 @@ def converge(pair: str, side: str, lr: float, threads: int, deadline=None) -> No
         threads=threads,
     )
     copy_log(log, f"{pair}/{side}/train.log")
+
+
+def trained_seconds(checkpoint: str) -> float:
+    """The training time ``checkpoint`` carries, the count fairseq's ``--stop-time-hours``
+    continues: every earlier process's wall time, validation included (0 without a checkpoint).
+
+    The logs cannot give it: their ``train_wall`` restarts in each process and leaves out
+    validation.
+    """
+    if not os.path.isfile(checkpoint):
+        return 0.0
+    import torch
+
+    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    return float(state.get("extra_state", {}).get("previous_training_time", 0.0))
 
 
 def _sweep_log(pair: str, side: str, lr: float) -> str:
