@@ -13,7 +13,8 @@
                                                        #   training stopped after 0.3 h
 
 ``--train-hours H`` stops the converging run cleanly (fairseq's ``--stop-time-hours``)
-once the side has trained for H hours, sweep included; the best checkpoint is then
+once the command has trained for H hours, its sweep included (a continued run: H hours
+more than its checkpoint carries); the best checkpoint is then
 evaluated as usual and the table says the run was stopped by time, not by early stopping.
 The side's command run again continues such a run from its last checkpoint (on any
 machine: fairseq's checkpoints load on the CPU) until early stopping, and scores it again.
