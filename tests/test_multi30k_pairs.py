@@ -169,7 +169,14 @@ def test_train_hours_stop_the_converging_run_and_the_report_says_so(tmp_path, mo
     assert 0.49 < hours <= 0.5  # no sweep checkpoint to continue: the run starts at update 0
     os.makedirs(os.path.join(run.side_dir("toy", "model"), "lr0.001"))
     checkpoint = os.path.join(run.side_dir("toy", "model"), "lr0.001", "checkpoint_last.pt")
-    torch.save({"extra_state": {"previous_training_time": 360.0}}, checkpoint)
+
+    def save_checkpoint(seconds):  # the parts of a fairseq checkpoint that fairseq's loader reads
+        state = {"model": {}, "args": None, "cfg": None, "last_optimizer_state": {}}
+        state["optimizer_history"] = [{"criterion_name": "c", "optimizer_name": "o", "lr_scheduler_state": {}}]
+        state["extra_state"] = {"previous_training_time": seconds, "train_iterator": {"epoch": 4}}
+        torch.save(state, checkpoint)
+
+    save_checkpoint(360.0)
     commands.clear()
     run.converge("toy", "model", 1e-3, 1, deadline=time.time() + 1800)
     hours = float(commands[0][commands[0].index("--stop-time-hours") + 1])
@@ -178,7 +185,7 @@ def test_train_hours_stop_the_converging_run_and_the_report_says_so(tmp_path, mo
     # while the log's last record has the second process's only
     with open(os.path.join(run.side_dir("toy", "model"), "train.log"), "w") as f:
         f.write('# fairseq-train\n2026 | INFO | train | {"epoch": 9, "train_wall": "1500"}\n')
-    torch.save({"extra_state": {"previous_training_time": 2160.0}}, checkpoint)
+    save_checkpoint(2160.0)
     commands.clear()
     run.converge("toy", "model", 1e-3, 1, deadline=time.time() + 1800)
     hours = float(commands[0][commands[0].index("--stop-time-hours") + 1])

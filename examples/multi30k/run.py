@@ -308,8 +308,8 @@ def converge(pair: str, side: str, lr: float, threads: int, deadline=None) -> No
 
     With a ``deadline`` (a ``time.time()``), the run also stops cleanly at it: fairseq's
     ``--stop-time-hours`` counts the training time the checkpoint it continues carries (the
-    sweep run's, or this run's own from earlier processes: ``trained_seconds``) plus this
-    process's.
+    sweep run's, or this run's own from earlier processes) plus this process's. The logs
+    cannot give it: their ``train_wall`` restarts in each process and leaves out validation.
     """
     log = os.path.join(side_dir(pair, side), "train.log")
     logged_lr = trained_lr(log)
@@ -321,7 +321,9 @@ def converge(pair: str, side: str, lr: float, threads: int, deadline=None) -> No
         f.write(f"{lr:g}\n")
     stop = []
     if deadline is not None:
-        done = trained_seconds(os.path.join(side_dir(pair, side), f"lr{lr:g}", "checkpoint_last.pt"))
+        from fairseq_dense.cli.quickstart_steps import previous_training_seconds
+
+        done = previous_training_seconds(os.path.join(side_dir(pair, side), f"lr{lr:g}"))
         hours = (done + max(deadline - time.time(), 60.0)) / 3600
         stop = ["--stop-time-hours", f"{hours:.4f}"]
     run(
@@ -330,21 +332,6 @@ def converge(pair: str, side: str, lr: float, threads: int, deadline=None) -> No
         threads=threads,
     )
     copy_log(log, f"{pair}/{side}/train.log")
-
-
-def trained_seconds(checkpoint: str) -> float:
-    """The training time ``checkpoint`` carries, the count fairseq's ``--stop-time-hours``
-    continues: every earlier process's wall time, validation included (0 without a checkpoint).
-
-    The logs cannot give it: their ``train_wall`` restarts in each process and leaves out
-    validation.
-    """
-    if not os.path.isfile(checkpoint):
-        return 0.0
-    import torch
-
-    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
-    return float(state.get("extra_state", {}).get("previous_training_time", 0.0))
 
 
 def _sweep_log(pair: str, side: str, lr: float) -> str:
