@@ -215,6 +215,38 @@ def _epoch_lines(epochs, wall_per_epoch, loss0=9.0):
     return "".join(lines)
 
 
+def test_early_stopping_is_checked_against_an_uninterrupted_run(tmp_path, monkeypatch):
+    """fairseq counts patience from a process's start: a run resumed in a plateau stops late,
+    and the table says by how many epochs (judged on the whole log, sweep run included)."""
+    report = importlib.import_module("report")
+    assert report.patience_out(enumerate([5.0, 4.0, 4.1, 4.0, 4.2, 4.3], 3), patience=3) == 7  # ties are not better
+    assert report.patience_out(enumerate([5.0, 4.0, 4.1, 3.9, 4.2, 4.3], 3), patience=3) is None
+    assert report.patience_out([]) is None
+
+    def valid(epoch, loss):
+        return '2026 | INFO | valid | {"epoch": %d, "valid_loss": "%.3f", "valid_num_updates": "%d"}\n' % (
+            epoch,
+            loss,
+            epoch * 10,
+        )
+
+    monkeypatch.setattr(report, "LOGS", str(tmp_path))
+    monkeypatch.setitem(report.PAIRS, "toy", {"model": ["--arch", "a"], "baseline": ["--arch", "b"]})
+    folder = tmp_path / "toy" / "model"
+    folder.mkdir(parents=True)
+    (folder / "sweep-lr0.001.log").write_text("# fairseq-train --lr 0.001\n" + valid(1, 6.0) + valid(2, 5.0))
+    losses = [4.0, 4.1, 4.1, 4.2, 4.1, 4.1, 4.2, 4.3, 4.2, 4.3]  # epochs 3-12: best at 3, out at 8
+    first = "# fairseq-train --lr 0.001\n" + "".join(valid(e, loss) for e, loss in zip(range(3, 7), losses))
+    resumed = "# fairseq-train --lr 0.001\n" + "".join(valid(e, loss) for e, loss in zip(range(7, 13), losses[4:]))
+    ended = "2026 | INFO | fairseq_cli.train | early stop since valid performance hasn't improved\ndone training\n"
+    (folder / "train.log").write_text(first + resumed + ended)
+    row = report.summarize("toy", "model")
+    assert row["patience_out"] == 8 and row["epochs"] == 12
+    assert report.stopped(row) == "yes (4 epochs late: resumed)"
+    (folder / "train.log").write_text(first + resumed.split(valid(9, 4.2))[0] + ended)  # stopped at 8
+    assert report.stopped(report.summarize("toy", "model")) == "yes"
+
+
 def test_a_converging_run_restarted_at_update_0_is_not_joined_to_its_sweep(tmp_path, monkeypatch):
     """When the work folder lost the sweep's checkpoint, the converging run starts at epoch 1:
     its curve and wall are its own, not the sweep run's followed by it."""

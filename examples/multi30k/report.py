@@ -14,7 +14,18 @@ import os
 import re
 
 from pairs import PAIRS, SIDES
-from run import LOGS, SWEEP_EPOCHS, TIME_STOP, continues_sweep, last_command, options, record, records, trained_lr
+from run import (
+    LOGS,
+    PATIENCE,
+    SWEEP_EPOCHS,
+    TIME_STOP,
+    continues_sweep,
+    last_command,
+    options,
+    record,
+    records,
+    trained_lr,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -78,6 +89,24 @@ def trained_on(logs):
     return parts[0][0] + "".join(f", then {device} from epoch {epoch}" for device, epoch in parts[1:])
 
 
+def patience_out(valid, patience: int = PATIENCE):
+    """The epoch at which an uninterrupted run's early stopping fires: the ``patience``-th in a
+    row without a better validation loss (``valid``: ``(epoch, loss)`` in order), or None.
+
+    fairseq keeps this count in the process: a resumed run starts it again from its first
+    validation, so it can stop later than this, never earlier.
+    """
+    best, since = None, 0
+    for epoch, loss in valid:
+        if best is None or loss < best:
+            best, since = loss, 0
+        else:
+            since += 1
+            if since == patience:
+                return epoch
+    return None
+
+
 def summarize(pair: str, side: str):
     folder = os.path.join(LOGS, pair, side)
     sweep = {}
@@ -124,6 +153,7 @@ def summarize(pair: str, side: str):
             "best_updates": best[0] if best else None,
             "best_wall_h": best[1] / 3600 if best else None,
             "epochs": curve[-1][3] if curve else 0,
+            "patience_out": patience_out([(c[3], c[2]) for c in curve]),
             "trained_on": trained_on(logs),
             "wps": sum(wps) / len(wps) if wps else None,
         }
@@ -140,11 +170,13 @@ def fmt(value, spec):
 
 
 def stopped(row) -> str:
-    """How the row's converging run ended: early stopping ("yes"), the epoch cap ("no"), a
-    time limit, or not at all in its committed log: the run was stopped by hand, or its log
-    was copied while it trained ("interrupted")."""
+    """How the row's converging run ended: early stopping ("yes"; with how many epochs after an
+    uninterrupted run's it fired, where a resume restarted fairseq's count), the epoch cap
+    ("no"), a time limit, or not at all in its committed log: the run was stopped by hand, or
+    its log was copied while it trained ("interrupted")."""
     if row.get("early_stopped"):
-        return "yes"
+        out = row.get("patience_out")
+        return f"yes ({row['epochs'] - out} epochs late: resumed)" if out and row["epochs"] > out else "yes"
     if row.get("stopped_by_time"):
         return "no (time limit)"
     return "no" if row.get("finished") else "no (interrupted)"
