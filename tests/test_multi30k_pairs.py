@@ -201,15 +201,20 @@ def test_train_hours_stop_the_converging_run_and_the_report_says_so(tmp_path, mo
     assert report.stopped({"early_stopped": False, "finished": True}) == "no"  # --max-epoch reached
 
 
+def _valid_line(epoch, loss):
+    """fairseq's validation record of ``epoch`` (10 updates an epoch)."""
+    return '2026 | INFO | valid | {"epoch": %d, "valid_loss": "%.3f", "valid_num_updates": "%d"}\n' % (
+        epoch,
+        loss,
+        epoch * 10,
+    )
+
+
 def _epoch_lines(epochs, wall_per_epoch, loss0=9.0):
     """fairseq's epoch records (train and valid) for ``epochs``, one process's wall from 0."""
     lines = []
     for i, epoch in enumerate(epochs, 1):
-        loss = loss0 - epoch / 10
-        lines.append(
-            '2026 | INFO | valid | {"epoch": %d, "valid_loss": "%.2f", "valid_num_updates": "%d"}\n'
-            % (epoch, loss, epoch * 10)
-        )
+        lines.append(_valid_line(epoch, loss0 - epoch / 10))
         wall = i * wall_per_epoch
         lines.append('2026 | INFO | train | {"epoch": %d, "train_wall": "%d", "train_wps": "100"}\n' % (epoch, wall))
     return "".join(lines)
@@ -223,27 +228,21 @@ def test_early_stopping_is_checked_against_an_uninterrupted_run(tmp_path, monkey
     assert report.patience_out(enumerate([5.0, 4.0, 4.1, 3.9, 4.2, 4.3], 3), patience=3) is None
     assert report.patience_out([]) is None
 
-    def valid(epoch, loss):
-        return '2026 | INFO | valid | {"epoch": %d, "valid_loss": "%.3f", "valid_num_updates": "%d"}\n' % (
-            epoch,
-            loss,
-            epoch * 10,
-        )
-
     monkeypatch.setattr(report, "LOGS", str(tmp_path))
     monkeypatch.setitem(report.PAIRS, "toy", {"model": ["--arch", "a"], "baseline": ["--arch", "b"]})
     folder = tmp_path / "toy" / "model"
     folder.mkdir(parents=True)
-    (folder / "sweep-lr0.001.log").write_text("# fairseq-train --lr 0.001\n" + valid(1, 6.0) + valid(2, 5.0))
+    command = "# fairseq-train --lr 0.001\n"
+    (folder / "sweep-lr0.001.log").write_text(command + _valid_line(1, 6.0) + _valid_line(2, 5.0))
     losses = [4.0, 4.1, 4.1, 4.2, 4.1, 4.1, 4.2, 4.3, 4.2, 4.3]  # epochs 3-12: best at 3, out at 8
-    first = "# fairseq-train --lr 0.001\n" + "".join(valid(e, loss) for e, loss in zip(range(3, 7), losses))
-    resumed = "# fairseq-train --lr 0.001\n" + "".join(valid(e, loss) for e, loss in zip(range(7, 13), losses[4:]))
+    first = command + "".join(_valid_line(e, loss) for e, loss in zip(range(3, 7), losses))
+    resumed = command + "".join(_valid_line(e, loss) for e, loss in zip(range(7, 13), losses[4:]))
     ended = "2026 | INFO | fairseq_cli.train | early stop since valid performance hasn't improved\ndone training\n"
     (folder / "train.log").write_text(first + resumed + ended)
     row = report.summarize("toy", "model")
     assert row["patience_out"] == 8 and row["epochs"] == 12
     assert report.stopped(row) == "yes (4 epochs late: resumed)"
-    (folder / "train.log").write_text(first + resumed.split(valid(9, 4.2))[0] + ended)  # stopped at 8
+    (folder / "train.log").write_text(first + resumed.split(_valid_line(9, 4.2))[0] + ended)  # stopped at 8
     assert report.stopped(report.summarize("toy", "model")) == "yes"
 
 
