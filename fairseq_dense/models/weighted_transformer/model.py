@@ -289,7 +289,7 @@ def weighted_transformer_base(args):
     args.decoder_branches = safe_getattr(args, "decoder_branches", 0)
     args.decoder_branched_self_attn = safe_getattr(args, "decoder_branched_self_attn", False)
     args.no_simplex = safe_getattr(args, "no_simplex", False)
-    args.learned_branch_weights = safe_getattr(args, "learned_branch_weights", True)
+    _default_learned(args, True)
     args.fixed_kappa = getattr(args, "fixed_kappa", None)  # None: learned_branch_weights decides (learns())
     args.fixed_alpha = getattr(args, "fixed_alpha", None)
     args.branch_weights_at_inference = safe_getattr(args, "branch_weights_at_inference", "learned")
@@ -313,8 +313,15 @@ def _paper_size(args, layers: int, dim: int, ffn: int, heads: int, dropout: floa
     args.encoder_attention_heads = safe_getattr(args, "encoder_attention_heads", heads)
     args.decoder_attention_heads = safe_getattr(args, "decoder_attention_heads", heads)
     args.dropout = safe_getattr(args, "dropout", dropout)
-    args.learned_branch_weights = safe_getattr(args, "learned_branch_weights", learned)
+    _default_learned(args, learned)
     weighted_transformer_base(args)
+
+
+def _default_learned(args, learned: bool) -> None:
+    """``learned_branch_weights`` unless given (None or absent: not given; ``safe_getattr``
+    returns a Namespace's None as it is)."""
+    if getattr(args, "learned_branch_weights", None) is None:
+        args.learned_branch_weights = learned
 
 
 @register_model_architecture("weighted_transformer", "weighted_transformer_tiny")
