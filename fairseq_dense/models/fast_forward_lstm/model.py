@@ -203,7 +203,7 @@ def deep_att_2x2_no_ff(cfg):
 
 @register_model_architecture("fast_forward_lstm", "deep_att_2x2_no_ff_w1024")
 def deep_att_2x2_no_ff_w1024(cfg):
-    """n_e = n_d = 2 without FF connections at twice the LSTM width (Table 3's size-matched control).
+    """n_e = n_d = 2 without FF connections at twice the LSTM width (Table 3's wider control).
 
     Paper: Zhou et al. 2016, Table 3, Deep-Att no FF n_e=2 n_d=2 width 1024: layers=2+2, columns=2,
     embed=256, hidden=1024, fast_forward=False, encoder=interleaved, interface=deep_att, dropout=0.1
