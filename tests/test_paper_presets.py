@@ -70,6 +70,7 @@ DEFAULTS_PRESET = {
 
 
 def doc_of(arch: str) -> str:
+    """The docstring that describes ``arch``."""
     return ARCH_CONFIG_REGISTRY[DEFAULTS_PRESET.get(arch, arch)].__doc__ or ""
 
 
@@ -81,6 +82,7 @@ PAPER_ARCHS = [a for a in PLUGIN_ARCHS if paragraph(doc_of(a), "Paper:")]
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
+    """A data folder with the two 16-symbol dictionaries ``translation`` reads."""
     path = tmp_path_factory.mktemp("dicts")
     for lang in ("src", "tgt"):
         dummy_dictionary(12).save(str(path / f"dict.{lang}.txt"))
@@ -106,6 +108,7 @@ def build(data_dir, arch: str, *flags: str):
 
 
 def shapes(model) -> Dict[str, Tuple[int, ...]]:
+    """Every parameter's shape by name."""
     return {n: tuple(p.shape) for n, p in model.named_parameters()}
 
 
@@ -142,6 +145,7 @@ def pair(encoder, decoder):
 
 
 def measure_weighted_transformer(model) -> Dict[str, object]:
+    """Layers counted, widths and branches from the branch FFN weights ``(M, d_model, d_ff / M)``."""
     s = shapes(model)
     blocks = [m for m in model.modules() if hasattr(m, "num_branches")]
     fc1 = [v for n, v in s.items() if n.endswith("fc1_weight")]  # (M, d_model, d_ff / M) per block
@@ -184,6 +188,8 @@ def _dense(ins: List[int], hidden: List[int], embed: int, extra: int = 0) -> str
 
 
 def measure_densenmt(model) -> Dict[str, object]:
+    """Layers, growth and kernels from the convolution weights; dense/residual and summary layers
+    from their input widths; the attention kind from the projections that exist."""
     s = shapes(model)
     embed = s["encoder.embed_tokens.weight"][1]
     e_in, e_hidden, e_k = _conv_side(s, "encoder")
@@ -199,11 +205,12 @@ def measure_densenmt(model) -> Dict[str, object]:
         attention = "multistep"  # the encoder's top mapped back to the embedding size, one memory
     else:
         attention = "dense1"  # one memory: the encoder layers side by side
-    out = [v for n, v in s.items() if n.startswith("decoder.fc3.") and len(v) == 2 and v[0] == 16]
+    # the softmax matrix (vocabulary x out_embed), the largest 2-D weight of fc3 (weight norm adds a (V, 1))
+    softmax = max((v for n, v in s.items() if n.startswith("decoder.fc3.") and len(v) == 2), key=lambda v: v[0] * v[1])
     return {
         "layers": f"{len(e_in)}+{len(d_in)}",
         "embed": pair(embed, s["decoder.embed_tokens.weight"][1]),
-        "out_embed": max(v[1] for v in out),
+        "out_embed": softmax[1],
         "hidden": pair(runs(e_hidden), runs(d_hidden)),
         "encoder_hidden": runs(e_hidden),
         "decoder_hidden": runs(d_hidden),
@@ -219,6 +226,8 @@ def measure_densenmt(model) -> Dict[str, object]:
 
 
 def measure_dense_lstm(model) -> Dict[str, object]:
+    """Layers counted, widths from the LSTM weights, DC from layer 2's input width, DA from the
+    number of attentions."""
     s = shapes(model)
     enc = indices(s, "encoder.layers")
     dec = indices(s, "decoder.layers")
@@ -230,7 +239,8 @@ def measure_dense_lstm(model) -> Dict[str, object]:
 
     layers = [enc_layer(i) for i in enc]
     enc_hidden = one((h for _, h, _ in layers), "encoder hidden")
-    dec_hidden = one((v[1] for n, v in s.items() if n.startswith("decoder.layers.") and n.endswith("weight_hh_l0")), "")
+    dec_hh = [v for n, v in s.items() if n.startswith("decoder.layers.") and n.endswith("weight_hh_l0")]
+    dec_hidden = one((v[1] for v in dec_hh), "decoder hidden")
     dense = len(layers) > 1 and layers[1][0] != enc_hidden  # a plain stack's layer 2 reads layer 1's output only
     return {
         "layers": f"{len(enc)}+{len(dec)}",
@@ -245,6 +255,7 @@ def measure_dense_lstm(model) -> Dict[str, object]:
 
 
 def measure_fast_forward_lstm(model) -> Dict[str, object]:
+    """Recurrent layers counted per column, FF from the input widths, directions from the layers."""
     s = shapes(model)
     cells = lambda side: [m for m in getattr(model, side).modules() if hasattr(m, "weight_hh")]  # noqa: E731
     enc, dec = cells("encoder"), cells("decoder")
@@ -279,6 +290,7 @@ def measure_fast_forward_lstm(model) -> Dict[str, object]:
 
 
 def measure_gru_attention(model) -> Dict[str, object]:
+    """Widths from the GRU, attention and readout weights."""
     s = shapes(model)
     return {
         "embed": pair(s["encoder.embed_tokens.weight"][1], s["decoder.embed_tokens.weight"][1]),
@@ -300,6 +312,7 @@ MEASURES = {
 
 
 def agrees(claimed: str, measured) -> bool:
+    """Whether a claimed value (text) is the measured one (numbers compared as numbers)."""
     if isinstance(measured, bool):
         return claimed in ("True", "False") and (claimed == "True") == measured
     if isinstance(measured, (int, float)):
