@@ -1,6 +1,6 @@
 """Control of the Weighted Transformer: one branch is the Transformer it modifies.
 
-With M = 1 branch per block, kappa = alpha = 1 (fixed, the default, or learned on the
+With M = 1 branch per block, kappa = alpha = 1 (fixed with ``--fixed-kappa --fixed-alpha``, or learned on the
 one-point simplex with ``--learned-branch-weights``), Eq. 5-7 reduce to the post-norm Transformer layer:
 ``u = LN(x + attn(x) W^O + b^O)``, ``y = LN(u + FFN(u))``. Given the Transformer's
 weights (the branched block stores ``W^O``, ``W1`` and ``W2`` transposed, as
