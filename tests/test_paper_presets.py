@@ -21,6 +21,7 @@ import inspect
 import re
 from functools import lru_cache
 from itertools import groupby
+from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
 import pytest
@@ -383,3 +384,18 @@ def test_a_model_that_differs_from_its_claim_is_caught(arch, flags, key, data_di
     """The check can fail: one option changed from the preset is reported under its claim key."""
     wrong = mismatches(arch, build(data_dir, arch, *flags), claims_of(arch))
     assert [w.split(":")[0] for w in wrong] == [key], wrong
+
+
+def test_the_wmt_recipe_schedules_every_weighted_transformer_paper_preset_as_the_paper_does():
+    """examples/weighted_transformer/train-wmt14.sh derives the branch weights' rate from each
+    preset's d_model and N, warms them up for 400 updates and freezes them for the last 10k (Sec. 4.1)."""
+    script = (Path(__file__).resolve().parents[1] / "examples" / "weighted_transformer" / "train-wmt14.sh").read_text()
+    cases = re.findall(r"^\s*([\w|]+)\) D=(\d+); N=(\d+);", script, flags=re.M)
+    sizes = {arch: (d, n) for names, d, n in cases for arch in names.split("|")}
+    papers = [a for a in PAPER_ARCHS if family(a) == "weighted_transformer"]
+    assert papers and set(papers) <= set(sizes), f"presets the recipe does not know: {set(papers) - set(sizes)}"
+    for arch in papers:
+        d, n = sizes[arch]
+        assert (claims_of(arch)["d_model"], claims_of(arch)["layers"]) == (d, f"{n}+{n}"), arch
+    assert "branch=$BRANCH_LR" in script and "--group-freeze-last branch=10000" in script
+    assert "--group-warmup-updates default=4000,branch=400" in script
