@@ -191,9 +191,7 @@ def rewrite_weights(model_dir: Path, change) -> None:
 
 def alias_same_shape(state, metadata) -> None:
     """Drop one tensor and name it, in ``tied_weights``, a copy of another of the same shape."""
-    a, b = next(
-        (a, b) for a in sorted(state) for b in sorted(state) if a < b and state[a].shape == state[b].shape
-    )
+    a, b = next((a, b) for a in sorted(state) for b in sorted(state) if a < b and state[a].shape == state[b].shape)
     del state[a]
     metadata["tied_weights"] = json.dumps({a: b})
 
@@ -846,8 +844,10 @@ def test_loading_touches_nothing_but_the_model_files(tmp_path, monkeypatch, task
             model = load()
         assert isinstance(model.translate("a b c", beam=2, max_len_b=4), str)
         assert type(model.task) is TASK_REGISTRY[task]
+        # nothing written anywhere (but Python's bytecode cache of hubconf.py, on a first torch.hub import)
+        written = [e for e in events if e[2] and "__pycache__" not in Path(e[1]).parts]
+        assert written == [], (route, written)
         inside = [e for e in events if under(e[1], tmp_path)]
-        assert not [e for e in inside if e[2]], (route, "wrote", [e for e in inside if e[2]])
         assert not [e for e in inside if under(e[1], save)], route
         opened = sorted({Path(e[1]).name for e in inside if e[0] == "open"})
         model_files = [e for e in inside if under(e[1], out) or under(e[1], blobs)]
@@ -859,3 +859,185 @@ def test_loading_touches_nothing_but_the_model_files(tmp_path, monkeypatch, task
         if route != "hub_cache":
             assert opened == sorted([*listed(out), "SHA256SUMS"]), (route, opened)
     assert snapshot(save) == before
+
+
+# ---------------------------------------------------------------- any directory name is only a name
+
+ODD_NAMES = [
+    "-h",
+    "--user-dir=evil_plugin",
+    "decoy:v2",
+    "${oc.env:DECOY_DIR}",
+    'it\'s "quoted"',
+    "back\\slash",
+    "with space",
+    "ünïcødé 模型",
+    "new\nline",
+    "~nosuchuser",
+    "%(x)s {0}",
+]
+
+
+@pytest.mark.parametrize("name", ODD_NAMES, ids=ascii)
+def test_any_directory_name_loads_its_own_files(gru, tmp_path, monkeypatch, marker, name):
+    """The directory is opened by name, never parsed: no option, no second path, no interpolation, no import.
+
+    Beside it lie what a parser would reach instead: a ``decoy`` model whose
+    target dictionary differs, named by ``decoy:v2`` (fairseq splits paths at
+    ``:``) and by ``$DECOY_DIR`` (OmegaConf's ``${oc.env:...}``), and a
+    ``--user-dir`` plugin whose import creates the marker.
+    """
+    shutil.copytree(gru.dir, tmp_path / name)
+    decoy = shutil.copytree(gru.dir, tmp_path / "decoy")
+    permute_dictionary(decoy, marker)
+    user_dir_plugin(marker)
+    monkeypatch.setenv("DECOY_DIR", str(decoy))
+    monkeypatch.chdir(tmp_path)
+    expected = hub.from_pretrained(gru.dir).translate("a b c", beam=2, max_len_b=4)
+    for load in (lambda: hub.from_pretrained(name), lambda: load_torch_hub(Path(name), tmp_path)):
+        with audited() as events:
+            model = load()
+        assert not marker.exists(), "the plugin was imported"
+        assert model.tgt_dict.symbols == hub.from_pretrained(gru.dir).tgt_dict.symbols
+        assert model.translate("a b c", beam=2, max_len_b=4) == expected
+        stray = [e for e in events if under(e[1], tmp_path) and not under(e[1], tmp_path / name)]
+        assert stray == [], stray
+
+
+@pytest.mark.parametrize("name", ODD_NAMES, ids=ascii)
+def test_any_directory_name_fails_in_one_line_naming_it(tmp_path, monkeypatch, name):
+    """An empty directory of any name: one line that names it (non-printable characters escaped)."""
+    from fairseq_dense.hub.errors import printable
+
+    (tmp_path / name).mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PretrainedModelError) as info:
+        hub.from_pretrained(name)
+    message = str(info.value)
+    assert message.startswith(printable(Path(name) / "config.json") + ": missing") and "\n" not in message
+
+
+# ---------------------------------------------------------------- messages never quote a refused file
+
+SECRET = "SECRET-7f3a"
+
+
+def _append(name: str, text: str):
+    def edit(model_dir, marker):
+        with open(model_dir / name, "a") as f:
+            f.write(text)
+
+    return edit
+
+
+QUOTE_CASES = {
+    "config value": (config_edit(_set("model.dropout", SECRET)), "config.json: key 'model.dropout'"),
+    "config key": (config_edit(_set(f"model.{SECRET} x", 1)), "config.json: key 'model.<not a plain name>'"),
+    "language": (config_edit(_set("task.source_lang", SECRET + "/..")), "config.json: key 'task.source_lang'"),
+    "architecture": (config_edit(_set("arch", SECRET)), "config.json: key 'arch'"),
+    "dictionary line": (_append("dict.tgt.txt", SECRET + "\n"), "dict.tgt.txt: line 13 is not"),
+    "dictionary duplicate": (_append("dict.tgt.txt", "a 1 #fairseq:overwrite\n"), "dict.tgt.txt: line 13"),
+    "bpe codes line": (_append("bpecodes", SECRET + " a b\n"), "bpecodes: line 3 is not"),
+    "manifest line": (_append("SHA256SUMS", SECRET + "\n"), "SHA256SUMS: line 6 is not"),
+    "tensor name": (
+        lambda d, m: rewrite_weights(d, lambda state, meta: state.update({f"{SECRET} x": torch.zeros(1)})),
+        r"model.safetensors: does not match .*'<not a plain name>'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(QUOTE_CASES))
+def test_messages_never_quote_the_refused_file(gru, tmp_path, marker, case):
+    edit, match = QUOTE_CASES[case]
+    model_dir = tamper(gru.dir, tmp_path, edit, marker, resign=case != "manifest line")
+    message = assert_refused(lambda: hub.from_pretrained(model_dir), match, marker)
+    assert SECRET not in message and "fairseq:overwrite" not in message
+
+
+# ---------------------------------------------------------------- push: exactly the export files
+
+
+class FakeApi:
+    """Records what push_to_hub asks of huggingface_hub's ``HfApi`` (no network)."""
+
+    calls = []
+
+    def __init__(self, token=None):
+        self.calls.append(("init",))
+
+    def create_repo(self, repo_id, **kwargs):
+        self.calls.append(("create_repo", repo_id))
+
+    def create_commit(self, operations, **kwargs):
+        self.calls.append(("create_commit", {op.path_in_repo: op.path_or_fileobj for op in operations}))
+        return SimpleNamespace(commit_url="https://hub/commit/1")
+
+
+@pytest.fixture
+def fake_hub(monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    FakeApi.calls = []
+    return FakeApi.calls
+
+
+def with_strays(gru, tmp_path: Path, marker: Path) -> Path:
+    """The export with model.pt and stray files beside it: notes, a .env, a folder."""
+    model_dir = tamper(gru.dir, tmp_path, lambda d, m: None, marker, resign=False)
+    (model_dir / ".env").write_text(f"HF_TOKEN={SECRET}\n")
+    (model_dir / "notes.txt").write_text(SECRET)
+    (model_dir / "extra").mkdir()
+    (model_dir / "extra" / "x.txt").write_text(SECRET)
+    return model_dir
+
+
+@pytest.mark.parametrize("pickle_flag", [[], ["--no-pickle"]])
+def test_push_uploads_exactly_the_export_files(gru, tmp_path, marker, fake_hub, capsys, pickle_flag):
+    from fairseq_dense.cli import push as push_cli
+
+    model_dir = with_strays(gru, tmp_path, marker)
+    assert push_cli.main([str(model_dir), "me/tiny", *pickle_flag]) == 0
+    ((_, files),) = [c for c in fake_hub if c[0] == "create_commit"]
+    expected = sorted([*listed(model_dir), "SHA256SUMS", "README.md"] + ([] if pickle_flag else ["model.pt"]))
+    assert sorted(files) == expected
+    assert all(files[name] == (model_dir / name).read_bytes() for name in files)
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split("\t")[0] for line in out[:-1]] == [f"uploading {name}" for name in files]
+    assert out[-1] == "https://hub/commit/1" and not marker.exists()
+
+
+def test_push_dry_run_lists_and_uploads_nothing(gru, tmp_path, marker, fake_hub, capsys):
+    from fairseq_dense.cli import push as push_cli
+
+    model_dir = with_strays(gru, tmp_path, marker)
+    assert push_cli.main([str(model_dir), "me/tiny", "--dry-run", "--no-pickle"]) == 0
+    assert fake_hub == []
+    out = capsys.readouterr().out.splitlines()
+    assert sorted(line.split("\t")[0] for line in out) == sorted(
+        f"would upload {name}" for name in [*listed(model_dir), "SHA256SUMS", "README.md"]
+    )
+
+
+@pytest.mark.parametrize("what", ["symlinked card", "symlinked pickle", "card is a folder", "pickle is a fifo"])
+def test_push_refuses_links_and_special_files(gru, tmp_path, marker, fake_hub, capsys, what):
+    from fairseq_dense.cli import push as push_cli
+
+    model_dir = with_strays(gru, tmp_path, marker)
+    key = tmp_path / "id_rsa"
+    key.write_text(SECRET)
+    name = "README.md" if "card" in what else "model.pt"
+    (model_dir / name).unlink()
+    if "symlinked" in what:
+        (model_dir / name).symlink_to(key)
+    elif "folder" in what:
+        (model_dir / name).mkdir()
+    else:
+        os.mkfifo(model_dir / name)
+    assert push_cli.main([str(model_dir), "me/tiny"]) == 1
+    err = capsys.readouterr().err.strip()
+    kind = "a symbolic link" if "symlinked" in what else "not a regular file"
+    assert err == f"fairseq-dense-push: error: {model_dir / name}: {kind}; only regular files are uploaded " + (
+        "(copy the file itself)"
+    )
+    assert fake_hub == [] and SECRET not in err
