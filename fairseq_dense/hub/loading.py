@@ -265,10 +265,10 @@ def load_directory(model_dir: Union[str, Path], overrides: Optional[Dict[str, An
     """The load pipeline: read and verify, parse, build, load weights (see the module docstring)."""
     files = read_model_files(Path(model_dir))
     config = files.config
-    dictionaries = tuple(
-        parse_dictionary(files.path(entry["file"]), files.data[entry["file"]], entry["size"], side)
-        for side, entry in ((side, config["dictionaries"][side]) for side in ("source", "target"))
-    )
+    dictionaries = []
+    for side in ("source", "target"):
+        entry = config["dictionaries"][side]
+        dictionaries.append(parse_dictionary(files.path(entry["file"]), files.data[entry["file"]], entry["size"], side))
     codes = parse_bpe_codes(files.path(BPE_CODES_NAME), files.data[BPE_CODES_NAME]) if config.get("bpe") else None
     weights = parse_weights(files.path(WEIGHTS_NAME), files.data.pop(WEIGHTS_NAME))
     cfg, task, model = build_model(config, dictionaries, overrides, files.path(CONFIG_NAME))
