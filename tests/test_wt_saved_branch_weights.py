@@ -46,6 +46,7 @@ GENERATIONS["today_paper_preset"] = (_today, True)
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
+    """A data folder with the two dictionaries the task reads."""
     path = tmp_path_factory.mktemp("data")
     for lang in ("src", "tgt"):
         helpers.dummy_dictionary(12).save(str(path / f"dict.{lang}.txt"))
@@ -69,6 +70,7 @@ def learned(model) -> bool:
 
 
 def scores(model, d):
+    """The model's eval-mode output scores on a fixed sample."""
     sample = helpers.make_sample(d)
     model.eval()
     with torch.no_grad():
