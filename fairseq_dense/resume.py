@@ -13,18 +13,12 @@ written atomically (``<name>.tmp``, then a rename); the other names due are then
 - a finished first file and older (intact) copies (killed between the rename and the
   copies): the newest save is in a file fairseq's automatic resume does not read.
 
-:func:`recover_at_restart` (called by the ``translation_exact_resume`` and
-``translation_weighted`` tasks before fairseq-train loads ``checkpoint_last.pt``)
-removes the partial ``*.tmp`` files, checks every ``checkpoint*.pt``, repairs a cut copy
-from the file it was a copy of (or sets it aside as ``<name>.unreadable`` with a warning),
-points ``checkpoint_best.pt`` at the best validation score the resumed state knows, and
-makes ``checkpoint_last.pt`` the newest checkpoint that loads (by update count).
-:func:`check_after_save` checks ``checkpoint_best.pt`` and ``checkpoint_last.pt`` after
-every save (so also at the end of training) and drops ``*.unreadable`` files once a good
-checkpoint of the same name exists. :func:`finished_reason` says whether the state
-training would resume from already reached ``--max-update``/``--max-epoch``/
-``--stop-time-hours``. Every file is replaced atomically (a temporary file, then a
-rename): a kill during the recovery leaves a directory the next restart recovers.
+:func:`recover_at_restart` (run by the ``translation_exact_resume`` and
+``translation_weighted`` tasks before fairseq-train loads ``checkpoint_last.pt``) and
+:func:`check_after_save` (after every save) undo each of these; :func:`finished_reason`
+tells a restart of a finished run. Every file is replaced atomically (a temporary file,
+then a rename), so a kill during the recovery is recovered at the next restart. The
+guarantee and its limits: docs/reliability.md.
 """
 
 import glob
@@ -88,10 +82,6 @@ def is_complete_checkpoint(path: str) -> bool:
     return os.path.isfile(path) and zipfile.is_zipfile(path)
 
 
-def _as_float(value) -> Optional[float]:
-    return None if value is None else float(value)
-
-
 def read_checkpoint(path: str) -> Optional[CheckpointInfo]:
     """The :class:`CheckpointInfo` of ``path``, or None if ``torch.load`` cannot read it.
 
@@ -108,8 +98,8 @@ def read_checkpoint(path: str) -> Optional[CheckpointInfo]:
         return CheckpointInfo(
             path=path,
             num_updates=int(history[-1].get("num_updates", 0)),
-            val_loss=_as_float(extra.get("val_loss")),
-            best=_as_float(extra.get("best")),
+            val_loss=None if extra.get("val_loss") is None else float(extra["val_loss"]),
+            best=None if extra.get("best") is None else float(extra["best"]),
             next_epoch=int(itr.get("epoch", 1)),
             training_seconds=float(extra.get("previous_training_time", 0.0)),
             size=st.st_size,
@@ -243,7 +233,8 @@ def repair_or_set_aside(path: str, candidates: Iterable[CheckpointInfo]) -> Opti
             source.num_updates,
         )
         return _info_after_copy(source, path)
-    if not FAIRSEQ_NAME.match(os.path.basename(path)):
+    if is_complete_checkpoint(path) or not FAIRSEQ_NAME.match(os.path.basename(path)):
+        # not what a kill leaves behind (a whole archive torch.load refuses, or not fairseq's file)
         logger.warning("%s does not load (truncated or not a torch checkpoint); left as it is", path)
         return None
     os.replace(path, path + UNREADABLE_SUFFIX)
@@ -280,8 +271,8 @@ def _settle_last(save_dir: str, infos: Dict[str, Optional[CheckpointInfo]], new_
         )
         return _info_after_copy(source, last)
     source = _newest(others)
-    if source is None:
-        return None  # nothing to resume from: fairseq starts afresh, or names the unreadable file
+    if source is None or is_complete_checkpoint(last):
+        return None  # fairseq starts afresh, or its error names the file that does not load
     if os.path.exists(last):
         shutil.copyfile(last, last + UNREADABLE_SUFFIX)
         atomic_copy(source.path, last)

@@ -33,9 +33,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import fairseq_cli.train  # noqa: F401  (preloaded in the fork server)
+import fairseq_cli.train  # noqa: F401  (preloaded in the fork server, like the next import)
 import pytest
 import torch
+import torch._dynamo  # noqa: F401  (torch.optim imports it when the first optimizer is built: ~1.5 s)
 
 import fairseq_dense
 from fairseq_dense.resume import BEST, LAST, RESUMABLE_NAME, TrainingFinished
