@@ -25,6 +25,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
+import torch.distributed as dist
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II, OmegaConf, open_dict
@@ -53,6 +54,8 @@ class TranslationExactResumeConfig(TranslationConfig):
     restore_file: str = II("checkpoint.restore_file")
     distributed_rank: int = II("distributed_training.distributed_rank")
     finetune_from_model: Optional[str] = II("checkpoint.finetune_from_model")
+    continue_once: Optional[str] = II("checkpoint.continue_once")
+    no_last_checkpoints: bool = II("checkpoint.no_last_checkpoints")
     reset_optimizer: bool = II("checkpoint.reset_optimizer")
     reset_dataloader: bool = II("checkpoint.reset_dataloader")
     write_checkpoints_asynchronously: bool = II("checkpoint.write_checkpoints_asynchronously")
@@ -114,11 +117,12 @@ class TranslationExactResumeTask(TranslationTask):
         return super().build_model(cfg, from_checkpoint)
 
     def _recover_and_stop_if_finished(self) -> None:
-        import torch.distributed as dist
-
+        """:func:`~fairseq_dense.resume.recover_at_restart` on rank 0, then :class:`TrainingFinished` if done."""
         save_dir = _option(self.cfg, "save_dir")
         if not _option(self.cfg, "distributed_rank"):  # recover_at_restart skips a folder that does not exist
-            recover_at_restart(save_dir, new_last=not _option(self.cfg, "finetune_from_model"))
+            # a missing checkpoint_last.pt means "start from another file" (or "never write one") there
+            others = ("finetune_from_model", "continue_once", "no_last_checkpoints")
+            recover_at_restart(save_dir, new_last=not any(_option(self.cfg, k) for k in others))
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             dist.barrier()  # every rank reads the folder rank 0 left
         resume = read_checkpoint(os.path.join(save_dir, LAST))
@@ -134,8 +138,7 @@ class TranslationExactResumeTask(TranslationTask):
         )
         if reason is not None:
             message = (
-                f"training already finished: {resume.path} holds {reason}; nothing to train, no file changed "
-                f"(raise the limit to train on)"
+                f"training already finished: {resume.path} holds {reason}; nothing to train (raise the limit to go on)"
             )
             logger.info(message)
             raise TrainingFinished(message)
