@@ -344,14 +344,15 @@ def recover_at_restart(save_dir: str, new_last: bool = True) -> Optional[Checkpo
     from the checkpoint it was a copy of or set aside (:func:`repair_or_set_aside`;
     an unreadable ``checkpoint_last.pt`` is kept as ``checkpoint_last.pt.unreadable``
     and replaced), ``checkpoint_last.pt`` becomes the newest checkpoint that loads and
-    ``checkpoint_best.pt`` the best one it knows of. Each change is logged as a warning
-    naming the files. Nothing is written when the folder is consistent.
+    ``checkpoint_best.pt`` the best one it knows of. Each change is logged with the
+    files it concerns. Nothing is written when the folder is consistent.
 
     Args:
         save_dir: the ``--save-dir`` folder (nothing happens if it is not a local folder).
         new_last: write ``checkpoint_last.pt`` when it is missing but another checkpoint
             loads (a kill before fairseq's first copy); False where a missing
-            ``checkpoint_last.pt`` means something else (``--finetune-from-model``).
+            ``checkpoint_last.pt`` means something else (``--finetune-from-model``,
+            ``--continue-once``, ``--no-last-checkpoints``).
 
     Returns:
         the checkpoint training resumes from (``checkpoint_last.pt``), or None if there is none.
