@@ -125,6 +125,10 @@ class SavedBytes(torch.autograd.graph.saved_tensors_hooks):
 
         super().__init__(pack, lambda t: t)
 
+    def __enter__(self):
+        super().__enter__()
+        return self
+
     @property
     def total(self) -> int:
         """Bytes of all distinct saved storages."""
@@ -204,11 +208,14 @@ def main() -> None:
     p.add_argument("--bsz", type=int, default=16)
     p.add_argument("--len", type=int, default=30)
     p.add_argument("--autocast", choices=("off", "bf16", "both"), default="both")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="arch options, e.g. branch_recompute=1")
     a = p.parse_args()
+    overrides = {k: json.loads(v) for k, v in (kv.split("=", 1) for kv in a.set)}
     modes = {"off": [None], "bf16": [torch.bfloat16], "both": [None, torch.bfloat16]}[a.autocast]
     for arch in a.archs:
         for mode in modes:
-            print(json.dumps(measure(arch, mode, a.bsz, a.len)), flush=True)
+            row = measure(arch, mode, a.bsz, a.len, **overrides)
+            print(json.dumps(dict(row, **overrides)), flush=True)
 
 
 if __name__ == "__main__":
