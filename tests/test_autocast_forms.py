@@ -16,8 +16,8 @@ from fairseq import utils
 from fairseq_dense.models.densenmt import DenseNMTConfig, DenseNMTModel
 from fairseq_dense.models.densenmt import decoder as densenmt_decoder
 from fairseq_dense.models.densenmt import encoder as densenmt_encoder
-from fairseq_dense.modules.branched_attention import BranchedAttention
 from fairseq_dense.modules import dense_conv
+from fairseq_dense.modules.branched_attention import BranchedAttention
 from fairseq_dense.modules.dense_conv import FeatureBuffer, conv_rows
 from tests import helpers
 from tests.autocast_probe import FlopsByDtype, SavedBytes, batch, build, train_step

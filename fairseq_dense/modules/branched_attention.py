@@ -33,14 +33,14 @@ import math
 from typing import Any, Dict, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from fairseq import utils
 from fairseq.incremental_decoding_utils import with_incremental_state
 from fairseq.modules import FairseqDropout, LayerNorm
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from fairseq_dense.modules.dense_conv import compute_dtype
+from fairseq_dense.modules.low_precision import compute_dtype, layer_norm_keeping_dtype
+from fairseq_dense.modules.masked_attention import attend
 from fairseq_dense.modules.simplex import ON_SIMPLEX_ATTR, uniform_simplex
 
 #: ``param_group`` tag of kappa/alpha, read by ``--lr-scheduler grouped``
@@ -259,40 +259,6 @@ class BranchedAttention(nn.Module):
             self.set_incremental_state(incremental_state, "attn_state", state)
         return incremental_state
 
-    def _attend(self, q, k, v, attn_mask, key_padding_mask, need_weights, is_causal=False):
-        """``(B, H, T, d)`` attention; weights ``(H, B, T, S)`` only if asked for.
-
-        Masks go to SDPA as booleans (True: attend), and a causal mask without padding
-        as ``is_causal``, so that it can pick its fused kernels; a float ``attn_mask`` that
-        is not the causal mask stays additive.
-        """
-        T, S = q.size(2), k.size(2)
-        mask = None
-        if is_causal and (key_padding_mask is not None or need_weights):
-            mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril().view(1, 1, T, S)
-            is_causal = False
-        elif attn_mask is not None and not is_causal:
-            mask = attn_mask.view(1, 1, T, S)
-            if mask.dtype != torch.bool:
-                mask = mask.to(q.dtype)
-        if key_padding_mask is not None:
-            keep = ~key_padding_mask.view(key_padding_mask.size(0), 1, 1, S).to(torch.bool)
-            if mask is None:
-                mask = keep
-            elif mask.dtype == torch.bool:
-                mask = mask & keep
-            else:
-                mask = mask.masked_fill(~keep, float("-inf"))
-        p = self.attention_dropout if self.training else 0.0
-        if not need_weights:
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal), None
-        scores = torch.matmul(q * self.scaling, k.transpose(-1, -2))
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
-        probs = utils.softmax(scores, dim=-1).type_as(q)
-        out = torch.matmul(F.dropout(probs, p=p, training=self.training), v)
-        return out, probs.transpose(0, 1)
-
     # -------------------------------------------------------------------- forward
     def forward(
         self,
@@ -328,7 +294,16 @@ class BranchedAttention(nn.Module):
         h = (self.attn_layer_norm(x) if self.normalize_before else x).to(low)
         k, v, kpm = self._cached_kv(h, key, key_padding_mask, incremental_state)
         q = self.q_proj(h).view(T, B, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
-        o, probs = self._attend(q, k, v, attn_mask, kpm, need_weights, is_causal and incremental_state is None)
+        o, probs = attend(
+            q,
+            k,
+            v,
+            attn_mask,
+            kpm,
+            dropout_p=self.attention_dropout if self.training else 0.0,
+            need_weights=need_weights,
+            is_causal=is_causal and incremental_state is None,
+        )
         N = T * B
         # (B, H, T, d) -> (T, B, H, d) -> (N, M, C/M): heads grouped by branch
         o = o.permute(2, 0, 1, 3).reshape(N, M, C // M)
@@ -393,20 +368,6 @@ class BranchedAttention(nn.Module):
             return torch.native_dropout(hbar, d.p, True)[0]
         return hbar
 
-    @staticmethod
-    def _norm(ln: nn.Module, u: Tensor) -> Tensor:
-        """Layer norm ``ln`` whose output (and saved input) keep ``u``'s dtype.
-
-        Under autocast ``layer_norm`` would run in float32, store a float32 copy of
-        ``u`` for backward and return a float32 tensor that the next products cast back;
-        here a low-precision ``u`` is normalised by the same kernel (float32 statistics)
-        with autocast off.
-        """
-        if u.dtype == ln.weight.dtype:
-            return ln(u)
-        with torch.autocast(u.device.type, enabled=False):
-            return F.layer_norm(u, (u.size(-1),), ln.weight.to(u.dtype), ln.bias.to(u.dtype), ln.eps)
-
     def _branches(self, x: Tensor, o: Tensor, kappa: Optional[Tensor], alpha: Optional[Tensor], low: torch.dtype):
         """Eq. 6-7 for all branches at once; ``u_i`` is an ``(M, N, C)`` tensor.
 
@@ -454,8 +415,8 @@ class BranchedAttention(nn.Module):
             # sum_i alpha_i u_i = sum(alpha) x + sum_i alpha_i hbar_i: the residual stream
             # stays in x's dtype
             res = x * (M if alpha is None else alpha.sum()) + self._mix(alpha, hbar)
-            f = self._norm(self.final_layer_norm, u)
+            f = layer_norm_keeping_dtype(self.final_layer_norm, u)
         else:
-            u = f = self._norm(self.attn_layer_norm, u)
+            u = f = layer_norm_keeping_dtype(self.attn_layer_norm, u)
             res = self._mix(alpha, u)
         return res, f

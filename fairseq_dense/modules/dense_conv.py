@@ -29,14 +29,7 @@ from torch import Tensor
 from torch.nn.utils.parametrizations import weight_norm
 
 from fairseq_dense.modules.inference_weights import CachedLinear, CachedLinearizedConvolution
-
-
-def compute_dtype(like: Tensor) -> torch.dtype:
-    """The dtype matrix products on ``like`` run in: autocast's when it is on for its device."""
-    device = like.device.type
-    if like.is_floating_point() and torch.is_autocast_enabled(device):
-        return torch.get_autocast_dtype(device)
-    return like.dtype
+from fairseq_dense.modules.low_precision import compute_dtype
 
 
 class _BufferRows(torch.autograd.Function):
