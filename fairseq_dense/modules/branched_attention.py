@@ -129,7 +129,6 @@ class BranchedAttention(nn.Module):
         kdim = kdim or embed_dim
         self.embed_dim, self.num_heads, self.num_branches = C, num_heads, M
         self.head_dim = C // num_heads
-        self.scaling = self.head_dim**-0.5
         self.self_attention = self_attention
         self.normalize_before = normalize_before
         self.inference_weights = inference_weights
