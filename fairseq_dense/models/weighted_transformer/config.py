@@ -96,3 +96,11 @@ class WeightedTransformerConfig(FairseqDataclass):
             "(T*B, C) tensor: cheaper, same expectation)"
         },
     )
+    branch_recompute: bool = field(
+        default=False,
+        metadata={
+            "help": "recompute each block's branch outputs, residual sums and their layer norm in "
+            "the backward pass instead of keeping the (M, T*B, C) residual sums and dropout masks "
+            "(less activation memory, one more W^O product per block)"
+        },
+    )

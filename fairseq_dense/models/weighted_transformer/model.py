@@ -56,6 +56,7 @@ def branch_options(cfg) -> BranchOptions:
         random_seed=int(cfg.branch_random_seed),
         init=str(safe_getattr(cfg, "branch_init", "transformer")),
         residual_dropout=str(safe_getattr(cfg, "branch_residual_dropout", "outputs")),
+        recompute=bool(safe_getattr(cfg, "branch_recompute", False)),
     )
 
 
