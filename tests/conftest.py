@@ -1,7 +1,49 @@
 import os
 
+import pytest
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: end-to-end tests through the fairseq CLI")
+
+
+# ---------------------------------------------------------------- the hostile-input hub tests (tests/test_hub_*.py)
+
+
+@pytest.fixture(scope="module")
+def gru(tmp_path_factory):
+    """The untrained ``gru_attention_tiny`` export (built once per session, see tests/hub_hostile_helpers.py)."""
+    from tests.hub_hostile_helpers import GRU, exported
+
+    return exported(tmp_path_factory, GRU)
+
+
+@pytest.fixture(scope="module")
+def transformer(tmp_path_factory):
+    """The untrained ``weighted_transformer_tiny`` export (built once per session)."""
+    from tests.hub_hostile_helpers import TRANSFORMER, exported
+
+    return exported(tmp_path_factory, TRANSFORMER)
+
+
+@pytest.fixture
+def marker(tmp_path):
+    """The file a payload creates if it runs; it must never exist."""
+    return tmp_path / "MARKER"
+
+
+@pytest.fixture
+def tripwire(marker, monkeypatch):
+    """torch.load and pickle create the marker (and fail) if the loading path calls them at all."""
+    import pickle
+
+    import torch
+
+    def trip(*args, **kwargs):
+        marker.touch()
+        raise AssertionError("the loading path unpickled")
+
+    for target, name in ((torch, "load"), (pickle, "load"), (pickle, "loads"), (pickle, "Unpickler")):
+        monkeypatch.setattr(target, name, trip)

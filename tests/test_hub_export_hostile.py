@@ -1,0 +1,181 @@
+"""``fairseq-dense-export`` on crafted checkpoints, no eval in the plugin, every config key with hostile values.
+
+The shared tiny models and the marker are described in ``tests/hub_hostile_helpers.py``.
+"""
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import fairseq_dense
+from fairseq_dense.cli import export as export_cli
+from fairseq_dense.hub import PretrainedModelError
+from tests import helpers
+from tests.hub_hostile_helpers import (
+    Pickled,
+    payload,
+)
+
+# ---------------------------------------------------------------- fairseq-dense-export on crafted checkpoints
+
+
+def crafted_checkpoint(gru, tmp_path: Path, marker: Path, change) -> Path:
+    """The shared checkpoint with ``change(state, marker)`` applied, saved anew."""
+    state = torch.load(gru.ckpt, weights_only=True)
+    change(state, marker)
+    path = tmp_path / "crafted.pt"
+    torch.save(state, path)
+    return path
+
+
+def _cfg_set(node, key: str, value) -> None:
+    """Set an option in a checkpoint's config node (a dict, or a Namespace for argparse-style models)."""
+    if isinstance(node, dict):
+        node[key] = value
+    else:
+        setattr(node, key, value)
+
+
+def _cfg(section: str, key: str, value):
+    def change(state, marker):
+        _cfg_set(state["cfg"][section], key, value(marker) if callable(value) else value)
+
+    return change
+
+
+def _fconv(state, marker):
+    state["cfg"]["model"].update(_name="fconv", encoder_layers=payload(marker), decoder_layers=payload(marker))
+
+
+def _namespace_fconv(state, marker):
+    import argparse
+
+    state["args"] = argparse.Namespace(
+        arch="fconv",
+        task="translation",
+        encoder_layers=payload(marker),
+        data=str(marker.parent),
+        source_lang="src",
+        target_lang="tgt",
+    )
+
+
+def _pickle_payload(state, marker):
+    state["extra_state"] = Pickled(marker)
+
+
+EXPORT_CASES = {
+    "fconv eval": (_fconv, r"crafted.pt: architecture 'fconv' is not one of fairseq-dense's"),
+    "fconv eval, legacy args": (_namespace_fconv, r"crafted.pt: architecture 'fconv' is not one of"),
+    "expression as an integer": (
+        _cfg("model", "encoder_embed_dim", payload),
+        r"crafted.pt: key 'model.encoder_embed_dim' must be an integer",
+    ),
+    "interpolation": (_cfg("model", "dropout", "${oc.env:HOME}"), r"crafted.pt: key 'model.dropout' must be"),
+    "task name": (_cfg("task", "_name", "os.system"), r"crafted.pt: task 'os.system' of the checkpoint"),
+    "language path": (_cfg("task", "source_lang", "../../x"), r"crafted.pt: key 'task.source_lang'"),
+    "unknown architecture": (_cfg("model", "_name", "future_model_tiny"), r"'future_model_tiny' is not one of"),
+    "pickled object": (_pickle_payload, r"crafted.pt: cannot be read safely"),
+    "not a tensor": (lambda s, m: s["model"].update(extra=[1, 2]), r"crafted.pt: 'model' entry 'extra' is not"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EXPORT_CASES))
+def test_export_refuses_crafted_checkpoints(gru, tmp_path, marker, capsys, case):
+    change, match = EXPORT_CASES[case]
+    ckpt = crafted_checkpoint(gru, tmp_path, marker, change)
+    out = tmp_path / "out"
+    try:
+        rc = export_cli.main([str(ckpt), "--out", str(out), "--data", str(gru.data)])
+    finally:
+        assert not marker.exists(), "the payload ran"
+    err = capsys.readouterr().err.strip()
+    assert rc == 1 and re.search(match, err), err
+    assert len(err.splitlines()) == 1 and err.startswith("fairseq-dense-export: error: ")
+    assert not out.exists()
+
+
+def test_export_refuses_transformer_path_option(transformer, tmp_path, marker, capsys):
+    state = torch.load(transformer.ckpt, weights_only=True)
+    _cfg_set(state["cfg"]["model"], "encoder_embed_path", str(helpers.REPO / "README.md"))  # fairseq would read it
+    torch.save(state, tmp_path / "crafted.pt")
+    rc = export_cli.main(
+        [str(tmp_path / "crafted.pt"), "--out", str(tmp_path / "out"), "--data", str(transformer.data)]
+    )
+    err = capsys.readouterr().err
+    assert rc == 1 and "key 'model.encoder_embed_path' must be null" in err and len(err.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- the plugin's own code evaluates nothing
+
+
+def test_plugin_code_has_no_eval():
+    """The architectures the loader builds contain no eval/exec (nor fairseq's eval_str_* helpers)."""
+    package = Path(fairseq_dense.__file__).parent
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                if name in ("eval", "exec", "eval_str_list", "eval_str_dict", "eval_bool") and not (
+                    name == "eval" and isinstance(node.func, ast.Attribute)  # model.eval(): train/eval mode
+                ):
+                    found.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert found == []
+
+
+# ---------------------------------------------------------------- every key, hostile values
+
+HOSTILE_VALUES = [
+    "(__import__('os').system('true'), 1)[1]",
+    None,
+    [],
+    {},
+    True,
+    -1,
+    0,
+    1.5,
+    2**40,
+    "${oc.env:HOME}",
+    "../x",
+    ["x"],
+    {"a": "b"},
+]
+
+
+def _key_paths(node, prefix=()):
+    for key, value in node.items():
+        yield prefix + (key,)
+        if isinstance(value, dict):
+            yield from _key_paths(value, prefix + (key,))
+
+
+@pytest.mark.parametrize("family", ["gru", "transformer"])
+def test_every_config_key_with_hostile_values(request, family):
+    """Each key of a real config set to each hostile value: accepted, or one PretrainedModelError naming a key."""
+    from fairseq_dense.hub.schema import check_config
+
+    model = request.getfixturevalue(family)
+    base = json.loads((model.dir / "config.json").read_text())
+    refused = 0
+    for path in list(_key_paths(base)) + [("task", "arch"), ("task", "data"), ("model", "_name"), ("user_dir",)]:
+        for value in HOSTILE_VALUES:
+            config = json.loads(json.dumps(base))
+            node = config
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = value
+            try:
+                check_config(config, Path("config.json"))
+            except PretrainedModelError as err:
+                refused += 1
+                message = str(err)
+                assert "\n" not in message and re.search(r"config.json: (key '|not a fairseq-dense|format)", message)
+            else:  # what passes is of a declared type: no hostile string passes, no object but an empty model
+                assert not isinstance(value, str) or path[-1] in ("package_version", "fairseq_version"), path
+                assert not isinstance(value, dict) or (path, value) == (("model",), {}), path
+    assert refused > 10 * len(HOSTILE_VALUES)

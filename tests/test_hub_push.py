@@ -1,0 +1,104 @@
+"""``fairseq-dense-push``: exactly the export files, ``--dry-run``, links and special files refused (no network).
+
+The shared tiny export is described in ``tests/hub_hostile_helpers.py``.
+"""
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests.hub_hostile_helpers import (
+    SECRET,
+    listed,
+    tamper,
+)
+
+# ---------------------------------------------------------------- push: exactly the export files
+
+
+class FakeApi:
+    """Records what push_to_hub asks of huggingface_hub's ``HfApi`` (no network)."""
+
+    calls = []
+
+    def __init__(self, token=None):
+        self.calls.append(("init",))
+
+    def create_repo(self, repo_id, **kwargs):
+        self.calls.append(("create_repo", repo_id))
+
+    def create_commit(self, operations, **kwargs):
+        self.calls.append(("create_commit", {op.path_in_repo: op.path_or_fileobj for op in operations}))
+        return SimpleNamespace(commit_url="https://hub/commit/1")
+
+
+@pytest.fixture
+def fake_hub(monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    FakeApi.calls = []
+    return FakeApi.calls
+
+
+def with_strays(gru, tmp_path: Path, marker: Path) -> Path:
+    """The export with model.pt and stray files beside it: notes, a .env, a folder."""
+    model_dir = tamper(gru.dir, tmp_path, lambda d, m: None, marker, resign=False)
+    (model_dir / ".env").write_text(f"HF_TOKEN={SECRET}\n")
+    (model_dir / "notes.txt").write_text(SECRET)
+    (model_dir / "extra").mkdir()
+    (model_dir / "extra" / "x.txt").write_text(SECRET)
+    return model_dir
+
+
+@pytest.mark.parametrize("pickle_flag", [[], ["--no-pickle"]])
+def test_push_uploads_exactly_the_export_files(gru, tmp_path, marker, fake_hub, capsys, pickle_flag):
+    from fairseq_dense.cli import push as push_cli
+
+    model_dir = with_strays(gru, tmp_path, marker)
+    assert push_cli.main([str(model_dir), "me/tiny", *pickle_flag]) == 0
+    ((_, files),) = [c for c in fake_hub if c[0] == "create_commit"]
+    expected = sorted([*listed(model_dir), "SHA256SUMS", "README.md"] + ([] if pickle_flag else ["model.pt"]))
+    assert sorted(files) == expected
+    assert all(files[name] == (model_dir / name).read_bytes() for name in files)
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split("\t")[0] for line in out[:-1]] == [f"uploading {name}" for name in files]
+    assert out[-1] == "https://hub/commit/1" and not marker.exists()
+
+
+def test_push_dry_run_lists_and_uploads_nothing(gru, tmp_path, marker, fake_hub, capsys):
+    from fairseq_dense.cli import push as push_cli
+
+    model_dir = with_strays(gru, tmp_path, marker)
+    assert push_cli.main([str(model_dir), "me/tiny", "--dry-run", "--no-pickle"]) == 0
+    assert fake_hub == []
+    out = capsys.readouterr().out.splitlines()
+    assert sorted(line.split("\t")[0] for line in out) == sorted(
+        f"would upload {name}" for name in [*listed(model_dir), "SHA256SUMS", "README.md"]
+    )
+
+
+@pytest.mark.parametrize("what", ["symlinked card", "symlinked pickle", "card is a folder", "pickle is a fifo"])
+def test_push_refuses_links_and_special_files(gru, tmp_path, marker, fake_hub, capsys, what):
+    from fairseq_dense.cli import push as push_cli
+
+    model_dir = with_strays(gru, tmp_path, marker)
+    key = tmp_path / "id_rsa"
+    key.write_text(SECRET)
+    name = "README.md" if "card" in what else "model.pt"
+    (model_dir / name).unlink()
+    if "symlinked" in what:
+        (model_dir / name).symlink_to(key)
+    elif "folder" in what:
+        (model_dir / name).mkdir()
+    else:
+        os.mkfifo(model_dir / name)
+    assert push_cli.main([str(model_dir), "me/tiny"]) == 1
+    err = capsys.readouterr().err.strip()
+    kind = "a symbolic link" if "symlinked" in what else "not a regular file"
+    assert err == f"fairseq-dense-push: error: {model_dir / name}: {kind}; only regular files are uploaded " + (
+        "(copy the file itself)"
+    )
+    assert fake_hub == [] and SECRET not in err
