@@ -253,3 +253,22 @@ def test_quickstart_with_baseline_on_a_slice_of_the_bundled_corpus(tmp_path):
     # --fresh trains again
     fresh = subprocess.run([*command, "--fresh"], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert fresh.returncode == 0 and "fairseq_cli.train" in fresh.stderr and "read back" not in fresh.stdout
+
+
+def test_prepare_makes_the_bundled_corpus_available_with_one_command(tmp_path, capsys):
+    dest = tmp_path / "data" / "tatoeba"
+    assert prep.main(["--corpus", "tatoeba-deu-eng", "--dest", str(dest), "--max-lines", "40"]) == 0
+    raw = tmp_path / "data" / "tatoeba-raw"
+    assert len(prep.read_lines(str(raw / "test.en"))) == 40
+    assert (dest / "bin" / "dict.de.txt").is_file() and (dest / "bpecodes").is_file()
+    with open(dest / "prepare.json", encoding="utf-8") as f:
+        assert '"merges": 4000' in f.read()  # the quick-start's merges by default
+    for argv, message in [
+        (["--corpus", "tatoeba-deu-eng", "--src", "fr"], "--src/--tgt must be de and en"),
+        (["--raw", str(raw), "--src", "de", "--tgt", "en", "--max-lines", "5"], "with --corpus only"),
+        (["--raw", str(raw)], "--raw needs --src and --tgt"),
+        (["--corpus", "no-such-corpus"], "invalid choice: 'no-such-corpus'"),
+    ]:
+        with pytest.raises(SystemExit) as e:
+            prep.main([*argv, "--dest", str(tmp_path / "x")])
+        assert e.value.code == 2 and message in capsys.readouterr().err.strip().splitlines()[-1]
