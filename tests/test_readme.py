@@ -4,7 +4,7 @@ Every ```bash and ```python block of README.md carries a tag in the HTML comment
 before it, ``<!-- readme-test: KIND (why) -->``:
 
 - ``run``: run verbatim, in README order, in one bash session (python blocks with
-  ``python``), in an empty folder, with ``UPDATES=20 MAX_LINES=300`` in the environment
+  ``python``), in an empty folder, with ``UPDATES=20 MAX_LINES=100`` in the environment
   (the budget the README itself names). ``make test`` is run as ``make -n test``: the
   suite cannot run itself.
 - ``make -n``: each line is a ``make`` command; its dry run must print a quick-start
@@ -32,7 +32,7 @@ README = (REPO / "README.md").read_text(encoding="utf-8")
 TAGGED = re.compile(r"<!-- readme-test: ([a-z -]+?)(?: \([^)]*\))? -->\n```(bash|python)\n(.*?)```", re.S)
 ANY_BLOCK = re.compile(r"^```(bash|python)$", re.M)
 KINDS = ("run", "make -n", "setup")
-BUDGET = {"UPDATES": "20", "MAX_LINES": "300"}
+BUDGET = {"UPDATES": "20", "MAX_LINES": "100"}
 
 
 def blocks():
