@@ -7,9 +7,11 @@
 ``from_pretrained`` takes the same arguments as :func:`fairseq_dense.from_pretrained`
 (``revision``, ``cache_dir``, ``local_files_only``, fairseq options such as
 ``beam``); ``list_models()`` returns the named published models (the union of
-every model class's ``hub_models()``). Nothing is unpickled, and every file is
-checked (config keys and types, ``SHA256SUMS``) before any model code runs: the
-guarantees of docs/hub.md, section "Security", hold here too.
+every model class's ``hub_models()``). It is the same function: nothing is
+unpickled, every file is read once and checked (``SHA256SUMS``, config keys and
+types, dictionaries, BPE codes, weights) before it is used, the model directory's
+name is never parsed, and nothing outside it is opened or written: the guarantees
+of docs/hub.md, section "Security", hold here too.
 """
 
 dependencies = ["torch", "fairseq", "safetensors", "huggingface_hub", "sacremoses", "subword_nmt"]

@@ -19,6 +19,7 @@ the schema, not the checksum, has to stop them; integrity cases are not re-signe
 """
 
 import ast
+import contextlib
 import hashlib
 import json
 import os
@@ -26,6 +27,7 @@ import pickle
 import re
 import shutil
 import struct
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -36,7 +38,7 @@ import fairseq_dense
 from fairseq_dense import hub
 from fairseq_dense.cli import export as export_cli
 from fairseq_dense.hub import PretrainedModelError
-from fairseq_dense.hub.manifest import read_manifest, write_manifest
+from fairseq_dense.hub.manifest import parse_manifest, write_manifest
 from tests import helpers
 
 GRU, TRANSFORMER = "gru_attention_tiny", "weighted_transformer_tiny"
@@ -46,8 +48,8 @@ _EXPORTS = {}
 # ---------------------------------------------------------------- the shared tiny models
 
 
-def build_checkpoint(root: Path, arch: str) -> Path:
-    """An untrained ``arch`` saved the way fairseq's trainer saves it (``cfg`` as a plain dict)."""
+def build_checkpoint(root: Path, arch: str, task: str = "translation") -> Path:
+    """An untrained ``arch`` of ``task`` saved the way fairseq's trainer saves it (``cfg`` as a plain dict)."""
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from omegaconf import OmegaConf
@@ -63,7 +65,7 @@ def build_checkpoint(root: Path, arch: str) -> Path:
             "--arch",
             arch,
             "--task",
-            "translation",
+            task,
             "--source-lang",
             "src",
             "--target-lang",
@@ -139,6 +141,11 @@ def tripwire(marker, monkeypatch):
 # ---------------------------------------------------------------- tampering helpers
 
 
+def listed(model_dir: Path):
+    """The file names ``SHA256SUMS`` lists."""
+    return parse_manifest(model_dir / "SHA256SUMS", (model_dir / "SHA256SUMS").read_bytes())
+
+
 def tamper(source: Path, tmp_path: Path, edit, marker: Path, resign: bool) -> Path:
     """A copy of ``source`` changed by ``edit(dir, marker)``, with live pickles beside its files."""
     model_dir = tmp_path / "model"
@@ -148,7 +155,7 @@ def tamper(source: Path, tmp_path: Path, edit, marker: Path, resign: bool) -> Pa
             pickle.dump(_Pickled(marker), f)
     edit(model_dir, marker)
     if resign:
-        write_manifest(model_dir, [n for n in read_manifest(model_dir) if (model_dir / n).exists()])
+        write_manifest(model_dir, [n for n in listed(model_dir) if (model_dir / n).exists()])
     return model_dir
 
 
@@ -168,6 +175,25 @@ def safetensors_header(path: Path):
     data = path.read_bytes()
     (n,) = struct.unpack("<Q", data[:8])
     return data, n, json.loads(data[8 : 8 + n])
+
+
+def rewrite_weights(model_dir: Path, change) -> None:
+    """``model.safetensors`` saved anew after ``change(state, metadata)``."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    path = model_dir / "model.safetensors"
+    with safe_open(str(path), framework="pt") as f:
+        metadata, state = f.metadata(), {name: f.get_tensor(name) for name in f.keys()}
+    change(state, metadata)
+    save_file(state, str(path), metadata=metadata)
+
+
+def alias_same_shape(state, metadata) -> None:
+    """Drop one tensor and name it, in ``tied_weights``, a copy of another of the same shape."""
+    a, b = next((a, b) for a in sorted(state) for b in sorted(state) if a < b and state[a].shape == state[b].shape)
+    del state[a]
+    metadata["tied_weights"] = json.dumps({a: b})
 
 
 def swap_offsets(model_dir: Path, marker: Path) -> None:
@@ -295,7 +321,7 @@ def assert_refused(load, match: str, marker: Path) -> str:
 CONFIG_CASES = {
     "fconv eval through arch": (
         _both(_set("arch", "fconv"), _set("model", lambda m: {"encoder_layers": payload(m)})),
-        r"config.json: key 'arch': unknown architecture 'fconv' \(a fairseq architecture",
+        r"config.json: key 'arch': unknown architecture \(fairseq's architecture 'fconv', not one of fairseq-dense's",
     ),
     "fconv eval through task": (
         _both(_set("task.arch", "fconv"), _set("task.encoder_layers", payload)),
@@ -304,7 +330,7 @@ CONFIG_CASES = {
     "task sets a model option": (_set("task.encoder_embed_dim", 8), r"key 'task.encoder_embed_dim' is a model option"),
     "wav2vec2 eval": (
         _both(_set("arch", "wav2vec2"), _set("model", lambda m: {"conv_feature_layers": payload(m)})),
-        r"key 'arch': unknown architecture 'wav2vec2'",
+        r"key 'arch': unknown architecture \(fairseq's architecture 'wav2vec2'",
     ),
     "task data outside the folder": (_set("task.data", "/"), r"key 'task.data' cannot be set"),
     "task user_dir": (_set("task.user_dir", user_dir_plugin), r"key 'task.user_dir' cannot be set"),
@@ -336,12 +362,23 @@ CONFIG_CASES = {
     "dictionary path": (_set("dictionaries.target.file", "/etc/hosts"), r"key 'dictionaries.target.file' must be"),
     "weights dtype": (_set("weights_dtype", "object"), r"key 'weights_dtype' must be one of"),
     "weights dtype, a list": (_set("weights_dtype", ["float32"]), r"key 'weights_dtype' must be one of"),
-    "architecture, a list": (_set("arch", [GRU]), r"key 'arch': unknown architecture \['gru"),
+    "architecture, a list": (_set("arch", [GRU]), r"key 'arch': unknown architecture \(a list of 1 items, not a"),
     "unknown architecture": (
         _set("arch", "future_model_tiny"),
-        r"key 'arch': unknown architecture 'future_model_tiny'",
+        r"key 'arch': unknown architecture \(a string of 17 characters, not a registered",
     ),
     "old format": (_set("format_version", 1), r"config.json: format version 1 has no checksums .* re-export"),
+    "bpe separator read as an option": (_set("bpe.bpe_separator", "-h"), r"key 'bpe.bpe_separator' must be"),
+    "source language read as an option": (
+        _both(_set("task.source_lang", "-h"), _set("dictionaries.source.file", "dict.-h.txt")),
+        r"key 'task.source_lang' must be a language code",
+    ),
+    "negative task positions": (
+        _set("task.max_target_positions", -5),
+        r"key 'task.max_target_positions' must be at least 1 \(a size or position\), not -5",
+    ),
+    "zero model positions": (_set("model.max_source_positions", 0), r"key 'model.max_source_positions' must be at"),
+    "zero embedding size": (_set("model.encoder_embed_dim", 0), r"key 'model.encoder_embed_dim' must be at least 1"),
 }
 del CONFIG_CASES["NaN"]
 
@@ -358,7 +395,7 @@ def test_config_payloads_are_refused(gru, tmp_path, marker, tripwire, case, load
     "text, match",
     [
         ('"dropout": NaN', "NaN is not allowed"),
-        ('"dropout": 0.1, "dropout": 0.2', "duplicate key 'dropout'"),
+        ('"dropout": 0.1, "dropout": 0.2', "duplicate key in an object"),
     ],
 )
 def test_json_tricks_are_refused(gru, tmp_path, marker, tripwire, text, match):
@@ -468,8 +505,33 @@ DEEP_CASES = {
     "bpe codes malformed": (_write("bpecodes", b"#version: 0.2\na b c\n"), "bpecodes: line 2 is not a BPE merge"),
     "bpe codes version": (_write("bpecodes", b"#version: x\na b\n"), "bpecodes: line 1 is not '#version"),
     "bpe codes not text": (_write("bpecodes", b"\xff\xfe\n"), "bpecodes: not UTF-8"),
-    "dictionary not a dictionary": (_write("dict.tgt.txt", b"a\n"), "dict.tgt.txt: not a fairseq dictionary"),
+    "dictionary not a dictionary": (_write("dict.tgt.txt", b"a\n"), "dict.tgt.txt: line 1 is not '<symbol> <count>'"),
     "weights missing": (lambda d, m: (d / "model.safetensors").unlink(), "model.safetensors: missing"),
+    "bpe codes empty": (_write("bpecodes", b""), "bpecodes: holds no BPE merge"),
+    "bpe codes version only": (_write("bpecodes", b"#version: 0.2\n"), "bpecodes: holds no BPE merge"),
+    "bpe codes blank line": (_write("bpecodes", b"#version: 0.2\na b\n\nc d\n"), "bpecodes: line 3 is not a BPE"),
+    "NaN weights": (
+        lambda d, m: rewrite_weights(d, lambda state, meta: state[sorted(state)[0]].fill_(float("nan"))),
+        r"model.safetensors: tensor '.*' holds non-finite values",
+    ),
+    "infinite weights": (
+        lambda d, m: rewrite_weights(d, lambda state, meta: state[sorted(state)[-1]].fill_(float("inf"))),
+        r"model.safetensors: tensor '.*' holds non-finite values",
+    ),
+    "tied_weights alias replaces an untied tensor": (
+        lambda d, m: rewrite_weights(d, alias_same_shape),
+        r"model.safetensors: metadata 'tied_weights' makes tensor '.*' a copy of '.*', which architecture "
+        "'gru_attention_tiny' does not tie",
+    ),
+    "dictionary overwrites a symbol": (
+        lambda d, m: open(d / "dict.tgt.txt", "a").write("a 1 #fairseq:overwrite\n"),
+        "dict.tgt.txt: line 13 repeats the symbol of line 1",
+    ),
+    "dictionary overwrites a special symbol": (
+        lambda d, m: open(d / "dict.tgt.txt", "a").write("<unk> 1 #fairseq:overwrite\n"),
+        "dict.tgt.txt: line 13 repeats a special symbol",
+    ),
+    "dictionary blank line": (lambda d, m: open(d / "dict.tgt.txt", "a").write("\n"), "dict.tgt.txt: line 13 is not"),
 }
 del DEEP_CASES["tied_weights metadata"]
 
@@ -676,3 +738,315 @@ def test_every_config_key_with_hostile_values(request, family):
                 assert not isinstance(value, str) or path[-1] in ("package_version", "fairseq_version"), path
                 assert not isinstance(value, dict) or (path, value) == (("model",), {}), path
     assert refused > 10 * len(HOSTILE_VALUES)
+
+
+# ---------------------------------------------------------------- what a load opens and changes (audit hook)
+
+_AUDIT = {"events": None, "installed": False}
+#: Audit events that name files: opening, listing, renaming, removing, copying, changing metadata.
+_FILE_EVENTS = {
+    "open",
+    "os.listdir",
+    "os.scandir",
+    "os.rename",
+    "os.remove",
+    "os.rmdir",
+    "os.mkdir",
+    "os.chmod",
+    "os.utime",
+    "os.truncate",
+    "os.symlink",
+    "os.link",
+    "shutil.copyfile",
+}
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def _audit_hook(event, args):
+    events = _AUDIT["events"]
+    if events is None or event not in _FILE_EVENTS:
+        return
+    writes = event != "open" and event not in ("os.listdir", "os.scandir")
+    if event == "open":
+        mode, flags = args[1], args[2]
+        writes = bool(set(mode) & set("wax+")) if isinstance(mode, str) else bool((flags or 0) & _WRITE_FLAGS)
+    for arg in args[:1] if event == "open" else args:
+        if isinstance(arg, (str, bytes, os.PathLike)):
+            events.append((event, os.path.abspath(os.fsdecode(arg)), writes))
+
+
+@contextlib.contextmanager
+def audited():
+    """Record every file event of the process (Python's audit hooks: builtins.open, os.open, ...)."""
+    if not _AUDIT["installed"]:
+        sys.addaudithook(_audit_hook)  # cannot be removed: it records only inside this context
+        _AUDIT["installed"] = True
+    _AUDIT["events"] = events = []
+    try:
+        yield events
+    finally:
+        _AUDIT["events"] = None
+
+
+def under(path: str, root: Path) -> bool:
+    real = Path(os.path.realpath(path))
+    return real == root.resolve() or root.resolve() in real.parents
+
+
+def training_folder(work: Path) -> Path:
+    """A fairseq save directory as a kill leaves it: a loadable checkpoint1.pt and a cut checkpoint_last.pt."""
+    save = work / "checkpoints"
+    save.mkdir(parents=True)
+    state = {"model": {"w": torch.zeros(2)}, "optimizer_history": [{"num_updates": 7}], "cfg": None}
+    torch.save(state, save / "checkpoint1.pt")
+    torch.save(state, save / "full.bin")
+    (save / "checkpoint_last.pt").write_bytes((save / "full.bin").read_bytes()[:100])
+    (save / "full.bin").unlink()
+    return save
+
+
+def snapshot(folder: Path):
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("task", ["translation", "translation_exact_resume", "translation_weighted"])
+def test_loading_touches_nothing_but_the_model_files(tmp_path, monkeypatch, task):
+    """Export and load a model of each task from inside a training folder: its checkpoints stay as they were.
+
+    The tasks translation_exact_resume and translation_weighted repair a cut
+    checkpoint_last.pt when fairseq-train builds a model; an inference load must
+    not. Every route is audited: only the model directory's listed files are
+    opened, for reading, and nothing of the training folder is opened, listed
+    or changed.
+    """
+    from fairseq.tasks import TASK_REGISTRY
+
+    src = tmp_path / "src"
+    ckpt = build_checkpoint(src, GRU, task)
+    work = tmp_path / "work"
+    save = training_folder(work)
+    before = snapshot(save)
+    monkeypatch.chdir(work)
+    with audited() as events:
+        out = hub.export_checkpoint([ckpt], work / "export", data=src / "bin")
+    assert json.loads((out / "config.json").read_text())["task"]["_name"] == task
+    assert not [e for e in events if under(e[1], save)] and snapshot(save) == before
+    cache = tmp_path / "hf-cache"
+    lay_out_hub_cache(cache, "someone/tiny", out)
+    blobs = next(cache.glob("models--*/blobs"))
+    routes = {
+        "dir": lambda: hub.from_pretrained(out),
+        "hub_cache": lambda: hub.from_pretrained("someone/tiny", cache_dir=str(cache), local_files_only=True),
+        "torch_hub": lambda: load_torch_hub(out, tmp_path),
+    }
+    for route, load in routes.items():
+        with audited() as events:
+            model = load()
+        assert isinstance(model.translate("a b c", beam=2, max_len_b=4), str)
+        assert type(model.task) is TASK_REGISTRY[task]
+        # nothing written anywhere (but Python's bytecode cache of hubconf.py, on a first torch.hub import)
+        written = [e for e in events if e[2] and "__pycache__" not in Path(e[1]).parts]
+        assert written == [], (route, written)
+        inside = [e for e in events if under(e[1], tmp_path)]
+        assert not [e for e in inside if under(e[1], save)], route
+        opened = sorted({Path(e[1]).name for e in inside if e[0] == "open"})
+        model_files = [e for e in inside if under(e[1], out) or under(e[1], blobs)]
+        if route == "hub_cache":  # huggingface_hub reads its ref (and looks for a file list); the loader the files
+            inside = [e for e in inside if e not in model_files and Path(e[1]).parent.name not in ("refs", "trees")]
+        else:
+            inside = [e for e in inside if e not in model_files]
+        assert inside == [], (route, inside)
+        if route != "hub_cache":
+            assert opened == sorted([*listed(out), "SHA256SUMS"]), (route, opened)
+    assert snapshot(save) == before
+
+
+# ---------------------------------------------------------------- any directory name is only a name
+
+ODD_NAMES = [
+    "-h",
+    "--user-dir=evil_plugin",
+    "decoy:v2",
+    "${oc.env:DECOY_DIR}",
+    'it\'s "quoted"',
+    "back\\slash",
+    "with space",
+    "ünïcødé 模型",
+    "new\nline",
+    "~nosuchuser",
+    "%(x)s {0}",
+]
+
+
+@pytest.fixture(scope="module")
+def reference(gru):
+    """The untampered export's target symbols and translation of ``a b c``."""
+    model = hub.from_pretrained(gru.dir)
+    return SimpleNamespace(symbols=model.tgt_dict.symbols, translation=model.translate("a b c", beam=2, max_len_b=4))
+
+
+@pytest.mark.parametrize("name", ODD_NAMES, ids=ascii)
+def test_any_directory_name_loads_its_own_files(gru, reference, tmp_path, monkeypatch, marker, name):
+    """The directory is opened by name, never parsed: no option, no second path, no interpolation, no import.
+
+    Beside it lie what a parser would reach instead: a ``decoy`` model whose
+    target dictionary differs, named by ``decoy:v2`` (fairseq splits paths at
+    ``:``) and by ``$DECOY_DIR`` (OmegaConf's ``${oc.env:...}``), and a
+    ``--user-dir`` plugin whose import creates the marker.
+    """
+    shutil.copytree(gru.dir, tmp_path / name)
+    decoy = shutil.copytree(gru.dir, tmp_path / "decoy")
+    permute_dictionary(decoy, marker)
+    user_dir_plugin(marker)
+    monkeypatch.setenv("DECOY_DIR", str(decoy))
+    monkeypatch.chdir(tmp_path)
+    loads = [lambda: hub.from_pretrained(name)]
+    if name in ODD_NAMES[:4]:  # the names a parser would read; torch.hub passes the name on as it is
+        loads.append(lambda: load_torch_hub(Path(name), tmp_path))
+    for load in loads:
+        with audited() as events:
+            model = load()
+        assert not marker.exists(), "the plugin was imported"
+        assert model.tgt_dict.symbols == reference.symbols
+        assert model.translate("a b c", beam=2, max_len_b=4) == reference.translation
+        stray = [e for e in events if under(e[1], tmp_path) and not under(e[1], tmp_path / name)]
+        assert stray == [], stray
+
+
+@pytest.mark.parametrize("name", ODD_NAMES, ids=ascii)
+def test_any_directory_name_fails_in_one_line_naming_it(tmp_path, monkeypatch, name):
+    """An empty directory of any name: one line that names it (non-printable characters escaped)."""
+    from fairseq_dense.hub.errors import printable
+
+    (tmp_path / name).mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PretrainedModelError) as info:
+        hub.from_pretrained(name)
+    message = str(info.value)
+    assert message.startswith(printable(Path(name) / "config.json") + ": missing") and "\n" not in message
+
+
+# ---------------------------------------------------------------- messages never quote a refused file
+
+SECRET = "SECRET-7f3a"
+
+
+def _append(name: str, text: str):
+    def edit(model_dir, marker):
+        with open(model_dir / name, "a") as f:
+            f.write(text)
+
+    return edit
+
+
+QUOTE_CASES = {
+    "config value": (config_edit(_set("model.dropout", SECRET)), "config.json: key 'model.dropout'"),
+    "config key": (config_edit(_set(f"model.{SECRET} x", 1)), "config.json: key 'model.<not a plain name>'"),
+    "language": (config_edit(_set("task.source_lang", SECRET + "/..")), "config.json: key 'task.source_lang'"),
+    "architecture": (config_edit(_set("arch", SECRET)), "config.json: key 'arch'"),
+    "dictionary line": (_append("dict.tgt.txt", SECRET + "\n"), "dict.tgt.txt: line 13 is not"),
+    "dictionary duplicate": (_append("dict.tgt.txt", "a 1 #fairseq:overwrite\n"), "dict.tgt.txt: line 13"),
+    "bpe codes line": (_append("bpecodes", SECRET + " a b\n"), "bpecodes: line 3 is not"),
+    "manifest line": (_append("SHA256SUMS", SECRET + "\n"), "SHA256SUMS: line 6 is not"),
+    "tensor name": (
+        lambda d, m: rewrite_weights(d, lambda state, meta: state.update({f"{SECRET} x": torch.zeros(1)})),
+        r"model.safetensors: does not match .*'<not a plain name>'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(QUOTE_CASES))
+def test_messages_never_quote_the_refused_file(gru, tmp_path, marker, case):
+    edit, match = QUOTE_CASES[case]
+    model_dir = tamper(gru.dir, tmp_path, edit, marker, resign=case != "manifest line")
+    message = assert_refused(lambda: hub.from_pretrained(model_dir), match, marker)
+    assert SECRET not in message and "fairseq:overwrite" not in message
+
+
+# ---------------------------------------------------------------- push: exactly the export files
+
+
+class FakeApi:
+    """Records what push_to_hub asks of huggingface_hub's ``HfApi`` (no network)."""
+
+    calls = []
+
+    def __init__(self, token=None):
+        self.calls.append(("init",))
+
+    def create_repo(self, repo_id, **kwargs):
+        self.calls.append(("create_repo", repo_id))
+
+    def create_commit(self, operations, **kwargs):
+        self.calls.append(("create_commit", {op.path_in_repo: op.path_or_fileobj for op in operations}))
+        return SimpleNamespace(commit_url="https://hub/commit/1")
+
+
+@pytest.fixture
+def fake_hub(monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    FakeApi.calls = []
+    return FakeApi.calls
+
+
+def with_strays(gru, tmp_path: Path, marker: Path) -> Path:
+    """The export with model.pt and stray files beside it: notes, a .env, a folder."""
+    model_dir = tamper(gru.dir, tmp_path, lambda d, m: None, marker, resign=False)
+    (model_dir / ".env").write_text(f"HF_TOKEN={SECRET}\n")
+    (model_dir / "notes.txt").write_text(SECRET)
+    (model_dir / "extra").mkdir()
+    (model_dir / "extra" / "x.txt").write_text(SECRET)
+    return model_dir
+
+
+@pytest.mark.parametrize("pickle_flag", [[], ["--no-pickle"]])
+def test_push_uploads_exactly_the_export_files(gru, tmp_path, marker, fake_hub, capsys, pickle_flag):
+    from fairseq_dense.cli import push as push_cli
+
+    model_dir = with_strays(gru, tmp_path, marker)
+    assert push_cli.main([str(model_dir), "me/tiny", *pickle_flag]) == 0
+    ((_, files),) = [c for c in fake_hub if c[0] == "create_commit"]
+    expected = sorted([*listed(model_dir), "SHA256SUMS", "README.md"] + ([] if pickle_flag else ["model.pt"]))
+    assert sorted(files) == expected
+    assert all(files[name] == (model_dir / name).read_bytes() for name in files)
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split("\t")[0] for line in out[:-1]] == [f"uploading {name}" for name in files]
+    assert out[-1] == "https://hub/commit/1" and not marker.exists()
+
+
+def test_push_dry_run_lists_and_uploads_nothing(gru, tmp_path, marker, fake_hub, capsys):
+    from fairseq_dense.cli import push as push_cli
+
+    model_dir = with_strays(gru, tmp_path, marker)
+    assert push_cli.main([str(model_dir), "me/tiny", "--dry-run", "--no-pickle"]) == 0
+    assert fake_hub == []
+    out = capsys.readouterr().out.splitlines()
+    assert sorted(line.split("\t")[0] for line in out) == sorted(
+        f"would upload {name}" for name in [*listed(model_dir), "SHA256SUMS", "README.md"]
+    )
+
+
+@pytest.mark.parametrize("what", ["symlinked card", "symlinked pickle", "card is a folder", "pickle is a fifo"])
+def test_push_refuses_links_and_special_files(gru, tmp_path, marker, fake_hub, capsys, what):
+    from fairseq_dense.cli import push as push_cli
+
+    model_dir = with_strays(gru, tmp_path, marker)
+    key = tmp_path / "id_rsa"
+    key.write_text(SECRET)
+    name = "README.md" if "card" in what else "model.pt"
+    (model_dir / name).unlink()
+    if "symlinked" in what:
+        (model_dir / name).symlink_to(key)
+    elif "folder" in what:
+        (model_dir / name).mkdir()
+    else:
+        os.mkfifo(model_dir / name)
+    assert push_cli.main([str(model_dir), "me/tiny"]) == 1
+    err = capsys.readouterr().err.strip()
+    kind = "a symbolic link" if "symlinked" in what else "not a regular file"
+    assert err == f"fairseq-dense-push: error: {model_dir / name}: {kind}; only regular files are uploaded " + (
+        "(copy the file itself)"
+    )
+    assert fake_hub == [] and SECRET not in err

@@ -22,11 +22,13 @@ built on it; :func:`reliability_helpers.default_task`): with fairseq's own
 ``test_plain_translation_task_resume_differs`` pins down.
 """
 
-import re
+import os
+import shutil
 
 import pytest
 import torch
 
+from fairseq_dense.resume import CheckpointInfo, TrainingFinished, finished_reason, recover_at_restart
 from tests import reliability_helpers as rh
 
 pytestmark = pytest.mark.slow
@@ -199,7 +201,8 @@ def test_plain_translation_task_resume_differs(data_bin, tmp_path):
 def test_restart_after_a_kill_during_the_copy_to_checkpoint_last(data_bin, tmp_path, caplog):
     """fairseq copies the interval checkpoint to ``checkpoint_last.pt`` without a rename: a kill
     during that copy leaves it truncated. The restart continues from the newest checkpoint that
-    loads, keeps the unreadable file beside it and says so."""
+    loads, keeps the unreadable file beside it and says so; the next save of ``checkpoint_last.pt``
+    removes the kept file."""
     arch = rh.tiny_archs()[0]
     save = tmp_path / "ckpt"
     extra = ["--optimizer", "adam", "--lr", "0.003", "--batch-size", "8", "--save-interval-updates", "2"]
@@ -210,12 +213,162 @@ def test_restart_after_a_kill_during_the_copy_to_checkpoint_last(data_bin, tmp_p
     cut = last.read_bytes()[: last.stat().st_size // 10]  # the copy killed at 10%
     last.write_bytes(cut)
 
-    with caplog.at_level("WARNING", logger="fairseq_dense.resume"):
+    with caplog.at_level("INFO", logger="fairseq_dense.resume"):
         second = rh.train_inprocess(rh.base_train_args(data_bin, save, arch, 6, *extra))
     assert sorted(second) == [5, 6], "did not continue from the interval checkpoint of update 4"
-    warning = [r.getMessage() for r in caplog.records if r.name == "fairseq_dense.resume"]
-    assert len(warning) == 1 and warning[0].startswith(f"{last} does not load"), warning
-    # checkpoint_2_4.pt, or its copy checkpoint_best.pt written after it: the same 4 updates
-    assert re.search(rf"resuming from {re.escape(str(save))}/checkpoint_(2_4|best)\.pt \(4 updates\)", warning[0])
-    assert (save / "checkpoint_last.pt.unreadable").read_bytes() == cut
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "fairseq_dense.resume"]
+    assert len(said) == 2, said
+    assert said[0][0] == "WARNING" and said[0][1].startswith(f"{last} does not load"), said
+    assert f"kept as checkpoint_last.pt.unreadable): resuming from {interval} (4 updates)" in said[0][1]
+    assert said[1] == ("INFO", f"removed {last}.unreadable: checkpoint_last.pt loads again")
+    assert not (save / "checkpoint_last.pt.unreadable").exists()
     assert rh.load_checkpoint(last)["optimizer_history"][-1]["num_updates"] == 6
+
+
+@pytest.mark.parametrize("limit", ["--max-update", "--max-epoch"])
+def test_restarting_a_finished_run_trains_nothing_and_changes_no_file(limit, data_bin, tmp_path, caplog):
+    """fairseq alone trains one more update and rewrites checkpoint_best.pt/checkpoint_last.pt
+    when a run that reached --max-update is started again; the project's tasks stop at once."""
+    arch = rh.tiny_archs()[0]
+    save = tmp_path / "ckpt"
+    extra = ["--optimizer", "adam", "--lr", "0.003", "--batch-size", "8", "--save-interval-updates", "2"]
+    args = rh.base_train_args(data_bin, save, arch, 4, *extra)
+    if limit == "--max-epoch":  # 3 updates per epoch: --max-epoch 2 ends after update 6
+        args[args.index("--max-update") + 1] = "0"
+        args += ["--max-epoch", "2"]
+    assert len(rh.train_inprocess(args)) in (4, 6)
+    before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in save.iterdir()}
+    with caplog.at_level("INFO"), pytest.raises(TrainingFinished) as finished:
+        rh.train_inprocess(args)
+    assert finished.value.code == 0
+    held = "4 updates (--max-update 4)" if limit == "--max-update" else "2 epochs (--max-epoch 2)"
+    assert finished.value.message.startswith(f"training already finished: {save / 'checkpoint_last.pt'} holds {held}")
+    assert finished.value.message in caplog.text
+    assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in save.iterdir()} == before
+    # a higher limit trains on from there
+    args[args.index(limit) + 1] = "8" if limit == "--max-update" else "3"
+    assert sorted(rh.train_inprocess(args)) == ([5, 6, 7, 8] if limit == "--max-update" else [7, 8, 9])
+
+
+def test_end_of_training_repairs_a_checkpoint_best_that_does_not_load(data_bin, tmp_path, monkeypatch, caplog):
+    """A copy to ``checkpoint_best.pt`` that ends short without an error (here, made to) is found
+    after the save and repaired from the file it was copied from: a finished run never leaves an
+    unreadable ``checkpoint_best.pt``."""
+    from fairseq.file_io import PathManager
+
+    copy = PathManager.copy
+
+    def short_copy(src, dst, overwrite=False):
+        if dst.endswith("checkpoint_best.pt"):
+            with open(src, "rb") as fin, open(dst, "wb") as fout:
+                fout.write(fin.read(1000))
+            return True
+        return copy(src, dst, overwrite)
+
+    monkeypatch.setattr(PathManager, "copy", staticmethod(short_copy))
+    arch = rh.tiny_archs()[0]
+    save = tmp_path / "ckpt"
+    extra = ["--optimizer", "adam", "--lr", "0.003", "--batch-size", "8", "--save-interval-updates", "2"]
+    with caplog.at_level("WARNING", logger="fairseq_dense.resume"):
+        rh.train_inprocess(rh.base_train_args(data_bin, save, arch, 2, *extra))
+    best = rh.load_checkpoint(save / "checkpoint_best.pt")
+    assert best["optimizer_history"][-1]["num_updates"] == 2
+    assert caplog.messages == [
+        f"{save / 'checkpoint_best.pt'} does not load: it is a copy of checkpoint_1_2.pt cut at 1000 of "
+        f"{(save / 'checkpoint_1_2.pt').stat().st_size} bytes (a kill while fairseq copied it); "
+        f"repaired from {save / 'checkpoint_1_2.pt'} (2 updates)"
+    ]
+
+
+@pytest.fixture(scope="module")
+def saved_run(data_bin, tmp_path_factory):
+    """A finished run's folder: checkpoint_1_2.pt, checkpoint_2_4.pt, checkpoint_best.pt, checkpoint_last.pt (4)."""
+    save = tmp_path_factory.mktemp("saved_run") / "ckpt"
+    extra = ["--optimizer", "adam", "--lr", "0.003", "--batch-size", "8", "--save-interval-updates", "2"]
+    rh.train_inprocess(rh.base_train_args(data_bin, save, rh.tiny_archs()[0], 4, *extra))
+    return save
+
+
+def _copy_of(folder, tmp_path):
+    dest = tmp_path / "ckpt"
+    shutil.copytree(folder, dest)  # keeps the files' times
+    return dest
+
+
+def _updates(path):
+    return rh.load_checkpoint(path)["optimizer_history"][-1]["num_updates"]
+
+
+def test_a_consistent_folder_is_left_alone(saved_run, tmp_path, caplog):
+    save = _copy_of(saved_run, tmp_path)
+    before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in save.iterdir()}
+    with caplog.at_level("INFO", logger="fairseq_dense.resume"):
+        assert recover_at_restart(str(save)).num_updates == 4
+    assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in save.iterdir()} == before
+    assert not caplog.records
+
+
+def test_each_kind_of_damage_is_repaired_or_reported(saved_run, tmp_path, caplog):
+    """Leftover ``.tmp``, a cut copy of the best checkpoint, a stale best, a garbage file with a
+    fairseq name and one with another name, an old ``.unreadable``, a missing ``checkpoint_last.pt``."""
+    save = _copy_of(saved_run, tmp_path)
+    last, best = save / "checkpoint_last.pt", save / "checkpoint_best.pt"
+    best_loss = rh.load_checkpoint(last)["extra_state"]["best"]
+    holder = next(
+        p
+        for p in sorted(save.glob("checkpoint_*_*.pt"))
+        if rh.load_checkpoint(p)["extra_state"]["val_loss"] == best_loss
+    )
+    (save / "checkpoint_1_8.pt.tmp").write_bytes(b"partial")
+    (save / "checkpoint_2_4.pt.unreadable").write_bytes(b"")  # its name loads: goes
+    (save / "checkpoint9.pt").write_bytes(b"not a checkpoint")  # set aside
+    (save / "checkpoint_mine.pt").write_bytes(b"not a checkpoint")  # not fairseq's: reported only
+    last.unlink()  # as if killed before fairseq's first copy to checkpoint_last.pt
+    best.write_bytes(holder.read_bytes()[:5000])  # a cut copy of the best save
+    with caplog.at_level("INFO", logger="fairseq_dense.resume"):
+        resumed = recover_at_restart(str(save))
+    text = caplog.text
+    assert resumed.num_updates == _updates(last) == 4 and last.read_bytes() == (save / "checkpoint_2_4.pt").read_bytes()
+    assert best.read_bytes() == holder.read_bytes()
+    assert f"removed {save / 'checkpoint_1_8.pt.tmp'} (7 bytes)" in text
+    assert f"removed {save / 'checkpoint_2_4.pt.unreadable'}: checkpoint_2_4.pt loads again" in text
+    assert f"{best} does not load: it is a copy of {holder.name} cut at 5000 of" in text
+    assert f"{save / 'checkpoint9.pt'} does not load (truncated or not a torch checkpoint, 16 bytes)" in text
+    assert "set aside as checkpoint9.pt.unreadable" in text
+    assert f"{save / 'checkpoint_mine.pt'} does not load (truncated or not a torch checkpoint); left as it is" in text
+    assert f"{last} is missing but {save / 'checkpoint_2_4.pt'} loads" in text
+    assert sorted(p.name for p in save.iterdir()) == [
+        "checkpoint9.pt.unreadable",
+        "checkpoint_1_2.pt",
+        "checkpoint_2_4.pt",
+        "checkpoint_best.pt",
+        "checkpoint_last.pt",
+        "checkpoint_mine.pt",
+    ]
+
+
+def test_newer_by_updates_and_by_time(saved_run, tmp_path, caplog):
+    """``checkpoint_last.pt`` gives way to a file with more updates written after it, not to an older one."""
+    save = _copy_of(saved_run, tmp_path)
+    last, interval = save / "checkpoint_last.pt", save / "checkpoint_2_4.pt"
+    shutil.copy2(save / "checkpoint_1_2.pt", last)  # 2 updates, written before checkpoint_2_4.pt
+    os.utime(last, ns=(interval.stat().st_mtime_ns - 10**9,) * 2)
+    with caplog.at_level("WARNING", logger="fairseq_dense.resume"):
+        assert recover_at_restart(str(save)).num_updates == 4
+    assert last.read_bytes() == interval.read_bytes()
+    assert f"{last} holds 2 updates but checkpoint_2_4.pt, written after it, holds 4" in caplog.text
+    # 2 updates again, now written after every other file (which then are, e.g., an earlier run's)
+    shutil.copyfile(save / "checkpoint_1_2.pt", last)
+    assert recover_at_restart(str(save)).num_updates == 2
+
+
+def test_finished_reason():
+    info = CheckpointInfo("c.pt", 10, 1.0, 1.0, next_epoch=3, training_seconds=7200.0, size=1, mtime_ns=0)
+    assert finished_reason(info, max_update=10) == "10 updates (--max-update 10)"
+    assert finished_reason(info, max_update=11) is None
+    assert finished_reason(info, max_update=10, count_updates=False) is None  # --reset-optimizer
+    assert finished_reason(info, max_epoch=2) == "2 epochs (--max-epoch 2)"
+    assert finished_reason(info, max_epoch=3) is None
+    assert finished_reason(info, max_epoch=2, count_epochs=False) is None  # --reset-dataloader
+    assert finished_reason(info, stop_time_hours=1.5) == "2.0000 hours of training (--stop-time-hours 1.5)"
+    assert finished_reason(info, stop_time_hours=2.5) is None

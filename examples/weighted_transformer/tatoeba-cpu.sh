@@ -4,9 +4,9 @@
 # branches; same parameters up to the 32 kappa/alpha weights), same batches, same number
 # of updates, same Adam and main schedule. Prints validation loss, test BLEU and, for the
 # Weighted Transformer, the kappa/alpha plot. The Weighted Transformer is the paper's, with
-# kappa/alpha learned (--learned-branch-weights; the package's default fixes them to 1,
-# by measurement: docs/weighted_transformer.md). Extra arguments go to both trainings
-# (e.g. --fixed-alpha for a Table 3 row: it only applies to the weighted model, so pass
+# kappa/alpha learned (--learned-branch-weights; weighted_transformer_small, the quick-start's
+# model, fixes them to 1 by default, by measurement: docs/weighted_transformer.md). Extra
+# arguments go to both trainings (e.g. --fixed-alpha for a Table 3 row: it only applies to the weighted model, so pass
 # it with ARCHS=weighted_transformer).
 #
 #   examples/weighted_transformer/tatoeba-cpu.sh                  # ~30 min per model on 2 cores

@@ -4,8 +4,8 @@
 # tied embeddings, ~25k source+target tokens per batch, main rate
 # d^-0.5 min(u^-0.5, u 4000^-1.5), branch-weight rate (d/N)^-0.5 min(u^-0.5, u 400^-1.5),
 # kappa/alpha frozen for the last 10k updates; 60k updates (250k for configuration B).
-# kappa/alpha are learned, as in the paper (--learned-branch-weights: the package's default
-# fixes them to 1, by measurement, docs/weighted_transformer.md).
+# kappa/alpha are learned, as in the paper (the default of these paper presets; the recipe
+# also passes --learned-branch-weights, so a changed default cannot change what it runs).
 #
 #   DATA=data-bin/wmt14_en_de ARCH=weighted_transformer_c examples/weighted_transformer/train-wmt14.sh
 #

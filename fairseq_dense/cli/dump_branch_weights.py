@@ -54,7 +54,8 @@ def read_checkpoint(path: str) -> dict:
     if not weights:
         raise ValueError(
             f"{path} holds no kappa/alpha parameters (not a weighted_transformer, or one trained with "
-            "fixed branch weights, the default; --learned-branch-weights learns them)"
+            "fixed branch weights, as weighted_transformer_small does by default; --learned-branch-weights "
+            "learns them)"
         )
     history = state.get("optimizer_history") or [{}]
     return {"path": path, "num_updates": int(history[-1].get("num_updates", 0)), "weights": weights}

@@ -2,11 +2,16 @@
 
     fairseq-dense-push exports/gru-deu-eng my-user/gru-deu-eng --private \\
         --commit-message "GRU baseline, Tatoeba de-en"
+    fairseq-dense-push exports/gru-deu-eng my-user/gru-deu-eng --dry-run   # list, upload nothing
 
 The token comes from huggingface_hub's usual lookup (``HF_TOKEN`` or
 ``hf auth login``); it is never a command-line argument. The directory is checked
-first (``config.json`` and every file it names), and the repository is created
-when missing.
+first as a load checks it (``config.json``, ``SHA256SUMS`` and every file they
+name); then exactly the export format's files are uploaded (the files
+``SHA256SUMS`` lists, the ``README.md`` model card, and ``model.pt`` unless
+``--no-pickle``), each a regular file, never a symbolic link; nothing else in the
+folder. The list is printed before anything is uploaded, and the repository is
+created when missing.
 """
 
 import argparse
@@ -24,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--commit-message", help="hub commit message")
     p.add_argument("--revision", help="branch to commit to (default: main)")
     p.add_argument("--no-pickle", action="store_true", help="do not upload model.pt even when present")
+    p.add_argument("--dry-run", action="store_true", help="print the files that would be uploaded; upload nothing")
     return p
 
 
@@ -40,11 +46,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             commit_message=args.commit_message,
             revision=args.revision,
             include_pickle=not args.no_pickle,
+            dry_run=args.dry_run,
+            announce=lambda line: print(("would upload " if args.dry_run else "uploading ") + line, flush=True),
         )
     except PretrainedModelError as err:
         print(f"fairseq-dense-push: error: {err}", file=sys.stderr)
         return 1
-    print(url)
+    if url is not None:
+        print(url)
     return 0
 
 

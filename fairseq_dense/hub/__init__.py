@@ -18,9 +18,12 @@ writes it:
 
 Everything works for every architecture fairseq-dense registers
 (:func:`dense_architectures`): the model is rebuilt through fairseq's
-registries, nothing is family-specific. What a config may contain is checked
-(:mod:`fairseq_dense.hub.schema`) before any model code runs, and every file
-against ``SHA256SUMS`` (:mod:`fairseq_dense.hub.manifest`).
+registries, nothing is family-specific. Loading is one pipeline (:mod:`fairseq_dense.hub.loading`): every file read
+once and verified against ``SHA256SUMS`` (:mod:`fairseq_dense.hub.files`,
+:mod:`fairseq_dense.hub.manifest`), the config checked
+(:mod:`fairseq_dense.hub.schema`) before any model code runs, the model built
+as an inference load builds it, and the weights checked
+(:mod:`fairseq_dense.hub.weights`) before they are loaded.
 """
 
 from fairseq_dense.hub.export import export_checkpoint  # noqa: F401,E402
@@ -34,13 +37,15 @@ from fairseq_dense.hub.loading import (  # noqa: F401
     WEIGHTS_NAME,
     PretrainedModelError,
     build_fairseq_cfg,
+    build_model,
     dense_architectures,
     from_pretrained,
     hub_models,
     load_model_dir,
     read_config,
+    read_model_files,
     required_files,
     resolve_model_dir,
 )
 from fairseq_dense.hub.model_card import ModelCardInfo  # noqa: F401,E402
-from fairseq_dense.hub.push import push_to_hub  # noqa: F401,E402
+from fairseq_dense.hub.push import push_to_hub, upload_files  # noqa: F401,E402

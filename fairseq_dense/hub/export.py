@@ -24,7 +24,8 @@ import torch
 
 import fairseq_dense
 from fairseq_dense.hub import loading
-from fairseq_dense.hub.errors import PretrainedModelError, one_line, short_repr
+from fairseq_dense.hub.errors import PretrainedModelError, describe, one_line, safe_name
+from fairseq_dense.hub.files import parse_bpe_codes, parse_dictionary
 from fairseq_dense.hub.manifest import write_manifest
 from fairseq_dense.hub.model_card import ModelCardInfo, model_card, paper_of
 from fairseq_dense.hub.schema import (
@@ -35,6 +36,7 @@ from fairseq_dense.hub.schema import (
     dense_architectures,
     translation_tasks,
 )
+from fairseq_dense.hub.weights import tied_names
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +95,7 @@ def read_checkpoint(path: Path) -> Dict[str, Any]:
         raise PretrainedModelError(f"{path}: not a fairseq checkpoint (no 'model' state dict)")
     for name, value in state["model"].items():
         if not isinstance(name, str) or not isinstance(value, torch.Tensor):
-            raise PretrainedModelError(f"{path}: 'model' entry {short_repr(name)} is not a named tensor")
+            raise PretrainedModelError(f"{path}: 'model' entry '{safe_name(name)}' is not a named tensor")
     if state.get("args") is not None:  # checkpoints of fairseq < 0.10: one flat Namespace
         flat = _plain(state["args"], path, "args")
         plain = {"model": dict(flat, _name=flat.get("arch")), "task": dict(flat, _name=flat.get("task"))}
@@ -172,7 +174,7 @@ def _task_options(
     name = task_cfg.get("_name")
     if name not in translation_tasks():
         raise PretrainedModelError(
-            f"{path}: task {short_repr(name)} of the checkpoint: only {', '.join(translation_tasks())} can be exported"
+            f"{path}: task '{safe_name(name)}' of the checkpoint: only {', '.join(translation_tasks())} can be exported"
         )
     src = src or task_cfg.get("source_lang")
     tgt = tgt or task_cfg.get("target_lang")
@@ -182,7 +184,7 @@ def _task_options(
         raise PretrainedModelError(f"{data_dir}: cannot infer the language pair; pass --source-lang/--target-lang")
     for key, lang in (("source_lang", src), ("target_lang", tgt)):  # before they name files
         if not isinstance(lang, str) or not LANG_RE.fullmatch(lang):
-            raise PretrainedModelError(f"{path}: key 'task.{key}' must be a language code, not {short_repr(lang)}")
+            raise PretrainedModelError(f"{path}: key 'task.{key}' must be a language code, not {describe(lang)}")
     options = {"_name": name, "source_lang": src, "target_lang": tgt}
     for key in TASK_OPTIONS:
         if key in task_cfg:
@@ -243,21 +245,26 @@ def export_checkpoint(
     arch = plain["model"].get("_name")
     if not isinstance(arch, str) or arch not in dense_architectures():
         raise PretrainedModelError(
-            f"{paths[-1]}: architecture {short_repr(arch)} is not one of fairseq-dense's; only those are exported"
+            f"{paths[-1]}: architecture '{safe_name(arch)}' is not one of fairseq-dense's; only those are exported"
         )
     for state, path in zip(states, paths):
         other = state["plain_cfg"]["model"].get("_name")
         if other != arch:
-            raise PretrainedModelError(f"{path}: architecture {short_repr(other)} differs from '{arch}' of {paths[-1]}")
+            raise PretrainedModelError(
+                f"{path}: architecture '{safe_name(other)}' differs from '{arch}' of {paths[-1]}"
+            )
     data_dir = _dictionary_dir(data, plain["task"], paths[-1])
     task = _task_options(plain["task"], source_lang, target_lang, data_dir, paths[-1])
-    dict_files = {}
+    dict_files, dictionaries = {}, {}
     for side, lang in (("source", task["source_lang"]), ("target", task["target_lang"])):
         dict_files[side] = data_dir / f"dict.{lang}.txt"
         if not dict_files[side].is_file():
             raise PretrainedModelError(f"{dict_files[side]}: missing (pass --data, the binarized data directory)")
-    if bpe_codes is not None and not Path(bpe_codes).is_file():
-        raise PretrainedModelError(f"{bpe_codes}: no such BPE codes file")
+        dictionaries[side] = parse_dictionary(dict_files[side], dict_files[side].read_bytes())  # the loader's rules
+    if bpe_codes is not None:
+        if not Path(bpe_codes).is_file():
+            raise PretrainedModelError(f"{bpe_codes}: no such BPE codes file")
+        parse_bpe_codes(Path(bpe_codes), Path(bpe_codes).read_bytes())
     if tokenizer not in (None, "moses"):
         raise PretrainedModelError(f"--tokenizer {tokenizer}: only 'moses' or 'none' are supported")
 
@@ -271,7 +278,7 @@ def export_checkpoint(
         "model": model_options(plain["model"], arch),
         "task": task,
         "dictionaries": {
-            side: {"file": path.name, "size": _dictionary_size(path)} for side, path in dict_files.items()
+            side: {"file": path.name, "size": len(dictionaries[side])} for side, path in dict_files.items()
         },
         "tokenizer": None
         if tokenizer is None
@@ -293,7 +300,8 @@ def export_checkpoint(
         if bpe_codes is not None:
             shutil.copyfile(bpe_codes, tmp / loading.BPE_CODES_NAME)
         (tmp / loading.CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        weights, n_params = _write_weights(tmp, config, states, paths, fp16)
+        pair = (dictionaries["source"], dictionaries["target"])
+        weights, n_params = _write_weights(tmp, config, pair, states, paths, fp16)
         write_manifest(tmp, loading.required_files(config))
         loading.load_model_dir(tmp)  # verification: the directory loads on its own, checksums and all
         text = model_card(
@@ -310,15 +318,6 @@ def export_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
     logger.info("exported %s (%d checkpoint(s)) to %s", arch, len(paths), out_dir)
     return out_dir
-
-
-def _dictionary_size(path: Path) -> int:
-    from fairseq.data import Dictionary
-
-    try:
-        return len(Dictionary.load(str(path)))
-    except (Exception, SystemExit) as err:
-        raise PretrainedModelError(f"{path}: not a fairseq dictionary ({one_line(err, 120)})") from None
 
 
 def _make_readable(directory: Path) -> None:
@@ -342,25 +341,20 @@ def _model_name(arch: str) -> str:
     return ARCH_MODEL_NAME_REGISTRY[arch]
 
 
-def _write_weights(tmp: Path, config, states, paths, fp16: bool) -> Tuple[Dict[str, torch.Tensor], int]:
+def _write_weights(tmp: Path, config, dictionaries, states, paths, fp16: bool) -> Tuple[Dict[str, torch.Tensor], int]:
     """Load the (averaged) weights into a freshly built model and save its state dict.
 
+    The model is built as the loader builds it (:func:`fairseq_dense.hub.loading.build_model`:
+    from the checked config and the parsed dictionaries, no task recovery).
     Going through the model applies fairseq's state-dict upgrades and proves that
     names and shapes match the dictionaries. Tied weights are stored once and
     listed in the safetensors metadata. Returns the full state dict as written and
     the number of (distinct) parameters.
     """
-    from fairseq import tasks
     from safetensors.torch import save_file
 
     averaged = average_states([s["model"] for s in states], paths)
-    cfg = loading.build_fairseq_cfg(tmp, config)
-    try:
-        model = tasks.setup_task(cfg.task).build_model(cfg.model)
-    except (Exception, SystemExit) as err:
-        raise PretrainedModelError(
-            f"{paths[-1]}: its options do not build '{config['arch']}' ({type(err).__name__}: {one_line(err, 160)})"
-        ) from None
+    cfg, _, model = loading.build_model(config, dictionaries, config_path=paths[-1])
     expected = model.state_dict()
     for name, tensor in averaged.items():
         if name in expected and tuple(tensor.shape) != tuple(expected[name].shape):
@@ -378,14 +372,10 @@ def _write_weights(tmp: Path, config, states, paths, fp16: bool) -> Tuple[Dict[s
     full = {k: v.detach().clone() for k, v in model.state_dict().items()}
     if fp16:
         full = {k: v.half() if torch.is_floating_point(v) else v for k, v in full.items()}
-    seen: Dict[Any, str] = {}
-    aliases: Dict[str, str] = {}
-    for name, tensor in model.state_dict().items():
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride())
-        if key in seen:
-            aliases[name] = seen[key]
-        else:
-            seen[key] = name
+    for name, tensor in full.items():
+        if torch.is_floating_point(tensor) and not bool(torch.isfinite(tensor).all()):
+            raise PretrainedModelError(f"{paths[-1]}: tensor '{name}' holds non-finite values (NaN or infinity)")
+    aliases = tied_names(model)
     tensors = {k: v.contiguous() for k, v in full.items() if k not in aliases}
     save_file(
         tensors,

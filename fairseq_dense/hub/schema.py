@@ -33,7 +33,7 @@ import typing
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from fairseq_dense.hub.errors import PretrainedModelError, short_repr
+from fairseq_dense.hub.errors import PretrainedModelError, describe, safe_name
 
 FORMAT_NAME = "fairseq-dense"
 #: 2: with the ``SHA256SUMS`` manifest and the checked schema (1: fairseq-dense 0.1.0 before it).
@@ -66,10 +66,14 @@ TOP_LEVEL_KEYS = {
     "checkpoints",
 }
 REQUIRED_KEYS = ("format", "format_version", "arch", "model", "task", "dictionaries", "weights_dtype")
-LANG_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: Language codes name dictionary files and reach sacremoses: no leading ``-``, no path characters.
+LANG_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 INFO_RE = re.compile(r"[A-Za-z0-9_.+ -]{0,64}")
 FILE_NAME_RE = re.compile(r"[A-Za-z0-9_.+-]{1,128}")
-BPE_SEPARATOR_RE = re.compile(r"[!#%&*+\-./:;<=>?@^_|~]{1,8}")
+#: subword-nmt separators: punctuation only, never a leading ``-`` (an option to its parser).
+BPE_SEPARATOR_RE = re.compile(r"[!#%&*+./:;<=>?@^_|~][!#%&*+\-./:;<=>?@^_|~]{0,7}")
+#: Integer (or integer-list) options that are sizes or positions: each value must be at least 1.
+POSITIVE_OPTION_RE = re.compile(r".*(_positions|_dim|_size|_sizes|_heads|_columns)|(encoder|decoder)_layers")
 MAX_INT = 2**31
 MAX_LIST = 1024
 MAX_DICTIONARY = 2**24
@@ -199,7 +203,7 @@ def value_error(value, otype: OptionType) -> Optional[str]:
     if otype.kind == "choice":
         return None if value in otype.choices and isinstance(value, str) else f"must be one of {list(otype.choices)}"
     check, expected = _CHECKS[otype.kind]
-    return None if check(value) else f"must be {expected}, not {short_repr(value)}"
+    return None if check(value) else f"must be {expected}, not {describe(value)}"
 
 
 class _Checker:
@@ -213,10 +217,11 @@ class _Checker:
 
     def mapping(self, key: str, value, allowed, required=()) -> Dict[str, Any]:
         if not isinstance(value, dict):
-            self.fail(key, f"must be an object, not {short_repr(value)}")
+            self.fail(key, f"must be an object, not {describe(value)}")
         for k in value:
             if k not in allowed:
-                self.fail(f"{key}.{k}" if key else k, "is not accepted in a fairseq-dense model config")
+                name = f"{key}.{safe_name(k)}" if key else safe_name(k)
+                self.fail(name, "is not accepted in a fairseq-dense model config")
         for k in required:
             if k not in value:
                 self.fail(f"{key}.{k}" if key else k, "is missing")
@@ -224,13 +229,19 @@ class _Checker:
 
     def match(self, key: str, value, pattern: "re.Pattern", what: str) -> str:
         if not isinstance(value, str) or not pattern.fullmatch(value):
-            self.fail(key, f"must be {what}, not {short_repr(value)}")
+            self.fail(key, f"must be {what}, not {describe(value)}")
         return value
 
     def typed(self, key: str, value, otype: OptionType) -> None:
         reason = value_error(value, otype)
         if reason:
             self.fail(key, reason)
+
+    def positive(self, key: str, value) -> None:
+        """A size or position (or each item of a list of them), already type-checked, is at least 1."""
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, (int, float)) and not isinstance(v, bool) and v < 1 for v in values):
+            self.fail(key, f"must be at least 1 (a size or position), not {describe(value)}")
 
 
 def parse_config(text: str, path: Path) -> Dict[str, Any]:
@@ -241,15 +252,17 @@ def parse_config(text: str, path: Path) -> Dict[str, Any]:
 
     def no_duplicates(pairs):
         keys = [k for k, _ in pairs]
-        dup = sorted({k for k in keys if keys.count(k) > 1})
-        if dup:
-            raise ValueError(f"duplicate key '{dup[0]}'")
+        if len(set(keys)) != len(keys):
+            raise ValueError("duplicate key in an object")
         return dict(pairs)
 
     try:
         return json.loads(text, parse_constant=no_constants, object_pairs_hook=no_duplicates)
     except (ValueError, RecursionError) as err:
-        raise PretrainedModelError(f"{path}: not valid JSON ({short_repr(str(err), 120)})") from None
+        # json's messages give a position, never the text; ours name the constant or the problem
+        detail = str(err).split(":")[0] if isinstance(err, json.JSONDecodeError) else str(err)
+        where = f", line {err.lineno} column {err.colno}" if isinstance(err, json.JSONDecodeError) else ""
+        raise PretrainedModelError(f"{path}: not valid JSON ({detail}{where})") from None
 
 
 def check_config(config: Any, path: Path) -> None:
@@ -271,7 +284,7 @@ def check_config(config: Any, path: Path) -> None:
         raise PretrainedModelError(f'{path}: not a fairseq-dense model config (no "format": "{FORMAT_NAME}")')
     version = config.get("format_version")
     if not _is_int(version):
-        c.fail("format_version", f"must be an integer, not {short_repr(version)}")
+        c.fail("format_version", f"must be an integer, not {describe(version)}")
     if version > FORMAT_VERSION:
         raise PretrainedModelError(
             f"{path}: format version {version} is newer than this fairseq-dense "
@@ -294,11 +307,13 @@ def check_config(config: Any, path: Path) -> None:
 
     arch = config["arch"]
     if not isinstance(arch, str) or arch not in dense_architectures():
-        fairseq_arch = isinstance(arch, str) and arch in ARCH_MODEL_REGISTRY
-        known = "a fairseq architecture, not one of fairseq-dense's" if fairseq_arch else "unknown"
+        if isinstance(arch, str) and arch in ARCH_MODEL_REGISTRY:  # a registry name: safe to spell out
+            known = f"fairseq's architecture '{arch}', not one of fairseq-dense's"
+        else:
+            version = "another" if config.get("package_version") != fairseq_dense.__version__ else "this"
+            known = f"{describe(arch)}, not a registered architecture; exported with {version} fairseq-dense version"
         raise PretrainedModelError(
-            f"{path}: key 'arch': unknown architecture {short_repr(arch)} ({known}; exported with fairseq-dense "
-            f"{short_repr(config.get('package_version', '?'), 20)}, this is fairseq-dense "
+            f"{path}: key 'arch': unknown architecture ({known}; this is fairseq-dense "
             f"{fairseq_dense.__version__}); only fairseq-dense's own architectures are loaded"
         )
     if "model_name" in config and config["model_name"] != ARCH_MODEL_NAME_REGISTRY[arch]:
@@ -307,6 +322,8 @@ def check_config(config: Any, path: Path) -> None:
     model = c.mapping("model", config["model"], declared)
     for key, value in model.items():
         c.typed(f"model.{key}", value, declared[key])
+        if POSITIVE_OPTION_RE.fullmatch(key):
+            c.positive(f"model.{key}", value)
 
     _check_task(c, config["task"], declared)
     task = config["task"]
@@ -317,17 +334,17 @@ def check_config(config: Any, path: Path) -> None:
         if entry["file"] != expected:
             c.fail(
                 f"dictionaries.{side}.file",
-                f"must be '{expected}' (dict.<{side} lang>.txt), not {short_repr(entry['file'])}",
+                f"must be '{expected}' (dict.<{side} lang>.txt), not {describe(entry['file'])}",
             )
         if not _is_int(entry["size"]) or not 4 <= entry["size"] <= MAX_DICTIONARY:
-            c.fail(f"dictionaries.{side}.size", f"must be a dictionary size, not {short_repr(entry['size'])}")
+            c.fail(f"dictionaries.{side}.size", f"must be a dictionary size, not {describe(entry['size'])}")
 
     if config.get("tokenizer") is not None:
         tok = c.mapping(
             "tokenizer", config["tokenizer"], ("_name", "source_lang", "target_lang", *MOSES_OPTIONS), ("_name",)
         )
         if tok["_name"] != "moses":
-            c.fail("tokenizer._name", f"must be 'moses' or the tokenizer null, not {short_repr(tok['_name'])}")
+            c.fail("tokenizer._name", f"must be 'moses' or the tokenizer null, not {describe(tok['_name'])}")
         for side in ("source_lang", "target_lang"):
             if side in tok:
                 c.match(f"tokenizer.{side}", tok[side], LANG_RE, "a language code")
@@ -337,16 +354,16 @@ def check_config(config: Any, path: Path) -> None:
     if config.get("bpe") is not None:
         bpe = c.mapping("bpe", config["bpe"], ("_name", "bpe_separator"), ("_name",))
         if bpe["_name"] != "subword_nmt":
-            c.fail("bpe._name", f"must be 'subword_nmt' or the bpe null, not {short_repr(bpe['_name'])}")
+            c.fail("bpe._name", f"must be 'subword_nmt' or the bpe null, not {describe(bpe['_name'])}")
         if "bpe_separator" in bpe:
             c.match("bpe.bpe_separator", bpe["bpe_separator"], BPE_SEPARATOR_RE, "a short separator such as '@@'")
     if not isinstance(config["weights_dtype"], str) or config["weights_dtype"] not in WEIGHTS_DTYPES:
-        c.fail("weights_dtype", f"must be one of {sorted(WEIGHTS_DTYPES)}, not {short_repr(config['weights_dtype'])}")
+        c.fail("weights_dtype", f"must be one of {sorted(WEIGHTS_DTYPES)}, not {describe(config['weights_dtype'])}")
 
 
 def _check_task(c: _Checker, task, declared: Dict[str, OptionType]) -> None:
     if not isinstance(task, dict):
-        c.fail("task", f"must be an object, not {short_repr(task)}")
+        c.fail("task", f"must be an object, not {describe(task)}")
     for key in task:
         if key in declared and key not in TASK_OPTIONS:
             c.fail(f"task.{key}", "is a model option: the task cannot set it")
@@ -356,9 +373,11 @@ def _check_task(c: _Checker, task, declared: Dict[str, OptionType]) -> None:
     name = task.get("_name", "translation")
     allowed = translation_tasks()
     if name not in allowed:
-        c.fail("task._name", f"must be one of {list(allowed)}, not {short_repr(name)}")
+        c.fail("task._name", f"must be one of {list(allowed)}, not {describe(name)}")
     for side in ("source_lang", "target_lang"):
-        c.match(f"task.{side}", task[side], LANG_RE, "a language code (letters, digits, '_', '-')")
+        c.match(f"task.{side}", task[side], LANG_RE, "a language code (letters, digits, '_', '-'; not '-' first)")
     for key, tp in TASK_OPTIONS.items():
         if key in task:
             c.typed(f"task.{key}", task[key], OptionType(tp.__name__))
+            if POSITIVE_OPTION_RE.fullmatch(key):
+                c.positive(f"task.{key}", task[key])

@@ -33,12 +33,14 @@ import math
 from typing import Any, Dict, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from fairseq import utils
 from fairseq.incremental_decoding_utils import with_incremental_state
 from fairseq.modules import FairseqDropout, LayerNorm
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
+from fairseq_dense.modules.low_precision import compute_dtype, layer_norm_keeping_dtype
+from fairseq_dense.modules.masked_attention import attend
 from fairseq_dense.modules.simplex import ON_SIMPLEX_ATTR, uniform_simplex
 
 #: ``param_group`` tag of kappa/alpha, read by ``--lr-scheduler grouped``
@@ -85,6 +87,9 @@ class BranchedAttention(nn.Module):
             each branch's output ``kappa_i (head_i W_i^O + b^O)`` before the residual sum,
             the Transformer's placement, an ``(M, T*B, C)`` tensor) or ``heads`` (on the
             heads before ``W_i^O``, a ``(T*B, C)`` tensor: cheaper, same expectation).
+        recompute: while training, recompute the branch outputs, residual sums ``u_i`` and
+            their layer norm in the backward pass (``torch.utils.checkpoint``) rather than
+            keep ``u`` and the dropout mask, two ``(M, T*B, C)`` tensors, for it.
     """
 
     def __init__(
@@ -107,6 +112,7 @@ class BranchedAttention(nn.Module):
         random_seed: int = 1,
         init: str = "transformer",
         residual_dropout: str = "outputs",
+        recompute: bool = False,
     ):
         super().__init__()
         if num_branches < 1 or num_heads % num_branches or embed_dim % num_heads:
@@ -123,12 +129,12 @@ class BranchedAttention(nn.Module):
         kdim = kdim or embed_dim
         self.embed_dim, self.num_heads, self.num_branches = C, num_heads, M
         self.head_dim = C // num_heads
-        self.scaling = self.head_dim**-0.5
         self.self_attention = self_attention
         self.normalize_before = normalize_before
         self.inference_weights = inference_weights
         self.random_seed = random_seed
         self.drop_outputs = residual_dropout == "outputs"
+        self.recompute = recompute
 
         self.q_proj = nn.Linear(C, C)
         self.k_proj = nn.Linear(kdim, C)
@@ -206,6 +212,7 @@ class BranchedAttention(nn.Module):
     def _kv(self, kv_in: Tensor) -> Tuple[Tensor, Tensor]:
         """``(S, B, kdim)`` -> keys and values ``(B, H, S, d_head)``."""
         S, B, _ = kv_in.shape
+        kv_in = kv_in.to(compute_dtype(kv_in))  # one cast for both projections
         k = self.k_proj(kv_in).view(S, B, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
         v = self.v_proj(kv_in).view(S, B, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
         return k, v
@@ -251,25 +258,6 @@ class BranchedAttention(nn.Module):
             self.set_incremental_state(incremental_state, "attn_state", state)
         return incremental_state
 
-    def _attend(self, q, k, v, attn_mask, key_padding_mask, need_weights):
-        """``(B, H, T, d)`` attention; weights ``(H, B, T, S)`` only if asked for."""
-        mask = None
-        if attn_mask is not None:
-            mask = attn_mask.to(q.dtype).view(1, 1, *attn_mask.shape[-2:])
-        if key_padding_mask is not None:
-            pad = key_padding_mask.view(key_padding_mask.size(0), 1, 1, -1).to(torch.bool)
-            pad = torch.zeros(pad.shape, dtype=q.dtype, device=q.device).masked_fill(pad, float("-inf"))
-            mask = pad if mask is None else mask + pad
-        p = self.attention_dropout if self.training else 0.0
-        if not need_weights:
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p), None
-        scores = torch.matmul(q * self.scaling, k.transpose(-1, -2))
-        if mask is not None:
-            scores = scores + mask
-        probs = utils.softmax(scores, dim=-1).type_as(q)
-        out = torch.matmul(F.dropout(probs, p=p, training=self.training), v)
-        return out, probs.transpose(0, 1)
-
     # -------------------------------------------------------------------- forward
     def forward(
         self,
@@ -279,6 +267,7 @@ class BranchedAttention(nn.Module):
         attn_mask: Optional[Tensor] = None,
         incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
         need_weights: bool = False,
+        is_causal: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]:
         """Run the block.
 
@@ -286,7 +275,9 @@ class BranchedAttention(nn.Module):
             x: ``(T, B, C)`` input (queries; also keys/values for self-attention).
             key: ``(S, B, kdim)`` encoder states for encoder-decoder attention.
             key_padding_mask: ``(B, S)`` True at padded keys.
-            attn_mask: ``(T, S)`` additive mask (e.g. the causal ``-inf`` mask).
+            attn_mask: ``(T, S)`` additive (float) or boolean (True: attend) mask.
+            is_causal: ``attn_mask`` is the causal mask (``T == S``; fairseq's future mask):
+                it is then replaced by SDPA's ``is_causal`` or a boolean mask.
             incremental_state: decoding cache (one step of ``x`` at a time).
             need_weights: also return attention probabilities.
 
@@ -297,22 +288,32 @@ class BranchedAttention(nn.Module):
         T, B, C = x.shape
         M = self.num_branches
         residual = x
-        h = self.attn_layer_norm(x) if self.normalize_before else x
+        low = compute_dtype(x)
+        # cast once here for q, k and v (autocast would cast h once per projection)
+        h = (self.attn_layer_norm(x) if self.normalize_before else x).to(low)
         k, v, kpm = self._cached_kv(h, key, key_padding_mask, incremental_state)
         q = self.q_proj(h).view(T, B, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
-        o, probs = self._attend(q, k, v, attn_mask, kpm, need_weights)
+        o, probs = attend(
+            q,
+            k,
+            v,
+            attn_mask,
+            kpm,
+            dropout_p=self.attention_dropout if self.training else 0.0,
+            need_weights=need_weights,
+            is_causal=is_causal and incremental_state is None,
+        )
         N = T * B
         # (B, H, T, d) -> (T, B, H, d) -> (N, M, C/M): heads grouped by branch
         o = o.permute(2, 0, 1, 3).reshape(N, M, C // M)
         if not self.drop_outputs:
             o = self.dropout_module(o)
+        # None: fixed to 1 (Table 3), the parameters are then used unscaled
         kappa = self.branch_weights("kappa")
         alpha = self.branch_weights("alpha")
-        if kappa is None or alpha is None:  # fixed to 1 (Table 3)
-            ones = torch.ones(M, dtype=x.dtype, device=x.device)
-        kappa = ones if kappa is None else kappa.to(x.dtype)
-        alpha = ones if alpha is None else alpha.to(x.dtype)
-        res, f = self._branches(residual.reshape(N, C), o, kappa, alpha)
+        kappa = None if kappa is None else kappa.to(x.dtype)
+        alpha = None if alpha is None else alpha.to(x.dtype)
+        res, f = self._branches(residual.reshape(N, C), o, kappa, alpha, low)
         # y = sum_i alpha_i u_i + dropout(sum_i alpha_i FFN_i(u_i))
         y = res + self.dropout_module(f)
         if not self.normalize_before:
@@ -320,10 +321,13 @@ class BranchedAttention(nn.Module):
         return y.view(T, B, C), probs
 
     # ------------------------------------------------------------ the M branches
-    def _scaled_weights(self, kappa: Tensor, alpha: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    def _scaled_weights(
+        self, kappa: Optional[Tensor], alpha: Optional[Tensor]
+    ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         """``kappa_i W_i^O``, ``kappa_i b^O``, ``alpha_i W2_i`` (flattened), ``sum(alpha) b^2``.
 
-        Weight-sized products: recomputed every call while training (they carry the
+        A weight fixed to 1 (None) leaves the parameters as they are (views, no copy for
+        backward to keep). Weight-sized products: recomputed every call while training (they carry the
         gradients of kappa and alpha); cached in eval mode without autograd, where an
         incremental decoding step would otherwise redo them for a handful of tokens.
         The cache is keyed on the tensors' storage and version (in-place updates of
@@ -333,47 +337,85 @@ class BranchedAttention(nn.Module):
         cache_key = None
         if not self.training and not torch.is_grad_enabled():
             tensors = (self.out_weight, self.out_bias, self.fc2_weight, self.fc2_bias, kappa, alpha)
-            cache_key = tuple((t.data_ptr(), t._version, t.dtype) for t in tensors)
+            cache_key = tuple(None if t is None else (t.data_ptr(), t._version, t.dtype) for t in tensors)
             hit = self._inference_cache.get("scaled")
             if hit is not None and hit[0] == cache_key:
                 return hit[1]
-        out = (
-            self.out_weight * kappa.view(M, 1, 1),
-            self.out_bias.view(1, 1, C) * kappa.view(M, 1, 1),
-            (self.fc2_weight * alpha.view(M, 1, 1)).reshape(-1, C),
-            self.fc2_bias * alpha.sum(),
-        )
+        w_out, b_out = self.out_weight, self.out_bias.view(1, 1, C)
+        if kappa is not None:
+            w_out, b_out = w_out * kappa.view(M, 1, 1), b_out * kappa.view(M, 1, 1)
+        w2, b2 = self.fc2_weight, self.fc2_bias * M
+        if alpha is not None:
+            w2, b2 = w2 * alpha.view(M, 1, 1), self.fc2_bias * alpha.sum()
+        out = (w_out, b_out, w2.reshape(-1, C), b2)
         if cache_key is not None:
             self._inference_cache["scaled"] = (cache_key, out)
         return out
 
-    def _branches(self, x: Tensor, o: Tensor, kappa: Tensor, alpha: Tensor):
+    @staticmethod
+    def _mix(alpha: Optional[Tensor], u: Tensor) -> Tensor:
+        """``sum_i alpha_i u_i`` of an ``(M, N, C)`` tensor (alpha None: all 1)."""
+        M, N, C = u.shape
+        return u.sum(0) if alpha is None else torch.mm(alpha.view(1, M), u.reshape(M, N * C)).view(N, C)
+
+    def _drop_branches(self, hbar: Tensor) -> Tensor:
+        """Residual dropout of the ``(M, N, C)`` branch outputs by ``native_dropout``, the
+        kernel ``F.dropout`` runs on GPUs: it keeps a boolean mask for backward on every
+        device (``F.dropout`` on the CPU keeps a mask in the tensor's own dtype)."""
+        d = self.dropout_module
+        if d.p > 0 and (self.training or d.apply_during_inference):
+            return torch.native_dropout(hbar, d.p, True)[0]
+        return hbar
+
+    def _branches(self, x: Tensor, o: Tensor, kappa: Optional[Tensor], alpha: Optional[Tensor], low: torch.dtype):
         """Eq. 6-7 for all branches at once; ``u_i`` is an ``(M, N, C)`` tensor.
 
         kappa scales the (small) output-projection weights rather than the
         activations, and alpha the second FFN matrices, so that
         ``sum_i alpha_i FFN_i(u_i)`` is a single ``(N, d_ff) x (d_ff, C)`` product.
 
+        The ``(M, N, C)`` tensors are held in ``low`` (the autocast dtype under
+        autocast); the activation is applied after the ``(M, N, d_ff/M) -> (N, d_ff)``
+        transpose, so that backward keeps one ``(N, d_ff)`` tensor, not two.
+
         Args:
             x: ``(N, C)`` residual input; o: ``(N, M, C/M)`` heads (dropped out unless
                 the dropout acts on the branch outputs).
+            kappa, alpha: ``(M,)`` branch weights, None when fixed to 1.
+            low: dtype of the branch tensors.
 
         Returns:
             ``(sum_i alpha_i u_i, sum_i alpha_i FFN_i(u_i))``, both ``(N, C)``.
         """
+        N = x.size(0)
+        w_out, b_out, w2, b2 = self._scaled_weights(kappa, alpha)
+        args = (x, o, w_out, b_out, alpha, low)
+        if self.recompute and self.training and torch.is_grad_enabled():
+            res, f = checkpoint(self._residual_sums, *args, use_reentrant=False)
+        else:
+            res, f = self._residual_sums(*args)
+        f = torch.baddbmm(self.fc1_bias, f, self.fc1_weight)  # (M, N, d_ff/M)
+        f = self.activation_fn(f.transpose(0, 1).reshape(N, -1))  # (N, d_ff), branch-major columns
+        f = self.activation_dropout_module(f)
+        # sum_i alpha_i FFN_i(u_i) as one (N, d_ff) x (d_ff, C) product
+        return res, torch.addmm(b2, f, w2)
+
+    def _residual_sums(self, x: Tensor, o: Tensor, w_out: Tensor, b_out: Tensor, alpha: Optional[Tensor], low):
+        """``(sum_i alpha_i u_i, FFN input)``: the branch outputs, their residual sums ``u_i``
+        (normalised when post-norm) and the FFN input (``u_i``, or ``LN_f(u_i)`` when pre-norm)."""
         N, C = x.shape
         M = self.num_branches
-        w_out, b_out, w2, b2 = self._scaled_weights(kappa, alpha)
-        # u_i = x + kappa_i (head_i W_i^O + b^O)                         (M, N, C)
+        # kappa_i (head_i W_i^O + b^O)                                    (M, N, C)
+        hbar = torch.baddbmm(b_out, o.transpose(0, 1), w_out)
         if self.drop_outputs:
-            u = x.view(1, N, C) + self.dropout_module(torch.baddbmm(b_out, o.transpose(0, 1), w_out))
+            hbar = self._drop_branches(hbar)
+        u = (x.view(1, N, C) + hbar).to(low)  # u_i = x + hbar_i, rounded once
+        if self.normalize_before:
+            # sum_i alpha_i u_i = sum(alpha) x + sum_i alpha_i hbar_i: the residual stream
+            # stays in x's dtype
+            res = x * (M if alpha is None else alpha.sum()) + self._mix(alpha, hbar)
+            f = layer_norm_keeping_dtype(self.final_layer_norm, u)
         else:
-            u = torch.baddbmm(x.view(1, N, C) + b_out, o.transpose(0, 1), w_out)
-        if not self.normalize_before:
-            u = self.attn_layer_norm(u)
-        f = self.final_layer_norm(u) if self.normalize_before else u
-        f = self.activation_fn(torch.baddbmm(self.fc1_bias, f, self.fc1_weight))  # (M, N, d_ff/M)
-        f = self.activation_dropout_module(f).transpose(0, 1)
-        res = torch.mm(alpha.view(1, M), u.reshape(M, N * C)).view(N, C)
-        # sum_i alpha_i FFN_i(u_i) as one (N, d_ff) x (d_ff, C) product
-        return res, torch.addmm(b2, f.reshape(N, -1), w2)
+            u = f = layer_norm_keeping_dtype(self.attn_layer_norm, u)
+            res = self._mix(alpha, u)
+        return res, f

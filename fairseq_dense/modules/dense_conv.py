@@ -5,13 +5,18 @@ DenseNMT (Shen et al. 2018, https://arxiv.org/abs/1806.00722, Eq. 6-7) feeds lay
 copies every earlier feature again for every layer and keeps each copy alive for
 the backward pass: quadratic traffic and memory in the depth.
 
-Here every feature is written once into a preallocated *channel-major* buffer of
-shape ``(channels, pad_left + time + pad_right, batch)``. A prefix (or any row
-range) of such a buffer is itself a strided matrix ``(C, T*B)``, so a 1-D
-convolution of kernel ``k`` over it is ``k`` GEMMs ``W_j^T @ X[:, j:j+T]`` that read
-the buffer in place (BLAS takes the row stride): no copy of earlier features and
-nothing but views saved for backward. A small autograd function routes the
-gradient of a row range back to the features that were written into it.
+Here every feature is written once into a buffer preallocated once per dense block,
+*channel-major*, of shape ``(channels, pad_left + time + pad_right, batch)``. A
+prefix (or any row range) of such a buffer, permuted to ``(time, batch, channels)``,
+is a strided matrix ``(T*B, C)`` that ``torch.conv_tbc`` (fairseq's ``ConvTBC``)
+reads in place: no copy of earlier features, and nothing but a view saved for
+backward. A small autograd function routes the gradient of a row range back to the
+features that were written into it.
+
+Mixed precision: ``conv_tbc`` and ``mm`` have autocast rules, so the convolutions
+and linear maps run in the low precision under ``torch.autocast``; the buffer is
+then allocated in the autocast dtype, so that features are cast once, when written,
+rather than once per later layer that reads them.
 """
 
 import math
@@ -24,10 +29,11 @@ from torch import Tensor
 from torch.nn.utils.parametrizations import weight_norm
 
 from fairseq_dense.modules.inference_weights import CachedLinear, CachedLinearizedConvolution
+from fairseq_dense.modules.low_precision import compute_dtype
 
 
 class _BufferRows(torch.autograd.Function):
-    """Autograd view of rows ``[start, end)`` of a :class:`FeatureBuffer`.
+    """Autograd view of rows ``[start, end)``, frames ``[first, last)`` of a :class:`FeatureBuffer`.
 
     Forward returns the rows as a view of the buffer's storage (no copy);
     backward hands each feature that lives in those rows its slice of the
@@ -35,18 +41,18 @@ class _BufferRows(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, buffer: "FeatureBuffer", start: int, end: int, *features: Tensor) -> Tensor:
+    def forward(ctx, buffer: "FeatureBuffer", start: int, end: int, first: int, last: int, *features: Tensor):
         ctx.slices = [(o - start, f.size(0)) for o, f in zip(buffer.offsets_in(start, end), features)]
-        ctx.time = (buffer.pad_left, buffer.time)
+        ctx.time = (buffer.pad_left - first, buffer.time)
         # ``.data`` gives a fresh version counter: later writes of new features
         # into other rows must not invalidate views saved by earlier layers.
-        return buffer.data.data[start:end]
+        return buffer.data.data[start:end, first:last]
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         p, t = ctx.time
         grads = [grad[o : o + c, p : p + t] for o, c in ctx.slices]
-        return (None, None, None, *grads)
+        return (None, None, None, None, None, *grads)
 
 
 class FeatureBuffer:
@@ -58,13 +64,14 @@ class FeatureBuffer:
         batch: batch size ``B``.
         pad_left: zero frames before the sequence (convolution padding).
         pad_right: zero frames after the sequence.
-        like: tensor giving dtype and device.
+        like: tensor giving device and dtype (the autocast dtype when autocast is on,
+            see :func:`compute_dtype`).
 
     ``data`` has shape ``(capacity, pad_left + T + pad_right, batch)``.
     """
 
     def __init__(self, capacity: int, time: int, batch: int, pad_left: int, pad_right: int, like: Tensor):
-        self.data = like.new_zeros(capacity, pad_left + time + pad_right, batch)
+        self.data = like.new_zeros(capacity, pad_left + time + pad_right, batch, dtype=compute_dtype(like))
         self.pad_left = pad_left
         self.time = time
         self.width = 0
@@ -72,7 +79,7 @@ class FeatureBuffer:
         self.offsets: List[int] = []
 
     def append(self, feature: Tensor) -> None:
-        """Write a ``(C, T, B)`` feature into the next free rows."""
+        """Write a ``(C, T, B)`` feature into the next free rows (cast to the buffer's dtype)."""
         c = feature.size(0)
         if self.width + c > self.data.size(0):
             raise RuntimeError(f"feature buffer overflow: {self.width} + {c} > {self.data.size(0)}")
@@ -83,67 +90,40 @@ class FeatureBuffer:
         self.width += c
 
     def offsets_in(self, start: int, end: int) -> List[int]:
+        """Offsets of the features that lie in rows ``[start, end)``."""
         return [o for o, f in zip(self.offsets, self.features) if o >= start and o + f.size(0) <= end]
 
-    def rows(self, start: int = 0, end: Optional[int] = None) -> Tensor:
-        """Rows ``[start, end)`` (default: all written rows) with time padding, ``(C, T_pad, B)``.
+    def rows(self, start: int = 0, end: Optional[int] = None, first: int = 0, last: Optional[int] = None) -> Tensor:
+        """Rows ``[start, end)`` (default: all written rows), frames ``[first, last)`` (default:
+        all, time padding included): ``(C, last - first, B)``.
 
-        ``start``/``end`` must fall on feature boundaries.
+        ``start``/``end`` must fall on feature boundaries; the frames must cover the
+        sequence (``first <= pad_left``, ``last >= pad_left + time``).
         """
         end = self.width if end is None else end
+        last = self.data.size(1) if last is None else last
         inside = [f for o, f in zip(self.offsets, self.features) if o >= start and o + f.size(0) <= end]
         if sum(f.size(0) for f in inside) != end - start:
             raise ValueError(f"rows [{start}, {end}) do not fall on feature boundaries {self.offsets}")
-        return _BufferRows.apply(self, start, end, *inside)
+        if not 0 <= first <= self.pad_left or not self.pad_left + self.time <= last <= self.data.size(1):
+            raise ValueError(f"frames [{first}, {last}) do not cover the sequence of the buffer")
+        return _BufferRows.apply(self, start, end, first, last, *inside)
+
+    def conv_input(self, kernel_size: int, left: int, start: int = 0, end: Optional[int] = None) -> Tensor:
+        """The rows a convolution of ``kernel_size`` reads, from frame ``left`` on:
+        ``(C, T + kernel_size - 1, B)``, for :func:`conv_rows` with ``left=0``."""
+        return self.rows(start, end, left, left + self.time + kernel_size - 1)
 
     def center(self, rows: Tensor) -> Tensor:
-        """Drop the time padding of a :meth:`rows` result: ``(C, T, B)``."""
+        """Drop the time padding of a :meth:`rows` result (all frames): ``(C, T, B)``."""
         return rows[:, self.pad_left : self.pad_left + self.time]
 
 
-class _ConvRows(torch.autograd.Function):
-    """``k`` GEMMs over shifted views; backward fills one input-gradient tensor.
-
-    Letting autograd differentiate the ``k`` slices would allocate a zero tensor of
-    the whole (growing) input for every tap; here each tap adds into a single one.
-    """
-
-    @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, time: int, left: int) -> Tensor:
-        k, c, o = weight.shape
-        b = x.size(2)
-        out = bias.unsqueeze(1).expand(o, time * b).contiguous()
-        for j in range(k):
-            xj = x[:, left + j : left + j + time].reshape(c, time * b)  # a strided view, no copy
-            out.addmm_(weight[j].t(), xj)
-        ctx.save_for_backward(x, weight)
-        ctx.geometry = (time, left)
-        return out.view(o, time, b)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad: Tensor):
-        x, weight = ctx.saved_tensors
-        time, left = ctx.geometry
-        k, c, o = weight.shape
-        b = x.size(2)
-        g = grad.reshape(o, time * b)
-        grad_x = grad_w = grad_b = None
-        if ctx.needs_input_grad[0]:
-            grad_x = x.new_zeros(x.shape)
-            for j in range(k):
-                grad_x[:, left + j : left + j + time].view(c, time * b).addmm_(weight[j], g)
-        if ctx.needs_input_grad[1]:
-            grad_w = torch.stack(
-                [torch.mm(x[:, left + j : left + j + time].reshape(c, time * b), g.t()) for j in range(k)]
-            )
-        if ctx.needs_input_grad[2]:
-            grad_b = g.sum(dim=1)
-        return grad_x, grad_w, grad_b, None, None
-
-
 def conv_rows(x: Tensor, weight: Tensor, bias: Tensor, time: int, left: int) -> Tensor:
-    """1-D convolution over a channel-major, time-padded view, as ``k`` GEMMs.
+    """1-D convolution over a channel-major, time-padded view, by ``torch.conv_tbc``.
+
+    ``conv_tbc`` reads the view in place (a strided ``(T*B, C)`` matrix per tap) and
+    has an autocast rule: it runs in the low precision under ``torch.autocast``.
 
     Args:
         x: ``(C, T_pad, B)`` input (e.g. :meth:`FeatureBuffer.rows`).
@@ -151,20 +131,23 @@ def conv_rows(x: Tensor, weight: Tensor, bias: Tensor, time: int, left: int) -> 
         bias: ``(O,)``.
         time: number of output frames ``T``.
         left: first input frame read by output frame 0 (buffer padding minus the
-            layer's own left padding).
+            layer's own left padding; 0 with :meth:`FeatureBuffer.conv_input`).
 
     Returns:
         ``(O, T, B)``; output frame ``t`` is ``bias + sum_j W_j^T x[:, left + t + j]``.
     """
-    return _ConvRows.apply(x, weight, bias, time, left)
+    k = weight.size(0)
+    if left or x.size(1) != time + k - 1:
+        x = x[:, left : left + time + k - 1]
+    y = torch.conv_tbc(x.permute(1, 2, 0), weight, bias, 0)  # C x T' x B -> T' x B x C -> T x B x O
+    return y.permute(2, 0, 1)  # T x B x O -> O x T x B
 
 
 def linear_rows(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
     """Position-wise linear map of a channel-major ``(C, T, B)`` tensor -> ``(O, T, B)``."""
     c, t, b = x.shape
-    y = torch.mm(weight, x.reshape(c, t * b))
-    if bias is not None:
-        y = y + bias.unsqueeze(1)
+    x = x.reshape(c, t * b)  # a view for rows of a FeatureBuffer
+    y = torch.mm(weight, x) if bias is None else torch.addmm(bias.unsqueeze(1), weight, x)
     return y.view(-1, t, b)
 
 

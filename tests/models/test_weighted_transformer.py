@@ -39,7 +39,7 @@ TINY = [
 
 
 # Most tests here are about kappa and alpha, so they build the paper's form, with the branch
-# weights learned; the default (both fixed to 1) has its own tests (test_default_fixes_the_branch_weights).
+# weights learned; tiny's default (both fixed to 1) has its own tests (test_default_fixes_the_branch_weights).
 LEARNED = "--learned-branch-weights"
 
 
@@ -160,7 +160,8 @@ def test_ablation_flags():
 
 
 def test_default_fixes_the_branch_weights():
-    """kappa and alpha are fixed to 1 by default (measured: docs/weighted_transformer.md);
+    """weighted_transformer_tiny (like _small) fixes kappa and alpha to 1 by default (measured:
+    docs/weighted_transformer.md; the paper presets learn them, tests/test_paper_presets.py);
     --learned-branch-weights learns both (the paper), --fixed-kappa / --fixed-alpha fix one."""
 
     def learned(*flags):

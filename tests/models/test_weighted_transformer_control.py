@@ -1,6 +1,6 @@
 """Control of the Weighted Transformer: one branch is the Transformer it modifies.
 
-With M = 1 branch per block, kappa = alpha = 1 (fixed, the default, or learned on the
+With M = 1 branch per block, kappa = alpha = 1 (fixed with ``--fixed-kappa --fixed-alpha``, or learned on the
 one-point simplex with ``--learned-branch-weights``), Eq. 5-7 reduce to the post-norm Transformer layer:
 ``u = LN(x + attn(x) W^O + b^O)``, ``y = LN(u + FFN(u))``. Given the Transformer's
 weights (the branched block stores ``W^O``, ``W1`` and ``W2`` transposed, as
@@ -83,7 +83,9 @@ def copy_transformer_into(weighted, base) -> None:
     assert set(own) - copied <= {n for n in own if n.endswith((".kappa", ".alpha"))}
 
 
-@pytest.mark.parametrize("flags", [["--learned-branch-weights"], []], ids=["simplex", "fixed"])
+@pytest.mark.parametrize(
+    "flags", [["--learned-branch-weights"], ["--fixed-kappa", "--fixed-alpha"]], ids=["simplex", "fixed"]
+)
 def test_one_branch_is_the_transformer(flags):
     torch.manual_seed(0)
     base, d = build("transformer", "translation")
@@ -93,7 +95,7 @@ def test_one_branch_is_the_transformer(flags):
     for name, w in weighted.branch_weights().items():  # one-point simplex
         assert w.tolist() == [1.0], name
     assert sum(p.numel() for p in weighted.parameters()) == sum(p.numel() for p in base.parameters()) + (
-        2 * 4 if flags else 0
+        2 * 4 if "--learned-branch-weights" in flags else 0
     )  # kappa and alpha per block, 4 blocks
     copy_transformer_into(weighted, base)
     sample = helpers.make_sample(d)

@@ -203,7 +203,7 @@ class DenseNMTDecoder(IncrementalDecoder):
                 for li in block:
                     i, conv = next(convs)
                     k = self.kernel_sizes[li]
-                    z = glu_rows(conv_rows(buf.rows(), conv.weight, conv.bias, t, p - (k - 1)))
+                    z = glu_rows(conv_rows(buf.conv_input(k, p - (k - 1)), conv.weight, conv.bias, t, 0))
                     a, attn = self._attend(i, z.permute(2, 1, 0), keys, values, mask)
                     attn_sum = attn if attn_sum is None else attn_sum + attn
                     buf.append(self.dropout_module(z))
@@ -220,8 +220,8 @@ class DenseNMTDecoder(IncrementalDecoder):
             buf.append(x)
             for i, conv in enumerate(self.convs):
                 k = self.kernel_sizes[i]
-                inp = self.dropout_module(buf.rows(start, buf.width))
-                z = glu_rows(conv_rows(inp, conv.weight, conv.bias, t, p - (k - 1)))
+                inp = self.dropout_module(buf.conv_input(k, p - (k - 1), start, buf.width))
+                z = glu_rows(conv_rows(inp, conv.weight, conv.bias, t, 0))
                 a, attn = self._attend(i, z.permute(2, 1, 0), keys, values, mask)
                 attn_sum = attn if attn_sum is None else attn_sum + attn
                 y = (z + self.attn_out_projs[i](a).permute(2, 1, 0)) * math.sqrt(0.5)

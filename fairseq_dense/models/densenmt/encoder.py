@@ -153,8 +153,8 @@ class DenseNMTEncoder(Encoder):
             buf.append(x)
             start = self.embed_dim
             for conv, k in zip(self.convs, self.kernel_sizes):
-                inp = self.dropout_module(buf.rows(start, buf.width))
-                y = glu_rows(conv_rows(inp, conv.weight, conv.bias, t, plen - (k - 1) // 2))
+                inp = self.dropout_module(buf.conv_input(k, plen - (k - 1) // 2, start, buf.width))
+                y = glu_rows(conv_rows(inp, conv.weight, conv.bias, t, 0))
                 x = (y + x) * math.sqrt(0.5) * keep
                 start = buf.width
                 buf.append(x)
@@ -180,11 +180,12 @@ class DenseNMTEncoder(Encoder):
         for bi, block in enumerate(self.blocks):
             buf = FeatureBuffer(self.block_widths[bi], t, bsz, self.pad_left, self.pad_right, x0)
             buf.append(first)
+            keep_buf = keep.to(buf.data.dtype)  # features stay in the buffer's (autocast) dtype
             for i in block:
                 conv, k = next(convs), self.kernel_sizes[i]
-                y = glu_rows(conv_rows(buf.rows(), conv.weight, conv.bias, t, self.pad_left - (k - 1) // 2))
-                buf.append(self.dropout_module(y * keep))
+                y = glu_rows(conv_rows(buf.conv_input(k, self.pad_left - (k - 1) // 2), conv.weight, conv.bias, t, 0))
+                buf.append(self.dropout_module(y * keep_buf))
             if bi < len(self.blocks) - 1:
                 s = self.summaries[bi]
-                first = linear_rows(buf.center(buf.rows()), s.weight, s.bias) * keep
+                first = linear_rows(buf.center(buf.rows()), s.weight, s.bias) * keep_buf
         return buf

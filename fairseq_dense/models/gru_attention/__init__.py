@@ -1,4 +1,4 @@
-"""Attentional GRU baseline (Bahdanau et al. 2014; Yin & Zhang report)."""
+"""Attentional GRU baseline (Bahdanau et al. 2014; Yin & Hu report)."""
 
 from fairseq_dense.models.gru_attention.config import GRUAttentionConfig  # noqa: F401
 from fairseq_dense.models.gru_attention.decoder import GRUAttentionDecoder  # noqa: F401

@@ -12,7 +12,7 @@ from fairseq_dense.modules.encoder_decoder import IncrementalDecoder
 
 
 class GRUAttentionDecoder(IncrementalDecoder):
-    """Attentional GRU decoder (Yin & Zhang report, Eq. 1-2; Bahdanau et al. 2014).
+    """Attentional GRU decoder (Yin & Hu report, Eq. 1-2; Bahdanau et al. 2014).
 
     ``s_t = GRU([c_{t-1}; y_{t-1}], s_{t-1})``; ``c_t`` attends with ``s_t`` over all
     source annotations; ``m_t = tanh(W1 [c_t; s_t] + b1)``; dropout on ``m_t``; then

@@ -49,21 +49,25 @@ class WeightedTransformerConfig(FairseqDataclass):
         default=False,
         metadata={"help": "do not project kappa/alpha onto the simplex (Table 3 ablation)"},
     )
-    learned_branch_weights: bool = field(
-        default=False,
+    # None: not given; the architecture decides (True for the paper's configurations, False for the
+    # CPU-sized weighted_transformer_small / _tiny). Configurations saved between issue 28 (fixed
+    # weights for every preset) and this change hold an explicit False: their weights stay fixed.
+    learned_branch_weights: Optional[bool] = field(
+        default=None,
         metadata={
-            "help": "learn kappa and alpha on the simplex, as the paper does (the default fixes both "
-            "to 1, by measurement: docs/weighted_transformer.md); with it, --fixed-kappa or "
-            "--fixed-alpha fixes one of them"
+            "help": "learn kappa and alpha on the simplex, as the paper does: the default of the paper's "
+            "configurations (weighted_transformer, _a, _b, _c, _n4, _n8); weighted_transformer_small and "
+            "_tiny fix both to 1 unless given (measured better at CPU size: docs/weighted_transformer.md). "
+            "--fixed-kappa / --fixed-alpha fix one or both to 1 (Table 3)"
         },
     )
-    # None: not given, the default (fixed unless --learned-branch-weights). Configurations saved
-    # before fixed weights became the default hold an explicit False: their weights stay learned.
+    # None: not given (learned_branch_weights decides). Configurations saved before issue 28 hold an
+    # explicit False and no learned_branch_weights: their weights stay learned.
     fixed_kappa: Optional[bool] = field(
-        default=None, metadata={"help": "kappa fixed to 1, not learned (Table 3 ablation; the default)"}
+        default=None, metadata={"help": "kappa fixed to 1, not learned (Table 3 ablation)"}
     )
     fixed_alpha: Optional[bool] = field(
-        default=None, metadata={"help": "alpha fixed to 1, not learned (Table 3 ablation; the default)"}
+        default=None, metadata={"help": "alpha fixed to 1, not learned (Table 3 ablation)"}
     )
     branch_weights_at_inference: INFERENCE_WEIGHT_CHOICES = field(
         default="learned",
@@ -90,5 +94,13 @@ class WeightedTransformerConfig(FairseqDataclass):
             "branch's output kappa_i (head_i W_i^O + b^O) before the residual sum (the Transformer's "
             "placement; M times the tensor), or 'heads', on the attention heads before W_i^O (one "
             "(T*B, C) tensor: cheaper, same expectation)"
+        },
+    )
+    branch_recompute: bool = field(
+        default=False,
+        metadata={
+            "help": "recompute each block's branch outputs, residual sums and their layer norm in "
+            "the backward pass instead of keeping the (M, T*B, C) residual sums and dropout masks "
+            "(less activation memory, one more W^O product per block)"
         },
     )

@@ -26,6 +26,7 @@ class BranchOptions:
     random_seed: int = 1
     init: str = "transformer"
     residual_dropout: str = "outputs"
+    recompute: bool = False
 
     def block_kwargs(self, cfg, side: str) -> dict:
         """Keyword arguments of a branched block on ``side`` (``"encoder"``/``"decoder"``), all but its seed."""
@@ -46,6 +47,7 @@ class BranchOptions:
             inference_weights=self.inference_weights,
             init=self.init,
             residual_dropout=self.residual_dropout,
+            recompute=self.recompute,
         )
 
 

@@ -1,0 +1,28 @@
+"""Helpers for modules that keep their activations in autocast's low precision."""
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def compute_dtype(like: Tensor) -> torch.dtype:
+    """The dtype matrix products on ``like`` run in: autocast's when it is on for its device."""
+    device = like.device.type
+    if like.is_floating_point() and torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return like.dtype
+
+
+def layer_norm_keeping_dtype(ln: nn.Module, u: Tensor) -> Tensor:
+    """Layer norm ``ln`` (a ``LayerNorm`` module) whose output, and the input it keeps for
+    backward, stay in ``u``'s dtype.
+
+    Under autocast ``layer_norm`` runs in float32: it would keep a float32 copy of a
+    low-precision ``u`` for backward and return a float32 tensor that the next matrix
+    products cast back. Here a low-precision ``u`` is normalised by the same kernel
+    (statistics in float32) with autocast off.
+    """
+    if u.dtype == ln.weight.dtype:
+        return ln(u)
+    with torch.autocast(u.device.type, enabled=False):
+        return F.layer_norm(u, (u.size(-1),), ln.weight.to(u.dtype), ln.bias.to(u.dtype), ln.eps)
