@@ -161,7 +161,8 @@ def plot_loss_curves(
         ax.set_ylabel("loss (base 2)")
         ax.set_title(name)
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.lines:  # a log without validation lines leaves its panel empty: no legend to draw
+            ax.legend()
     if title:
         fig.suptitle(title)
     fig.tight_layout()
