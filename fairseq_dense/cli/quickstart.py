@@ -257,9 +257,8 @@ def main(argv=None) -> int:
     total = time.time() - start
 
     print()
-    print(
-        f"Test BLEU ({name}, {src}->{tgt}, beam {args.beam}, {budget.describe()} each, same batches for every model):"
-    )
+    same = ", the same batches for every model" if budget.updates else ""
+    print(f"Test BLEU ({name}, {src}->{tgt}, beam {args.beam}, {budget.describe()} each{same}):")
     print(table(results))
     print(f"sacreBLEU signature: {next((r.signature for r in results if r.signature), '-')}")
     print("(valid loss: label-smoothed cross-entropy of checkpoint_best, base 2; target tokens/s: training speed)")

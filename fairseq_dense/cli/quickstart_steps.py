@@ -38,8 +38,8 @@ class Budget:
     minutes: Optional[float] = None
 
     def describe(self) -> str:
-        """``"1600 updates"`` or ``"6 min of training"``."""
-        return f"{self.updates} updates" if self.updates else f"{self.minutes:g} min of training"
+        """``"1600 updates"`` or ``"6 minutes"`` (of training)."""
+        return f"{self.updates} updates" if self.updates else f"{self.minutes:g} minutes"
 
     def fairseq_args(self) -> List[str]:
         """The ``fairseq-train`` stopping rule."""
