@@ -1,8 +1,11 @@
 # Two commands set up and run everything:
 #   make quickstart   train + evaluate a small model on real data (the Tatoeba De-En split bundled
-#                     in fairseq_dense/data/tatoeba-deu-eng); BASELINE=1 also trains fairseq's built-in
-#                     of the same size and prints both; ALL_FAMILIES=1 every family in turn, one table;
-#                     CORPUS=DIR SRC=.. TGT=.. for any other corpus, CORPUS=synthetic for a made-up pair
+#                     in fairseq_dense/data/tatoeba-deu-eng) for UPDATES updates (default 1600: the
+#                     same model on any machine); MINUTES=N trains for N minutes instead; BASELINE=1
+#                     also trains fairseq's built-in of the same size and prints both; ALL_FAMILIES=1
+#                     every family in turn, one table; CORPUS=DIR SRC=.. TGT=.. for any other corpus,
+#                     CORPUS=synthetic for a made-up pair; MAX_LINES=N keeps N pairs of each bundled
+#                     split (a quick try); FRESH=1 trains again (else a finished run is reported)
 #   make test         run the whole test suite
 #   make lint         ruff check (pyflakes, pycodestyle, import order) + ruff format --check (ruff.toml)
 # Both create (or reuse) the local virtual environment .venv.
@@ -14,7 +17,11 @@ STAMP := $(VENV)/.installed-$(shell cat setup.py | cksum | cut -d' ' -f1)
 CORPUS ?= tatoeba
 SRC ?= de
 TGT ?= en
-MINUTES ?= 6
+UPDATES ?= 1600
+# opt-in time budget (minutes per model) instead of UPDATES
+MINUTES ?=
+MAX_LINES ?=
+FRESH ?=
 BASELINE ?=
 ALL_FAMILIES ?=
 PYTEST_ARGS ?=
@@ -35,8 +42,9 @@ $(STAMP): setup.py
 
 quickstart: venv
 	$(PY) -m fairseq_dense.cli.quickstart $(if $(CORPUS),--corpus $(CORPUS)) \
-		$(if $(filter synthetic,$(CORPUS)),,--src $(SRC) --tgt $(TGT)) --minutes $(MINUTES) \
-		$(if $(BASELINE),--baseline) $(if $(ALL_FAMILIES),--all-families)
+		$(if $(filter synthetic,$(CORPUS)),,--src $(SRC) --tgt $(TGT)) \
+		$(if $(MINUTES),--minutes $(MINUTES),--updates $(UPDATES)) $(if $(MAX_LINES),--max-lines $(MAX_LINES)) \
+		$(if $(BASELINE),--baseline) $(if $(ALL_FAMILIES),--all-families) $(if $(FRESH),--fresh)
 
 test: venv
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)

@@ -7,7 +7,10 @@ the registration list: every module is imported explicitly.
 
 __version__ = "0.1.0"
 
-from fairseq_dense import (
+from fairseq_dense import logging_setup  # noqa: E402
+
+logging_setup.hold_import_notices()  # fairseq's import-time notices: shown by the entry points' -v
+from fairseq_dense import (  # noqa: E402
     criterions,  # noqa: E402,F401
     fairseq_compat,  # noqa: E402
     lr_schedulers,  # noqa: E402,F401

@@ -1,15 +1,123 @@
-"""Logging set-up shared by the command-line entry points and benchmark scripts."""
+"""Logging set-up shared by the command-line entry points and benchmark scripts.
 
+The plugin's own entry points are quiet by default: fairseq and the libraries under it
+print notices the user cannot act on (an optional package for speech tasks missing,
+hydra's deprecation notices about how fairseq calls it, torch's about fairseq's calls,
+a DataLoader's ``pin_memory`` without a GPU). :func:`configure_logging` hides exactly
+those (:data:`NOISE_WARNINGS`, :data:`NOISE_LOGGERS`) unless ``verbose`` (``-v``, or the
+environment variable ``FAIRSEQ_DENSE_VERBOSE=1``); everything else shows as before.
+"""
+
+import argparse
 import logging
+import os
+import re
+import warnings
 from typing import Optional
 
+#: ``(category, message regex)`` of the warnings hidden by default: hydra's deprecation
+#: notices about fairseq's config code, torch's about fairseq's ``torch.cuda.amp`` calls,
+#: and the DataLoader's ``pin_memory`` notice on a machine without a GPU
+NOISE_WARNINGS = (
+    (UserWarning, r"\s*hydra\.experimental\.\w+\(\) is no longer experimental"),
+    (UserWarning, r"\s*The version_base parameter is not specified"),
+    (UserWarning, r"\s*In '[^']*': Usage of deprecated keyword in package header"),
+    (UserWarning, r"\s*'[^']*' is validated against ConfigStore schema with the same name"),
+    (UserWarning, r"\s*The strict flag in the compose API is deprecated"),
+    (FutureWarning, r"\s*`?torch\.cuda\.amp\.\w+\(args\.\.\.\)`? is deprecated"),
+    (UserWarning, r".*'pin_memory' argument is set as true but no accelerator is found"),
+)
+#: loggers whose INFO notices are hidden by default (fairseq's speech tasks, on import:
+#: "Please install tensorboardX")
+NOISE_LOGGERS = ("fairseq.tasks.text_to_speech", "fairseq.tasks.frm_text_to_speech")
+VERBOSE_ENV = "FAIRSEQ_DENSE_VERBOSE"
 
-def configure_logging(fmt: str, datefmt: Optional[str] = None) -> None:
-    """Log INFO and above to stderr in ``fmt``.
+
+def verbose_from_env() -> bool:
+    """Whether ``FAIRSEQ_DENSE_VERBOSE`` asks for fairseq's and torch's notices."""
+    return os.environ.get(VERBOSE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
+    """Add ``-v/--verbose`` (show fairseq's and torch's warnings) to an entry point's parser."""
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=verbose_from_env(),
+        help=f"also show fairseq's and torch's warnings and notices (or set {VERBOSE_ENV}=1)",
+    )
+
+
+class _Held(logging.Handler):
+    """Keeps a logger's records instead of printing them; :func:`show_noise` prints them."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def hold_import_notices() -> None:
+    """Hold back :data:`NOISE_LOGGERS`' records (fairseq logs them while it is imported,
+    before an entry point has read ``-v``); :func:`show_noise` prints them, with ``-v``.
+    Called by ``fairseq_dense/__init__.py`` before it imports fairseq."""
+    for name in NOISE_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, _Held) for h in logger.handlers):
+            logger.addHandler(_Held())
+            logger.propagate = False
+
+
+def hide_noise() -> None:
+    """Hide :data:`NOISE_WARNINGS` and :data:`NOISE_LOGGERS`' records in this process
+    (child processes, such as the quick-start's fairseq commands, are not affected)."""
+    for category, message in NOISE_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
+    hold_import_notices()
+
+
+def show_noise() -> None:
+    """Undo :func:`hide_noise` (``-v``) and print the records held back so far."""
+    hidden = set(NOISE_WARNINGS)
+    warnings.filters[:] = [
+        f for f in warnings.filters if not (f[0] == "ignore" and f[1] is not None and (f[2], f[1].pattern) in hidden)
+    ]
+    for name in NOISE_LOGGERS:
+        logger = logging.getLogger(name)
+        held = [h for h in logger.handlers if isinstance(h, _Held)]
+        for handler in held:
+            logger.removeHandler(handler)
+        logger.propagate = True
+        for handler in held:
+            for record in handler.records:
+                logger.handle(record)
+
+
+def configure_logging(fmt: str, datefmt: Optional[str] = None, verbose: Optional[bool] = None) -> None:
+    """Log INFO and above to stderr in ``fmt``; hide fairseq's and torch's noise unless ``verbose``.
 
     Importing fairseq configures the root logger itself (level DEBUG, a stderr
     handler), which turns a plain ``logging.basicConfig`` into a no-op: the format
     is ignored and third-party DEBUG output (matplotlib's font search, for one)
     floods the terminal. ``force=True`` replaces that configuration.
+
+    Args:
+        fmt, datefmt: the log format.
+        verbose: show the notices :func:`hide_noise` hides; ``None``: as
+            ``FAIRSEQ_DENSE_VERBOSE`` says.
     """
     logging.basicConfig(level=logging.INFO, format=fmt, datefmt=datefmt, force=True)
+    if verbose is None:
+        verbose = verbose_from_env()
+    if verbose:
+        show_noise()
+    else:
+        hide_noise()
+
+
+def matches_noise(message: str) -> bool:
+    """Whether a warning's text is one of :data:`NOISE_WARNINGS` (tests, filters of child output)."""
+    return any(re.match(pattern, message) for _, pattern in NOISE_WARNINGS)

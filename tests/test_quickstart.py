@@ -1,11 +1,13 @@
 """The quick-start (``make quickstart``): its bundled corpus, the pipeline end to end, its errors.
 
-The real command trains for minutes per model; the end-to-end test runs the same code
+The real command trains 1,600 updates per model; the end-to-end test runs the same code
 path (bundled Tatoeba -> sacremoses + BPE + fairseq-preprocess -> fairseq-train ->
-fairseq-generate -> sacreBLEU, plugin model and its fairseq baseline) on 64 pairs of each
-split with tiny models and a few seconds of training, and checks what the user is
-promised: the progress line, both rows, BLEU with its signature, examples, and a
-``fairseq-interactive`` command that translates.
+fairseq-generate -> sacreBLEU, plugin model and its fairseq baseline, export) on 64 pairs
+of each split with tiny models and a few updates, and checks what the user is promised:
+the progress line and why training stopped, both rows at equal updates, BLEU with its
+signature, examples, a ``fairseq-dense-interactive`` command that translates, an export
+that ``fairseq_dense.from_pretrained`` loads and that translates as that command does,
+and a second run that trains nothing and changes no file.
 """
 
 import math
@@ -17,8 +19,8 @@ import sys
 
 import pytest
 
-from fairseq_dense.cli import quickstart
-from fairseq_dense.cli.quickstart_steps import Result, TrainLog
+from fairseq_dense.cli import quickstart, quickstart_run
+from fairseq_dense.cli.quickstart_steps import Budget, Result, TrainLog
 from fairseq_dense.data import prepare as prep
 from fairseq_dense.data import tatoeba
 from tests.helpers import REPO
@@ -43,22 +45,77 @@ def test_bundled_corpus_decompresses_to_the_documented_parallel_files(tmp_path):
     prep.check_parallel(small, "de", "en")
 
 
-def test_progress_line_and_figures_from_the_training_log(capsys):
-    log = TrainLog("densenmt_small", minutes=6.0, previous_s=60.0)
+_PARAMS_LINE = "12:00:00 | INFO | fairseq_cli.train | num. shared model params: 2,877,856 (num. trained: 2,877,856)"
+
+
+def _inner(updates, loss, wall):
+    return (
+        f"12:00:30 | INFO | train_inner | epoch 001:     {updates} / 812 loss={loss}, ppl=841.2, wps=2000, ups=2.5, "
+        f"wpb=800, bsz=60, num_updates={updates}, lr=0.0015, gnorm=1.2, train_wall=20, wall={wall}"
+    )
+
+
+def test_progress_lines_show_the_interval_loss_the_time_left_and_why_training_stopped(capsys):
+    log = TrainLog("densenmt_small", Budget(updates=200))
     for line in [
-        "12:00:00 | INFO | fairseq_cli.train | num. shared model params: 2,877,856 (num. trained: 2,877,856)",
-        "12:00:30 | INFO | train_inner | epoch 001:     50 / 812 loss=9.716, ppl=841.2, wps=2000, ups=2.5, "
-        "wpb=800, bsz=60, num_updates=50, lr=0.0015, gnorm=1.2, train_wall=20, wall=30",
-        "12:01:00 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 7.5 | ppl 181 | num_updates 60 "
+        _PARAMS_LINE,
+        _inner(50, 9.716, 25),
+        _inner(100, 7.5, 50),
+        "12:01:00 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 7.5 | ppl 181 | num_updates 100 "
         "| best_loss 7.5",
-        "12:01:00 | INFO | train | epoch 001 | loss 8.0 | wps 1500 | ups 2 | wpb 750 | num_updates 60 | wall 40",
+        "12:01:01 | INFO | fairseq_cli.train | Stopping training due to num_updates: 200 >= max_update: 200",
+        "12:01:02 | INFO | fairseq_cli.train | end of epoch 1 (average epoch stats below)",
+        "12:01:02 | INFO | train | epoch 001 | loss 8.0 | wps 1500 | ups 2 | wpb 750 | num_updates 200 | wall 100",
+        "12:01:03 | INFO | fairseq_cli.train | done training in 99.0 seconds",
     ]:
         log.feed(line)
     out = capsys.readouterr().out
-    assert "densenmt_small: 50 updates, loss 9.716, 1.5 min trained, 4.5 min left" in out
-    assert "densenmt_small: validation after 60 updates: loss 7.500" in out
-    assert (log.params, log.updates, log.best_loss) == (2877856, 60, 7.5)
-    assert math.isclose(log.wps, 1500.0)
+    # 100 updates in 50 s: 2 updates/s, 100 updates left: 50 s
+    assert "densenmt_small: 100/200 updates, loss 7.500 (mean of the last 50 updates), 0.8 min trained, " in out
+    assert "about 0.8 min left at 2.00 updates/s" in out
+    assert "densenmt_small: validation after 100 updates: loss 7.500" in out
+    # the epoch's running average is never shown as a progress line's loss
+    assert "loss 8.000 (mean" not in out
+    assert (
+        "densenmt_small: stopped after 200 updates: reached 200 updates (--max-update) (epoch average loss 8.000)"
+        in out
+    )
+    assert (log.params, log.updates, log.best_loss, log.stop_reason) == (
+        2877856, 200, 7.5, "reached 200 updates (--max-update)",
+    )  # fmt: skip
+    assert math.isclose(log.wps, 1500.0) and math.isclose(log.train_s, 100.0)
+
+
+def test_a_time_budget_counts_the_time_of_the_run_it_resumes(capsys):
+    log = TrainLog("gru", Budget(minutes=6.0), previous_s=60.0)
+    log.feed("12:00:00 | INFO | fairseq_cli.train | Loaded checkpoint x/checkpoint_last.pt (epoch 1 @ 40 updates)")
+    log.feed(_inner(50, 6.25, 30))
+    log.feed("12:06:00 | INFO | fairseq_cli.train | Stopping training due to cumulative_training_time: 0.11 > "
+             "stop_time_hours: 0.1 hour(s)")  # fmt: skip
+    log.feed("12:06:00 | INFO | fairseq_cli.train | done training in 300.0 seconds")
+    out = capsys.readouterr().out
+    assert "gru: 50 updates, loss 6.250 (mean of the last 10 updates), 1.5 min trained, 4.5 min left" in out
+    assert "stopped after 50 updates: reached the time budget (--stop-time-hours)" in out
+
+
+def test_a_finished_model_is_found_and_never_trained_past_its_budget(tmp_path):
+    save = tmp_path / "ckpt"
+    save.mkdir()
+    assert not quickstart_run.budget_met(str(save), Budget(updates=100))  # nothing trained yet
+    import torch
+
+    # what fairseq's loader needs of a checkpoint to read its update count and training time
+    history = [{"num_updates": 100, "criterion_name": "x", "optimizer_name": "adam", "lr_scheduler_state": {}}]
+    extra = {"previous_training_time": 400.0, "train_iterator": {"epoch": 1}}
+    state = {"model": {}, "optimizer_history": history, "extra_state": extra, "args": None, "cfg": None}
+
+    torch.save(state, save / "checkpoint_last.pt")
+    assert quickstart_run.budget_met(str(save), Budget(updates=100))
+    assert not quickstart_run.budget_met(str(save), Budget(updates=200))  # continues
+    assert quickstart_run.budget_met(str(save), Budget(minutes=6.0))
+    assert not quickstart_run.budget_met(str(save), Budget(minutes=7.0))
+    with pytest.raises(SystemExit, match=r"trained for 100 updates, more than --updates 50: pass --fresh"):
+        quickstart_run.budget_met(str(save), Budget(updates=50))
 
 
 def _fails_with_one_line(argv) -> str:
@@ -114,25 +171,38 @@ def test_the_bundled_corpus_is_the_default_and_synthetic_only_explicit():
     assert quickstart.get_parser().parse_args([]).corpus == quickstart.BUNDLED
     default = _make_dry_run()
     assert "--corpus tatoeba --src de --tgt en" in default and "synthetic" not in default
+    assert f"--updates {quickstart.DEFAULT_UPDATES}" in default and "--minutes" not in default
+    assert quickstart.get_parser().parse_args([]).updates == quickstart.DEFAULT_UPDATES == 1600
+    timed = _make_dry_run("MINUTES=6")
+    assert "--minutes 6" in timed and "--updates" not in timed
+    assert "--max-lines 300" in _make_dry_run("MAX_LINES=300") and "--fresh" in _make_dry_run("FRESH=1")
     assert "--corpus synthetic" in _make_dry_run("CORPUS=synthetic")
     assert "--corpus /data/x --src fr --tgt en" in _make_dry_run("CORPUS=/data/x", "SRC=fr", "TGT=en")
     assert "synthetic" not in _make_dry_run("CORPUS=")
     assert "--baseline" in _make_dry_run("BASELINE=1") and "--baseline" not in default
 
 
+#: sentences whose apostrophes, quotes and hyphens fairseq's Moses defaults would escape or split
+TRICKY = ['Wie geht\'s? Ich schreibe eine E-Mail an "Tom".', "Das ist Toms T-Shirt, nicht Marys.", "Ich habe Hunger."]
+
+
+def _files(folder):
+    return {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in folder.rglob("*") if p.is_file()}
+
+
 @pytest.mark.slow
 def test_quickstart_with_baseline_on_a_slice_of_the_bundled_corpus(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    args = ["--max-lines", "64", "--arch", "weighted_transformer_tiny", "--baseline", "--minutes", "0.05",
+    args = ["--max-lines", "64", "--arch", "weighted_transformer_tiny", "--baseline", "--updates", "4",
             "--bpe-merges", "100", "--beam", "1", "--work-dir", str(tmp_path / "work")]  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "fairseq_dense.cli.quickstart", *args], cwd=tmp_path,
-                          capture_output=True, text=True, env=env)  # fmt: skip
+    command = [sys.executable, "-m", "fairseq_dense.cli.quickstart", *args]
+    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env)
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
-    assert "Test BLEU (tatoeba-deu-eng-first64, de->en, beam 1, " in out, out
-    # progress while training, both models side by side
+    assert "Test BLEU (tatoeba-deu-eng-first64, de->en, beam 1, 4 updates each, " in out, out
+    # progress while training (64 pairs: 2 updates an epoch, so no 50-update line), why it stopped
     assert re.search(
-        r"^    weighted_transformer_tiny: \d+ updates, loss [\d.]+, [\d.]+ min trained, [\d.]+ min left", out, re.M
+        r"^    weighted_transformer_tiny: stopped after 4 updates: reached 4 updates \(--max-update\)", out, re.M
     )
     cells = r"\| ([\d.]+)M \| (\d+) \| ([\d.]+) \| ([\d.]+) \| ([\d,]+) \|"
     ours = re.search(r"^\| weighted_transformer \| fairseq-dense \| `weighted_transformer_tiny` " + cells, out, re.M)
@@ -140,7 +210,7 @@ def test_quickstart_with_baseline_on_a_slice_of_the_bundled_corpus(tmp_path):
     assert ours and base, out
     for row in (ours, base):
         params, updates, loss, bleu, wps = row.groups()
-        assert int(updates) > 0 and 0 < float(loss) < 20 and 0 <= float(bleu) <= 100 and int(wps.replace(",", "")) >= 0
+        assert int(updates) == 4 and 0 < float(loss) < 20 and 0 <= float(bleu) <= 100 and int(wps.replace(",", "")) >= 0
     assert abs(float(base.group(1)) / float(ours.group(1)) - 1) < 0.15  # matched sizes
     assert re.search(r"^sacreBLEU signature: nrefs:1\|case:mixed\|eff:no\|tok:13a\|smooth:exp\|version:", out, re.M)
     assert out.count("  SRC: ") == 5 and out.count("  HYP: ") == 5 and out.count("  BASELINE: ") == 5
@@ -149,11 +219,56 @@ def test_quickstart_with_baseline_on_a_slice_of_the_bundled_corpus(tmp_path):
     train_log = (work / "train-weighted_transformer_tiny.log").read_text()
     assert "--task translation_weighted" in proc.stderr and "found off the simplex" not in train_log
     assert "model/" not in out  # per-layer statistics stay in the log
-    # the printed fairseq-interactive command translates raw German
+    assert "UserWarning" not in proc.stderr and "tensorboardX" not in proc.stderr  # quiet by default
+
+    # the printed command translates raw German; the export translates the same
     lines = out.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("Translate your own sentences"))
     cmd = shlex.split(lines[at + 1])
-    assert os.path.basename(cmd[0]) in ("fairseq-interactive", "python", "python3") and "--bpe-codes" in cmd
-    inter = subprocess.run(cmd, input="Ich habe Hunger.\n", capture_output=True, text=True, env=env)
+    assert os.path.basename(cmd[0]) in ("fairseq-dense-interactive", "python", "python3") and "--bpe-codes" in cmd
+    inter = subprocess.run(cmd, input="\n".join(TRICKY) + "\n", capture_output=True, text=True, env=env)
     assert inter.returncode == 0, inter.stderr[-3000:]
-    assert re.search(r"^D-0\t\S+\t", inter.stdout, re.M), inter.stdout + inter.stderr[-2000:]
+    by_cli = {int(m.group(1)): m.group(2) for m in re.finditer(r"^D-(\d+)\t\S+\t(.*)$", inter.stdout, re.M)}
+    assert sorted(by_cli) == [0, 1, 2], inter.stdout + inter.stderr[-2000:]
+    exported = tmp_path / "work" / quickstart.EXPORT_NAME
+    assert f"fairseq_dense.from_pretrained({str(exported)!r})" in out
+
+    import fairseq_dense
+    from fairseq_dense.data.prepare import _init_tokenizer, _tokenize
+
+    model = fairseq_dense.from_pretrained(str(exported))
+    assert model.translate(TRICKY, beam=1) == [by_cli[i] for i in range(3)]
+    # the model reads text tokenised as its training data was (no &apos;, no @-@)
+    _init_tokenizer("de", False)
+    for sentence in TRICKY:
+        assert model.tokenize(sentence) == _tokenize(sentence)
+
+    # a second run reports the finished models: nothing trained, no file changed
+    before = _files(tmp_path / "work")
+    again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "fairseq_cli.train" not in again.stderr and again.stdout.count("a finished run, read back from") == 2
+    assert ours.group(0) in again.stdout and base.group(0) in again.stdout
+    assert _files(tmp_path / "work") == before
+    # --fresh trains again
+    fresh = subprocess.run([*command, "--fresh"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert fresh.returncode == 0 and "fairseq_cli.train" in fresh.stderr and "read back" not in fresh.stdout
+
+
+def test_prepare_makes_the_bundled_corpus_available_with_one_command(tmp_path, capsys):
+    dest = tmp_path / "data" / "tatoeba"
+    assert prep.main(["--corpus", "tatoeba-deu-eng", "--dest", str(dest), "--max-lines", "40"]) == 0
+    raw = tmp_path / "data" / "tatoeba-raw"
+    assert len(prep.read_lines(str(raw / "test.en"))) == 40
+    assert (dest / "bin" / "dict.de.txt").is_file() and (dest / "bpecodes").is_file()
+    with open(dest / "prepare.json", encoding="utf-8") as f:
+        assert '"merges": 4000' in f.read()  # the quick-start's merges by default
+    for argv, message in [
+        (["--corpus", "tatoeba-deu-eng", "--src", "fr"], "--src/--tgt must be de and en"),
+        (["--raw", str(raw), "--src", "de", "--tgt", "en", "--max-lines", "5"], "with --corpus only"),
+        (["--raw", str(raw)], "--raw needs --src and --tgt"),
+        (["--corpus", "no-such-corpus"], "invalid choice: 'no-such-corpus'"),
+    ]:
+        with pytest.raises(SystemExit) as e:
+            prep.main([*argv, "--dest", str(tmp_path / "x")])
+        assert e.value.code == 2 and message in capsys.readouterr().err.strip().splitlines()[-1]

@@ -28,7 +28,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from fairseq_dense.logging_setup import configure_logging
+from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
 
 logger = logging.getLogger("fairseq_dense.average")
 
@@ -139,14 +139,16 @@ def get_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="with a folder: ignore checkpoints after update (or epoch) K",
     )
+    add_verbose_flag(parser)
     return parser
 
 
-def main(argv: Optional[List[str]] = None) -> str:
-    """Command-line entry point (``fairseq-dense-average``); returns the output path."""
+def main(argv: Optional[List[str]] = None) -> int:
+    """Command-line entry point (``fairseq-dense-average``); returns 0, the process's exit
+    status (bad input exits 2 with one line naming the cause)."""
     parser = get_parser()
     args = parser.parse_args(argv)
-    configure_logging("%(levelname)s %(message)s")
+    configure_logging("%(levelname)s %(message)s", verbose=args.verbose)
     n = args.num_update_checkpoints or args.num_epoch_checkpoints
     folder = len(args.inputs) == 1 and os.path.isdir(args.inputs[0])
     if folder != (n is not None):
@@ -172,8 +174,8 @@ def main(argv: Optional[List[str]] = None) -> str:
     logger.info(
         "averaged %d checkpoints (%s) into %s", len(paths), ", ".join(map(os.path.basename, paths)), args.output
     )
-    return args.output
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -25,7 +25,7 @@ from typing import List, Optional, Sequence
 
 import torch
 
-from fairseq_dense.logging_setup import configure_logging
+from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
 
 logger = logging.getLogger("fairseq_dense.dump_branch_weights")
 
@@ -96,14 +96,16 @@ def plot(series: dict, out_png: str) -> None:
     plt.close(fig)
 
 
-def main(argv: Optional[List[str]] = None) -> None:
-    """Command-line entry point (``fairseq-dense-branch-weights``); writes OUT.json and OUT.png."""
+def main(argv: Optional[List[str]] = None) -> int:
+    """Command-line entry point (``fairseq-dense-branch-weights``); writes OUT.json and OUT.png,
+    returns 0 (the exit status)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoints", nargs="+", help="checkpoint files (any order)")
     parser.add_argument("--out", required=True, help="output prefix: writes OUT.json and OUT.png")
     parser.add_argument("--no-plot", action="store_true", help="write the JSON only")
+    add_verbose_flag(parser)
     args = parser.parse_args(argv)
-    configure_logging("%(levelname)s %(message)s")
+    configure_logging("%(levelname)s %(message)s", verbose=args.verbose)
     try:
         series = dump(args.checkpoints)
     except (FileNotFoundError, ValueError) as e:
@@ -118,7 +120,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     if not args.no_plot:
         plot(series, args.out + ".png")
         logger.info("wrote %s.png", args.out)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -7,7 +7,8 @@ feeds fairseq's own ``fairseq_cli.interactive`` (run in this process, all its
 options apply) through a checking reader: at the first empty/whitespace-only or
 non-UTF-8 line it stops with one line ``fairseq-dense-interactive: error:
 <source>:<line>: ...`` and exit status 1 (lines before it are translated).
-``--allow-empty-lines`` restores fairseq's behaviour.
+``--allow-empty-lines`` restores fairseq's behaviour. fairseq's and torch's warnings
+about optional packages and deprecated calls are hidden; ``-v`` shows them.
 
 Usage::
 
@@ -20,6 +21,7 @@ import sys
 from typing import BinaryIO, Iterator, List, Optional, Sequence
 
 from fairseq_dense.fairseq_compat import clear_error_message, install_excepthook
+from fairseq_dense.logging_setup import hide_noise, show_noise, verbose_from_env
 from fairseq_dense.validation import FairseqDenseError, InputError, check_nonempty_lines
 
 PROG = "fairseq-dense-interactive"
@@ -72,10 +74,16 @@ def _pop_option(argv: List[str], flag: str, default: Optional[str]) -> Optional[
     return default
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
-    """Run fairseq-interactive on checked input; ``SystemExit`` with one line on bad input."""
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run fairseq-interactive on checked input; returns 0, ``SystemExit`` with one line on bad input."""
     argv = list(sys.argv[1:] if argv is None else argv)
     install_excepthook(argv0=PROG)  # one line for checkpoint/dictionary errors too
+    verbose = any(a in ("-v", "--verbose") for a in argv) or verbose_from_env()
+    argv = [a for a in argv if a not in ("-v", "--verbose")]
+    if verbose:
+        show_noise()
+    else:
+        hide_noise()
     allow_empty = "--allow-empty-lines" in argv
     argv = [a for a in argv if a != "--allow-empty-lines"]
     source = _pop_option(argv, "--input", "-")
@@ -95,7 +103,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         sys.stdin, sys.argv = saved
         if stream is not sys.stdin.buffer:
             stream.close()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -22,7 +22,7 @@ import re
 from datetime import datetime
 from typing import Dict, List, Optional, Sequence
 
-from fairseq_dense.logging_setup import configure_logging
+from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
 
 logger = logging.getLogger("fairseq_dense.plot")
 
@@ -161,7 +161,8 @@ def plot_loss_curves(
         ax.set_ylabel("loss (base 2)")
         ax.set_title(name)
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.lines:  # a log without validation lines leaves its panel empty: no legend to draw
+            ax.legend()
     if title:
         fig.suptitle(title)
     fig.tight_layout()
@@ -219,12 +220,14 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--model-stats", metavar="PNG", help="also plot the model/<name> statistics of the first log into PNG"
     )
+    add_verbose_flag(parser)
     return parser
 
 
 def main(argv=None) -> int:
+    """Command-line entry point (``fairseq-dense-plot``); returns 0, the exit status."""
     args = get_parser().parse_args(argv)
-    configure_logging("%(message)s")
+    configure_logging("%(message)s", verbose=args.verbose)
     labels = args.labels or [os.path.basename(p) for p in args.logs]
     if len(labels) != len(args.logs):
         raise SystemExit(f"error: --labels has {len(labels)} names for {len(args.logs)} logs")

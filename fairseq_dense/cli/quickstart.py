@@ -1,6 +1,7 @@
-"""Quick-start: train a small model on real sentences for a few CPU minutes, report sacreBLEU.
+"""Quick-start: train a small model on real sentences for a fixed number of updates, report sacreBLEU.
 
-    python -m fairseq_dense.cli.quickstart                        # bundled Tatoeba De-En
+    python -m fairseq_dense.cli.quickstart                        # bundled Tatoeba De-En, 1600 updates
+    python -m fairseq_dense.cli.quickstart --minutes 6            # a time budget instead
     python -m fairseq_dense.cli.quickstart --baseline             # + fairseq's built-in of the same size
     python -m fairseq_dense.cli.quickstart --all-families --baseline   # every family: one table
     python -m fairseq_dense.cli.quickstart --corpus DIR --src fr --tgt en
@@ -10,7 +11,10 @@ The default corpus is the Tatoeba German-English split bundled with the package
 (``fairseq_dense/data/tatoeba-deu-eng/``: CC-BY 2.0 FR, tatoeba.org via
 manythings.org/anki), decompressed into the work folder. The data goes through
 :mod:`fairseq_dense.data.prepare` (sacremoses, joint BPE, ``fairseq-preprocess``), each
-model through ``fairseq-train`` and ``fairseq-generate`` (:mod:`.quickstart_steps`).
+model through ``fairseq-train`` and ``fairseq-generate`` (:mod:`.quickstart_steps`,
+:mod:`.quickstart_run`). By default every model trains :data:`DEFAULT_UPDATES` updates on
+the same batches, so the figures do not depend on the machine's speed or load; a
+finished model is reported again without training (``--fresh`` starts over).
 """
 
 import argparse
@@ -20,15 +24,21 @@ import shlex
 import time
 from typing import List
 
-from fairseq_dense.cli.quickstart_steps import Result, interactive_command, train_and_score
+from fairseq_dense.cli.quickstart_run import export_model, train_and_score
+from fairseq_dense.cli.quickstart_steps import Budget, Result, interactive_command
 from fairseq_dense.data import prepare as prep
 from fairseq_dense.data import synthetic, tatoeba
-from fairseq_dense.logging_setup import configure_logging
+from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
 
 logger = logging.getLogger("fairseq_dense.quickstart")
 
 #: the architecture ``make quickstart`` trains
 DEFAULT_ARCH = "weighted_transformer_small"
+#: updates per model by default: what six minutes bought DEFAULT_ARCH on an idle 2-core
+#: CPU machine (1,626 in the README's table, rounded down)
+DEFAULT_UPDATES = 1600
+#: where the plugin model of a single-model quick-start is exported (in ``--work-dir``)
+EXPORT_NAME = "model"
 #: ``<family>_<CPU_SIZE>`` is each family's architecture in ``--all-families``
 CPU_SIZE = "small"
 BUNDLED, SYNTHETIC = "tatoeba", "synthetic"
@@ -94,7 +104,7 @@ def family_archs() -> List[str]:
 
 
 def table(results: List[Result]) -> str:
-    """The figures as one markdown table, a row per model."""
+    """The figures as one markdown table, a row per model (speed beside, in target tokens/s)."""
     lines = [
         "| family | model | arch | params | updates | valid loss | test BLEU | target tokens/s |",
         "|---|---|---|---|---|---|---|---|",
@@ -137,18 +147,98 @@ def get_parser() -> argparse.ArgumentParser:
         help=f"train every family's <family>_{CPU_SIZE} arch in turn "
         "(with --baseline, each one's counterpart too) and print one markdown table",
     )
-    add("--minutes", type=float, default=6.0, help="training time budget per model")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument(
+        "--updates",
+        type=int,
+        default=DEFAULT_UPDATES,
+        help=f"training updates per model (default {DEFAULT_UPDATES}): the same model on any machine",
+    )
+    budget.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help="a training time budget per model instead of --updates (the result then depends on the machine's speed)",
+    )
+    add(
+        "--fresh",
+        action="store_true",
+        help="delete the models' checkpoints and results and train again (else a finished model is reported again)",
+    )
     add("--bpe-merges", type=int, default=None, help="joint BPE merges (default 4000; 500 for synthetic)")
     add("--lowercase", action="store_true", help="lower-case the data")
     add("--beam", type=int, default=5)
     add("--seed", type=int, default=1)
+    add_verbose_flag(parser)
     return parser  # fmt: skip
 
 
-def main(argv=None) -> None:
+def budget_of(args, parser) -> Budget:
+    """The training budget of each model: ``--minutes`` if given, else ``--updates``."""
+    if args.minutes is not None:
+        if args.minutes <= 0:
+            parser.error("--minutes must be positive")
+        return Budget(minutes=args.minutes)
+    if args.updates <= 0:
+        parser.error("--updates must be a positive integer")
+    return Budget(updates=args.updates)
+
+
+def train_all(archs: List[str], data: str, work: str, refs: List[str], tgt: str, budget: Budget, args) -> List[Result]:
+    """Each arch (and with ``--baseline`` its counterpart), trained or read back, in turn."""
+    results = []
+    for arch in archs:
+        for model in plugin_and_baseline(arch, os.path.join(data, "bin"), work, args.baseline):
+            try:
+                results.append(train_and_score(model, data, work, refs, tgt, budget, args, echo=True))
+            except SystemExit as e:
+                if not args.all_families:
+                    raise
+                # one failed model must not cost the other families' runs: its row says so
+                logger.error("%s", e)
+                model.error = str(e).splitlines()[0]
+                results.append(model)
+                continue
+            if not model.reused:
+                logger.info("%s: test BLEU %.2f after %d updates", model.arch, model.bleu, model.updates)
+    return results
+
+
+def export_plugin_model(result: Result, data: str, args) -> str:
+    """Export a plugin model for ``fairseq_dense.from_pretrained`` (``""`` for fairseq's own archs)."""
+    from fairseq_dense.baselines import our_families
+
+    if result.label != "plugin" or result.family not in our_families():
+        return ""
+    return export_model(result, data, os.path.join(args.work_dir, EXPORT_NAME), "test")
+
+
+def print_usage_of(result: Result, data: str, src: str, tgt: str, srcs: List[str], exported: str, args) -> None:
+    """How to translate with the plugin model: the command line, and in Python its export."""
+    cmd = interactive_command(
+        os.path.join(data, "bin"), os.path.join(result.save_dir, "checkpoint_best.pt"),
+        os.path.join(data, "bpecodes"), src, tgt, args.beam,
+    )  # fmt: skip
+    quoted = " ".join(shlex.quote(c) for c in cmd)
+    print(f"Translate your own sentences with {result.arch} (one per line; D- lines are the translations):")
+    print("  " + quoted + (" # lower-case the input too" if args.lowercase else ""))
+    print("For example:")
+    print(f"  echo {shlex.quote(srcs[0])} | {quoted} | grep ^D-")
+    if not exported:
+        return
+    print(f"In Python (the model exported with its BPE codes and tokenizer settings to {exported}):")
+    print(f"  import fairseq_dense; model = fairseq_dense.from_pretrained({exported!r})")
+    print(f"  print(model.translate({srcs[0]!r}, beam={args.beam}))")
+
+
+def main(argv=None) -> int:
+    """Command-line entry point; returns 0 (failures exit with a one-line ``error: ...``)."""
     parser = get_parser()
     args = parser.parse_args(argv)
-    configure_logging("%(asctime)s | %(message)s", datefmt="%H:%M:%S")
+    configure_logging("%(asctime)s | %(message)s", datefmt="%H:%M:%S", verbose=args.verbose)
+    if not args.verbose:  # fairseq's own INFO lines (dictionary sizes, ...) stay in the logs
+        logging.getLogger("fairseq").setLevel(logging.WARNING)
+    budget = budget_of(args, parser)
     start = time.time()
     try:
         raw, src, tgt, name, merges = choose_corpus(args, parser)
@@ -161,48 +251,34 @@ def main(argv=None) -> None:
     except prep.DataError as e:
         raise SystemExit(f"error: {e}")
     t_prep = time.time() - start
-
     archs = family_archs() if args.all_families else [args.arch]
-    results = []
-    for arch in archs:
-        for model in plugin_and_baseline(arch, os.path.join(data, "bin"), work, args.baseline):
-            try:
-                results.append(train_and_score(model, data, work, refs, tgt, args, echo=True))
-            except SystemExit as e:
-                if not args.all_families:
-                    raise
-                # one failed model must not cost the other families' runs: its row says so
-                logger.error("%s", e)
-                model.error = str(e).splitlines()[0]
-                results.append(model)
-                continue
-            logger.info("%s: test BLEU %.2f after %d updates", model.arch, model.bleu, model.updates)
+    results = train_all(archs, data, work, refs, tgt, budget, args)
+    exported = "" if args.all_families else export_plugin_model(results[0], data, args)
     total = time.time() - start
 
     print()
-    print(f"Test BLEU ({name}, {src}->{tgt}, beam {args.beam}, {args.minutes:g} min of training each):")
+    same = ", the same batches for every model" if budget.updates else ""
+    print(f"Test BLEU ({name}, {src}->{tgt}, beam {args.beam}, {budget.describe()} each{same}):")
     print(table(results))
     print(f"sacreBLEU signature: {next((r.signature for r in results if r.signature), '-')}")
     print("(valid loss: label-smoothed cross-entropy of checkpoint_best, base 2; target tokens/s: training speed)")
+    for r in results:
+        if r.reused:
+            print(f"{r.arch}: a finished run, read back from {r.save_dir} (nothing trained; --fresh starts over)")
+        elif r.stop_reason:
+            print(f"{r.arch}: stopped after {r.updates} updates, {r.train_s / 60:.1f} min: {r.stop_reason}")
     print(f"wall time: {total / 60:.1f} min (prepare {t_prep:.0f}s)")
     if args.all_families:
-        return
+        return 0
     print("\nExample translations:")
     for i in range(0, len(refs), max(1, len(refs) // 5))[:5]:
         print(f"  SRC: {srcs[i]}\n  REF: {refs[i]}")
         for r in results:
             print(f"  {'BASELINE' if r.label == 'baseline' else 'HYP'}: {r.hyps[i]}")
         print()
-    cmd = interactive_command(
-        os.path.join(data, "bin"), os.path.join(results[0].save_dir, "checkpoint_best.pt"),
-        os.path.join(data, "bpecodes"), src, tgt, args.beam,
-    )  # fmt: skip
-    quoted = " ".join(shlex.quote(c) for c in cmd)
-    print(f"Translate your own sentences with {results[0].arch} (one per line; D- lines are the translations):")
-    print("  " + quoted + (" # lower-case the input too" if args.lowercase else ""))
-    print("For example:")
-    print(f"  echo {shlex.quote(srcs[0])} | {quoted} 2>/dev/null | grep ^D-")
+    print_usage_of(results[0], data, src, tgt, srcs, exported, args)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

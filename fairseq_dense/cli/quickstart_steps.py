@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 import fairseq_dense
-from fairseq_dense.data import prepare as prep
 
 logger = logging.getLogger("fairseq_dense.quickstart")
 PACKAGE_DIR = os.path.dirname(os.path.abspath(fairseq_dense.__file__))
@@ -24,6 +23,32 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(fairseq_dense.__file__))
 _STAT = re.compile(r"(?:^|[|,]\s*|\s)([a-z_]+)[ =](-?\d+(?:\.\d+)?)(?=\s*(?:[|,]|$))")
 _PARAMS = re.compile(r"num\. shared model params: ([\d,]+)")
 _RESUMED = re.compile(r"Loaded checkpoint .* \(epoch \d+ @ (\d+) updates\)")
+
+
+@dataclass
+class Budget:
+    """How long each model trains: a fixed number of updates (the default), or minutes.
+
+    A fixed number of updates gives the same model on any machine (with the same seed,
+    every model sees the same batches in the same order); minutes buy fewer updates on
+    a slower or busier machine.
+    """
+
+    updates: Optional[int] = None
+    minutes: Optional[float] = None
+
+    def describe(self) -> str:
+        """``"1600 updates"`` or ``"6 minutes"`` (of training)."""
+        return f"{self.updates} updates" if self.updates else f"{self.minutes:g} minutes"
+
+    def fairseq_args(self) -> List[str]:
+        """The ``fairseq-train`` stopping rule."""
+        if self.updates:
+            return ["--max-update", str(self.updates)]
+        return ["--stop-time-hours", f"{self.minutes / 60:.4f}"]
+
+    def as_dict(self) -> Dict[str, float]:
+        return {"updates": self.updates} if self.updates else {"minutes": self.minutes}
 
 
 @dataclass
@@ -42,7 +67,10 @@ class Result:
     bleu: float = float("nan")
     signature: str = ""
     hyps: List[str] = field(default_factory=list)
+    stop_reason: str = ""
+    train_s: float = 0.0  # training time of the run (fairseq's cumulative training time)
     error: str = ""  # why it has no figures (--all-families goes on without them)
+    reused: bool = False  # figures read back from a finished run, nothing trained
 
 
 def line_stats(line: str) -> Dict[str, float]:
@@ -51,44 +79,69 @@ def line_stats(line: str) -> Dict[str, float]:
     return {k: float(v) for k, v in _STAT.findall(body)}
 
 
+#: fairseq-train's log line for each way training ends -> what the quick-start says
+STOP_REASONS = (
+    ("Stopping training due to num_updates", "reached {updates} updates (--max-update)"),
+    ("Stopping training due to cumulative_training_time", "reached the time budget (--stop-time-hours)"),
+    ("early stop since valid performance", "early stop: validation loss stopped improving (--patience)"),
+    ("stopping training because current learning rate", "learning rate fell below --stop-min-lr"),
+)
+
+
 class TrainLog:
     """Reads ``fairseq-train``'s output as it streams: prints a progress line, keeps the figures.
 
+    Progress lines show fairseq's ``train_inner`` loss, the mean over the last
+    ``--log-interval`` updates (not the running average of the epoch), and the time
+    left: with an update budget, estimated from the speed measured so far; with a time
+    budget, the budget minus the time trained. The last line says why training stopped.
+
     Args:
         label: what the progress lines start with (the arch).
-        minutes: the training budget, for the time left.
+        budget: the training budget.
         previous_s: training time of the checkpoint it resumes from (fairseq's ``wall``
             restarts at 0 on resume, its time budget does not).
         echo: print progress lines (else only collect).
     """
 
-    def __init__(self, label: str, minutes: float, previous_s: float = 0.0, echo: bool = True):
-        self.label, self.budget_s, self.previous_s, self.echo = label, 60 * minutes, previous_s, echo
+    def __init__(self, label: str, budget: Budget, previous_s: float = 0.0, echo: bool = True):
+        self.label, self.budget, self.previous_s, self.echo = label, budget, previous_s, echo
         self.params = 0
         self.updates = 0
         self.valid_losses: List[float] = []
         self.best_loss: Optional[float] = None
-        self._last_updates = 0
+        self.stop_reason = ""
+        self.epoch_loss: Optional[float] = None
+        self.train_s = previous_s
+        self._start_updates = 0  # updates of the checkpoint this process resumed from
+        self._logged = 0  # updates at the last progress line
+        self._last_updates = 0  # updates at the last end-of-epoch line
         self._wps_sum = 0.0
         self._wps_updates = 0
 
     def feed(self, line: str) -> None:
+        """Take one line of ``fairseq-train``'s output."""
         m = _PARAMS.search(line)
         if m:
             self.params = int(m.group(1).replace(",", ""))
         m = _RESUMED.search(line)
         if m:
-            self._last_updates = int(m.group(1))
+            self._start_updates = self._logged = self._last_updates = int(m.group(1))
+        for marker, reason in STOP_REASONS:
+            if marker in line:
+                self.stop_reason = reason
         if " | train_inner | " in line:
-            self._progress(line_stats(line), "")
-        elif " | train | " in line:  # end of an epoch (or of the budget): its average speed
+            self._progress(line_stats(line))
+        elif " | train | " in line:  # end of an epoch, or of training: the epoch's average
             s = line_stats(line)
             n = s.get("num_updates", 0) - self._last_updates
             if n > 0 and "wps" in s:
                 self._wps_sum += s["wps"] * n
                 self._wps_updates += n
             self._last_updates = s.get("num_updates", self._last_updates)
-            self._progress(s, " (end of epoch)")
+            self.updates = max(self.updates, int(s.get("num_updates", 0)))
+            self.epoch_loss = s.get("loss")
+            self.train_s = self.previous_s + s.get("wall", 0.0)
         elif " | valid | " in line:
             s = line_stats(line)
             if "loss" in s:
@@ -97,42 +150,70 @@ class TrainLog:
             self.updates = max(self.updates, int(s.get("num_updates", 0)))
             if self.echo and "loss" in s:
                 print(f"    {self.label}: validation after {self.updates} updates: loss {s['loss']:.3f}", flush=True)
+        elif "done training in" in line:
+            self.stop_reason = (self.stop_reason or "reached --max-epoch").format(updates=self.updates)
+            if self.echo:
+                average = f" (epoch average loss {self.epoch_loss:.3f})" if self.epoch_loss is not None else ""
+                print(
+                    f"    {self.label}: stopped after {self.updates} updates: {self.stop_reason}{average}", flush=True
+                )
 
-    def _progress(self, s: Dict[str, float], what: str) -> None:
+    def _progress(self, s: Dict[str, float]) -> None:
         self.updates = max(self.updates, int(s.get("num_updates", 0)))
+        interval, self._logged = self.updates - self._logged, self.updates
         if not self.echo or "loss" not in s:
             return
-        wall = self.previous_s + s.get("wall", 0.0)
-        left = max(0.0, self.budget_s - wall)
+        wall = s.get("wall", 0.0)  # seconds since this fairseq-train started
+        trained = self.previous_s + wall
+        if self.budget.updates:
+            done = self.updates - self._start_updates
+            rate = done / wall if wall > 0 and done > 0 else 0.0
+            left = f"about {(self.budget.updates - self.updates) / rate / 60:.1f} min left" if rate else "? min left"
+            where = f"{self.updates}/{self.budget.updates} updates"
+            eta = f"{left} at {rate:.2f} updates/s"
+        else:
+            where = f"{self.updates} updates"
+            eta = f"{max(0.0, 60 * self.budget.minutes - trained) / 60:.1f} min left"
         print(
-            f"    {self.label}: {self.updates} updates, loss {s['loss']:.3f}, "
-            f"{wall / 60:.1f} min trained, {left / 60:.1f} min left{what}",
+            f"    {self.label}: {where}, loss {s['loss']:.3f} (mean of the last {interval} updates), "
+            f"{trained / 60:.1f} min trained, {eta}",
             flush=True,
         )
 
     @property
     def wps(self) -> float:
         """Target tokens per second of training: fairseq's per-epoch ``wps``, averaged over
-        the epochs weighted by their updates (one 6-minute run on Tatoeba is one epoch)."""
+        the epochs weighted by their updates."""
         return self._wps_sum / self._wps_updates if self._wps_updates else float("nan")
 
 
-def previous_training_seconds(save_dir: str) -> float:
-    """Training time stored in ``save_dir``'s ``checkpoint_last.pt`` (0 when it starts afresh)."""
+def checkpoint_state(save_dir: str) -> Tuple[int, float]:
+    """``(updates, training seconds)`` stored in ``save_dir``'s ``checkpoint_last.pt``
+    (``(0, 0.0)`` when there is none, or it cannot be read)."""
     path = os.path.join(save_dir, "checkpoint_last.pt")
     if not os.path.isfile(path):
-        return 0.0
+        return 0, 0.0
     from fairseq import checkpoint_utils
 
     try:
         state = checkpoint_utils.load_checkpoint_to_cpu(path)
     except Exception:  # unreadable: fairseq-train reports it when it tries to resume
-        return 0.0
-    return float((state.get("extra_state") or {}).get("previous_training_time", 0.0))
+        return 0, 0.0
+    history = state.get("optimizer_history") or [{}]
+    extra = state.get("extra_state") or {}
+    return int(history[-1].get("num_updates", 0)), float(extra.get("previous_training_time", 0.0))
 
 
-def run_command(cmd: List[str], log_path: str, on_line: Optional[Callable[[str], None]] = None) -> str:
-    """Run a command, keeping its whole output in ``log_path``; returns it.
+def previous_training_seconds(save_dir: str) -> float:
+    """Training time stored in ``save_dir``'s ``checkpoint_last.pt`` (0 when it starts afresh)."""
+    return checkpoint_state(save_dir)[1]
+
+
+def run_command(
+    cmd: List[str], log_path: str, on_line: Optional[Callable[[str], None]] = None, append: bool = False
+) -> str:
+    """Run a command, keeping its whole output in ``log_path`` (added at its end with ``append``,
+    so that a continued training keeps the earlier run's log); returns the output.
 
     Raises:
         SystemExit: the command failed; the message ends with the log's last lines.
@@ -143,9 +224,10 @@ def run_command(cmd: List[str], log_path: str, on_line: Optional[Callable[[str],
     # so that progress shows while training runs, not when it ends
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with (
-        open(log_path, "w") as log,
+        open(log_path, "a" if append else "w") as log,
         subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env) as proc,
     ):
+        log.write(f"$ {' '.join(shlex.quote(c) for c in cmd)}\n")
         for line in proc.stdout:
             log.write(line)
             out_lines.append(line)
@@ -157,8 +239,8 @@ def run_command(cmd: List[str], log_path: str, on_line: Optional[Callable[[str],
     return "".join(out_lines)
 
 
-def train_command(bin_dir: str, save_dir: str, model_args: List[str], minutes: float, seed: int) -> List[str]:
-    """The 6-minute recipe, the same for every model (``model_args``: ``--arch A`` and its options)."""
+def train_command(bin_dir: str, save_dir: str, model_args: List[str], budget: Budget, seed: int) -> List[str]:
+    """The quick-start recipe, the same for every model (``model_args``: ``--arch A`` and its options)."""
     # translation_weighted: translation + the post-step simplex projection of the Weighted
     # Transformer's branch weights; the same as fairseq's translation for every other model
     recipe = """--cpu --task translation_weighted
@@ -169,7 +251,7 @@ def train_command(bin_dir: str, save_dir: str, model_args: List[str], minutes: f
         --keep-interval-updates 1 --log-format simple --log-interval 50 --num-workers 0"""
     return [
         sys.executable, "-m", "fairseq_cli.train", bin_dir, "--user-dir", PACKAGE_DIR, *model_args,
-        *recipe.split(), "--seed", str(seed), "--stop-time-hours", f"{minutes / 60:.4f}", "--save-dir", save_dir,
+        *recipe.split(), "--seed", str(seed), *budget.fairseq_args(), "--save-dir", save_dir,
     ]  # fmt: skip
 
 
@@ -183,12 +265,13 @@ def generate_command(bin_dir: str, checkpoint: str, beam: int) -> List[str]:
 
 
 def interactive_command(bin_dir: str, checkpoint: str, codes: str, src: str, tgt: str, beam: int) -> List[str]:
-    """``fairseq-interactive`` on a trained model, reading raw sentences: the same Moses
-    tokenisation (no escaping, no aggressive dash splits) and BPE codes as the prepared data."""
-    script = os.path.join(os.path.dirname(sys.executable), "fairseq-interactive")
-    program = [script] if os.path.isfile(script) else [sys.executable, "-m", "fairseq_cli.interactive"]
+    """``fairseq-dense-interactive`` (``fairseq-interactive`` with the plugin loaded and its
+    input checked) on a trained model, reading raw sentences: the same Moses tokenisation (no
+    escaping, no aggressive dash splits) and BPE codes as the prepared data."""
+    script = os.path.join(os.path.dirname(sys.executable), "fairseq-dense-interactive")
+    program = [script] if os.path.isfile(script) else [sys.executable, "-m", "fairseq_dense.cli.interactive"]
     return [
-        *program, os.path.abspath(bin_dir), "--user-dir", PACKAGE_DIR, "--path", os.path.abspath(checkpoint),
+        *program, os.path.abspath(bin_dir), "--path", os.path.abspath(checkpoint),
         "--source-lang", src, "--target-lang", tgt, "--tokenizer", "moses", "--moses-no-escape",
         "--moses-no-dash-splits", "--bpe", "subword_nmt", "--bpe-codes", os.path.abspath(codes),
         "--beam", str(beam), "--cpu",
@@ -222,31 +305,3 @@ def score(stdout: str, refs: List[str], tgt_moses: str, lowercase: bool) -> Tupl
         refs = [r.lower() for r in refs]
     bleu = sacrebleu.metrics.BLEU()
     return bleu.corpus_score(hyp_list, [refs]).score, str(bleu.get_signature()), hyp_list
-
-
-def train_and_score(result: Result, data: str, work: str, refs: List[str], tgt: str, args, echo: bool) -> Result:
-    """Train ``result``'s model for ``args.minutes``, translate the test split, fill in the figures.
-
-    Args:
-        result: the model to train (``model_args``, ``save_dir``); filled in and returned.
-        data: the prepared data folder (``bin/``, ``bpecodes``).
-        work: where the logs go.
-        refs: the raw test references.
-        tgt: target language suffix.
-        args: the quick-start's options (``minutes``, ``seed``, ``beam``, ``lowercase``).
-        echo: print progress lines while training.
-    """
-    name = os.path.basename(result.save_dir).replace("checkpoints-", "")
-    log = TrainLog(name, args.minutes, previous_training_seconds(result.save_dir), echo)
-    bin_dir = os.path.join(data, "bin")
-    cmd = train_command(bin_dir, result.save_dir, result.model_args, args.minutes, args.seed)
-    log_path = os.path.join(work, f"train-{name}.log")
-    logger.info("training %s for up to %.1f minutes (full log: %s)", result.arch, args.minutes, log_path)
-    run_command(cmd, log_path, log.feed)
-    result.params, result.updates, result.wps = log.params, log.updates, log.wps
-    result.valid_loss = log.best_loss if log.best_loss is not None else float("nan")
-    logger.info("translating the test split with %s, beam %d", result.arch, args.beam)
-    checkpoint = os.path.join(result.save_dir, "checkpoint_best.pt")
-    stdout = run_command(generate_command(bin_dir, checkpoint, args.beam), os.path.join(work, f"generate-{name}.log"))
-    result.bleu, result.signature, result.hyps = score(stdout, refs, prep.moses_lang(tgt), args.lowercase)
-    return result

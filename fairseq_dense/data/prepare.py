@@ -27,7 +27,7 @@ import time
 from multiprocessing import Pool
 from typing import Dict, List, Optional, Sequence
 
-from fairseq_dense.logging_setup import configure_logging
+from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
 
 logger = logging.getLogger(__name__)
 
@@ -297,15 +297,34 @@ def prepare(
     return dest
 
 
+#: ``--corpus`` names: corpora that ship with the package
+BUNDLED_CORPORA = ("tatoeba-deu-eng",)
+
+
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        description="Raw parallel text -> sacremoses tokenisation -> joint subword-nmt BPE -> fairseq-preprocess"
+        prog="fairseq-dense-prepare",
+        description="Raw parallel text -> sacremoses tokenisation -> joint subword-nmt BPE -> fairseq-preprocess",
     )
-    parser.add_argument("--raw", required=True, help="folder with {train,valid,test}.{SRC,TGT} raw text")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--raw", help="folder with {train,valid,test}.{SRC,TGT} raw text")
+    source.add_argument(
+        "--corpus",
+        choices=BUNDLED_CORPORA,
+        help="a corpus bundled with the package (Tatoeba de-en, CC-BY 2.0 FR), decompressed into DEST-raw/ first",
+    )
     parser.add_argument("--dest", required=True, help="output folder (tok/, bpe/, bpecodes, bin/)")
-    parser.add_argument("--src", required=True, help="source language suffix, e.g. deu")
-    parser.add_argument("--tgt", required=True, help="target language suffix, e.g. eng")
-    parser.add_argument("--bpe-merges", type=int, default=10000, help="number of joint BPE merges")
+    parser.add_argument("--src", help="source language suffix, e.g. deu (default with --corpus: de)")
+    parser.add_argument("--tgt", help="target language suffix, e.g. eng (default with --corpus: en)")
+    parser.add_argument(
+        "--bpe-merges", type=int, default=None, help="number of joint BPE merges (default 10000; 4000 with --corpus)"
+    )
+    parser.add_argument(
+        "--max-lines",
+        type=int,
+        default=0,
+        help="with --corpus: keep the first N pairs of each split (a quick try; 0, the default: all)",
+    )
     parser.add_argument("--lowercase", action="store_true", help="lower-case after tokenisation")
     parser.add_argument("--workers", type=int, default=2, help="processes for tokenisation and binarisation")
     parser.add_argument(
@@ -313,20 +332,42 @@ def get_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="redo even if DEST holds the same preparation (same options and raw file contents)",
     )
+    add_verbose_flag(parser)
     return parser
 
 
+def bundled_raw(corpus: str, dest: str, max_lines: int) -> str:
+    """Decompress a bundled corpus into ``DEST-raw`` (beside ``dest``); returns that folder."""
+    from fairseq_dense.data import tatoeba
+
+    assert corpus == tatoeba.NAME, corpus
+    return tatoeba.extract(os.path.normpath(dest) + "-raw", max_lines or None)
+
+
 def main(argv=None) -> int:
-    args = get_parser().parse_args(argv)
-    configure_logging("%(asctime)s | %(message)s", datefmt="%H:%M:%S")
-    if args.bpe_merges <= 0:
+    """Command-line entry point (``fairseq-dense-prepare``); returns 0, the exit status
+    (bad input exits 1 or 2 with one line naming the cause)."""
+    parser = get_parser()
+    args = parser.parse_args(argv)
+    configure_logging("%(asctime)s | %(message)s", datefmt="%H:%M:%S", verbose=args.verbose)
+    merges = args.bpe_merges if args.bpe_merges is not None else (4000 if args.corpus else 10000)
+    if merges <= 0:
         raise SystemExit("error: --bpe-merges must be a positive integer")
+    if args.max_lines < 0 or (args.max_lines and not args.corpus):
+        parser.error("--max-lines takes a positive number of pairs, with --corpus only")
+    if args.raw and not (args.src and args.tgt):
+        parser.error("--raw needs --src and --tgt (the file suffixes)")
+    src, tgt = args.src or "de", args.tgt or "en"
+    if args.corpus and {src, tgt} != {"de", "en"}:
+        parser.error(f"--corpus {args.corpus} is de-en: --src/--tgt must be de and en")
     try:
-        prepare(args.raw, args.dest, args.src, args.tgt, args.bpe_merges, args.lowercase, args.workers, args.force)
+        raw = bundled_raw(args.corpus, args.dest, args.max_lines) if args.corpus else args.raw
+        prepare(raw, args.dest, src, tgt, merges, args.lowercase, args.workers, args.force)
     except DataError as e:
         raise SystemExit(f"error: {e}")
+    logger.info("binarised data for fairseq-train: %s", os.path.join(args.dest, "bin"))
     return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -23,7 +23,7 @@ import os
 import random
 from typing import List, Sequence, Tuple
 
-from fairseq_dense.logging_setup import configure_logging
+from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
 
 logger = logging.getLogger(__name__)
 
@@ -177,17 +177,20 @@ def write_corpus(
     return out_dir
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv=None) -> int:
+    """Command-line entry point (``fairseq-dense-synth OUT_DIR``); returns 0, the exit status."""
+    parser = argparse.ArgumentParser(prog="fairseq-dense-synth", description=__doc__.split("\n")[0])
     parser.add_argument("out_dir")
     parser.add_argument("--src", default="en")
     parser.add_argument("--tgt", default="xx")
     parser.add_argument("--sizes", type=int, nargs=3, default=[20000, 500, 500], metavar=("TRAIN", "VALID", "TEST"))
     parser.add_argument("--seed", type=int, default=1)
+    add_verbose_flag(parser)
     args = parser.parse_args(argv)
-    configure_logging("%(message)s")
+    configure_logging("%(message)s", verbose=args.verbose)
     write_corpus(args.out_dir, args.src, args.tgt, args.sizes, args.seed)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

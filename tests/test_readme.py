@@ -1,0 +1,140 @@
+"""The README's commands run as written, in an empty folder, with a small budget.
+
+Every ```bash and ```python block of README.md carries a tag in the HTML comment
+before it, ``<!-- readme-test: KIND (why) -->``:
+
+- ``run``: run verbatim, in README order, in one bash session (python blocks with
+  ``python``), in an empty folder, with ``UPDATES=20 MAX_LINES=100`` in the environment
+  (the budget the README itself names). ``make test`` is run as ``make -n test``: the
+  suite cannot run itself.
+- ``make -n``: each line is a ``make`` command; its dry run must print a quick-start
+  command line that the quick-start's own parser accepts.
+- ``setup``: the commands that make the environment the other blocks run in (this
+  test's environment: the interpreter running it and its console scripts on PATH).
+
+``make`` gets ``STAMP= PY=<this interpreter>`` through ``MAKEFLAGS`` so that it uses
+this environment instead of installing a ``.venv`` in the empty folder.
+"""
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fairseq_dense.cli import quickstart
+from tests.helpers import REPO
+
+README = (REPO / "README.md").read_text(encoding="utf-8")
+TAGGED = re.compile(r"<!-- readme-test: ([a-z -]+?)(?: \([^)]*\))? -->\n```(bash|python)\n(.*?)```", re.S)
+ANY_BLOCK = re.compile(r"^```(bash|python)$", re.M)
+KINDS = ("run", "make -n", "setup")
+BUDGET = {"UPDATES": "20", "MAX_LINES": "100"}
+
+
+def blocks():
+    """``[(kind, language, text)]`` of the README's tagged command blocks, in order."""
+    return TAGGED.findall(README)
+
+
+def test_every_command_block_is_tagged_with_how_it_is_checked():
+    found = blocks()
+    assert len(found) == len(ANY_BLOCK.findall(README)), "a ```bash or ```python block without a readme-test tag"
+    assert {kind for kind, _, _ in found} <= set(KINDS), {kind for kind, _, _ in found}
+    run = "".join(text for kind, _, text in found if kind == "run")
+    for name in BUDGET:  # the small budget is one the README shows
+        assert f"{name}=" in README and f"${name}" in run or name in run, name
+
+
+def _env(tmp_path: Path) -> dict:
+    bin_dir = os.path.dirname(sys.executable)
+    return dict(
+        os.environ,
+        **BUDGET,
+        PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        MAKEFLAGS=f"STAMP= PY={sys.executable}",
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        HOME=os.environ.get("HOME", str(tmp_path)),
+    )
+
+
+def _script(tmp_path: Path) -> str:
+    """The ``run`` blocks as one bash script (python blocks written to files and run)."""
+    lines = ["set -euo pipefail"]
+    for i, (kind, language, text) in enumerate(blocks()):
+        if kind != "run":
+            continue
+        if language == "python":
+            path = tmp_path / f"readme-block-{i}.py"
+            path.write_text(text, encoding="utf-8")
+            lines.append(f"python {shlex.quote(str(path))}")
+            continue
+        lines.append(re.sub(r"^make test\b", "make -n test", text, flags=re.M))
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.slow
+def test_readme_commands_run_as_written_in_an_empty_folder(tmp_path):
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    (clone / "Makefile").symlink_to(REPO / "Makefile")
+    env = _env(tmp_path)
+    proc = subprocess.run(
+        ["bash", "-c", _script(tmp_path)], cwd=clone, env=env, capture_output=True, text=True, timeout=900
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    # the quick-start trained the budget's updates, scored, exported; the CLI example trained and averaged
+    assert "reached 20 updates (--max-update)" in proc.stdout, proc.stdout[-3000:]
+    assert re.search(r"^\| weighted_transformer \| fairseq-dense \| `weighted_transformer_small` \|", proc.stdout, re.M)
+    assert (clone / "quickstart-work" / "model" / "config.json").is_file()
+    assert (clone / "checkpoints" / "gru" / "averaged.pt").is_file()
+    assert re.search(r"^D-0\t", proc.stdout, re.M), proc.stdout[-3000:]  # fairseq-interactive translated
+    assert re.search(r"BLEU = [\d.]+", proc.stdout), proc.stdout[-3000:]  # sacreBLEU of fairseq-generate
+
+    # a second make quickstart reports the finished run: nothing trained, no file changed
+    work = clone / "quickstart-work"
+    before = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in work.rglob("*") if p.is_file()}
+    again = subprocess.run(["make", "quickstart"], cwd=clone, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
+    assert "a finished run, read back from" in again.stdout and "fairseq_cli.train" not in again.stderr
+    after = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in work.rglob("*") if p.is_file()}
+    assert after == before, sorted(
+        str(p) for p in set(after) ^ set(before) | {p for p in before if after.get(p) != before[p]}
+    )
+
+
+def _quickstart_argv(make_args):
+    out = subprocess.run(
+        ["make", "-n", "-f", str(REPO / "Makefile"), "quickstart", *make_args],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, MAKEFLAGS=f"STAMP= PY={sys.executable}"),
+    )
+    assert out.returncode == 0, out.stderr
+    text = out.stdout.replace("\\\n", " ")
+    line = next(line for line in text.splitlines() if "fairseq_dense.cli.quickstart" in line)
+    return shlex.split(line.split("fairseq_dense.cli.quickstart", 1)[1])
+
+
+def test_readme_make_lines_give_options_the_quickstart_accepts():
+    lines = [
+        line.split("#")[0].split()
+        for kind, _, text in blocks()
+        if kind == "make -n"
+        for line in text.strip().splitlines()
+    ]
+    assert len(lines) >= 5
+    parser = quickstart.get_parser()
+    seen = set()
+    for words in lines:
+        assert words[:2] == ["make", "quickstart"], words
+        args = parser.parse_args(_quickstart_argv(words[2:]))  # exits (fails) on an unknown option
+        seen |= {k for k in ("baseline", "all_families", "fresh") if getattr(args, k)}
+        seen |= {"minutes"} if args.minutes else set()
+    assert seen == {"baseline", "all_families", "fresh", "minutes"}
