@@ -38,6 +38,10 @@ else
     log "install: exit $? ($(ls .gpu/whl/*.whl | wc -l) wheels into /tmp/site)"
     export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PATH="/tmp/site/bin:$PATH"
 fi
+if ! "$PYTHON" -c "import fairseq" >"$OUT/import.log" 2>&1; then
+    log "error: fairseq does not import: $(grep -E 'Error' "$OUT/import.log" | tail -1) (add the wheel to .gpu/whl)"
+    exit 2
+fi
 {
     "$PYTHON" -c "import sys, torch, fairseq; print('python', sys.version.split()[0], 'torch', torch.__version__,
 'cuda', torch.version.cuda, 'fairseq', fairseq.__version__)"

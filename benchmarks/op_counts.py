@@ -180,6 +180,9 @@ class StepCounter(TorchDispatchMode):
     def __init__(self, model: nn.Module, saved: Optional["SavedBytes"] = None):
         super().__init__()
         self.saved = saved
+        self.last_op = "?"  # the latest ATen call: the one whose autograd node saves what it saves next
+        if saved is not None:
+            saved.counter = self
         self.launches: Dict[str, int] = collections.Counter()
         self.ops: Dict[str, int] = collections.Counter()
         self.flops: Dict[str, float] = collections.Counter()  # "op dtype" -> FLOPs
@@ -274,6 +277,7 @@ class StepCounter(TorchDispatchMode):
         dtype = q.dtype
         if torch.is_autocast_enabled(q.device.type):  # sdpa is on autocast's lower-precision list (CPU, CUDA)
             dtype = torch.get_autocast_dtype(q.device.type)
+        self.last_op = "scaled_dot_product_attention"
         if self.saved is not None and torch.is_grad_enabled() and out.requires_grad:
             for t in (q, k, v, out):  # the fused kernel keeps its inputs in the dtype it computes in
                 self.saved.add(t, dtype)
@@ -304,6 +308,7 @@ class StepCounter(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         name = func.overloadpacket.__name__
+        self.last_op = name
         node = torch._C._current_autograd_node()
         if self._attention_depth or (node is not None and node in self._flop_nodes):
             pass  # attention's FLOPs are counted analytically
@@ -338,6 +343,9 @@ class SavedBytes:
         self.bytes = 0
         self.tensors = 0
         self.paused = 0
+        self.counter: Optional[StepCounter] = None  # set by a StepCounter watching the same step
+        self.by_op: Dict[str, int] = collections.Counter()  # bytes by the ATen call that saved them
+        self.in_rnn_units = 0  # bytes saved inside nn.LSTM/GRU/RNN calls and cells (the CPU kernel's own)
         self._ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
 
     def _pack(self, t):
@@ -355,8 +363,15 @@ class SavedBytes:
         if storage.data_ptr() in self._params or key in self._seen or not storage.nbytes():
             return
         self._seen.add(key)
-        self.bytes += storage.nbytes() if key == storage.data_ptr() else t.numel() * dtype.itemsize
+        nbytes = storage.nbytes() if key == storage.data_ptr() else t.numel() * dtype.itemsize
+        self.bytes += nbytes
         self.tensors += 1
+        if self.counter is not None:
+            if self.counter._depth and not self.counter._attention_depth:
+                self.in_rnn_units += nbytes
+            self.by_op[f"{self.counter.last_op} {str(t.dtype if dtype is None else dtype).replace('torch.', '')}"] += (
+                nbytes
+            )
 
     def __enter__(self):
         self._ctx.__enter__()

@@ -139,7 +139,7 @@ def test_paper_pairs_cover_every_registered_family():
 def tiny_setup(tmp_path_factory):
     vocab = 100
     dict_dir = synthetic.write_dicts(str(tmp_path_factory.mktemp("dicts")), vocab)
-    return dict_dir, synthetic.make_batch(synthetic.batch_lengths(128, 32), vocab)
+    return dict_dir, synthetic.make_batch(synthetic.batch_lengths(96, 20), vocab)
 
 
 @pytest.mark.parametrize("name", list(counterparts.PAPER_PAIRS))
