@@ -110,7 +110,7 @@ def beam_speed(side, decode_sample, precision: str, length: int, device: str) ->
     model.eval().to(DTYPES[precision])
     gen = measure._generator(model, task, 5, length)
     try:
-        with torch.inference_mode():
+        with torch.no_grad():  # as fairseq-generate (inference_mode breaks the WT's weight cache, see docs)
             gen.generate([model], decode_sample)
             sync(device)
             t0 = time.perf_counter()

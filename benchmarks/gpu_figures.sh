@@ -48,7 +48,7 @@ fi
     [ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
     nproc
 } >"$OUT/machine.txt" 2>&1
-log "machine: $(head -1 "$OUT/machine.txt")"
+log "machine: $(grep -m1 "^python" "$OUT/machine.txt")"
 
 # shellcheck disable=SC2086
 timeout -k 10 "$FIGURES_S" "$PYTHON" -m benchmarks.gpu_figures --device "$DEVICE" --out "$OUT" \
