@@ -12,7 +12,7 @@
 #            kernels/step, beam-5 sent/s) -> OUT/gpu_figures.{json,md}, OUT/figures.log
 #   tests    pytest tests/test_cuda.py tests/test_precision.py -> OUT/cuda_tests.log (TESTS_S=0 skips it)
 # Environment: OUT (benchmarks/out/gpu-figures), DEVICE (cuda), PYTHON (python3), FIGURES_S (270), TESTS_S (150),
-# ARGS (more benchmarks.gpu_figures options, e.g. "--pairs wt_a deep_att").
+# ARGS (more benchmarks.gpu_figures options, e.g. "--pairs wt_a deep_att"), SITE (/tmp/site: where the wheels go).
 set -uo pipefail
 OUT=${OUT:-benchmarks/out/gpu-figures}
 DEVICE=${DEVICE:-cuda}
@@ -20,12 +20,17 @@ PYTHON=${PYTHON:-python3}
 FIGURES_S=${FIGURES_S:-270}
 TESTS_S=${TESTS_S:-150}
 ARGS=${ARGS:-}
+SITE=${SITE:-/tmp/site}
 mkdir -p "$OUT"
 START=$(date +%s)
 log() { echo "[$(($(date +%s) - START)) s] $*" | tee -a "$OUT/stages.log"; }
 
 log "start: DEVICE=$DEVICE FIGURES_S=$FIGURES_S TESTS_S=$TESTS_S ARGS=$ARGS"
-if "$PYTHON" -c "import fairseq" >/dev/null 2>&1; then
+probe() {  # the versions, or why fairseq does not import
+    "$PYTHON" -c "import sys, torch, fairseq; print('python', sys.version.split()[0], 'torch', torch.__version__,
+'cuda', torch.version.cuda, 'fairseq', fairseq.__version__)" >"$OUT/machine.txt" 2>"$OUT/import.log"
+}
+if probe; then
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
     log "install: fairseq imports already, nothing installed"
 else
@@ -33,21 +38,19 @@ else
         log "install: error: no wheels in .gpu/whl (prepare them with benchmarks/gpu_wheels.sh, carry .gpu)"
         exit 2
     fi
-    timeout -k 5 60 "$PYTHON" -m pip install --no-index --no-deps --target /tmp/site .gpu/whl/*.whl \
+    timeout -k 5 60 "$PYTHON" -m pip install --no-index --no-deps --target "$SITE" .gpu/whl/*.whl \
         >"$OUT/install.log" 2>&1
-    log "install: exit $? ($(ls .gpu/whl/*.whl | wc -l) wheels into /tmp/site)"
-    export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PATH="/tmp/site/bin:$PATH"
+    log "install: exit $? ($(ls .gpu/whl/*.whl | wc -l) wheels into $SITE)"
+    export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}" PATH="$SITE/bin:$PATH"
+    if ! probe; then
+        log "error: fairseq does not import: $(grep -E 'Error' "$OUT/import.log" | tail -1) (add the wheel to .gpu/whl)"
+        exit 2
+    fi
 fi
-if ! "$PYTHON" -c "import fairseq" >"$OUT/import.log" 2>&1; then
-    log "error: fairseq does not import: $(grep -E 'Error' "$OUT/import.log" | tail -1) (add the wheel to .gpu/whl)"
-    exit 2
+if [ "$DEVICE" = cuda ]; then
+    nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv >>"$OUT/machine.txt" 2>&1
 fi
-{
-    "$PYTHON" -c "import sys, torch, fairseq; print('python', sys.version.split()[0], 'torch', torch.__version__,
-'cuda', torch.version.cuda, 'fairseq', fairseq.__version__)"
-    [ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
-    nproc
-} >"$OUT/machine.txt" 2>&1
+nproc >>"$OUT/machine.txt"
 log "machine: $(grep -m1 "^python" "$OUT/machine.txt")"
 
 # shellcheck disable=SC2086
