@@ -113,18 +113,23 @@ def test_attention_is_one_fused_unit_in_the_autocast_dtype():
     assert dict(counter.flops) == {"scaled_dot_product_attention bfloat16": 3 * flops}
     # what CUDA's fused attention keeps: q, k, v, the output (bfloat16) and a float32 log-sum-exp per row
     assert saved.bytes == 4 * (2 * 4 * 6 * 8 * 2) + 2 * 4 * 6 * 4
-    assert saved.tensors == 4
+    assert saved.tensors == 5  # q, k, v, the output, the log-sum-exp
 
 
 def test_saved_bytes_count_activations_and_autocast_copies_not_parameters():
     lin = nn.Linear(4, 3, bias=False)
     x = torch.randn(5, 4, requires_grad=True)
     with op_counts.SavedBytes(lin) as fp32:
-        lin(x)
+        y = lin(x)
     assert (fp32.bytes, fp32.tensors) == (5 * 4 * 4, 1)  # x only: the weight is a parameter
     with op_counts.SavedBytes(lin) as bf16, torch.autocast("cpu", dtype=torch.bfloat16):
-        lin(x)
+        y = lin(x)
     assert (bf16.bytes, bf16.tensors) == (5 * 4 * 2 + 4 * 3 * 2, 2)  # the bfloat16 copies of x and the weight
+    with op_counts.SavedBytes(lin) as dropped:
+        lin(x * 2).sum()  # a graph dropped at once: nothing held for backward any more
+        y = lin(x)
+    assert (dropped.bytes, dropped.tensors) == (5 * 4 * 4, 1)
+    y.sum().backward()
 
 
 def test_paper_pairs_cover_every_registered_family():
