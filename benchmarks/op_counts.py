@@ -18,6 +18,7 @@ Three proxies, each independent of the machine's speed:
 
 import collections
 import contextlib
+import gc
 import re
 from typing import Dict, Optional
 
@@ -372,12 +373,16 @@ class SavedBytes:
     def _pack(self, t):
         if self.paused:
             return t
-        key = self.add(t)
+        key = self._count(t, None, keep=False)
         return _Packed(t, key, self) if key is not None else t
 
-    def add(self, t, dtype=None):
+    def add(self, t, dtype=None) -> None:
         """Count ``t``'s storage (``dtype``: a copy of ``t`` in that dtype instead) unless it is a
-        parameter's; returns its key (None: not counted). Added directly, it stays counted."""
+        parameter's, as a fused kernel would save it: it stays counted, and ``t`` is kept alive
+        (its address must not be taken by a later storage)."""
+        self._count(t, dtype, keep=True)
+
+    def _count(self, t, dtype, keep: bool):
         try:
             storage = t.untyped_storage()
         except (RuntimeError, NotImplementedError):  # tensors without a storage (e.g. opaque)
@@ -387,18 +392,20 @@ class SavedBytes:
             return None
         if key in self._live:
             self._live[key][0] += 1
+            if keep and self._live[key][4] is None:
+                self._live[key][4] = t
             return key
         nbytes = storage.nbytes() if key == storage.data_ptr() else t.numel() * dtype.itemsize
         label, in_unit = "?", False
         if self.counter is not None:
             in_unit = bool(self.counter._depth and not self.counter._attention_depth)
             label = f"{self.counter.last_op} {str(t.dtype if dtype is None else dtype).replace('torch.', '')}"
-        self._live[key] = [1, nbytes, label, in_unit]
+        self._live[key] = [1, nbytes, label, in_unit, t if keep else None]
         return key
 
     def add_bytes(self, nbytes: int, label: str) -> None:
         """Count ``nbytes`` more that a fused kernel would save (they stay counted)."""
-        self._live[object()] = [1, nbytes, label, False]
+        self._live[object()] = [1, nbytes, label, False, None]
 
     def _release(self, key) -> None:
         entry = self._live.get(key)
@@ -413,6 +420,7 @@ class SavedBytes:
 
     def __exit__(self, *exc):
         self._ctx.__exit__(*exc)
+        gc.collect()  # graph branches in reference cycles: freed now, not whenever the collector runs
         live = list(self._live.values())
         self.bytes = sum(e[1] for e in live)
         self.tensors = len(live)
