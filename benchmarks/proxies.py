@@ -28,7 +28,7 @@ from typing import Dict, List
 
 import torch
 
-from benchmarks import counterparts, op_counts, synthetic
+from benchmarks import counterparts, op_counts, saved_tensors, synthetic
 
 logger = logging.getLogger("benchmarks.proxies")
 
@@ -74,7 +74,7 @@ def measure_side(dict_dir: str, arch_args: List[str], sample: Dict) -> Dict:
     out = {"arch_args": arch_args, "params": sum(p.numel() for p in model.parameters())}
     train_step(side, sample, autocast=False)
     for mode, autocast in (("fp32", False), ("bf16", True)):
-        saved = op_counts.SavedBytes(model)
+        saved = saved_tensors.SavedBytes(model)
         counter = op_counts.StepCounter(model, saved)
         t0 = time.perf_counter()
         try:

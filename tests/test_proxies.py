@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from benchmarks import counterparts, op_counts, proxies, synthetic
+from benchmarks import counterparts, op_counts, proxies, saved_tensors, synthetic
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -99,7 +99,7 @@ def test_inplace_addmm_is_not_cast_by_autocast():
 def test_attention_is_one_fused_unit_in_the_autocast_dtype():
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 4, 6, 8, requires_grad=True) for _ in range(3))
-    saved = op_counts.SavedBytes(nn.Module())
+    saved = saved_tensors.SavedBytes(nn.Module())
 
     def attend():
         with saved, torch.autocast("cpu", dtype=torch.bfloat16):
@@ -119,13 +119,13 @@ def test_attention_is_one_fused_unit_in_the_autocast_dtype():
 def test_saved_bytes_count_activations_and_autocast_copies_not_parameters():
     lin = nn.Linear(4, 3, bias=False)
     x = torch.randn(5, 4, requires_grad=True)
-    with op_counts.SavedBytes(lin) as fp32:
+    with saved_tensors.SavedBytes(lin) as fp32:
         y = lin(x)
     assert (fp32.bytes, fp32.tensors) == (5 * 4 * 4, 1)  # x only: the weight is a parameter
-    with op_counts.SavedBytes(lin) as bf16, torch.autocast("cpu", dtype=torch.bfloat16):
+    with saved_tensors.SavedBytes(lin) as bf16, torch.autocast("cpu", dtype=torch.bfloat16):
         y = lin(x)
     assert (bf16.bytes, bf16.tensors) == (5 * 4 * 2 + 4 * 3 * 2, 2)  # the bfloat16 copies of x and the weight
-    with op_counts.SavedBytes(lin) as dropped:
+    with saved_tensors.SavedBytes(lin) as dropped:
         lin(x * 2).sum()  # a graph dropped at once: nothing held for backward any more
         y = lin(x)
     assert (dropped.bytes, dropped.tensors) == (5 * 4 * 4, 1)
