@@ -5,7 +5,7 @@ package (:mod:`fairseq_dense.baselines`, also used by the quick-start's ``--base
 its names are re-exported here for the harness.
 """
 
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from fairseq_dense.baselines import (  # noqa: F401  (the harness's names)
     BASELINE_TEMPLATES,
@@ -81,3 +81,116 @@ def matmul_params(model, src_per_tgt: float) -> float:
         if not any(p.dim() == 2 and v in p.shape and p is not emb_w for p in model.decoder.parameters()):
             dec_n += emb_w.numel()  # tied softmax: the embedding table is also the output matmul
     return (count_params(model.encoder) - enc_lookup) * src_per_tgt + dec_n
+
+
+def _lstm(layers: int, enc_hidden: int, dec_hidden: int, embed: int, out: int, dropout: float) -> List[str]:
+    return flags(
+        arch="lstm",
+        encoder_layers=layers,
+        decoder_layers=layers,
+        encoder_bidirectional=True,
+        encoder_hidden_size=enc_hidden,
+        decoder_hidden_size=dec_hidden,
+        encoder_embed_dim=embed,
+        decoder_embed_dim=embed,
+        decoder_out_embed_dim=out,
+        dropout=dropout,
+    )
+
+
+_TINY_TRANSFORMER = flags(
+    encoder_embed_dim=32, decoder_embed_dim=32, encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64
+)
+_TINY_FCONV = flags(encoder_embed_dim=32, decoder_embed_dim=32, decoder_out_embed_dim=32)
+_WT_A = ["--arch", "weighted_transformer_a"]
+_TRANSFORMER = ["--arch", "transformer", "--dropout", "0.1", "--attention-dropout", "0.1"]
+_WMT_SIZES = str([8] * 9 + [16] * 4 + [32] * 2)
+_WMT_LAYERS = "[(32, 3)] * 9 + [(64, 3)] * 4 + [(128, 1)] * 2"
+
+#: Each family at its paper's base size against fairseq's built-in at the paper's size
+#: (``proxies.py``, ``gpu_figures.py``): name -> family, ours' and the counterpart's arch
+#: arguments, and both at tiny widths, depth kept (``tiny_*``, the test suite's sizes). The
+#: ``lstm`` counterparts take ours' depth, embedding sizes, dropout and the width of each
+#: layer's output (a bidirectional encoder layer: two directions of half of it, as DenseRNN's;
+#: Deep-Att's columns and the GRU's directions are each of the full width).
+PAPER_PAIRS: Dict[str, Dict] = {
+    "wt_a": {
+        "family": "weighted_transformer",
+        "ours": _WT_A,
+        "counterpart": _TRANSFORMER,
+        "tiny_ours": _WT_A + _TINY_TRANSFORMER,
+        "tiny_counterpart": _TRANSFORMER + _TINY_TRANSFORMER,
+    },
+    "wt_a_learned": {
+        "family": "weighted_transformer",
+        "ours": _WT_A + ["--learned-branch-weights"],
+        "counterpart": _TRANSFORMER,
+        "tiny_ours": _WT_A + ["--learned-branch-weights"] + _TINY_TRANSFORMER,
+        "tiny_counterpart": _TRANSFORMER + _TINY_TRANSFORMER,
+    },
+    "densenmt_wmt": {
+        "family": "densenmt",
+        "ours": ["--arch", "densenmt_wmt_en_de_15"],
+        "counterpart": ["--arch", "fconv_wmt_en_de"],
+        "tiny_ours": ["--arch", "densenmt_wmt_en_de_15"]
+        + _TINY_FCONV
+        + flags(attention_dim=16, encoder_hidden_sizes=_WMT_SIZES, decoder_hidden_sizes=_WMT_SIZES),
+        "tiny_counterpart": ["--arch", "fconv_wmt_en_de"]
+        + _TINY_FCONV
+        + flags(encoder_layers=_WMT_LAYERS, decoder_layers=_WMT_LAYERS),
+    },
+    "densenmt_iwslt": {
+        "family": "densenmt",
+        "ours": ["--arch", "densenmt_4l_2"],
+        "counterpart": ["--arch", "fconv_iwslt_de_en"],
+        "tiny_ours": ["--arch", "densenmt_4l_2"]
+        + _TINY_FCONV
+        + flags(encoder_hidden_size=16, decoder_hidden_size=16, attention_dim=16),
+        "tiny_counterpart": ["--arch", "fconv_iwslt_de_en"]
+        + _TINY_FCONV
+        + flags(encoder_layers="[(32, 3)] * 4", decoder_layers="[(32, 3)] * 3"),
+    },
+    "dense_rnn": {
+        "family": "dense_lstm",
+        "ours": ["--arch", "dense_lstm_6l"],
+        "counterpart": _lstm(6, enc_hidden=128, dec_hidden=256, embed=512, out=512, dropout=0.2),
+        "tiny_ours": ["--arch", "dense_lstm_6l"]
+        + flags(encoder_embed_dim=32, decoder_embed_dim=32, decoder_out_embed_dim=32)
+        + flags(encoder_hidden_size=16, decoder_hidden_size=16),
+        "tiny_counterpart": _lstm(6, enc_hidden=8, dec_hidden=16, embed=32, out=32, dropout=0.2),
+    },
+    "deep_att": {
+        "family": "fast_forward_lstm",
+        "ours": ["--arch", "deep_att"],
+        "counterpart": _lstm(8, enc_hidden=512, dec_hidden=512, embed=256, out=512, dropout=0.1),
+        "tiny_ours": ["--arch", "deep_att"]
+        + flags(encoder_embed_dim=16, decoder_embed_dim=16, encoder_hidden_size=16)
+        + flags(decoder_hidden_size=16, encoder_fc_dim=16, attention_dim=16),
+        "tiny_counterpart": _lstm(8, enc_hidden=16, dec_hidden=16, embed=16, out=16, dropout=0.1),
+    },
+    "gru": {
+        "family": "gru_attention",
+        "ours": ["--arch", "gru_attention"],
+        "counterpart": _lstm(1, enc_hidden=512, dec_hidden=512, embed=512, out=512, dropout=0.5),
+        "tiny_ours": ["--arch", "gru_attention"]
+        + flags(encoder_embed_dim=16, decoder_embed_dim=16, encoder_hidden_size=16)
+        + flags(decoder_hidden_size=16, attention_dim=16, readout_dim=16),
+        "tiny_counterpart": _lstm(1, enc_hidden=16, dec_hidden=16, embed=16, out=16, dropout=0.5),
+    },
+}
+
+
+def paper_pairs(names: Optional[List[str]] = None) -> Dict[str, Dict]:
+    """The entries of :data:`PAPER_PAIRS` named (default: all), after checking that every registered
+    family has at least one.
+
+    Raises:
+        ValueError: for a family of the registry without a pair, or an unknown pair name.
+    """
+    missing = sorted(set(our_families()) - {p["family"] for p in PAPER_PAIRS.values()})
+    if missing:
+        raise ValueError(f"benchmarks/counterparts.py PAPER_PAIRS: no pair for the families {', '.join(missing)}")
+    unknown = sorted(set(names or []) - set(PAPER_PAIRS))
+    if unknown:
+        raise ValueError(f"unknown pair(s) {', '.join(unknown)} (pairs: {', '.join(PAPER_PAIRS)})")
+    return {k: v for k, v in PAPER_PAIRS.items() if not names or k in names}

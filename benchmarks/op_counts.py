@@ -1,0 +1,330 @@
+"""Counting a training step on the CPU in terms that carry over to a GPU.
+
+Three proxies, each independent of the machine's speed:
+
+- **kernel launches**: ATen operator calls that reach the kernels (below autograd, after
+  composite operators are decomposed), counted with a ``TorchDispatchMode``. Calls that run
+  no kernel on a GPU are not counted: views (``view``, ``t``, ``slice``, ``unbind``, ...),
+  ``detach``, allocations without a fill (``empty``, ``empty_strided``) and
+  ``_unsafe_view``. Fused recurrent units are counted as the kernels CUDA runs for them,
+  not as the CPU's per-time-step lowering (see :data:`UNIT_LAUNCHES`).
+- **low-precision share**: of the FLOPs of matmul-class calls (``mm``, ``addmm`` and its
+  in-place form, ``bmm``, ``baddbmm``, ``linear``, convolutions, ``conv_tbc``, the CPU's
+  LSTM layer kernel, scaled-dot-product attention; forward and backward), the share whose
+  operands are bfloat16 or float16.
+- **saved bytes**: the bytes of the distinct storages autograd saves for backward
+  (``saved_tensors.py``), which an attention unit here counts as CUDA's fused kernel saves them.
+"""
+
+import collections
+import contextlib
+import re
+from typing import Dict, Optional
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+aten = torch.ops.aten
+
+#: recurrent modules CUDA runs as one cuDNN call (per call) or one fused cell (per step)
+RNN_UNITS = (nn.LSTM, nn.GRU, nn.RNN)
+CELL_UNITS = (nn.LSTMCell, nn.GRUCell, nn.RNNCell)
+
+#: The convention, in CUDA kernels per call. cuDNN RNN call, per layer and direction:
+#: forward 2 (the input GEMM batched over all time steps, the recurrence), backward 3
+#: (recurrence backward, input-GEMM data gradient, weight gradient). Fused cell
+#: (``_thnn_fused_lstm_cell`` / ``_thnn_fused_gru_cell``): forward 3 (input GEMM, hidden
+#: GEMM, the fused pointwise kernel), backward 5 (fused pointwise backward with the bias
+#: gradients, data and weight gradients of both GEMMs). Autocast's casts of a unit's weights
+#: are counted on top, as the CPU's autocast makes them (``_to_copy`` and its backward).
+#: Scaled-dot-product attention is a unit as well, of CUDA's fused attention kernels: forward
+#: 1, backward 2 (the CPU may run it as its unfused, float32-upcasting math form); its FLOPs
+#: are counted analytically (QK^T and PV; backward twice that) in the dtype autocast gives it.
+UNIT_LAUNCHES = {"rnn_per_layer_direction": (2, 3), "cell": (3, 5), "attention": (1, 2)}
+
+#: operator names that run no kernel on a GPU although they are not views
+NO_KERNEL = {
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "new_empty",
+    "new_empty_strided",
+    "_unsafe_view",
+    "lift_fresh",
+    "detach",
+    "alias",
+    "resize_",
+    "set_",
+    "is_same_size",
+    "_has_compatible_shallow_copy_type",
+    "record_stream",
+}
+
+#: names that look like matmul-class work; such a call with no FLOP formula is reported
+MATMUL_LIKE = re.compile(r"mm|conv|linear|matmul|rnn|attention|einsum|(?<!_fused_)lstm|(?<!_fused_)gru")
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _mm(a, b) -> int:
+    return 2 * _numel(a.shape[:-1]) * a.shape[-1] * b.shape[-1]
+
+
+def _sdpa(q, k, v) -> int:
+    # QK^T and PV: 2 x batch x heads x L x S x (E + Ev)
+    return 2 * _numel(q.shape[:-1]) * k.shape[-2] * (q.shape[-1] + v.shape[-1])
+
+
+def _conv_tbc(x, w, out) -> int:
+    # input (T, B, C_in), weight (K, C_in, C_out), output (T', B, C_out)
+    return 2 * out.shape[0] * out.shape[1] * w.shape[0] * w.shape[1] * w.shape[2]
+
+
+def _rnn_layer(x, w_ih, w_hh) -> int:
+    # input (T, B, I), W_ih (G*H, I), W_hh (G*H, H): every step multiplies [x_t; h_{t-1}]
+    return 2 * _numel(x.shape[:-1]) * w_ih.shape[0] * (w_ih.shape[1] + w_hh.shape[1])
+
+
+def _cudnn_rnn(x, weights, stride) -> int:
+    # weights: [W_ih, W_hh(, b_ih, b_hh)] per layer and direction; x (T, B, I) or packed (tokens, I)
+    return sum(_rnn_layer(x, weights[i], weights[i + 1]) for i in range(0, len(weights), stride))
+
+
+def _registry(name):
+    from torch.utils.flop_counter import flop_registry
+
+    f = flop_registry[getattr(aten, name)]
+    return lambda args, kwargs, out: f(*args, **kwargs, out_val=out)
+
+
+#: operator name -> (FLOPs of a call from (args, kwargs, out), index of the operand whose dtype counts)
+FLOPS = {
+    "mm": (lambda a, k, o: _mm(a[0], a[1]), 0),
+    "addmm": (lambda a, k, o: _mm(a[1], a[2]), 1),
+    "addmm_": (lambda a, k, o: _mm(a[1], a[2]), 1),
+    "_addmm_activation": (lambda a, k, o: _mm(a[1], a[2]), 1),
+    "bmm": (lambda a, k, o: _mm(a[0], a[1]), 0),
+    "baddbmm": (lambda a, k, o: _mm(a[1], a[2]), 1),
+    "baddbmm_": (lambda a, k, o: _mm(a[1], a[2]), 1),
+    "addbmm": (lambda a, k, o: _mm(a[1], a[2]), 1),
+    "addbmm_": (lambda a, k, o: _mm(a[1], a[2]), 1),
+    "mv": (lambda a, k, o: 2 * a[0].numel(), 0),
+    "addmv": (lambda a, k, o: 2 * a[1].numel(), 1),
+    "addmv_": (lambda a, k, o: 2 * a[1].numel(), 1),
+    "linear": (lambda a, k, o: 2 * a[0].numel() * a[1].shape[0], 0),
+    "convolution": (_registry("convolution"), 0),
+    "_convolution": (_registry("_convolution"), 0),
+    "convolution_backward": (_registry("convolution_backward"), 0),
+    "conv_tbc": (lambda a, k, o: _conv_tbc(a[0], a[1], o), 0),
+    "conv_tbc_backward": (lambda a, k, o: 2 * _conv_tbc(a[1], a[2], a[0]), 0),
+    "mkldnn_rnn_layer": (lambda a, k, o: _rnn_layer(a[0], a[1], a[2]), 0),
+    "mkldnn_rnn_layer_backward": (lambda a, k, o: 2 * _rnn_layer(a[0], a[1], a[2]), 0),
+    "_cudnn_rnn": (lambda a, k, o: _cudnn_rnn(a[0], a[1], a[2]), 0),
+    "_cudnn_rnn_backward": (lambda a, k, o: 2 * _cudnn_rnn(a[0], a[1], a[2]), 0),
+    "_scaled_dot_product_flash_attention_for_cpu": (lambda a, k, o: _sdpa(a[0], a[1], a[2]), 0),
+    "_scaled_dot_product_flash_attention_for_cpu_backward": (lambda a, k, o: 2 * _sdpa(a[1], a[2], a[3]), 1),
+}
+for _name in (
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_backward",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_efficient_attention_backward",
+    "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_cudnn_attention_backward",
+):
+    FLOPS[_name] = (_registry(_name), 1 if _name.endswith("backward") else 0)
+
+LOW = (torch.bfloat16, torch.float16)
+
+
+def _tensors(obj):
+    if torch.is_tensor(obj):
+        yield obj
+    elif isinstance(obj, (list, tuple)):  # PackedSequence is a tuple
+        for x in obj:
+            yield from _tensors(x)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            yield from _tensors(x)
+
+
+def unit_launches(module: nn.Module):
+    """``(forward, backward)`` CUDA kernels of one call of a fused recurrent unit (:data:`UNIT_LAUNCHES`)."""
+    if isinstance(module, RNN_UNITS):
+        fwd, bwd = UNIT_LAUNCHES["rnn_per_layer_direction"]
+        n = module.num_layers * (2 if module.bidirectional else 1)
+        return fwd * n, bwd * n
+    return UNIT_LAUNCHES["cell"]
+
+
+class StepCounter(TorchDispatchMode):
+    """Counts kernel launches per phase and matmul-class FLOPs per dtype while active.
+
+    Args:
+        model: the model whose ``nn.LSTM``/``nn.GRU``/``nn.RNN`` calls and cells are counted
+            as fused units (hooks, removed by :meth:`close`).
+        saved: a ``saved_tensors.SavedBytes`` watching the same step: an attention unit then saves what
+            CUDA's fused attention saves (query, key, value, output and the float32 row
+            log-sum-exp), not what the CPU's math form saves (probabilities, dropout masks).
+
+    Use ``with counter: ...`` around a step and ``with counter.phase(name):`` around its parts.
+    """
+
+    def __init__(self, model: nn.Module, saved=None):
+        super().__init__()
+        self.saved = saved
+        self.last_op = "?"  # the latest ATen call: the one whose autograd node saves what it saves next
+        if saved is not None:
+            saved.counter = self
+        self.launches: Dict[str, int] = collections.Counter()
+        self.ops: Dict[str, int] = collections.Counter()
+        self.flops: Dict[str, float] = collections.Counter()  # "op dtype" -> FLOPs
+        self.unrecognised: Dict[str, int] = collections.Counter()
+        self.units: Dict[str, int] = collections.Counter()
+        self._phase = "other"
+        self._depth = 0
+        self._boundary = []
+        self._nodes = set()  # autograd nodes of fused units: their backward launches are the convention's
+        self._flop_nodes = set()  # ... of attention units: their FLOPs are counted analytically
+        self._attention_depth = 0
+        self._unit_grads = set()  # storages of gradients computed inside units (by data pointer)
+        self._pending_backward = 0
+        self._pending_flops = collections.Counter()
+        self._sdpa = None
+        self._hooks = []
+        for m in model.modules():
+            if isinstance(m, RNN_UNITS + CELL_UNITS):
+                self._hooks += [m.register_forward_pre_hook(self._enter), m.register_forward_hook(self._leave)]
+
+    def close(self) -> None:
+        """Remove the module hooks and drop the references to the autograd graph."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks, self._nodes, self._flop_nodes, self._unit_grads = [], set(), set(), set()
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        """Attribute the launches inside to ``name`` (units' backward kernels go to ``backward``)."""
+        previous, self._phase = self._phase, name
+        if name == "backward":
+            self.launches["backward"] += self._pending_backward
+            self.flops.update(self._pending_flops)
+            self._pending_backward, self._pending_flops = 0, collections.Counter()
+        try:
+            yield
+        finally:
+            self._phase = previous
+
+    def __enter__(self):
+        # F.scaled_dot_product_attention is looked up at each call (by fairseq's attention through
+        # F.multi_head_attention_forward too): routed through _attention while counting
+        self._sdpa = F.scaled_dot_product_attention
+        F.scaled_dot_product_attention = lambda *args, **kwargs: self._attention(self._sdpa, args, kwargs)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        F.scaled_dot_product_attention = self._sdpa
+        return super().__exit__(*exc)
+
+    def _enter(self, module, args):
+        self._depth += 1
+        self._boundary.append({t.grad_fn for t in _tensors(args) if t.grad_fn is not None})
+
+    def _leave(self, module, args, output):
+        self._depth -= 1
+        self._close_unit(self._boundary.pop(), output, unit_launches(module), type(module).__name__)
+
+    def _close_unit(self, boundary, output, launches, name: str, nodes=None) -> bool:
+        """Take the autograd nodes a unit's call created (their backward is the unit's) and count
+        its launches; returns whether a backward will run through it."""
+        stack = [t.grad_fn for t in _tensors(output) if t.grad_fn is not None]
+        while stack:
+            node = stack.pop()
+            if node is None or node in self._nodes or node in boundary or type(node).__name__ == "AccumulateGrad":
+                continue
+            self._nodes.add(node)
+            if nodes is not None:
+                nodes.add(node)
+            stack.extend(n for n, _ in node.next_functions)
+        self.launches[self._phase] += launches[0]
+        backward = any(t.requires_grad for t in _tensors(output))
+        if backward:
+            self._pending_backward += launches[1]
+        self.units[name] += 1
+        return backward
+
+    def _attention(self, func, args, kwargs):
+        q, k, v = (kwargs.get(n, a) for n, a in zip(("query", "key", "value"), list(args) + [None] * 3))
+        boundary = {t.grad_fn for t in _tensors((args, kwargs)) if t.grad_fn is not None}
+        self._depth += 1
+        self._attention_depth += 1
+        if self.saved is not None:
+            self.saved.paused += 1
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            self._depth -= 1
+            self._attention_depth -= 1
+            if self.saved is not None:
+                self.saved.paused -= 1
+        dtype = q.dtype
+        if torch.is_autocast_enabled(q.device.type):  # sdpa is on autocast's lower-precision list (CPU, CUDA)
+            dtype = torch.get_autocast_dtype(q.device.type)
+        self.last_op = "scaled_dot_product_attention"
+        if self.saved is not None and torch.is_grad_enabled() and out.requires_grad:
+            for t in (q, k, v, out):  # the fused kernel keeps its inputs in the dtype it computes in
+                self.saved.add(t, dtype)
+            self.saved.add_bytes(4 * _numel(q.shape[:-1]), "scaled_dot_product_attention float32")  # row log-sum-exp
+        key = f"scaled_dot_product_attention {str(dtype).replace('torch.', '')}"
+        self.flops[key] += _sdpa(q, k, v)
+        if self._close_unit(boundary, out, UNIT_LAUNCHES["attention"], "attention", self._flop_nodes):
+            self._pending_flops[key] += 2 * _sdpa(q, k, v)
+        return out
+
+    def _in_unit(self, name: str, node, args, out) -> bool:
+        if self._attention_depth or (node is not None and node in self._flop_nodes):
+            return True  # attention: everything, the CPU's upcasts included
+        if node is not None and node in self._nodes:
+            self._unit_grads.update(t.data_ptr() for t in _tensors(out))
+            return type(node).__name__ != "ToCopyBackward0"  # autocast's casts: counted as the CPU makes them
+        if node is None and self._phase == "backward" and name in ("add", "add_"):
+            # the engine summing gradients that unit nodes produced (a weight used at every time step)
+            inputs = [t.data_ptr() for t in _tensors(args)]
+            if inputs and all(p in self._unit_grads for p in inputs):
+                self._unit_grads.update(t.data_ptr() for t in _tensors(out))
+                return True
+        if name == "_to_copy":  # autocast's casts of an RNN's weights: counted as the CPU makes them
+            return False
+        return bool(self._depth)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        self.last_op = name
+        node = torch._C._current_autograd_node()
+        if self._attention_depth or (node is not None and node in self._flop_nodes):
+            pass  # attention's FLOPs are counted analytically
+        elif name in FLOPS:
+            formula, operand = FLOPS[name]
+            dtype = args[operand].dtype
+            self.flops[f"{name} {str(dtype).replace('torch.', '')}"] += formula(args, kwargs, out)
+        elif MATMUL_LIKE.search(name) and not func.is_view:
+            self.unrecognised[name] += 1
+        if not func.is_view and name not in NO_KERNEL and not self._in_unit(name, node, args, out):
+            self.launches[self._phase] += 1
+            self.ops[name] += 1
+        return out
+
+    def low_precision_share(self) -> Optional[float]:
+        """Share of the matmul-class FLOPs run in bfloat16/float16 (None: no such FLOPs)."""
+        total = sum(self.flops.values())
+        low = sum(v for k, v in self.flops.items() if k.endswith(("bfloat16", "float16")))
+        return low / total if total else None

@@ -1,0 +1,264 @@
+"""Hardware-independent proxies of GPU training speed, each family against its fairseq counterpart.
+
+    python -m benchmarks.proxies [--pairs wt_a deep_att ...] [--out benchmarks/out/proxies]
+
+For every pair of ``PAPER_PAIRS`` (``counterparts.py``: each registered family at its
+paper's base size and fairseq's built-in at the paper's size), both models are built as
+``fairseq-train`` builds them (the harness's criterion and Adam) and take one training step
+(forward, backward, gradient scaling, clipping, optimiser step) on the same synthetic batch
+(``synthetic.py``), once in float32 and once under ``torch.autocast('cpu', bfloat16)``
+(standing in for the GPU's mixed precision), after one uncounted warm-up step (Adam's state).
+Measured (``op_counts.py``): kernel launches per step, the low-precision share of the
+matmul-class FLOPs, and the activation bytes saved for backward per target token. Written to
+``--out``: ``proxies.json`` (everything, per phase and per operator) and ``proxies.md`` (the
+ratios ours / counterpart against :data:`TARGETS`).
+"""
+
+import argparse
+import datetime
+import json
+import logging
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List
+
+import torch
+
+from benchmarks import counterparts, op_counts, saved_tensors, synthetic
+
+logger = logging.getLogger("benchmarks.proxies")
+
+#: ours / counterpart at most (launches, saved bytes), ours at least (low-precision share)
+TARGETS = {"launches": 1.5, "saved_bytes": 1.5, "low_precision": 0.99}
+
+
+def train_step(
+    side, sample, *, autocast: bool, dtype=torch.bfloat16, counter=None, saved=None, update: int = 1
+) -> float:
+    """One training step as fairseq's Trainer takes it (forward under autocast, backward outside, gradient
+    scaling, clipping, the task's optimiser step), in phases; ``counter``/``saved`` (``op_counts``) watch
+    it. Autocast runs on the batch's device in ``dtype``. Returns the loss."""
+    task, model, criterion, optimizer, cfg = side
+    phase = counter.phase if counter else lambda name: _null()
+    model.train()
+    criterion.train()
+    device = sample["target"].device.type
+    with phase("forward"), saved or _null(), torch.autocast(device, dtype=dtype, enabled=autocast):
+        loss, sample_size, _ = criterion(model, sample)
+    with phase("backward"):
+        loss.backward()
+    with phase("optimizer"):
+        optimizer.multiply_grads(1.0 / float(sample_size or 1))
+        optimizer.clip_grad_norm(cfg.optimization.clip_norm)
+        task.optimizer_step(optimizer, model, update)
+        optimizer.zero_grad()
+    return float(loss.detach())
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def measure_side(dict_dir: str, arch_args: List[str], sample: Dict) -> Dict:
+    """The proxies of one model: a warm-up step, then a counted step in float32 and one under autocast."""
+    side = synthetic.build(dict_dir, arch_args)
+    model = side[1]
+    out = {"arch_args": arch_args, "params": sum(p.numel() for p in model.parameters())}
+    train_step(side, sample, autocast=False)
+    for mode, autocast in (("fp32", False), ("bf16", True)):
+        saved = saved_tensors.SavedBytes(model)
+        counter = op_counts.StepCounter(model, saved)
+        t0 = time.perf_counter()
+        try:
+            with counter:
+                loss = train_step(side, sample, autocast=autocast, counter=counter, saved=saved, update=2)
+        finally:
+            counter.close()
+        out[mode] = {
+            "launches": dict(counter.launches),
+            "launches_total": sum(counter.launches.values()),
+            "low_precision_share": counter.low_precision_share(),
+            "matmul_flops": dict(counter.flops),
+            "unrecognised_matmul_ops": dict(counter.unrecognised),
+            "fused_units": dict(counter.units),
+            "saved_bytes": saved.bytes,
+            "saved_tensors": saved.tensors,
+            "saved_bytes_per_token": saved.bytes / sample["ntokens"],
+            "saved_bytes_by_op": dict(saved.by_op.most_common(10)),
+            "saved_bytes_in_rnn_units": saved.in_rnn_units,
+            "top_ops": dict(counter.ops.most_common(12)),
+            "loss": loss,
+            "seconds": time.perf_counter() - t0,
+        }
+    return out
+
+
+def ratios(ours: Dict, base: Dict) -> Dict:
+    """ours / counterpart of each proxy, the low-precision shares, and which targets are met."""
+    r = {
+        "launches_fp32": ours["fp32"]["launches_total"] / base["fp32"]["launches_total"],
+        "launches_bf16": ours["bf16"]["launches_total"] / base["bf16"]["launches_total"],
+        "saved_bytes_fp32": ours["fp32"]["saved_bytes"] / base["fp32"]["saved_bytes"],
+        "saved_bytes_bf16": ours["bf16"]["saved_bytes"] / base["bf16"]["saved_bytes"],
+        "low_precision_ours": ours["bf16"]["low_precision_share"] or 0.0,
+        "low_precision_counterpart": base["bf16"]["low_precision_share"] or 0.0,
+    }
+    r["meets"] = {
+        "launches": max(r["launches_fp32"], r["launches_bf16"]) <= TARGETS["launches"],
+        "saved_bytes": max(r["saved_bytes_fp32"], r["saved_bytes_bf16"]) <= TARGETS["saved_bytes"],
+        "low_precision": r["low_precision_ours"] >= TARGETS["low_precision"],
+    }
+    return r
+
+
+def measure_pair(dict_dir: str, pair: Dict, sample: Dict, tiny: bool = False) -> Dict:
+    """Both sides of one ``PAPER_PAIRS`` entry (``tiny``: with its tiny widths) and their ratios."""
+    sides = {}
+    for side, key in (("ours", "ours"), ("counterpart", "counterpart")):
+        args = pair[f"tiny_{key}"] if tiny else pair[key]
+        logger.info("%s: %s", side, " ".join(args))
+        sides[side] = measure_side(dict_dir, args, sample)
+    return {"family": pair["family"], **sides, "ratios": ratios(sides["ours"], sides["counterpart"])}
+
+
+def unit_share(m: Dict) -> float:
+    """Share of the saved bytes saved inside fused RNN units (the CPU kernel's workspace: cuDNN's differs)."""
+    return m.get("saved_bytes_in_rnn_units", 0) / m["saved_bytes"] if m["saved_bytes"] else 0.0
+
+
+def markdown(results: Dict) -> str:
+    """The ratio table of ``proxies.json`` (a cell is marked ``MISS`` where its target is not met; the
+    arch arguments of each side are in the JSON and in ``counterparts.PAPER_PAIRS``)."""
+    t = results["targets"]
+    lines = [
+        f"Command: `{results['command']}`  ",
+        f"Date {results['date']}, commit `{results['commit']}`, {results['machine']}, torch {results['torch']}.  ",
+        f"Batch: {results['batch']['sentences']} sentences, {results['batch']['target_tokens']} target tokens "
+        f"(source {results['batch']['max_source_len']} / target {results['batch']['max_target_len']} longest), "
+        f"vocabulary {results['vocab']}.",
+        "",
+        f"| pair | params ours / cp (M) | launches/step fp32 ours / cp | ratio fp32 | ratio bf16 "
+        f"(<= {t['launches']}) | low-precision share ours / cp (>= {t['low_precision']:.0%}) "
+        f"| saved KB/token fp32 ours / cp | ratio | saved KB/token bf16 ours / cp | ratio (<= {t['saved_bytes']}) "
+        "| bf16 saved inside RNN units ours / cp |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, e in results["pairs"].items():
+        if "error" in e:
+            lines.append(f"| {name} | error: {e['error']} |" + " |" * 9)
+            continue
+        o, c, r = e["ours"], e["counterpart"], e["ratios"]
+
+        def mark(ok):
+            return "" if ok else " MISS"
+
+        lines.append(
+            f"| {name} | {o['params'] / 1e6:.1f} / {c['params'] / 1e6:.1f} "
+            f"| {o['fp32']['launches_total']:,} / {c['fp32']['launches_total']:,} "
+            f"| {r['launches_fp32']:.2f}{mark(r['launches_fp32'] <= t['launches'])} "
+            f"| {r['launches_bf16']:.2f}{mark(r['launches_bf16'] <= t['launches'])} "
+            f"| {r['low_precision_ours']:.1%} / {r['low_precision_counterpart']:.1%}"
+            f"{mark(r['meets']['low_precision'])} "
+            f"| {o['fp32']['saved_bytes_per_token'] / 1e3:.1f} / {c['fp32']['saved_bytes_per_token'] / 1e3:.1f} "
+            f"| {r['saved_bytes_fp32']:.2f}{mark(r['saved_bytes_fp32'] <= t['saved_bytes'])} "
+            f"| {o['bf16']['saved_bytes_per_token'] / 1e3:.1f} / {c['bf16']['saved_bytes_per_token'] / 1e3:.1f} "
+            f"| {r['saved_bytes_bf16']:.2f}{mark(r['saved_bytes_bf16'] <= t['saved_bytes'])} "
+            f"| {unit_share(o['bf16']):.0%} / {unit_share(c['bf16']):.0%} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.proxies", description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--pairs", nargs="*", help=f"pairs to measure (default: all of {', '.join(counterparts.PAPER_PAIRS)})"
+    )
+    p.add_argument("--vocab", type=int, default=8000, help="joint vocabulary size (fairseq's specials included)")
+    p.add_argument("--max-tokens", type=int, default=2048, help="batch size x longest sentence of the one batch")
+    p.add_argument("--max-len", type=int, default=128, help="longest sentence of the length distribution")
+    p.add_argument("--tiny", action="store_true", help="each pair at its tiny widths (depth kept): the tests' sizes")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads")
+    p.add_argument("--out", default="benchmarks/out/proxies", help="folder for proxies.json and proxies.md")
+    return p
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+    if os.path.isfile("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def run(a) -> Dict:
+    """Measure the pairs of ``a`` (parsed :func:`get_parser` options); returns the results."""
+    pairs = counterparts.paper_pairs(a.pairs)
+    torch.set_num_threads(a.threads)
+    lengths = synthetic.batch_lengths(a.max_tokens, a.max_len)
+    sample = synthetic.make_batch(lengths, a.vocab)
+    commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
+    results = {
+        "command": "python -m benchmarks.proxies " + " ".join(a.argv),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit or None,
+        "machine": f"{cpu_name()}, {os.cpu_count()} logical CPUs, {a.threads} thread(s)",
+        "torch": torch.__version__,
+        "vocab": a.vocab,
+        "batch": {
+            "sentences": len(lengths),
+            "target_tokens": sample["ntokens"],
+            "max_source_len": max(s for s, _ in lengths),
+            "max_target_len": max(t for _, t in lengths),
+        },
+        "targets": TARGETS,
+        "conventions": {"unit_launches": op_counts.UNIT_LAUNCHES},
+        "pairs": {},
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        dict_dir = synthetic.write_dicts(tmp, a.vocab)
+        for name, pair in pairs.items():
+            logger.info("pair %s", name)
+            try:
+                results["pairs"][name] = measure_pair(dict_dir, pair, sample, tiny=a.tiny)
+            except Exception as e:  # one failing model must not lose the others' figures
+                logger.exception("pair %s failed", name)
+                results["pairs"][name] = {"family": pair["family"], "error": f"{type(e).__name__}: {e}"}
+            if a.out:
+                write(results, a.out)
+    return results
+
+
+def write(results: Dict, out: str) -> None:
+    """``proxies.json`` and ``proxies.md`` into ``out``."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "proxies.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    with open(os.path.join(out, "proxies.md"), "w") as f:
+        f.write(markdown(results))
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    a = get_parser().parse_args(argv)
+    a.argv = argv
+    logging.basicConfig(format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
+    try:
+        results = run(a)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}")
+    print(markdown(results))
+    return 1 if any("error" in e for e in results["pairs"].values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Synthetic training batches and models built as ``fairseq-train`` builds them, with no corpus.
+
+The proxies (``proxies.py``) and the GPU figures (``gpu_figures.py``) train on batches drawn
+here: sentence lengths from a log-normal distribution close to a subword-segmented news
+corpus (median 24 target tokens, a long tail, 2 to ``max_len``), source lengths the target's
+times a noisy factor, tokens uniform over the vocabulary. A batch is what fairseq's
+``batch_by_size`` makes of sentences sorted by length: consecutive sentences, as many as fit
+``max_tokens`` counted as batch size x longest sentence. Models are built from a folder
+that holds only the two dictionary files (``write_dicts``): enough for fairseq's
+translation task to build a model, a criterion and an optimiser.
+"""
+
+import argparse
+import math
+import os
+from typing import Dict, List, Optional
+
+import torch
+
+#: median target length (tokens, end of sentence included) and log-normal sigma
+MEDIAN_LEN, SIGMA = 24.0, 0.55
+#: source length = target length x a factor with this log-normal sigma (median 1.0)
+SRC_RATIO_SIGMA = 0.15
+
+
+def write_dicts(folder: str, vocab: int, src: str = "de", tgt: str = "en") -> str:
+    """Write ``dict.{src,tgt}.txt`` of ``vocab`` entries (fairseq's 4 specials included); returns ``folder``.
+
+    Raises:
+        ValueError: for a vocabulary of fewer than 8 entries.
+    """
+    if vocab < 8:
+        raise ValueError(f"vocab: {vocab} is too small (at least 8 entries, 4 of them fairseq's specials)")
+    os.makedirs(folder, exist_ok=True)
+    lines = "".join(f"w{i} {vocab - i}\n" for i in range(vocab - 4))
+    for lang in (src, tgt):
+        with open(os.path.join(folder, f"dict.{lang}.txt"), "w") as f:
+            f.write(lines)
+    return folder
+
+
+def sample_lengths(n: int, max_len: int, seed: int = 1) -> List[tuple]:
+    """``n`` (source, target) lengths, end of sentence included, sorted by target then source length."""
+    g = torch.Generator().manual_seed(seed)
+    tgt = torch.exp(math.log(MEDIAN_LEN) + SIGMA * torch.randn(n, generator=g))
+    src = tgt * torch.exp(SRC_RATIO_SIGMA * torch.randn(n, generator=g))
+    pairs = [(int(s.clamp(2, max_len).round()), int(t.clamp(2, max_len).round())) for s, t in zip(src, tgt)]
+    return sorted(pairs, key=lambda p: (p[1], p[0]))
+
+
+def batch_lengths(max_tokens: int, max_len: int = 128, *, quantile: float = 0.5, seed: int = 1) -> List[tuple]:
+    """The (source, target) lengths of one batch: the sentences from the ``quantile`` of the sorted
+    lengths on, as many as fit ``max_tokens`` (batch size x longest sentence, either side)."""
+    pool = sample_lengths(20000, max_len, seed)
+    start = min(int(quantile * len(pool)), len(pool) - 1)
+    out: List[tuple] = []
+    longest = 0
+    for s, t in pool[start:]:
+        longest = max(longest, s, t)
+        if out and (len(out) + 1) * longest > max_tokens:
+            break
+        out.append((s, t))
+    return out
+
+
+def make_batch(lengths: List[tuple], vocab: int, *, seed: int = 1, device: str = "cpu") -> Dict:
+    """A fairseq translation sample: left-padded source, right-padded target, ``prev_output_tokens``
+    the target shifted right behind end-of-sentence (pad 1, eos 2, tokens from 4), sentences in
+    decreasing source length as fairseq's collater orders them (``lstm`` packs on that)."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = sorted(lengths, key=lambda p: -p[0])
+    pad, eos = 1, 2
+    b, s_max, t_max = len(lengths), max(s for s, _ in lengths), max(t for _, t in lengths)
+    src = torch.full((b, s_max), pad, dtype=torch.long)
+    tgt = torch.full((b, t_max), pad, dtype=torch.long)
+    prev = torch.full((b, t_max), pad, dtype=torch.long)
+    for i, (s, t) in enumerate(lengths):
+        src[i, s_max - s :] = torch.cat([torch.randint(4, vocab, (s - 1,), generator=g), torch.tensor([eos])])
+        words = torch.cat([torch.randint(4, vocab, (t - 1,), generator=g), torch.tensor([eos])])
+        tgt[i, :t] = words
+        prev[i, :t] = torch.cat([torch.tensor([eos]), words[:-1]])
+    sample = {
+        "id": torch.arange(b),
+        "nsentences": b,
+        "ntokens": sum(t for _, t in lengths),
+        "net_input": {
+            "src_tokens": src,
+            "src_lengths": torch.tensor([s for s, _ in lengths]),
+            "prev_output_tokens": prev,
+        },
+        "target": tgt,
+    }
+    return _to(sample, device)
+
+
+def _to(obj, device: str):
+    if torch.is_tensor(obj):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: _to(v, device) for k, v in obj.items()}
+    return obj
+
+
+def train_args(dict_dir: str, arch_args: List[str], *, max_tokens: int = 4096, amp: bool = False) -> List[str]:
+    """``fairseq-train`` arguments of the harness (task, criterion, Adam, clipping) on ``dict_dir``."""
+    from benchmarks import measure
+
+    a = argparse.Namespace(
+        src="de",
+        tgt="en",
+        lr=1e-3,
+        warmup_updates=50,
+        max_tokens=max_tokens,
+        seed=1,
+        budget_minutes=600,
+        log_interval=10,
+        validate_interval_updates=0,
+        max_update=0,
+        device="cuda" if amp else "cpu",
+        amp=amp,
+    )
+    return measure.common_args(dict_dir, os.path.join(dict_dir, "unused-save-dir"), a) + list(arch_args)
+
+
+def build(dict_dir: str, arch_args: List[str], *, amp: bool = False, device: Optional[str] = None):
+    """``(task, model, criterion, optimizer, cfg)`` as ``fairseq-train`` builds them, the model on ``device``."""
+    from benchmarks import measure
+
+    torch.manual_seed(1)
+    task, model, criterion, optimizer, cfg = measure._build_trainable(train_args(dict_dir, arch_args, amp=amp))
+    if device:
+        model.to(device)
+        criterion.to(device)
+    return task, model, criterion, optimizer, cfg
