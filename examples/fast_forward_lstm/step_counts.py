@@ -23,7 +23,9 @@ Usage (from the repository root)::
 import argparse
 import json
 import logging
+import statistics
 import sys
+import time
 from collections import Counter
 
 import torch
@@ -210,7 +212,7 @@ def saved_bytes(model, net_input, tgt, autocast: bool):
     return {k: parts[k] for k in ("activations", "weight_copies", "rnn_workspace")}
 
 
-def measure(name: str, vocab: int, bsz: int, length: int, dropout: float):
+def measure(name: str, vocab: int, bsz: int, length: int, dropout: float, time_steps: int = 0):
     """The counts of one model (a warm-up step first, so that Adam's state exists)."""
     model, d = build(name, vocab, dropout)
     model.train()
@@ -223,6 +225,11 @@ def measure(name: str, vocab: int, bsz: int, length: int, dropout: float):
         opt.step()
 
     step()
+    seconds = []
+    for _ in range(time_steps):
+        t0 = time.perf_counter()
+        step()
+        seconds.append(time.perf_counter() - t0)
     counter = OpCounter()
     with counter, FusedCells(counter):
         step()
@@ -235,6 +242,8 @@ def measure(name: str, vocab: int, bsz: int, length: int, dropout: float):
         "kernels_per_step": kernels,
         "fused_rnn_layer_calls": {k: v for k, v in counter.calls.items() if k in FUSED_RNN},
     }
+    if seconds:
+        out["median_step_seconds"] = round(statistics.median(seconds), 4)
     for name, autocast in (("fp32", False), ("bf16_autocast", True)):
         parts = saved_bytes(model, net_input, tgt, autocast)
         out[f"saved_bytes_per_token_{name}"] = {k: round(v / tokens) for k, v in parts.items()}
@@ -249,9 +258,10 @@ def main(argv=None):
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--length", type=int, default=30)
     p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--time-steps", type=int, default=0, help="also time this many steps (median wall seconds)")
     a = p.parse_args(argv)
     for name in a.models:
-        print(json.dumps(measure(name, a.vocab, a.batch_size, a.length, a.dropout)), flush=True)
+        print(json.dumps(measure(name, a.vocab, a.batch_size, a.length, a.dropout, a.time_steps)), flush=True)
 
 
 if __name__ == "__main__":
