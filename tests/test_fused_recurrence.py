@@ -8,7 +8,7 @@ by that implementation (``tests/data/fast_forward_lstm_pre_fused.pt``) must load
 unchanged and give the same outputs.
 
 Under autocast, step loops must cast each weight once per forward, not once per step
-(:func:`fairseq_dense.modules.lstm_cell.cast_once`): counted for Deep-Att and DenseRNN.
+(:func:`fairseq_dense.modules.lstm_cell.cast_once`): counted for Deep-Att, DenseRNN and the GRU.
 """
 
 from pathlib import Path
@@ -22,7 +22,7 @@ from fairseq_dense.modules.encoder_decoder import reverse_padded
 from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTMLayer
 from fairseq_dense.modules.lstm_cell import lstm_cell
 from tests import helpers
-from tests.models import test_dense_lstm, test_fast_forward_lstm
+from tests.models import test_dense_lstm, test_fast_forward_lstm, test_gru_attention
 
 PRE_FUSED = Path(__file__).parent / "data" / "fast_forward_lstm_pre_fused.pt"
 
@@ -162,6 +162,7 @@ def _weight_casts(model, d, tgt_len):
         ("deep_ed", lambda: test_fast_forward_lstm.build(interface="deep_ed")),
         ("dense_lstm", lambda: test_dense_lstm.build_variant("baseline")),
         ("dense_lstm_dcda_l2", lambda: test_dense_lstm.build_variant("dcda_l2")),
+        ("gru_attention", test_gru_attention.build),
     ],
 )
 def test_autocast_casts_weights_once_per_forward(family, build):

@@ -174,12 +174,12 @@ class _WeightCopies(TorchDispatchMode):
     def __init__(self, param_storages):
         super().__init__()
         self.params = param_storages
-        self.copies = set()
+        self.copies = {}  # storage -> the copy, kept alive so that no later tensor reuses its address
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if func is torch.ops.aten._to_copy.default and args[0].untyped_storage().data_ptr() in self.params:
-            self.copies.add(out.untyped_storage().data_ptr())
+            self.copies[out.untyped_storage().data_ptr()] = out
         return out
 
 
