@@ -29,7 +29,7 @@ from fairseq.modules import FairseqDropout
 from torch import Tensor
 
 from fairseq_dense.modules.encoder_decoder import reverse_padded
-from fairseq_dense.modules.lstm_cell import cast_once, fused_lstm, lstm_recurrence
+from fairseq_dense.modules.lstm_cell import cast_once, fused_lstm, lstm_recurrence, rnn_takes_cast
 
 RECURRENT = "recurrent"
 
@@ -120,13 +120,16 @@ class FastForwardLSTMLayer(nn.Module):
         """
         state = self._initial_state(x, state)
         # one low-precision copy of W_f under autocast, shared by the LSTM call and the f matmul
-        w, b, w_hh = cast_once(self.ff.weight), cast_once(self.ff.bias), cast_once(self.weight_hh)
+        w, b = cast_once(self.ff.weight), cast_once(self.ff.bias)
+        weights = (
+            (w, cast_once(self.weight_hh), b) if rnn_takes_cast(w) else (self.ff.weight, self.weight_hh, self.ff.bias)
+        )
         if self.reverse:
             assert lengths is not None, "a backward layer needs the sequence lengths"
-            h, final = fused_lstm(reverse_padded(x, lengths), state, w, w_hh, b)
+            h, final = fused_lstm(reverse_padded(x, lengths), state, *weights)
             h = reverse_padded(h, lengths)
         else:
-            h, final = fused_lstm(x, state, w, w_hh, b)
+            h, final = fused_lstm(x, state, *weights)
         n = 4 * self.hidden_size if f_size is None else f_size
         f = (
             F.linear(x, w, b)

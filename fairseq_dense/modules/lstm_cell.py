@@ -52,6 +52,17 @@ def cast_once(weight: Tensor) -> Tensor:
     return weight
 
 
+def rnn_takes_cast(cast_weight: Tensor) -> bool:
+    """Whether a fused LSTM call may take weights :func:`cast_once` cast (else: the originals).
+
+    Autocast runs cuDNN RNNs in float16 whatever its dtype: under bfloat16 autocast on
+    CUDA it would convert bfloat16 copies to float16 (double rounding), so there the
+    call gets the float32 weights and casts them itself. Elsewhere (the CPU, float16
+    autocast, no autocast) the copy is what autocast would make.
+    """
+    return cast_weight.device.type != "cuda" or cast_weight.dtype != torch.bfloat16
+
+
 def lstm_recurrence(f: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
     """Run an LSTM forward in time over given input gates (no input matrix), step by step.
 
