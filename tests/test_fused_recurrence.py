@@ -7,7 +7,9 @@ for the encoder (both directions, padding) and the decoder, and a state dict sav
 by that implementation (``tests/data/fast_forward_lstm_pre_fused.pt``) must load
 unchanged and give the same outputs.
 
-Under autocast, step loops must cast each weight once per forward, not once per step
+The encoder's operator calls in a training step must not grow with the source length
+(every layer one fused call). Under autocast, step loops must cast each weight once per
+forward, not once per step
 (:func:`fairseq_dense.modules.lstm_cell.cast_once`): counted for Deep-Att, DenseRNN and the GRU.
 """
 
@@ -172,3 +174,32 @@ def test_autocast_casts_weights_once_per_forward(family, build):
     short, long = _weight_casts(model, d, 4), _weight_casts(model, d, 12)
     assert short > 0  # the counter sees autocast's casts at all
     assert long == short, f"{family}: {short} weight casts for 4 target tokens, {long} for 12"
+
+
+class _OpCounter(TorchDispatchMode):
+    """Counts ATen operator calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="the CPU's fused LSTM kernel is oneDNN's")
+def test_encoder_operator_calls_do_not_grow_with_the_source_length():
+    """Every encoder layer is one fused call: forward + backward issue as many operators for
+    12 source tokens as for 4 (the step loop issued about a dozen more per layer and step)."""
+    model, d = test_fast_forward_lstm.build()
+    model.train()
+    counts = []
+    for n in (4, 12):
+        src = helpers.random_tokens(d, [n, n - 1], left_pad=True)
+        counter = _OpCounter()
+        with counter:
+            out = model.encoder(src, torch.tensor([n, n - 1]))["encoder_out"][0]
+            out.sum().backward()
+        counts.append(counter.calls)
+    assert counts[0] == counts[1], f"encoder operator calls grow with the source length: {counts}"
