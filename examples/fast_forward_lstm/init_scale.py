@@ -23,9 +23,13 @@ def scales(std: float, fast_forward: bool, layers: int, size: int, steps: int = 
     torch.manual_seed(1)
     stack = FastForwardLSTM(size, size, layers, fast_forward=fast_forward, init_std=std).eval()
     fs, hs = [], []
+
+    def record(layer, inputs, result):
+        fs.append(layer.ff(inputs[0]))  # all 4H gate inputs W_f x + b (the fused LSTM call forms them inside)
+        hs.append(result[1])  # h of (f, h, final)
+
     for layer in stack.layers:
-        layer.ff.register_forward_hook(lambda mod, inputs, f: fs.append(f))  # all 4H gate inputs
-        layer.register_forward_hook(lambda mod, inputs, result: hs.append(result[1]))  # (f, h, final)
+        layer.register_forward_hook(record)
     with torch.no_grad():
         stack(torch.randn(steps, batch, size) * std, torch.full((batch,), steps))
     return [(f.std().item(), h.std().item(), (f.abs() > 3).float().mean().item()) for f, h in zip(fs, hs)]

@@ -9,8 +9,11 @@ feed-forward block and an input-matrix-free recurrence:
     ``h^k_t, c^k_t = LSTM(f^k_t, h^k_{t-(-1)^k}, c^k_{t-(-1)^k})``
 
 ``f^1_t = W_f^1 x_t + b^1``. ``half`` keeps the first half of ``f`` (``2H`` of ``4H``).
-The feed-forward block of a layer is one matrix multiply over the whole sequence;
-only the recurrence is sequential (:func:`~fairseq_dense.modules.lstm_cell.lstm_recurrence`).
+A layer is one fused LSTM call (:func:`~fairseq_dense.modules.lstm_cell.fused_lstm`,
+cuDNN / oneDNN) whose input matrix is ``W_f``: its gates ``W_f x_t + b + W_hh h_{t-1}``
+are the paper's ``f_t + W_hh h_{t-1}``. The part of ``f`` the next layer reads
+(``half(f)``, or all of ``f`` for the encoder's interface) is one more matrix
+multiply over the whole sequence.
 
 Variable lengths: every layer works on right-padded sequences; a layer that runs
 backward in time reverses each sequence inside its length, runs forward and
@@ -21,11 +24,12 @@ from typing import List, Optional, Tuple
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from fairseq.modules import FairseqDropout
 from torch import Tensor
 
 from fairseq_dense.modules.encoder_decoder import reverse_padded
-from fairseq_dense.modules.lstm_cell import lstm_recurrence
+from fairseq_dense.modules.lstm_cell import cast_once, fused_lstm, lstm_recurrence, rnn_takes_cast
 
 RECURRENT = "recurrent"
 
@@ -64,7 +68,10 @@ class FastForwardLSTMLayer(nn.Module):
     def recur(
         self, f: Tensor, lengths: Optional[Tensor] = None, state: Optional[Tuple[Tensor, Tensor]] = None
     ) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
-        """Run the recurrence on given gates ``f`` ``(T, B, 4H)``.
+        """Run the recurrence step by step on given gates ``f`` ``(T, B, 4H)``.
+
+        For gates known one step at a time (the attention-fed first decoder layer);
+        :meth:`forward` runs the whole sequence on the fused kernels.
 
         Args:
             f: gate pre-activations, right-padded.
@@ -75,14 +82,18 @@ class FastForwardLSTMLayer(nn.Module):
             ``(h, (h_T, c_T))``: ``(T, B, H)`` in the caller's time order and the
             state after the last processed step.
         """
-        if state is None:
-            zeros = f.new_zeros(f.size(1), self.hidden_size)
-            state = (zeros, zeros)
+        state = self._initial_state(f, state)
         if not self.reverse:
             return lstm_recurrence(f, state[0], state[1], self.weight_hh)
         assert lengths is not None, "a backward layer needs the sequence lengths"
         h, final = lstm_recurrence(reverse_padded(f, lengths), state[0], state[1], self.weight_hh)
         return reverse_padded(h, lengths), final
+
+    def _initial_state(self, x: Tensor, state: Optional[Tuple[Tensor, Tensor]]) -> Tuple[Tensor, Tensor]:
+        if state is None:
+            zeros = x.new_zeros(x.size(1), self.hidden_size)
+            state = (zeros, zeros)
+        return state
 
     def forward(
         self,
@@ -92,6 +103,10 @@ class FastForwardLSTMLayer(nn.Module):
         f_size: Optional[int] = None,
     ) -> Tuple[Tensor, Tensor, Tuple[Tensor, Tensor]]:
         """Run the layer on ``x`` ``(T, B, input_dim)``.
+
+        The recurrence is one fused LSTM call whose input matrix is ``W_f`` (its gates
+        ``W_f x_t + b + W_hh h_{t-1}`` are the paper's ``f_t + W_hh h_{t-1}``); the
+        ``f`` the caller needs is one more matmul over all steps.
 
         Args:
             x: right-padded inputs.
@@ -103,9 +118,27 @@ class FastForwardLSTMLayer(nn.Module):
         Returns:
             ``(f, h, final_state)``: ``f`` ``(T, B, f_size)``, ``h`` ``(T, B, H)``.
         """
-        f = self.ff(x)  # all time steps in one matmul
-        h, final = self.recur(f, lengths, state)
-        return f[..., : 4 * self.hidden_size if f_size is None else f_size], h, final
+        state = self._initial_state(x, state)
+        # one low-precision copy of W_f under autocast, shared by the LSTM call and the f matmul
+        w, b = cast_once(self.ff.weight), cast_once(self.ff.bias)
+        weights = (
+            (w, cast_once(self.weight_hh), b) if rnn_takes_cast(w) else (self.ff.weight, self.weight_hh, self.ff.bias)
+        )
+        if self.reverse:
+            assert lengths is not None, "a backward layer needs the sequence lengths"
+            h, final = fused_lstm(reverse_padded(x, lengths), state, *weights)
+            h = reverse_padded(h, lengths)
+        else:
+            h, final = fused_lstm(x, state, *weights)
+        n = 4 * self.hidden_size if f_size is None else f_size
+        f = (
+            F.linear(x, w, b)
+            if n == w.size(0)
+            else F.linear(x, w[:n], b[:n])
+            if n
+            else x.new_zeros(x.shape[:-1] + (0,))
+        )  # all time steps in one matmul
+        return f, h, final
 
 
 class FastForwardLSTM(nn.Module):

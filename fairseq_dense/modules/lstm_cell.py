@@ -8,9 +8,17 @@ the gates ``f_t``), so both need the cell without ``nn.LSTM``'s input projection
     ``[i; f; g; o] = gates``,
     ``c_t = sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g)``,
     ``h_t = sigmoid(o) * tanh(c_t)``.
+
+Where the whole sequence is known in advance, :func:`fused_lstm` runs the same
+recurrence on the fused kernels (cuDNN, oneDNN) instead of stepping in Python.
+
+Step loops and autocast: autocast keeps one low-precision copy of a leaf weight per
+forward, but re-casts a view or any other non-leaf weight (``w.t()``, ``w[:, k:]``,
+``torch.cat`` of weights) at every call, and autograd keeps every copy. Step loops
+therefore take their weights through :func:`cast_once` before the loop.
 """
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -31,8 +39,35 @@ def lstm_cell(gates: Tensor, cell: Tensor) -> Tuple[Tensor, Tensor]:
     return torch.sigmoid(o) * torch.tanh(cell), cell
 
 
+def cast_once(weight: Tensor) -> Tensor:
+    """``weight`` in the autocast dtype when autocast is on for its device (else unchanged).
+
+    Call it once before a step loop: the ops inside then find the weight already in
+    the low precision and cast nothing, whatever view of it they take. The values are
+    those autocast's own cast would give.
+    """
+    device = weight.device.type
+    if weight.dtype == torch.float32 and torch.is_autocast_enabled(device):
+        return weight.to(torch.get_autocast_dtype(device))
+    return weight
+
+
+def rnn_takes_cast(cast_weight: Tensor) -> bool:
+    """Whether a fused LSTM call may take weights :func:`cast_once` cast (else: the originals).
+
+    Autocast runs cuDNN RNNs in float16 whatever its dtype: under bfloat16 autocast on
+    CUDA it would convert bfloat16 copies to float16 (double rounding), so there the
+    call gets the float32 weights and casts them itself. Elsewhere (the CPU, float16
+    autocast, no autocast) the copy is what autocast would make.
+    """
+    return cast_weight.device.type != "cuda" or cast_weight.dtype != torch.bfloat16
+
+
 def lstm_recurrence(f: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
-    """Run an LSTM forward in time over given input gates (no input matrix).
+    """Run an LSTM forward in time over given input gates (no input matrix), step by step.
+
+    For recurrences whose input gates are only known one step at a time (attention);
+    :func:`fused_lstm` is the whole-sequence form.
 
     Args:
         f: ``(T, B, 4H)`` input gate pre-activations.
@@ -43,8 +78,41 @@ def lstm_recurrence(f: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor) -> Tuple[Te
         ``(out, (h_T, c_T))``: ``(T, B, H)`` outputs and the final state.
     """
     h, c = h0, c0
+    w_t = cast_once(w_hh).t()
     outs: List[Tensor] = []
     for f_t in f.unbind(0):  # unbind: one gradient stack, not a zero-filled copy of f per step
-        h, c = lstm_cell(torch.addmm(f_t, h, w_hh.t()), c)
+        h, c = lstm_cell(torch.addmm(f_t, h, w_t), c)
         outs.append(h)
     return torch.stack(outs), (h, c)
+
+
+def fused_lstm(
+    x: Tensor,
+    state: Tuple[Tensor, Tensor],
+    w_ih: Tensor,
+    w_hh: Tensor,
+    b_ih: Tensor,
+    b_hh: Optional[Tensor] = None,
+) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+    """One forward single-layer LSTM over a whole sequence on the fused kernels.
+
+    ``gates_t = W_ih x_t + b_ih + b_hh + W_hh h_{t-1}``, then :func:`lstm_cell`:
+    ``nn.LSTM``'s computation with weights the caller owns (``torch.lstm``, which
+    lowers to cuDNN on CUDA and oneDNN on the CPU).
+
+    Args:
+        x: ``(T, B, input)``.
+        state: ``(h0, c0)``, each ``(B, H)``.
+        w_ih: ``(4H, input)``; w_hh: ``(4H, H)``; b_ih: ``(4H,)``.
+        b_hh: ``(4H,)``; zeros when None.
+
+    Returns:
+        ``(out, (h_T, c_T))``: ``(T, B, H)`` outputs and the final state.
+    """
+    if b_hh is None:
+        b_hh = torch.zeros_like(b_ih)
+    hx = (state[0].unsqueeze(0).contiguous(), state[1].unsqueeze(0).contiguous())  # 1 x B x H
+    # train=True whenever autograd records: the CPU kernel keeps its workspace for backward only then
+    train = torch.is_grad_enabled()
+    out, h_n, c_n = torch.lstm(x, hx, [w_ih, w_hh, b_ih, b_hh], True, 1, 0.0, train, False, False)
+    return out, (h_n[0], c_n[0])

@@ -11,7 +11,7 @@ from torch import Tensor
 from fairseq_dense.modules.bahdanau_attention import BahdanauAttention
 from fairseq_dense.modules.dense_lstm_layer import shift_in_time
 from fairseq_dense.modules.encoder_decoder import IncrementalDecoder
-from fairseq_dense.modules.lstm_cell import lstm_cell
+from fairseq_dense.modules.lstm_cell import cast_once, lstm_cell
 
 
 class DenseLSTMDecoder(IncrementalDecoder):
@@ -174,7 +174,9 @@ class DenseLSTMDecoder(IncrementalDecoder):
             hidden, cell, prev_out = cached["hidden"], cached["cell"], cached["prev_out"]
             proj_keys = cached["proj_keys"]
         keys = proj_keys.view(bsz, proj_keys.size(1), n_att, -1)  # B x T x n x A
-        w_query = torch.cat([a.query_proj.weight for a in self.attentions], 0)
+        # the step loop's weights, each cast once under autocast (a view or a sum of weights
+        # would otherwise be re-cast, and kept for backward, at every step)
+        w_query = cast_once(torch.cat([a.query_proj.weight for a in self.attentions], 0))
         w_v = torch.cat([a.v.weight for a in self.attentions], 0)
         h, c = list(hidden.unbind(1)), list(cell.unbind(1))
         emb, lp, dense = self.embed_dim, self.attention_layer, self.dense
@@ -185,7 +187,10 @@ class DenseLSTMDecoder(IncrementalDecoder):
         known = torch.cat([y, shift_in_time(y, prev_out[:, :emb])], -1) if dense else y
         k0 = known.size(-1)
         gates_known = F.linear(known, first.weight_ih_l0[:, :k0], first.bias_ih_l0 + first.bias_hh_l0)
-        w_ctx = first.weight_ih_l0[:, k0:]  # sliced once: a slice per step costs a weight-sized backward each
+        w_ctx = cast_once(
+            first.weight_ih_l0[:, k0:]
+        )  # sliced once: a slice per step costs a weight-sized backward each
+        cells = {j: self._cell_weights(j) for j in range(1, lp)}  # the stepped layers above the first
         prev_step_o = prev_out[:, : emb + lp * self.hidden_size]  # o_{t-1}^{l'}
         step_outs: List[List[Tensor]] = [[] for _ in range(lp)]
         contexts, attns = [], []
@@ -202,7 +207,7 @@ class DenseLSTMDecoder(IncrementalDecoder):
                         inp = torch.cat(outs + [prev_step_o[:, : emb + j * self.hidden_size], ctx], -1)
                     else:
                         inp = torch.cat([outs[-1], ctx], -1)
-                    h[j], c[j] = self._cell_step(j, inp, h[j], c[j])
+                    h[j], c[j] = self._cell_step(cells[j], inp, h[j], c[j])
                 outs.append(self.dropout(h[j]))
                 step_outs[j].append(outs[-1])
             prev_step_o = torch.cat(outs, -1)
@@ -223,7 +228,7 @@ class DenseLSTMDecoder(IncrementalDecoder):
             else:
                 inp = torch.cat([feats[-1], ctx_all], -1)
             if inp.size(0) == 1:
-                h[j], c[j] = self._cell_step(j, inp[0], h[j], c[j])
+                h[j], c[j] = self._cell_step(self._cell_weights(j), inp[0], h[j], c[j])
                 out = h[j].unsqueeze(0)
             else:
                 out, (h_j, c_j) = self.layers[j](inp, (h[j].unsqueeze(0).contiguous(), c[j].unsqueeze(0).contiguous()))
@@ -248,12 +253,17 @@ class DenseLSTMDecoder(IncrementalDecoder):
         m = self.softmax_dropout(torch.tanh(self.readout(readout_in))).transpose(0, 1)  # S x B -> B x S
         return m, {"attn": [torch.stack(attns, dim=1)]}
 
-    def _cell_step(self, j: int, inp: Tensor, h: Tensor, c: Tensor) -> Tuple[Tensor, Tensor]:
-        """One step of 0-based layer ``j`` (``nn.LSTM``'s weights): ``inp`` ``(batch, input)``,
-        ``h``/``c`` ``(batch, hidden)`` -> the new ``(h, c)``."""
+    def _cell_weights(self, j: int) -> Tuple[Tensor, Tensor, Tensor]:
+        """``(W_ih, W_hh, b_ih + b_hh)`` of 0-based layer ``j``, each cast once under autocast."""
         lstm = self.layers[j]
-        gates = F.linear(inp, lstm.weight_ih_l0, lstm.bias_ih_l0 + lstm.bias_hh_l0) + F.linear(h, lstm.weight_hh_l0)
-        return lstm_cell(gates, c)
+        return cast_once(lstm.weight_ih_l0), cast_once(lstm.weight_hh_l0), cast_once(lstm.bias_ih_l0 + lstm.bias_hh_l0)
+
+    @staticmethod
+    def _cell_step(weights: Tuple[Tensor, Tensor, Tensor], inp: Tensor, h: Tensor, c: Tensor) -> Tuple[Tensor, Tensor]:
+        """One step of a layer with :meth:`_cell_weights` ``weights``: ``inp`` ``(batch, input)``,
+        ``h``/``c`` ``(batch, hidden)`` -> the new ``(h, c)``."""
+        w_ih, w_hh, bias = weights
+        return lstm_cell(F.linear(inp, w_ih, bias) + F.linear(h, w_hh), c)
 
     def _project_keys(self, memory: Tensor) -> Tensor:
         """``(src_len, batch, context_dim)`` -> ``(batch, src_len, sum of attention dims)``, every

@@ -10,6 +10,7 @@ from torch import Tensor
 from fairseq_dense.modules.bahdanau_attention import BahdanauAttention
 from fairseq_dense.modules.encoder_decoder import IncrementalDecoder
 from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTM, FastForwardLSTMLayer
+from fairseq_dense.modules.lstm_cell import cast_once, lstm_cell
 
 
 class FastForwardLSTMDecoder(IncrementalDecoder):
@@ -159,11 +160,12 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
         if state is None:
             zeros = f1_y.new_zeros(f1_y.size(1), self.hidden_size)
             state = (zeros, zeros)
+        w_hh_t = cast_once(self.first.weight_hh).t()  # cast once, not once per step under autocast
         fs, hs, attns = [], [], []
         for f1_y_t in f1_y.unbind(0):  # unbind, not f1_y[t]: O(T) gradient traffic, not O(T^2)
             context, a = self.attention(state[0], proj_keys, values, padding_mask)
             f_t = f1_y_t + self.context_proj(context)
-            _, state = self.first.recur(f_t.unsqueeze(0), state=state)  # one step
+            state = lstm_cell(torch.addmm(f_t, state[0], w_hh_t), state[1])  # one step of layer 1
             fs.append(f_t)
             hs.append(state[0])
             attns.append(a)
