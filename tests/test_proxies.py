@@ -20,16 +20,19 @@ from benchmarks import counterparts, op_counts, proxies, saved_tensors, syntheti
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-#: The targets (``proxies.TARGETS``) each pair meets at the tests' tiny sizes on main today.
-#: Switch a target on for a pair once a fix makes it hold; the others are only computed.
+#: The targets (``proxies.TARGETS``) each pair is held to at the tests' tiny sizes; the
+#: others are only computed.
+ALL_TARGETS = {"launches", "low_precision", "saved_bytes"}
+# saved bytes of the two pairs built on the CPU's fused LSTM kernel stay above 1.5x: most of
+# them are oneDNN's workspace (docs/benchmarks.md), which cuDNN's reserve space does not hold
 ENFORCED = {
-    "wt_a": {"launches", "low_precision"},
-    "wt_a_learned": {"launches", "low_precision"},
-    "densenmt_wmt": {"launches", "saved_bytes"},
-    "densenmt_iwslt": {"launches"},
+    "wt_a": ALL_TARGETS,
+    "wt_a_learned": ALL_TARGETS,
+    "densenmt_wmt": ALL_TARGETS,
+    "densenmt_iwslt": ALL_TARGETS,
     "dense_rnn": {"launches", "low_precision"},
-    "deep_att": {"low_precision", "saved_bytes"},
-    "gru": {"launches", "low_precision", "saved_bytes"},
+    "deep_att": {"launches", "low_precision"},
+    "gru": ALL_TARGETS,
 }
 
 
