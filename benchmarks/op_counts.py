@@ -227,11 +227,32 @@ class StepCounter(TorchDispatchMode):
         # F.multi_head_attention_forward too): routed through _attention while counting
         self._sdpa = F.scaled_dot_product_attention
         F.scaled_dot_product_attention = lambda *args, **kwargs: self._attention(self._sdpa, args, kwargs)
+        # the functional LSTM (a layer with weights of its own, as Deep-Att's) is the same fused
+        # unit as an nn.LSTM call (which goes through _VF.lstm, not this name): counted alike
+        self._lstm = torch.lstm
+        torch.lstm = lambda *args, **kwargs: self._functional_rnn(self._lstm, args, kwargs)
         return super().__enter__()
 
     def __exit__(self, *exc):
         F.scaled_dot_product_attention = self._sdpa
+        torch.lstm = self._lstm
         return super().__exit__(*exc)
+
+    def _functional_rnn(self, func, args, kwargs):
+        """``torch.lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+        batch_first)`` (or its packed form, ``batch_sizes`` second) as one fused unit."""
+        boundary = {t.grad_fn for t in _tensors((args, kwargs)) if t.grad_fn is not None}
+        self._depth += 1
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            self._depth -= 1
+        first = 2 if torch.is_tensor(args[1]) else 1  # packed: (data, batch_sizes, hx, params, ...)
+        num_layers, bidirectional = args[first + 3], args[first + 6]
+        fwd, bwd = UNIT_LAUNCHES["rnn_per_layer_direction"]
+        n = num_layers * (2 if bidirectional else 1)
+        self._close_unit(boundary, out, (fwd * n, bwd * n), "lstm")
+        return out
 
     def _enter(self, module, args):
         self._depth += 1

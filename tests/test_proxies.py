@@ -64,6 +64,35 @@ def test_cudnn_rnn_counts_per_call_not_per_time_step():
     assert bwd * 4 <= per_length[0]["backward"] <= bwd * 4 + 3  # the loss's backward: a fill, a cast
 
 
+def test_functional_lstm_counts_as_the_module_does():
+    """``torch.lstm`` with weights a layer owns (Deep-Att's fast-forward layers) is the same
+    fused unit as an ``nn.LSTM`` call: the same launches, its workspace saved inside a unit."""
+    torch.manual_seed(0)
+    lstm = nn.LSTM(8, 8)
+    x = torch.randn(5, 2, 8, requires_grad=True)
+    h0 = (torch.zeros(1, 2, 8), torch.zeros(1, 2, 8))
+
+    def functional():
+        return torch.lstm(x, h0, list(lstm._flat_weights), True, 1, 0.0, True, False, False)[0]
+
+    counted = []
+    for fn in (lambda: lstm(x, h0)[0], functional):
+        lstm.zero_grad(set_to_none=True)
+        x.grad = None  # no accumulation into an earlier gradient
+        launches, counter = _step(lstm, fn)
+        saved = saved_tensors.SavedBytes(lstm)
+        forward_only = op_counts.StepCounter(lstm, saved)
+        try:
+            with saved, forward_only:
+                out = fn()
+        finally:
+            forward_only.close()
+        counted.append((launches, dict(counter.units), saved.in_rnn_units > 0))
+        del out
+    assert counted[0][0] == counted[1][0]
+    assert counted[1][1] == {"lstm": 1} and counted[1][2]
+
+
 def test_unfused_recurrence_counts_every_time_step():
     torch.manual_seed(0)
     cell = nn.Linear(16, 8)
