@@ -102,6 +102,7 @@ _TINY_TRANSFORMER = flags(
     encoder_embed_dim=32, decoder_embed_dim=32, encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64
 )
 _TINY_FCONV = flags(encoder_embed_dim=32, decoder_embed_dim=32, decoder_out_embed_dim=32)
+_FIXED = ["--fixed-kappa", "--fixed-alpha"]
 _WT_A = ["--arch", "weighted_transformer_a"]
 _TRANSFORMER = ["--arch", "transformer", "--dropout", "0.1", "--attention-dropout", "0.1"]
 _WMT_SIZES = str([8] * 9 + [16] * 4 + [32] * 2)
@@ -121,11 +122,12 @@ PAPER_PAIRS: Dict[str, Dict] = {
         "tiny_ours": _WT_A + _TINY_TRANSFORMER,
         "tiny_counterpart": _TRANSFORMER + _TINY_TRANSFORMER,
     },
-    "wt_a_learned": {
+    # configuration (A) learns kappa and alpha (the paper's); the project's fixed form beside it
+    "wt_a_fixed": {
         "family": "weighted_transformer",
-        "ours": _WT_A + ["--learned-branch-weights"],
+        "ours": _WT_A + _FIXED,
         "counterpart": _TRANSFORMER,
-        "tiny_ours": _WT_A + ["--learned-branch-weights"] + _TINY_TRANSFORMER,
+        "tiny_ours": _WT_A + _FIXED + _TINY_TRANSFORMER,
         "tiny_counterpart": _TRANSFORMER + _TINY_TRANSFORMER,
     },
     "densenmt_wmt": {

@@ -27,7 +27,7 @@ ALL_TARGETS = {"launches", "low_precision", "saved_bytes"}
 # them are oneDNN's workspace (docs/benchmarks.md), which cuDNN's reserve space does not hold
 ENFORCED = {
     "wt_a": ALL_TARGETS,
-    "wt_a_learned": ALL_TARGETS,
+    "wt_a_fixed": ALL_TARGETS,
     "densenmt_wmt": ALL_TARGETS,
     "densenmt_iwslt": ALL_TARGETS,
     "dense_rnn": {"launches", "low_precision"},
