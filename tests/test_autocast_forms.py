@@ -21,6 +21,7 @@ from fairseq_dense.modules.branched_attention import BranchedAttention
 from fairseq_dense.modules.dense_conv import FeatureBuffer, conv_rows
 from tests import helpers
 from tests.autocast_probe import FlopsByDtype, SavedBytes, batch, build, train_step
+from tests.models.test_densenmt import TINY as DENSENMT_TINY
 
 BF16 = torch.bfloat16
 
@@ -79,17 +80,7 @@ def taps_reference(x, weight, bias, time, left):
     return _TapsReference.apply(x, weight, bias, time, left)
 
 
-DENSENMT = dict(
-    encoder_embed_dim=8,
-    decoder_embed_dim=8,
-    decoder_out_embed_dim=8,
-    encoder_hidden_size=6,
-    decoder_hidden_size=5,
-    attention_dim=4,
-    encoder_layers=2,
-    decoder_layers=2,
-    dropout=0.0,
-)
+DENSENMT = DENSENMT_TINY  # tests/models/test_densenmt.py
 DENSENMT_VARIANTS = [
     dict(),
     dict(sumlen=3, encoder_layers=4, decoder_layers=5),
