@@ -86,6 +86,19 @@ def test_progress_lines_show_the_interval_loss_the_time_left_and_why_training_st
     assert math.isclose(log.wps, 1500.0) and math.isclose(log.train_s, 100.0)
 
 
+def test_progress_after_a_resume_whose_wall_meter_reads_zero(capsys):
+    """fairseq's ``wall`` stays 0 after a resume from a mid-epoch checkpoint: the time left comes
+    from the intervals' ``train_wall`` instead of '? min left at 0.00 updates/s'."""
+    log = TrainLog("wt", Budget(updates=400), previous_s=60.0)
+    log.feed("12:00:00 | INFO | fairseq_cli.train | Loaded checkpoint x/checkpoint_last.pt (epoch 1 @ 200 updates)")
+    log.feed(_inner(250, 5.0, 0))
+    log.feed(_inner(300, 4.8, 0))
+    out = capsys.readouterr().out
+    # 100 updates in 2 x 20 s of train_wall: 2.5 updates/s, 100 left: 40 s
+    assert "wt: 300/400 updates, loss 4.800 (mean of the last 50 updates), 1.7 min trained, " in out
+    assert "about 0.7 min left at 2.50 updates/s" in out
+
+
 def test_a_time_budget_counts_the_time_of_the_run_it_resumes(capsys):
     log = TrainLog("gru", Budget(minutes=6.0), previous_s=60.0)
     log.feed("12:00:00 | INFO | fairseq_cli.train | Loaded checkpoint x/checkpoint_last.pt (epoch 1 @ 40 updates)")

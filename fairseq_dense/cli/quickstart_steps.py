@@ -118,6 +118,7 @@ class TrainLog:
         self._last_updates = 0  # updates at the last end-of-epoch line
         self._wps_sum = 0.0
         self._wps_updates = 0
+        self._inner_s = 0.0  # the progress lines' train_wall, summed: this process's training time
 
     def feed(self, line: str) -> None:
         """Take one line of ``fairseq-train``'s output."""
@@ -163,7 +164,10 @@ class TrainLog:
         interval, self._logged = self.updates - self._logged, self.updates
         if not self.echo or "loss" not in s:
             return
-        wall = s.get("wall", 0.0)  # seconds since this fairseq-train started
+        self._inner_s += s.get("train_wall", 0.0)
+        # seconds since this fairseq-train started; fairseq's wall meter reads 0 after a resume
+        # from a checkpoint it saved mid-epoch, where the intervals' training time still counts
+        wall = s.get("wall", 0.0) or self._inner_s
         trained = self.previous_s + wall
         if self.budget.updates:
             done = self.updates - self._start_updates
