@@ -97,6 +97,8 @@ def test_progress_after_a_resume_whose_wall_meter_reads_zero(capsys):
     # 100 updates in 2 x 20 s of train_wall: 2.5 updates/s, 100 left: 40 s
     assert "wt: 300/400 updates, loss 4.800 (mean of the last 50 updates), 1.7 min trained, " in out
     assert "about 0.7 min left at 2.50 updates/s" in out
+    log.feed("12:01:02 | INFO | train | epoch 001 | loss 4.9 | wps 1500 | ups 2 | wpb 750 | num_updates 300 | wall 0")
+    assert math.isclose(log.train_s, 100.0)  # 60 s before the resume, 2 x 20 s after
 
 
 def test_a_time_budget_counts_the_time_of_the_run_it_resumes(capsys):

@@ -142,7 +142,7 @@ class TrainLog:
             self._last_updates = s.get("num_updates", self._last_updates)
             self.updates = max(self.updates, int(s.get("num_updates", 0)))
             self.epoch_loss = s.get("loss")
-            self.train_s = self.previous_s + s.get("wall", 0.0)
+            self.train_s = self.previous_s + (s.get("wall", 0.0) or self._inner_s)  # wall: 0 after a resume
         elif " | valid | " in line:
             s = line_stats(line)
             if "loss" in s:
