@@ -20,9 +20,7 @@ Config edits are re-signed (``SHA256SUMS`` rewritten, as an attacker would) so t
 the schema, not the checksum, has to stop them; integrity cases are not re-signed.
 """
 
-import hashlib
 import json
-import os
 import pickle
 import re
 import shutil
@@ -37,7 +35,7 @@ import fairseq_dense
 from fairseq_dense import hub
 from fairseq_dense.hub import PretrainedModelError
 from fairseq_dense.hub.manifest import parse_manifest, write_manifest
-from tests import helpers
+from tests import helpers, test_hub
 
 GRU, TRANSFORMER = "gru_attention_tiny", "weighted_transformer_tiny"
 #: A string that messages must never quote from a refused file.
@@ -252,17 +250,8 @@ def write_file(name: str, text):
 
 
 def lay_out_hub_cache(cache: Path, repo_id: str, folder: Path, commit: str = "c" * 40) -> None:
-    """A cache as huggingface_hub writes it: blobs by hash, a snapshot of symlinks, refs/main."""
-    repo = cache / ("models--" + repo_id.replace("/", "--"))
-    snap = repo / "snapshots" / commit
-    (repo / "blobs").mkdir(parents=True)
-    snap.mkdir(parents=True)
-    for f in folder.iterdir():
-        blob = repo / "blobs" / hashlib.sha256(f.read_bytes()).hexdigest()
-        shutil.copyfile(f, blob)
-        (snap / f.name).symlink_to(os.path.relpath(blob, snap))
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(commit)
+    """A cache as huggingface_hub writes it, with ``folder`` as its one snapshot and refs/main."""
+    test_hub.lay_out_hub_cache(cache, repo_id, {commit: folder}, main=commit)
 
 
 def load_dir(model_dir: Path, tmp_path: Path):

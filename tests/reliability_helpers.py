@@ -244,6 +244,19 @@ def load_checkpoint(path: Path) -> dict:
     return torch.load(str(path), map_location="cpu", weights_only=True)
 
 
+def deterministic_parts(ckpt: dict) -> dict:
+    """The parts of a checkpoint that must not depend on wall-clock time."""
+    hist = ckpt["optimizer_history"][-1]
+    return {
+        "model": ckpt["model"],
+        "optimizer": ckpt["last_optimizer_state"],
+        "lr_scheduler": hist["lr_scheduler_state"],
+        "num_updates": hist["num_updates"],
+        "train_iterator": ckpt["extra_state"]["train_iterator"],
+        "val_loss": ckpt["extra_state"]["val_loss"],
+    }
+
+
 def max_abs_diff(a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor]) -> float:
     assert a.keys() == b.keys(), set(a) ^ set(b)
     return max((a[k].float() - b[k].float()).abs().max().item() if a[k].numel() else 0.0 for k in a)

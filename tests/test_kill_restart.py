@@ -214,16 +214,7 @@ def _snapshot(save: Path):
 
 def _training_state(path: Path):
     ckpt = rh.load_checkpoint(path)
-    hist = ckpt["optimizer_history"][-1]
-    return {
-        "model": ckpt["model"],
-        "optimizer": ckpt["last_optimizer_state"],
-        "lr_scheduler": hist["lr_scheduler_state"],
-        "num_updates": hist["num_updates"],
-        "train_iterator": ckpt["extra_state"]["train_iterator"],
-        "val_loss": ckpt["extra_state"]["val_loss"],
-        "best": ckpt["extra_state"]["best"],
-    }
+    return {**rh.deterministic_parts(ckpt), "best": ckpt["extra_state"]["best"]}
 
 
 def test_sigkill_at_any_moment_then_restart(tmp_path):

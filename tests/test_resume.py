@@ -62,19 +62,6 @@ def data_bin(tmp_path_factory):
     return rh.tiny_corpus(tmp_path_factory.mktemp("resume_data"), N_TRAIN)
 
 
-def _deterministic_parts(ckpt: dict) -> dict:
-    """The parts of a checkpoint that must not depend on wall-clock time."""
-    hist = ckpt["optimizer_history"][-1]
-    return {
-        "model": ckpt["model"],
-        "optimizer": ckpt["last_optimizer_state"],
-        "lr_scheduler": hist["lr_scheduler_state"],
-        "num_updates": hist["num_updates"],
-        "train_iterator": ckpt["extra_state"]["train_iterator"],
-        "val_loss": ckpt["extra_state"]["val_loss"],
-    }
-
-
 def _check_resume(arch, data_bin, tmp_path, extra):
     full = rh.train_inprocess(rh.base_train_args(data_bin, tmp_path / "full", arch, TOTAL, *extra))
     assert sorted(full) == list(range(1, TOTAL + 1)), full
@@ -82,9 +69,9 @@ def _check_resume(arch, data_bin, tmp_path, extra):
     # determinism: same seed, same data -> identical checkpoints
     again = rh.train_inprocess(rh.base_train_args(data_bin, tmp_path / "again", arch, TOTAL, *extra))
     assert again == full
-    ref = _deterministic_parts(rh.load_checkpoint(tmp_path / "full" / "checkpoint_last.pt"))
+    ref = rh.deterministic_parts(rh.load_checkpoint(tmp_path / "full" / "checkpoint_last.pt"))
     rh.assert_tensors_identical(
-        ref, _deterministic_parts(rh.load_checkpoint(tmp_path / "again" / "checkpoint_last.pt")), arch
+        ref, rh.deterministic_parts(rh.load_checkpoint(tmp_path / "again" / "checkpoint_last.pt")), arch
     )
 
     # killed after update STOP + 1 (its checkpoint is from update STOP), same command line again
@@ -101,7 +88,7 @@ def _check_resume(arch, data_bin, tmp_path, extra):
     for u in range(1, TOTAL + 1):
         got = second.get(u, first.get(u))
         assert abs(got - full[u]) <= 1e-6, f"{arch}: update {u} loss {got} != uninterrupted {full[u]}"
-    resumed = _deterministic_parts(rh.load_checkpoint(tmp_path / "cut" / "checkpoint_last.pt"))
+    resumed = rh.deterministic_parts(rh.load_checkpoint(tmp_path / "cut" / "checkpoint_last.pt"))
     assert rh.max_abs_diff(resumed["model"], ref["model"]) <= 1e-6
     assert resumed["lr_scheduler"] == ref["lr_scheduler"]
     assert resumed["train_iterator"] == ref["train_iterator"]
