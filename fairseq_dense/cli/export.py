@@ -40,6 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", choices=["moses", "none"], default="moses", help="text tokenizer")
     p.add_argument("--moses-source-lang", help="sacremoses language of the input (default: --source-lang)")
     p.add_argument("--moses-target-lang", help="sacremoses language of the output (default: --target-lang)")
+    p.add_argument(
+        "--moses-no-escape",
+        action="store_true",
+        help="the data was tokenized without escaping (fairseq's option): the model does the same",
+    )
+    p.add_argument(
+        "--moses-no-dash-splits",
+        action="store_true",
+        help="the data was tokenized without splitting hyphens (fairseq's option): the model does the same",
+    )
     p.add_argument("--fp16", action="store_true", help="store float16 weights (half the size)")
     p.add_argument("--average-last", type=int, metavar="N", help="average the last N checkpoints of the directory")
     p.add_argument(
@@ -97,6 +107,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             tokenizer=None if args.tokenizer == "none" else args.tokenizer,
             moses_source_lang=args.moses_source_lang,
             moses_target_lang=args.moses_target_lang,
+            moses_no_escape=args.moses_no_escape,
+            moses_no_dash_splits=args.moses_no_dash_splits,
             fp16=args.fp16,
             average_last=args.average_last,
             update_based=args.update_based,

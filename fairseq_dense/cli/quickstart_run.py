@@ -159,34 +159,6 @@ def train_and_score(
     return result
 
 
-#: the Moses options of :mod:`fairseq_dense.data.prepare` (sacremoses ``escape=False`` and no
-#: aggressive dash splits), which fairseq's Moses tokenizer has to be told
-MOSES_AS_PREPARED = {"moses_no_escape": True, "moses_no_dash_splits": True}
-
-
-def _set_moses_options(model_dir: str) -> None:
-    """Write :data:`MOSES_AS_PREPARED` into an export's ``config.json`` and its line of ``SHA256SUMS``.
-
-    ``export_checkpoint`` records the Moses languages but not these two options, without
-    which fairseq escapes apostrophes and quotes (``&apos;``) and splits hyphens
-    (``@-@``): text the model never saw in training.
-    """
-    config_path = os.path.join(model_dir, "config.json")
-    with open(config_path, encoding="utf-8") as f:
-        config = json.load(f)
-    config["tokenizer"].update(MOSES_AS_PREPARED)
-    text = (json.dumps(config, indent=2, sort_keys=True) + "\n").encode("utf-8")
-    with open(config_path, "wb") as f:
-        f.write(text)
-    sums_path = os.path.join(model_dir, "SHA256SUMS")
-    with open(sums_path, encoding="ascii") as f:
-        lines = f.read().splitlines()
-    digest = hashlib.sha256(text).hexdigest()
-    lines = [f"{digest}  config.json" if line.endswith("  config.json") else line for line in lines]
-    with open(sums_path, "w", encoding="ascii") as f:
-        f.write("".join(line + "\n" for line in lines))
-
-
 def export_model(result: Result, data: str, out_dir: str, test_set: str) -> str:
     """Export ``result``'s ``checkpoint_best.pt`` to ``out_dir`` for ``fairseq_dense.from_pretrained``.
 
@@ -209,9 +181,14 @@ def export_model(result: Result, data: str, out_dir: str, test_set: str) -> str:
     tmp = os.path.normpath(out_dir) + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     export_checkpoint(
-        [checkpoint], tmp, data=os.path.join(data, "bin"), bpe_codes=os.path.join(data, "bpecodes"), card=card
+        [checkpoint],
+        tmp,
+        data=os.path.join(data, "bin"),
+        bpe_codes=os.path.join(data, "bpecodes"),
+        moses_no_escape=True,  # the Moses options of fairseq_dense.data.prepare (escape=False,
+        moses_no_dash_splits=True,  # no aggressive dash splits), which fairseq has to be told
+        card=card,
     )
-    _set_moses_options(tmp)
     from_pretrained(tmp)  # loads: checksums, config and weights
     shutil.rmtree(out_dir, ignore_errors=True)
     os.rename(tmp, out_dir)

@@ -202,6 +202,8 @@ def export_checkpoint(
     tokenizer: Optional[str] = "moses",
     moses_source_lang: Optional[str] = None,
     moses_target_lang: Optional[str] = None,
+    moses_no_escape: bool = False,
+    moses_no_dash_splits: bool = False,
     fp16: bool = False,
     average_last: Optional[int] = None,
     update_based: bool = False,
@@ -220,6 +222,8 @@ def export_checkpoint(
         bpe_codes: subword-nmt codes file; the model then applies BPE to its input.
         tokenizer: ``"moses"`` or ``None``.
         moses_source_lang, moses_target_lang: sacremoses languages (default: the task's).
+        moses_no_escape, moses_no_dash_splits: fairseq's Moses options of the same names,
+            as the training data was tokenized (recorded only when set; loading applies them).
         fp16: store the weights as float16 (half the size; loading casts to float32).
         average_last: average the last N checkpoints of the directory.
         update_based: with ``average_last``, average update checkpoints.
@@ -267,6 +271,10 @@ def export_checkpoint(
         parse_bpe_codes(Path(bpe_codes), Path(bpe_codes).read_bytes())
     if tokenizer not in (None, "moses"):
         raise PretrainedModelError(f"--tokenizer {tokenizer}: only 'moses' or 'none' are supported")
+    moses_flags = {"moses_no_escape": moses_no_escape, "moses_no_dash_splits": moses_no_dash_splits}
+    if tokenizer is None and any(moses_flags.values()):
+        set_flags = ", ".join("--" + k.replace("_", "-") for k, v in moses_flags.items() if v)
+        raise PretrainedModelError(f"{set_flags}: Moses options need --tokenizer moses, not none")
 
     config = {
         "format": loading.FORMAT_NAME,
@@ -286,6 +294,7 @@ def export_checkpoint(
             "_name": "moses",
             "source_lang": moses_source_lang or task["source_lang"],
             "target_lang": moses_target_lang or task["target_lang"],
+            **{k: True for k, v in moses_flags.items() if v},
         },
         "bpe": None if bpe_codes is None else {"_name": "subword_nmt", "bpe_separator": "@@"},
         "weights_dtype": "float16" if fp16 else "float32",

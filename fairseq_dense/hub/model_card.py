@@ -11,6 +11,7 @@ import re
 from typing import Any, Dict, List, Optional
 
 from fairseq_dense.hub import loading
+from fairseq_dense.hub.schema import MOSES_OPTIONS
 
 
 @dataclasses.dataclass
@@ -88,8 +89,7 @@ def model_card(
         ),
         (
             "Pre-/post-processing",
-            f"tokenizer: {(config['tokenizer'] or {}).get('_name', 'none')}, "
-            f"BPE: {(config['bpe'] or {}).get('_name', 'none')}",
+            f"tokenizer: {_tokenizer_text(config['tokenizer'])}, BPE: {(config['bpe'] or {}).get('_name', 'none')}",
         ),
         ("Licence", info.license),
         ("Exported with", f"fairseq-dense {config['package_version']}, fairseq {config['fairseq_version']}"),
@@ -131,3 +131,11 @@ def model_card(
         + json.dumps(config["model"], indent=2, sort_keys=True)
         + "\n```\n"
     )
+
+
+def _tokenizer_text(tokenizer) -> str:
+    """``moses`` and the options set, e.g. ``moses (moses_no_escape, moses_no_dash_splits)``."""
+    if not tokenizer:
+        return "none"
+    flags = [key for key in MOSES_OPTIONS if tokenizer.get(key)]
+    return tokenizer["_name"] + (f" ({', '.join(flags)})" if flags else "")
