@@ -22,9 +22,7 @@ rewritten after every measurement, so that a time-out still leaves what was meas
 """
 
 import argparse
-import json
 import logging
-import os
 import platform
 import sys
 import tempfile
@@ -220,11 +218,8 @@ def markdown(r: Dict) -> str:
 
 
 def write(r: Dict, out: str) -> None:
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "gpu_figures.json"), "w") as f:
-        json.dump(r, f, indent=1)
-    with open(os.path.join(out, "gpu_figures.md"), "w") as f:
-        f.write(markdown(r))
+    """``gpu_figures.json`` and ``gpu_figures.md`` into ``out``."""
+    proxies.write(r, out, "gpu_figures", markdown)
 
 
 def main(argv=None) -> int:

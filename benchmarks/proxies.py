@@ -238,13 +238,16 @@ def run(a) -> Dict:
     return results
 
 
-def write(results: Dict, out: str) -> None:
-    """``proxies.json`` and ``proxies.md`` into ``out``."""
+def write(results: Dict, out: str, stem: str = "proxies", to_markdown=markdown) -> None:
+    """``<stem>.json`` (``results``) and ``<stem>.md`` (``to_markdown(results)``) into ``out``.
+
+    Also writes :mod:`benchmarks.gpu_figures`' files.
+    """
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "proxies.json"), "w") as f:
+    with open(os.path.join(out, f"{stem}.json"), "w") as f:
         json.dump(results, f, indent=1)
-    with open(os.path.join(out, "proxies.md"), "w") as f:
-        f.write(markdown(results))
+    with open(os.path.join(out, f"{stem}.md"), "w") as f:
+        f.write(to_markdown(results))
 
 
 def main(argv=None) -> int:
