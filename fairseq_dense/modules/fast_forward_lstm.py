@@ -82,14 +82,15 @@ class FastForwardLSTMLayer(nn.Module):
             ``(h, (h_T, c_T))``: ``(T, B, H)`` in the caller's time order and the
             state after the last processed step.
         """
-        state = self._initial_state(f, state)
+        state = self.initial_state(f, state)
         if not self.reverse:
             return lstm_recurrence(f, state[0], state[1], self.weight_hh)
         assert lengths is not None, "a backward layer needs the sequence lengths"
         h, final = lstm_recurrence(reverse_padded(f, lengths), state[0], state[1], self.weight_hh)
         return reverse_padded(h, lengths), final
 
-    def _initial_state(self, x: Tensor, state: Optional[Tuple[Tensor, Tensor]]) -> Tuple[Tensor, Tensor]:
+    def initial_state(self, x: Tensor, state: Optional[Tuple[Tensor, Tensor]]) -> Tuple[Tensor, Tensor]:
+        """``state``, or zeros ``(B, H)`` for ``x`` ``(T, B, ...)`` when it is None."""
         if state is None:
             zeros = x.new_zeros(x.size(1), self.hidden_size)
             state = (zeros, zeros)
@@ -118,7 +119,7 @@ class FastForwardLSTMLayer(nn.Module):
         Returns:
             ``(f, h, final_state)``: ``f`` ``(T, B, f_size)``, ``h`` ``(T, B, H)``.
         """
-        state = self._initial_state(x, state)
+        state = self.initial_state(x, state)
         # one low-precision copy of W_f under autocast, shared by the LSTM call and the f matmul
         w, b = cast_once(self.ff.weight), cast_once(self.ff.bias)
         weights = (
@@ -131,13 +132,12 @@ class FastForwardLSTMLayer(nn.Module):
         else:
             h, final = fused_lstm(x, state, *weights)
         n = 4 * self.hidden_size if f_size is None else f_size
-        f = (
-            F.linear(x, w, b)
-            if n == w.size(0)
-            else F.linear(x, w[:n], b[:n])
-            if n
-            else x.new_zeros(x.shape[:-1] + (0,))
-        )  # all time steps in one matmul
+        if n == w.size(0):  # all time steps in one matmul
+            f = F.linear(x, w, b)
+        elif n:
+            f = F.linear(x, w[:n], b[:n])
+        else:
+            f = x.new_zeros(x.shape[:-1] + (0,))
         return f, h, final
 
 

@@ -187,9 +187,8 @@ class DenseLSTMDecoder(IncrementalDecoder):
         known = torch.cat([y, shift_in_time(y, prev_out[:, :emb])], -1) if dense else y
         k0 = known.size(-1)
         gates_known = F.linear(known, first.weight_ih_l0[:, :k0], first.bias_ih_l0 + first.bias_hh_l0)
-        w_ctx = cast_once(
-            first.weight_ih_l0[:, k0:]
-        )  # sliced once: a slice per step costs a weight-sized backward each
+        # sliced once: a slice per step costs a weight-sized backward each
+        w_ctx = cast_once(first.weight_ih_l0[:, k0:])
         cells = {j: self._cell_weights(j) for j in range(1, lp)}  # the stepped layers above the first
         prev_step_o = prev_out[:, : emb + lp * self.hidden_size]  # o_{t-1}^{l'}
         step_outs: List[List[Tensor]] = [[] for _ in range(lp)]

@@ -157,9 +157,7 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
         """Layer 1 of Deep-Att, step by step: ``c_t`` from ``h^1_{t-1}``, then ``f^1_t = W_y y + W_c c_t``."""
         values = enc.transpose(0, 1)  # B x T x E
         padding_mask = encoder_out["encoder_padding_mask"][0]
-        if state is None:
-            zeros = f1_y.new_zeros(f1_y.size(1), self.hidden_size)
-            state = (zeros, zeros)
+        state = self.first.initial_state(f1_y, state)
         w_hh_t = cast_once(self.first.weight_hh).t()  # cast once, not once per step under autocast
         fs, hs, attns = [], [], []
         for f1_y_t in f1_y.unbind(0):  # unbind, not f1_y[t]: O(T) gradient traffic, not O(T^2)
