@@ -183,8 +183,8 @@ PAPER_PAIRS: Dict[str, Dict] = {
 
 
 def paper_pairs(names: Optional[List[str]] = None) -> Dict[str, Dict]:
-    """The entries of :data:`PAPER_PAIRS` named (default: all), after checking that every registered
-    family has at least one.
+    """The entries of :data:`PAPER_PAIRS` named, in the order named (default: all, in the table's
+    order), after checking that every registered family has at least one.
 
     Raises:
         ValueError: for a family of the registry without a pair, or an unknown pair name.
@@ -195,4 +195,4 @@ def paper_pairs(names: Optional[List[str]] = None) -> Dict[str, Dict]:
     unknown = sorted(set(names or []) - set(PAPER_PAIRS))
     if unknown:
         raise ValueError(f"unknown pair(s) {', '.join(unknown)} (pairs: {', '.join(PAPER_PAIRS)})")
-    return {k: v for k, v in PAPER_PAIRS.items() if not names or k in names}
+    return {k: PAPER_PAIRS[k] for k in (names or PAPER_PAIRS)}

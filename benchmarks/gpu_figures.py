@@ -12,13 +12,16 @@ criterion, Adam and clipping. On synthetic batches (``synthetic.py``; ``--max-to
 lengths from 4 quantiles of the distribution, cycled) it measures: target tokens/s over
 ``--steps`` timed steps after ``--warmup`` steps, model FLOPs utilisation (matmul-class FLOPs
 of one step, counted once per side by ``op_counts.StepCounter``, per second, over the
-measured bfloat16 GEMM peak), peak memory, kernels per step (``torch.profiler``: every CUDA
-activity of one step; on a CPU the ATen calls instead) next to the proxies' convention count,
-and beam-5 sentences/s (fairseq's ``SequenceGenerator``, every hypothesis forced to
-``--decode-length`` tokens as the harness does, the model cast to the precision's dtype as
-``fairseq-generate --fp16`` does). ``gpu_figures.json`` and ``gpu_figures.md`` in ``--out`` are
-rewritten after every measurement, so that a time-out still leaves what was measured;
-``--budget-s`` skips what no longer fits.
+precision's GEMM peak measured here and over the datasheet's dense peak of the GPU; beside it the
+same with six times the model's matmul weights per token, the usual estimate), peak memory (each
+precision on a model of its own with its one optimizer), beam-5 sentences/s (fairseq's
+``SequenceGenerator``, every hypothesis forced to ``--decode-length`` tokens as the harness does,
+the model cast to the precision's dtype as ``fairseq-generate --fp16`` does), and, after every
+timing of every pair (the CUDA profiler stays active once started and would slow what follows),
+kernels per step (``torch.profiler``: every CUDA activity of one step; on a CPU the ATen calls
+instead) next to the proxies' convention count. Pairs run in the order ``--pairs`` gives.
+``gpu_figures.json`` and ``gpu_figures.md`` in ``--out`` are rewritten after every measurement, so
+that a time-out still leaves what was measured; ``--budget-s`` skips what no longer fits.
 """
 
 import argparse
@@ -35,6 +38,16 @@ from benchmarks import counterparts, measure, op_counts, proxies, synthetic
 
 logger = logging.getLogger("benchmarks.gpu_figures")
 DTYPES = {"amp": torch.float16, "bf16": torch.bfloat16}
+# dense (no sparsity) float16 / bfloat16 tensor-core peaks of the datasheets, TFLOP/s, by a name's part
+DATASHEET_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.4, "H200": 989.4, "A100": 312.0}
+
+
+def datasheet_peak(device_name: str):
+    """The datasheet's dense float16/bfloat16 peak of ``device_name`` in FLOP/s, or None when unknown."""
+    for key, tflops in DATASHEET_TFLOPS.items():  # the more specific names first
+        if key in device_name:
+            return tflops * 1e12
+    return None
 
 
 def sync(device: str) -> None:
@@ -70,6 +83,9 @@ def count_kernels(side, sample, precision: str, device: str) -> Dict:
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    for update in (1, 2):  # the optimizer's state and the autotuners' choices, as in the timed steps
+        step(side, sample, precision, update)
+    sync(device)
     with profile(activities=activities) as prof:
         step(side, sample, precision, 3)
         sync(device)
@@ -95,8 +111,13 @@ def count_step(side, sample) -> Dict:
             proxies.train_step(side, sample, autocast=True, counter=counter, update=4)
     finally:
         counter.close()
+    # encoder weights once per source token: per target token, times the batch's source/target ratio
+    src_per_tgt = sample["net_input"]["src_lengths"].sum().item() / sample["ntokens"]
+    weights = counterparts.matmul_params(side[1], src_per_tgt)
     return {
         "matmul_flops_per_token": sum(counter.flops.values()) / sample["ntokens"],
+        "matmul_weights": weights,
+        "six_n_flops_per_token": 6 * weights,
         "low_precision_share": counter.low_precision_share(),
         "convention_launches": sum(counter.launches.values()),
     }
@@ -121,9 +142,10 @@ def beam_speed(side, decode_sample, precision: str, length: int, device: str) ->
     return {"sentences": decode_sample["nsentences"], "sentences_per_s": decode_sample["nsentences"] / seconds}
 
 
-def measure_precision(side, batches, decode_sample, precision: str, a, peak: float, flops_per_token: float) -> Dict:
-    """The training and decoding figures of one side in one precision (MFU: ``flops_per_token`` x
-    tokens/s over ``peak`` FLOP/s)."""
+def measure_precision(side, batches, decode_sample, precision: str, a, peaks: Dict, counts: Dict) -> Dict:
+    """The timed training and decoding figures of one side in one precision: MFU is the counted FLOPs
+    per token (and, ``mfu_6n``, six times the matmul weights) x tokens/s over each peak of ``peaks``
+    (FLOP/s; None where unknown). No profiler runs here."""
     for i in range(a.warmup):
         step(side, batches[i % len(batches)], precision, 1 + i)
     if a.device == "cuda":
@@ -140,24 +162,29 @@ def measure_precision(side, batches, decode_sample, precision: str, a, peak: flo
     out = {
         "target_tokens_per_s": tokens / seconds,
         "step_s": seconds / a.steps,
-        "mfu": flops_per_token * tokens / seconds / peak,
         "peak_memory_mib": torch.cuda.max_memory_allocated() / 2**20 if a.device == "cuda" else None,
     }
-    out["kernels_per_step"] = count_kernels(side, batches[0], precision, a.device)
+    for flops, key in (("matmul_flops_per_token", "mfu"), ("six_n_flops_per_token", "mfu_6n")):
+        for peak_name, peak in peaks.items():
+            suffix = "" if peak_name == "measured" else "_" + peak_name
+            out[key + suffix] = counts[flops] * tokens / seconds / peak if peak else None
     out["beam5"] = beam_speed(side, decode_sample, precision, a.decode_length, a.device)
     return out
 
 
-def build_side(dict_dir: str, args: List[str], device: str) -> Dict[str, tuple]:
-    """One model with an ``amp`` side (fairseq's AMPOptimizer) and a ``bf16`` side (plain Adam), same weights."""
-    from fairseq import optim
+def build_side(dict_dir: str, args: List[str], precision: str, device: str) -> tuple:
+    """A model of its own with its one optimizer (same initial weights for every precision): fairseq's
+    AMPOptimizer for ``amp``, plain Adam for ``bf16``; so that peak memory holds one optimizer's state."""
+    return synthetic.build(dict_dir, args, amp=precision == "amp", device=device)
 
-    task, model, criterion, amp_opt, cfg = synthetic.build(dict_dir, args, amp=True, device=device)
-    params = [p for p in model.parameters() if p.requires_grad]
-    return {
-        "amp": (task, model, criterion, amp_opt, cfg),
-        "bf16": (task, model, criterion, optim.build_optimizer(cfg.optimizer, params), cfg),
-    }
+
+def release(device: str) -> None:
+    """Free what the last side held, so that the next one's peak memory is its own."""
+    import gc
+
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -176,28 +203,40 @@ def get_parser() -> argparse.ArgumentParser:
     add("--decode-length", type=int, default=32, help="output length every hypothesis is forced to")
     add("--gemm-size", type=int, default=8192, help="n of the n x n x n GEMM of the peak")
     add("--budget-s", type=float, default=270, help="skip what starts later than this many seconds in")
+    add("--kernels-s", type=float, default=40, help="seconds of the budget kept for the kernel counts at the end")
     add("--out", default="benchmarks/out/gpu-figures")
     return p
 
 
+def _pct(x) -> str:
+    return f"{x:.1%}" if x is not None else "-"
+
+
 def markdown(r: Dict) -> str:
-    """The per-pair table of ``gpu_figures.json``."""
+    """The per-pair table of ``gpu_figures.json``: figures of ours as ratios against the counterpart
+    measured in the same run, MFU as a share of the measured GEMM peak and of the datasheet's."""
     peak = r["gemm_peak_tflops"]
+    sheet = r.get("datasheet_peak_tflops")
     lines = [
         f"`{r['command']}`  ",
-        f"{r['date']}, {r['device_name']}, torch {r['torch']}; GEMM peak bf16 {peak['bf16']:.1f} TFLOP/s, "
-        f"fp16 {peak['amp']:.1f} TFLOP/s; batches of {r['max_tokens']} tokens, vocabulary {r['vocab']}.",
+        f"{r['date']}, {r['device_name']}, torch {r['torch']}; GEMM peak measured: bf16 {peak['bf16']:.1f} TFLOP/s, "
+        f"fp16 {peak['amp']:.1f} TFLOP/s; datasheet dense peak {f'{sheet:.1f} TFLOP/s' if sheet else 'unknown'}; "
+        f"batches of {r['max_tokens']} tokens, vocabulary {r['vocab']}.",
         "",
-        "| pair | side | precision | tok/s | ratio | MFU | MFU ratio | peak MiB | kernels/step (convention) "
-        "| beam-5 sent/s | ratio |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "MFU: counted matmul FLOPs per target token (6N: six times the matmul weights) x tokens/s, over the "
+        "precision's measured GEMM peak / the datasheet peak. Ratios: ours / counterpart, same run.",
+        "",
+        "| pair | side | precision | tok/s | ratio | MFU measured (6N) | MFU datasheet (6N) | MFU ratio "
+        "| peak MiB | ratio | kernels/step (convention) | beam-5 sent/s | ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, e in r["pairs"].items():
         for precision in r["precisions"]:
             cells = {s: e.get(s, {}).get(precision) for s in ("ours", "counterpart")}
             for side, c in cells.items():
                 if not isinstance(c, dict) or "target_tokens_per_s" not in c:
-                    lines.append(f"| {name} | {side} | {precision} | {c if c else 'not measured'} |||||||")
+                    why = c or e.get(side, {}).get("error") or e.get(side, {}).get("skipped") or "not measured"
+                    lines.append(f"| {name} | {side} | {precision} | {why} ||||||||||")
                     continue
                 base = cells["counterpart"] if isinstance(cells["counterpart"], dict) else {}
 
@@ -205,14 +244,32 @@ def markdown(r: Dict) -> str:
                     mine, theirs = (x.get(key) if sub is None else x.get(sub, {}).get(key) for x in (c, base))
                     return f"{mine / theirs:.2f}" if mine and theirs and side == "ours" else ""
 
-                mfu = f"{c['mfu']:.1%}" if c.get("mfu") is not None else "-"
+                kernels = c.get("kernels_per_step", {})
+                kernels = f"{kernels['kernels']:,}" if "kernels" in kernels else "-"
+                convention = e[side]["counts"]["convention_launches"]
                 mem = f"{c['peak_memory_mib']:.0f}" if c.get("peak_memory_mib") else "-"
                 lines.append(
                     f"| {name} | {side} | {precision} | {c['target_tokens_per_s']:,.0f} "
                     f"| {ratio('target_tokens_per_s')} "
-                    f"| {mfu} | {ratio('mfu')} | {mem} | {c['kernels_per_step']['kernels']:,} "
-                    f"({e[side]['counts']['convention_launches']:,}) | {c['beam5']['sentences_per_s']:.1f} "
-                    f"| {ratio('sentences_per_s', 'beam5')} |"
+                    f"| {_pct(c.get('mfu'))} ({_pct(c.get('mfu_6n'))}) "
+                    f"| {_pct(c.get('mfu_datasheet'))} ({_pct(c.get('mfu_6n_datasheet'))}) | {ratio('mfu')} "
+                    f"| {mem} | {ratio('peak_memory_mib')} | {kernels} ({convention:,}) "
+                    f"| {c['beam5']['sentences_per_s']:.1f} | {ratio('sentences_per_s', 'beam5')} |"
+                )
+    lines += [
+        "",
+        "| pair | side | params | matmul weights | counted FLOPs/token | 6N FLOPs/token | counted / 6N |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, e in r["pairs"].items():
+        for side in ("ours", "counterpart"):
+            counts = e.get(side, {}).get("counts")
+            if counts:
+                lines.append(
+                    f"| {name} | {side} | {e[side]['params']:,} | {counts['matmul_weights']:,.0f} "
+                    f"| {counts['matmul_flops_per_token'] / 1e6:,.1f} M "
+                    f"| {counts['six_n_flops_per_token'] / 1e6:,.1f} M "
+                    f"| {counts['matmul_flops_per_token'] / counts['six_n_flops_per_token']:.2f} |"
                 )
     return "\n".join(lines) + "\n"
 
@@ -238,12 +295,16 @@ def main(argv=None) -> int:
         torch.backends.cudnn.allow_tf32 = True
     n = a.gemm_size if a.device == "cuda" else min(a.gemm_size, 512)
     peak = {p: gemm_peak(a.device, DTYPES[p], n, 10 if a.device == "cuda" else 2) for p in DTYPES}
+    device_name = torch.cuda.get_device_name(0) if a.device == "cuda" else platform.processor() or "cpu"
+    datasheet = datasheet_peak(device_name) if a.device == "cuda" else None
+    peaks = {p: {"measured": peak[p], "datasheet": datasheet} for p in DTYPES}
     r = {
         "command": "python -m benchmarks.gpu_figures " + " ".join(argv),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "device_name": torch.cuda.get_device_name(0) if a.device == "cuda" else platform.processor() or "cpu",
+        "device_name": device_name,
         "torch": torch.__version__,
         "gemm_peak_tflops": {p: v / 1e12 for p, v in peak.items()},
+        "datasheet_peak_tflops": datasheet / 1e12 if datasheet else None,
         "precisions": a.precisions,
         "max_tokens": a.max_tokens,
         "vocab": a.vocab,
@@ -256,44 +317,65 @@ def main(argv=None) -> int:
     pool = synthetic.sample_lengths(a.decode_sentences * 50, a.max_len, seed=2)[::50][: a.decode_sentences]
     decode_sample = synthetic.make_batch(pool, a.vocab, seed=2, device=a.device)
     failed = False
+
+    def over_budget(kernels: bool = False) -> bool:
+        """Past the budget (the timed figures leave ``--kernels-s`` of it to the kernel counts)."""
+        return time.time() - started > a.budget_s - (0 if kernels else a.kernels_s)
+
     with tempfile.TemporaryDirectory() as tmp:
         dict_dir = synthetic.write_dicts(tmp, a.vocab)
+        # the timed figures of every pair first: no profiler has run in this process yet
         for name, pair in pairs.items():
             entry = r["pairs"].setdefault(name, {"family": pair["family"]})
             for side_name in ("ours", "counterpart"):
                 args = pair[f"tiny_{side_name}"] if a.tiny else pair[side_name]
-                entry[side_name] = {"arch_args": args}
-                if time.time() - started > a.budget_s:
-                    entry[side_name]["skipped"] = f"over --budget-s {a.budget_s:.0f}"
+                e = entry[side_name] = {"arch_args": args}
+                if over_budget():
+                    e["skipped"] = f"over --budget-s {a.budget_s:.0f}"
                     continue
                 try:
-                    sides = build_side(dict_dir, args, a.device)
-                    entry[side_name]["params"] = sum(p.numel() for p in sides["amp"][1].parameters())
-                    counts = count_step(sides["bf16"], batches[0])
-                    entry[side_name]["counts"] = counts
                     for precision in a.precisions:
-                        if time.time() - started > a.budget_s:
-                            entry[side_name][precision] = f"skipped: over --budget-s {a.budget_s:.0f}"
+                        if over_budget():
+                            e[precision] = f"skipped: over --budget-s {a.budget_s:.0f}"
                             continue
+                        side = build_side(dict_dir, args, precision, a.device)
+                        if "counts" not in e:
+                            e["params"] = sum(p.numel() for p in side[1].parameters())
+                            e["counts"] = count_step(build_side(dict_dir, args, "bf16", a.device), batches[0])
+                            release(a.device)
                         logger.info("%s %s %s", name, side_name, precision)
-                        entry[side_name][precision] = measure_precision(
-                            sides[precision],
-                            batches,
-                            decode_sample,
-                            precision,
-                            a,
-                            peak["bf16"],
-                            counts["matmul_flops_per_token"],
+                        e[precision] = measure_precision(
+                            side, batches, decode_sample, precision, a, peaks[precision], e["counts"]
                         )
+                        del side
+                        release(a.device)
                         write(r, a.out)
-                    del sides
-                except Exception as e:  # one failing model must not lose the others' figures
+                except Exception as ex:  # one failing model must not lose the others' figures
                     logger.exception("%s %s failed", name, side_name)
-                    entry[side_name]["error"] = f"{type(e).__name__}: {e}"
+                    e["error"] = f"{type(ex).__name__}: {ex}"
                     failed = True
-                if a.device == "cuda":
-                    torch.cuda.empty_cache()
+                release(a.device)
                 write(r, a.out)
+        # then the kernels of one step of each, under the profiler (CUPTI stays active afterwards)
+        for name, entry in r["pairs"].items():
+            for side_name in ("ours", "counterpart"):
+                e = entry[side_name]
+                for precision in a.precisions:
+                    if not isinstance(e.get(precision), dict):
+                        continue
+                    if over_budget(kernels=True):
+                        e[precision]["kernels_per_step"] = {"skipped": f"over --budget-s {a.budget_s:.0f}"}
+                        continue
+                    try:
+                        side = build_side(dict_dir, e["arch_args"], precision, a.device)
+                        e[precision]["kernels_per_step"] = count_kernels(side, batches[0], precision, a.device)
+                        del side
+                    except Exception as ex:
+                        logger.exception("%s %s kernels failed", name, side_name)
+                        e[precision]["kernels_per_step"] = {"error": f"{type(ex).__name__}: {ex}"}
+                        failed = True
+                    release(a.device)
+                    write(r, a.out)
     r["seconds"] = time.time() - started
     write(r, a.out)
     print(markdown(r))
