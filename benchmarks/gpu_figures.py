@@ -79,7 +79,8 @@ def step(side, sample, precision: str, update: int) -> None:
 
 
 def count_kernels(side, sample, precision: str, device: str) -> Dict:
-    """GPU activities of one step by ``torch.profiler`` (on a CPU: ATen calls); top kernel names."""
+    """GPU activities of one step by ``torch.profiler`` (on a CPU: ATen calls): their number, the most
+    frequent names, the device's busy time and the kernels that take most of it."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
@@ -90,16 +91,25 @@ def count_kernels(side, sample, precision: str, device: str) -> Dict:
         step(side, sample, precision, 3)
         sync(device)
     # the raw kineto events: building the profiler's FunctionEvents for tens of thousands of calls takes seconds
-    events = [(e.name(), e.device_type()) for e in prof.profiler.kineto_results.events()]
+    events = [(e.name(), e.device_type(), e.duration_ns()) for e in prof.profiler.kineto_results.events()]
     if device == "cuda":
-        kernels = [name for name, kind in events if kind == torch.autograd.DeviceType.CUDA]
+        kernels = [(name, ns) for name, kind, ns in events if kind == torch.autograd.DeviceType.CUDA]
     else:
-        kernels = [name for name, kind in events if name.startswith("aten::")]
-    names: Dict[str, int] = {}
-    for name in kernels:
-        names[name[:80]] = names.get(name[:80], 0) + 1
-    top = dict(sorted(names.items(), key=lambda kv: -kv[1])[:10])
-    return {"kernels": len(kernels), "what": "CUDA activities" if device == "cuda" else "aten calls", "top": top}
+        kernels = [(name, ns) for name, kind, ns in events if name.startswith("aten::")]
+    count: Dict[str, int] = {}
+    busy: Dict[str, float] = {}
+    for name, ns in kernels:
+        count[name[:80]] = count.get(name[:80], 0) + 1
+        busy[name[:80]] = busy.get(name[:80], 0.0) + ns / 1e6
+    return {
+        "kernels": len(kernels),
+        "what": "CUDA activities" if device == "cuda" else "aten calls",
+        "top": dict(sorted(count.items(), key=lambda kv: -kv[1])[:10]),
+        # where the GPU's time goes: the device's busy milliseconds of the step and the longest kernels;
+        # the step's wall time less the busy time is launch gaps and host work
+        "busy_ms": sum(busy.values()) if device == "cuda" else None,
+        "top_ms": {k: round(v, 3) for k, v in sorted(busy.items(), key=lambda kv: -kv[1])[:8]},
+    }
 
 
 def count_step(side, sample) -> Dict:
@@ -168,7 +178,15 @@ def measure_precision(side, batches, decode_sample, precision: str, a, peaks: Di
         for peak_name, peak in peaks.items():
             suffix = "" if peak_name == "measured" else "_" + peak_name
             out[key + suffix] = counts[flops] * tokens / seconds / peak if peak else None
-    out["beam5"] = beam_speed(side, decode_sample, precision, a.decode_length, a.device)
+    # whether the timed steps trained: an AMP loss scale that kept falling means every step overflowed
+    scaler = getattr(side[3], "scaler", None)
+    out["amp_loss_scale"] = scaler.get_scale() if precision == "amp" and scaler is not None else None
+    out["weights_finite"] = all(bool(torch.isfinite(p).all()) for p in side[1].parameters())
+    try:
+        out["beam5"] = beam_speed(side, decode_sample, precision, a.decode_length, a.device)
+    except Exception as ex:  # the training figures stand without it
+        logger.exception("beam search failed")
+        out["beam5"] = {"error": f"{type(ex).__name__}: {ex}"}
     return out
 
 
@@ -227,7 +245,7 @@ def markdown(r: Dict) -> str:
         "precision's measured GEMM peak / the datasheet peak. Ratios: ours / counterpart, same run.",
         "",
         "| pair | side | precision | tok/s | ratio | MFU measured (6N) | MFU datasheet (6N) | MFU ratio "
-        "| peak MiB | ratio | kernels/step (convention) | beam-5 sent/s | ratio |",
+        "| peak MiB | ratio | kernels/step (convention), GPU busy | beam-5 sent/s | ratio |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, e in r["pairs"].items():
@@ -244,17 +262,22 @@ def markdown(r: Dict) -> str:
                     mine, theirs = (x.get(key) if sub is None else x.get(sub, {}).get(key) for x in (c, base))
                     return f"{mine / theirs:.2f}" if mine and theirs and side == "ours" else ""
 
-                kernels = c.get("kernels_per_step", {})
-                kernels = f"{kernels['kernels']:,}" if "kernels" in kernels else "-"
+                k = c.get("kernels_per_step", {})
                 convention = e[side]["counts"]["convention_launches"]
+                kernels = f"{k['kernels']:,} ({convention:,})" if "kernels" in k else f"- ({convention:,})"
+                if k.get("busy_ms"):  # the device's busy share of the timed step's wall time
+                    kernels += f", {k['busy_ms'] / 1e3 / c['step_s']:.0%}"
                 mem = f"{c['peak_memory_mib']:.0f}" if c.get("peak_memory_mib") else "-"
+                beam = c["beam5"].get("error") or f"{c['beam5']['sentences_per_s']:.1f}"
+                if not c.get("weights_finite", True):
+                    beam += " (weights not finite after the timed steps)"
                 lines.append(
                     f"| {name} | {side} | {precision} | {c['target_tokens_per_s']:,.0f} "
                     f"| {ratio('target_tokens_per_s')} "
                     f"| {_pct(c.get('mfu'))} ({_pct(c.get('mfu_6n'))}) "
                     f"| {_pct(c.get('mfu_datasheet'))} ({_pct(c.get('mfu_6n_datasheet'))}) | {ratio('mfu')} "
-                    f"| {mem} | {ratio('peak_memory_mib')} | {kernels} ({convention:,}) "
-                    f"| {c['beam5']['sentences_per_s']:.1f} | {ratio('sentences_per_s', 'beam5')} |"
+                    f"| {mem} | {ratio('peak_memory_mib')} | {kernels} "
+                    f"| {beam} | {ratio('sentences_per_s', 'beam5')} |"
                 )
     lines += [
         "",
