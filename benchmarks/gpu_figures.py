@@ -91,7 +91,12 @@ def count_kernels(side, sample, precision: str, device: str) -> Dict:
         step(side, sample, precision, 3)
         sync(device)
     # the raw kineto events: building the profiler's FunctionEvents for tens of thousands of calls takes seconds
-    events = [(e.name(), e.device_type(), e.duration_ns()) for e in prof.profiler.kineto_results.events()]
+    # (a record_function range also appears on the GPU's timeline, as a user annotation spanning its kernels)
+    events = [
+        (e.name(), e.device_type(), e.duration_ns())
+        for e in prof.profiler.kineto_results.events()
+        if not e.is_user_annotation()
+    ]
     if device == "cuda":
         kernels = [(name, ns) for name, kind, ns in events if kind == torch.autograd.DeviceType.CUDA]
     else:
