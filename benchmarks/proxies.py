@@ -41,21 +41,23 @@ def train_step(
 ) -> float:
     """One training step as fairseq's Trainer takes it (forward under autocast, backward outside, gradient
     scaling, clipping, the task's optimiser step), in phases; ``counter``/``saved`` (``op_counts``) watch
-    it. Autocast runs on the batch's device in ``dtype``. Returns the loss."""
+    it. Autocast runs on the batch's device in ``dtype`` (CPU LSTMs on the kernel ``op_counts.cpu_lstm_kernel``
+    picks for it). Returns the loss."""
     task, model, criterion, optimizer, cfg = side
     phase = counter.phase if counter else lambda name: _null()
     model.train()
     criterion.train()
     device = sample["target"].device.type
-    with phase("forward"), saved or _null(), torch.autocast(device, dtype=dtype, enabled=autocast):
-        loss, sample_size, _ = criterion(model, sample)
-    with phase("backward"):
-        loss.backward()
-    with phase("optimizer"):
-        optimizer.multiply_grads(1.0 / float(sample_size or 1))
-        optimizer.clip_grad_norm(cfg.optimization.clip_norm)
-        task.optimizer_step(optimizer, model, update)
-        optimizer.zero_grad()
+    with op_counts.cpu_lstm_kernel(dtype if autocast else torch.float32):
+        with phase("forward"), saved or _null(), torch.autocast(device, dtype=dtype, enabled=autocast):
+            loss, sample_size, _ = criterion(model, sample)
+        with phase("backward"):
+            loss.backward()
+        with phase("optimizer"):
+            optimizer.multiply_grads(1.0 / float(sample_size or 1))
+            optimizer.clip_grad_norm(cfg.optimization.clip_norm)
+            task.optimizer_step(optimizer, model, update)
+            optimizer.zero_grad()
     return float(loss.detach())
 
 
@@ -140,7 +142,8 @@ def markdown(results: Dict) -> str:
     t = results["targets"]
     lines = [
         f"Command: `{results['command']}`  ",
-        f"Date {results['date']}, commit `{results['commit']}`, {results['machine']}, torch {results['torch']}.  ",
+        f"Date {results['date']}, commit `{results['commit']}`, {results['machine']}, torch {results['torch']}, "
+        f"bfloat16 LSTMs on {results.get('bf16_lstm_kernel', 'oneDNN')}.  ",
         f"Batch: {results['batch']['sentences']} sentences, {results['batch']['target_tokens']} target tokens "
         f"(source {results['batch']['max_source_len']} / target {results['batch']['max_target_len']} longest), "
         f"vocabulary {results['vocab']}.",
@@ -212,6 +215,7 @@ def run(a) -> Dict:
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": commit or None,
         "machine": f"{cpu_name()}, {os.cpu_count()} logical CPUs, {a.threads} thread(s)",
+        "bf16_lstm_kernel": "oneDNN" if op_counts.onednn_lstm_runs(torch.bfloat16) else "PyTorch's per-step GEMMs",
         "torch": torch.__version__,
         "vocab": a.vocab,
         "batch": {

@@ -13,13 +13,30 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Dict, List, Optional
 
+import pytest
 import torch
 from fairseq.data import Dictionary
+
+from benchmarks.op_counts import onednn_lstm_runs
 
 REPO = Path(__file__).resolve().parents[1]
 USER_DIR = REPO / "user_dir"
 SHARED_DATA = REPO.parent / "shared" / "data"
 BIN = Path(sys.executable).parent
+
+#: ``onednn`` values for ``benchmarks.op_counts.cpu_lstm_kernel``: a test of LSTMs under CPU bfloat16
+#: autocast runs on oneDNN's kernel where the CPU has it and on PyTorch's per-step form everywhere
+BF16_LSTM_KERNELS = [
+    pytest.param(
+        True,
+        id="onednn",
+        marks=pytest.mark.skipif(
+            not onednn_lstm_runs(torch.bfloat16),
+            reason="this CPU has no bfloat16 oneDNN LSTM (torch.ops.mkldnn._is_mkldnn_bf16_supported() is False)",
+        ),
+    ),
+    pytest.param(False, id="per_step"),
+]
 
 
 def dummy_dictionary(vocab_size: int = 16) -> Dictionary:

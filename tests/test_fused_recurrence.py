@@ -19,6 +19,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from benchmarks.op_counts import cpu_lstm_kernel
 from fairseq_dense.models.fast_forward_lstm.decoder import FastForwardLSTMDecoder
 from fairseq_dense.modules.encoder_decoder import reverse_padded
 from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTMLayer
@@ -145,18 +146,20 @@ class _CastCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _weight_casts(model, d, tgt_len):
-    """Weight-shaped bf16 casts in one training forward with targets of ``tgt_len`` tokens."""
+def _weight_casts(model, d, tgt_len, onednn: bool):
+    """Weight-shaped bf16 casts in one training forward with targets of ``tgt_len`` tokens (LSTMs on
+    oneDNN's kernel or on PyTorch's per-step form, ``cpu_lstm_kernel``)."""
     shapes = {tuple(p.shape) for p in model.parameters() if p.dim() == 2}
     shapes |= {s[::-1] for s in shapes} | {s[:1] for s in shapes}  # transposed views; biases (and sums)
     sample = helpers.make_sample(d, src_lengths=(5, 6), tgt_lengths=(tgt_len, tgt_len - 1))
     counter = _CastCounter(shapes)
-    with torch.autocast("cpu", dtype=torch.bfloat16), counter:
+    with cpu_lstm_kernel(torch.bfloat16, onednn), torch.autocast("cpu", dtype=torch.bfloat16), counter:
         out, _ = model(**sample["net_input"])
     assert out.dtype == torch.bfloat16
     return counter.casts
 
 
+@pytest.mark.parametrize("onednn", helpers.BF16_LSTM_KERNELS)
 @pytest.mark.parametrize(
     "family, build",
     [
@@ -167,11 +170,11 @@ def _weight_casts(model, d, tgt_len):
         ("gru_attention", test_gru_attention.build),
     ],
 )
-def test_autocast_casts_weights_once_per_forward(family, build):
+def test_autocast_casts_weights_once_per_forward(family, build, onednn):
     """Under bf16 autocast the weight casts of a forward do not grow with the target length."""
     model, d = build()
     model.train()
-    short, long = _weight_casts(model, d, 4), _weight_casts(model, d, 12)
+    short, long = _weight_casts(model, d, 4, onednn), _weight_casts(model, d, 12, onednn)
     assert short > 0  # the counter sees autocast's casts at all
     assert long == short, f"{family}: {short} weight casts for 4 target tokens, {long} for 12"
 

@@ -13,6 +13,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from benchmarks import counterparts, op_counts, proxies, saved_tensors, synthetic
+from tests import helpers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -30,6 +31,9 @@ ENFORCED = {
     "deep_att": {"launches", "low_precision"},
     "gru": ALL_TARGETS,
 }
+#: what a pair misses on PyTorch's per-step CPU LSTM (CPUs without oneDNN's bfloat16 kernel), whose
+#: saved bytes differ from oneDNN's workspace (neither is cuDNN's reserve space): gru 1.65x under bf16
+PER_STEP_MISSES = {"gru": {"saved_bytes"}}
 
 
 def _step(model, fn, saved=None):
@@ -175,10 +179,21 @@ def tiny_setup(tmp_path_factory):
     return dict_dir, synthetic.make_batch(synthetic.batch_lengths(96, 20), vocab)
 
 
-@pytest.mark.parametrize("name", list(counterparts.PAPER_PAIRS))
-def test_tiny_pair_proxies(name, tiny_setup):
+def _pairs_and_lstm_kernels():
+    """Every pair; those with LSTMs on each CPU LSTM kernel (``helpers.BF16_LSTM_KERNELS``)."""
+    for name, pair in counterparts.PAPER_PAIRS.items():
+        if "lstm" not in pair["counterpart"]:
+            yield pytest.param(name, None, id=name)
+            continue
+        for kernel in helpers.BF16_LSTM_KERNELS:
+            yield pytest.param(name, *kernel.values, id=f"{name}-{kernel.id}", marks=kernel.marks)
+
+
+@pytest.mark.parametrize("name, onednn", list(_pairs_and_lstm_kernels()))
+def test_tiny_pair_proxies(name, onednn, tiny_setup):
     dict_dir, sample = tiny_setup
-    r = proxies.measure_pair(dict_dir, counterparts.PAPER_PAIRS[name], sample, tiny=True)
+    with op_counts.cpu_lstm_kernel(torch.bfloat16, onednn):
+        r = proxies.measure_pair(dict_dir, counterparts.PAPER_PAIRS[name], sample, tiny=True)
     for side in ("ours", "counterpart"):
         for mode in ("fp32", "bf16"):
             m = r[side][mode]
@@ -189,5 +204,6 @@ def test_tiny_pair_proxies(name, tiny_setup):
             )
         assert r[side]["fp32"]["low_precision_share"] == 0.0  # float32 step: nothing low
         assert 0.0 < r[side]["bf16"]["low_precision_share"] <= 1.0
-    missed = [t for t in sorted(ENFORCED[name]) if not r["ratios"]["meets"][t]]
+    enforced = ENFORCED[name] - (PER_STEP_MISSES.get(name, set()) if onednn is False else set())
+    missed = [t for t in sorted(enforced) if not r["ratios"]["meets"][t]]
     assert not missed, f"{name} misses {missed}: {r['ratios']}"
