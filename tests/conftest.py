@@ -9,6 +9,16 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: end-to-end tests through the fairseq CLI")
 
 
+@pytest.fixture(scope="module")
+def proxy_setup(tmp_path_factory):
+    """``(dict_dir, sample)`` for ``benchmarks.proxies.measure_side``: a 100-entry vocabulary, a 96-token batch."""
+    from benchmarks import synthetic
+
+    vocab = 100
+    dict_dir = synthetic.write_dicts(str(tmp_path_factory.mktemp("dicts")), vocab)
+    return dict_dir, synthetic.make_batch(synthetic.batch_lengths(96, 20), vocab)
+
+
 # ---------------------------------------------------------------- the hostile-input hub tests (tests/test_hub_*.py)
 
 

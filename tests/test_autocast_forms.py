@@ -2,17 +2,18 @@
 
 Each new form is compared, in float32, with a copy of the computation it replaced (outputs
 and gradients from the same weights); under bfloat16 autocast (on the CPU, standing in for
-a GPU) the share of matmul-class FLOPs that run in bfloat16 is counted per ATen operator
-(``tests/autocast_probe.py``), and so are the activation bytes kept for backward.
+a GPU) the share of matmul-class FLOPs that run in bfloat16 and the activation bytes kept for
+backward are measured as the benchmarks measure them (``benchmarks.proxies.measure_side``: one
+training step as ``fairseq-train`` takes it, counted by ``benchmarks/op_counts.py``).
 """
-
-import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 from fairseq import utils
 
+from benchmarks import proxies
+from fairseq_dense.baselines import flags
 from fairseq_dense.models.densenmt import DenseNMTConfig, DenseNMTModel
 from fairseq_dense.models.densenmt import decoder as densenmt_decoder
 from fairseq_dense.models.densenmt import encoder as densenmt_encoder
@@ -20,7 +21,6 @@ from fairseq_dense.modules import dense_conv
 from fairseq_dense.modules.branched_attention import BranchedAttention
 from fairseq_dense.modules.dense_conv import FeatureBuffer, conv_rows
 from tests import helpers
-from tests.autocast_probe import FlopsByDtype, SavedBytes, batch, build, train_step
 from tests.models.test_densenmt import TINY as DENSENMT_TINY
 
 BF16 = torch.bfloat16
@@ -139,23 +139,15 @@ def test_feature_buffer_takes_the_autocast_dtype():
         assert FeatureBuffer(3, 4, 2, 1, 1, x).data.dtype == BF16
 
 
-def low_share(model, sample, autocast=BF16):
-    with FlopsByDtype() as counter:
-        train_step(model, sample, autocast)
-    return counter
-
-
-def test_densenmt_matmul_flops_run_in_bf16_under_autocast(monkeypatch):
-    torch.manual_seed(0)
-    model, d = build("densenmt_tiny", vocab=64)
-    sample = batch(d, 4, 10)
-    assert low_share(model, sample).low_share >= 0.99
-    assert low_share(model, sample, None).low_share == 0.0
+def test_densenmt_matmul_flops_run_in_bf16_under_autocast(monkeypatch, proxy_setup):
+    dict_dir, sample = proxy_setup
+    m = proxies.measure_side(dict_dir, ["--arch", "densenmt_tiny"], sample)
+    assert m["bf16"]["low_precision_share"] >= 0.99 and m["fp32"]["low_precision_share"] == 0.0
     # the counter sees the previous form's float32 taps (and its buffer in the input's dtype)
     for module in (densenmt_encoder, densenmt_decoder):
         monkeypatch.setattr(module, "conv_rows", taps_reference)
     monkeypatch.setattr(dense_conv, "compute_dtype", lambda like: like.dtype)
-    assert low_share(model, sample).low_share < 0.9
+    assert proxies.measure_side(dict_dir, ["--arch", "densenmt_tiny"], sample)["bf16"]["low_precision_share"] < 0.9
 
 
 # ------------------------------------------------------------- Weighted Transformer
@@ -302,7 +294,7 @@ def test_branched_block_state_dict_names_are_unchanged():
 
 # Configuration (A)'s shape at a tiny width: M = H = 8 branches, d_ff = 4 C. Attention dropout
 # off: with it, the CPU's SDPA takes its float32 math path (GPU kernels drop in bf16).
-WT_TINY = dict(
+WT_TINY = flags(
     encoder_embed_dim=32,
     decoder_embed_dim=32,
     encoder_ffn_embed_dim=128,
@@ -315,28 +307,22 @@ WT_TINY = dict(
 )
 
 
-def test_weighted_transformer_matmul_flops_run_in_bf16_under_autocast():
-    torch.manual_seed(0)
-    model, d = build("weighted_transformer", vocab=64, **WT_TINY)
-    assert low_share(model, batch(d, 4, 10)).low_share >= 0.99
+#: (block, step) whose saved bytes miss the target, each with its ratio here: in float32 the default block
+#: keeps its (M, T*B, C) branch tensors (1.70x; 1.77x at configuration (A)'s size, docs/benchmarks.md)
+KNOWN_MISSES = {("default", "fp32")}
 
 
-@pytest.mark.parametrize("autocast", [None, BF16], ids=["float32", "bf16"])
-def test_weighted_transformer_saved_bytes_within_1_5x_transformer(autocast):
-    """Activation bytes kept for backward per target token, against fairseq's transformer of the same sizes."""
-    per_token = {}
-    for arch, extra in (("transformer", {}), ("weighted_transformer", dict(branch_recompute=True))):
-        torch.manual_seed(0)
-        model, d = build(arch, vocab=64, **WT_TINY, **extra)
-        sample = batch(d, 8, 12)
-        _, saved = train_step(model, sample, autocast, measure_saved=True)
-        per_token[arch] = saved / sample[3].numel()
-    assert per_token["weighted_transformer"] <= 1.5 * per_token["transformer"], per_token
-
-
-def test_saved_bytes_counts_distinct_storages():
-    x = torch.randn(4, 4, requires_grad=True)
-    with SavedBytes([x]) as saved:
-        y = x.exp()  # saves its output
-        (y * y).sum()  # y saved again: same storage
-    assert saved.total == y.untyped_storage().nbytes() and math.isfinite(saved.total)
+@pytest.mark.parametrize("block", ["default", "branch_recompute"])
+def test_weighted_transformer_within_targets_of_transformer(block, proxy_setup):
+    """Every matmul-class FLOP in bf16 under autocast, and the activation bytes kept for backward per
+    target token at most 1.5x fairseq's transformer of the same sizes, in float32 and under autocast
+    (a known miss is held as one: the test fails when it is met, so that the table is updated)."""
+    dict_dir, sample = proxy_setup
+    extra = ["--branch-recompute"] if block == "branch_recompute" else []
+    ours = proxies.measure_side(dict_dir, ["--arch", "weighted_transformer", *WT_TINY, *extra], sample)
+    base = proxies.measure_side(dict_dir, ["--arch", "transformer", *WT_TINY], sample)
+    r = proxies.ratios(ours, base)
+    assert r["low_precision_ours"] >= proxies.TARGETS["low_precision"], r
+    for step in ("fp32", "bf16"):
+        within = r[f"saved_bytes_{step}"] <= proxies.TARGETS["saved_bytes"]
+        assert within != ((block, step) in KNOWN_MISSES), (block, step, r)

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from benchmarks import counterparts, op_counts, proxies, saved_tensors, synthetic
+from benchmarks import counterparts, op_counts, proxies, saved_tensors
 from tests import helpers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -162,6 +162,11 @@ def test_saved_bytes_count_activations_and_autocast_copies_not_parameters():
         y = lin(x)
     assert (dropped.bytes, dropped.tensors) == (5 * 4 * 4, 1)
     y.sum().backward()
+    with saved_tensors.SavedBytes(lin) as shared:
+        y = x.exp()  # saves its output
+        z = y * y  # saves y twice more: one storage
+    assert (shared.bytes, shared.tensors) == (5 * 4 * 4, 1)
+    z.sum().backward()
 
 
 def test_paper_pairs_cover_every_registered_family():
@@ -170,13 +175,6 @@ def test_paper_pairs_cover_every_registered_family():
     assert set(ENFORCED) == set(pairs)
     with pytest.raises(ValueError, match="unknown pair"):
         counterparts.paper_pairs(["no_such_pair"])
-
-
-@pytest.fixture(scope="module")
-def tiny_setup(tmp_path_factory):
-    vocab = 100
-    dict_dir = synthetic.write_dicts(str(tmp_path_factory.mktemp("dicts")), vocab)
-    return dict_dir, synthetic.make_batch(synthetic.batch_lengths(96, 20), vocab)
 
 
 def _pairs_and_lstm_kernels():
@@ -190,8 +188,8 @@ def _pairs_and_lstm_kernels():
 
 
 @pytest.mark.parametrize("name, onednn", list(_pairs_and_lstm_kernels()))
-def test_tiny_pair_proxies(name, onednn, tiny_setup):
-    dict_dir, sample = tiny_setup
+def test_tiny_pair_proxies(name, onednn, proxy_setup):
+    dict_dir, sample = proxy_setup
     with op_counts.cpu_lstm_kernel(torch.bfloat16, onednn):
         r = proxies.measure_pair(dict_dir, counterparts.PAPER_PAIRS[name], sample, tiny=True)
     for side in ("ours", "counterpart"):
