@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from benchmarks.op_counts import cpu_lstm_kernel
+from benchmarks import op_counts
 from fairseq_dense.models.fast_forward_lstm.decoder import FastForwardLSTMDecoder
 from fairseq_dense.modules.encoder_decoder import reverse_padded
 from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTMLayer
@@ -153,7 +153,7 @@ def _weight_casts(model, d, tgt_len, onednn: bool):
     shapes |= {s[::-1] for s in shapes} | {s[:1] for s in shapes}  # transposed views; biases (and sums)
     sample = helpers.make_sample(d, src_lengths=(5, 6), tgt_lengths=(tgt_len, tgt_len - 1))
     counter = _CastCounter(shapes)
-    with cpu_lstm_kernel(torch.bfloat16, onednn), torch.autocast("cpu", dtype=torch.bfloat16), counter:
+    with op_counts.cpu_lstm_kernel(torch.bfloat16, onednn), torch.autocast("cpu", dtype=torch.bfloat16), counter:
         out, _ = model(**sample["net_input"])
     assert out.dtype == torch.bfloat16
     return counter.casts
@@ -179,30 +179,22 @@ def test_autocast_casts_weights_once_per_forward(family, build, onednn):
     assert long == short, f"{family}: {short} weight casts for 4 target tokens, {long} for 12"
 
 
-class _OpCounter(TorchDispatchMode):
-    """Counts ATen operator calls."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.calls += 1
-        return func(*args, **(kwargs or {}))
-
-
-@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="the CPU's fused LSTM kernel is oneDNN's")
 def test_encoder_operator_calls_do_not_grow_with_the_source_length():
-    """Every encoder layer is one fused call: forward + backward issue as many operators for
-    12 source tokens as for 4 (the step loop issued about a dozen more per layer and step)."""
+    """Every encoder layer is one fused call: forward + backward launch as many kernels
+    (``op_counts.StepCounter``: a fused LSTM call as cuDNN runs it, on either CPU kernel) for
+    12 source tokens as for 4 (the step loop launched about a dozen more per layer and step)."""
     model, d = test_fast_forward_lstm.build()
     model.train()
     counts = []
     for n in (4, 12):
         src = helpers.random_tokens(d, [n, n - 1], left_pad=True)
-        counter = _OpCounter()
-        with counter:
-            out = model.encoder(src, torch.tensor([n, n - 1]))["encoder_out"][0]
-            out.sum().backward()
-        counts.append(counter.calls)
+        model.zero_grad(set_to_none=True)  # no accumulation into the first count's gradients
+        counter = op_counts.StepCounter(model)
+        try:
+            with counter:
+                out = model.encoder(src, torch.tensor([n, n - 1]))["encoder_out"][0]
+                out.sum().backward()
+        finally:
+            counter.close()
+        counts.append(sum(counter.launches.values()))
     assert counts[0] == counts[1], f"encoder operator calls grow with the source length: {counts}"
