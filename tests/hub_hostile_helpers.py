@@ -34,7 +34,7 @@ import torch
 import fairseq_dense
 from fairseq_dense import hub
 from fairseq_dense.hub import PretrainedModelError
-from fairseq_dense.hub.manifest import parse_manifest, write_manifest
+from fairseq_dense.hub.files import parse_manifest, write_manifest
 from tests import helpers, test_hub
 
 GRU, TRANSFORMER = "gru_attention_tiny", "weighted_transformer_tiny"
@@ -113,7 +113,7 @@ class Pickled:
 
 def listed(model_dir: Path):
     """The file names ``SHA256SUMS`` lists."""
-    return parse_manifest(model_dir / "SHA256SUMS", (model_dir / "SHA256SUMS").read_bytes())
+    return parse_manifest(str(model_dir / "SHA256SUMS"), (model_dir / "SHA256SUMS").read_bytes())
 
 
 def tamper(source: Path, tmp_path: Path, edit, marker: Path, resign: bool) -> Path:

@@ -450,9 +450,9 @@ def _edit_json(path: Path, **changes):
 
 def resign(model_dir: Path) -> None:
     """Rewrite SHA256SUMS for the files still there: the checks behind the checksums are tested."""
-    from fairseq_dense.hub.manifest import parse_manifest, write_manifest
+    from fairseq_dense.hub.files import parse_manifest, write_manifest
 
-    listed = parse_manifest(model_dir / "SHA256SUMS", (model_dir / "SHA256SUMS").read_bytes())
+    listed = parse_manifest(str(model_dir / "SHA256SUMS"), (model_dir / "SHA256SUMS").read_bytes())
     write_manifest(model_dir, [n for n in listed if (model_dir / n).exists()])
 
 

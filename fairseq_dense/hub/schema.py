@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from fairseq_dense.hub.errors import PretrainedModelError, describe, safe_name
+from fairseq_dense.hub.files import FILE_NAME_RE
+from fairseq_dense.hub.text import MOSES_OPTIONS
 
 FORMAT_NAME = "fairseq-dense"
 #: 2: with the ``SHA256SUMS`` manifest and the checked schema (1: fairseq-dense 0.1.0 before it).
@@ -48,8 +50,6 @@ TASK_OPTIONS = {
     "max_target_positions": int,
     "truncate_source": bool,
 }
-#: Moses tokenizer options besides its languages.
-MOSES_OPTIONS = ("moses_no_dash_splits", "moses_no_escape")
 TOP_LEVEL_KEYS = {
     "format",
     "format_version",
@@ -69,7 +69,6 @@ REQUIRED_KEYS = ("format", "format_version", "arch", "model", "task", "dictionar
 #: Language codes name dictionary files and reach sacremoses: no leading ``-``, no path characters.
 LANG_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 INFO_RE = re.compile(r"[A-Za-z0-9_.+ -]{0,64}")
-FILE_NAME_RE = re.compile(r"[A-Za-z0-9_.+-]{1,128}")
 #: subword-nmt separators: punctuation only, never a leading ``-`` (an option to its parser).
 BPE_SEPARATOR_RE = re.compile(r"[!#%&*+./:;<=>?@^_|~][!#%&*+\-./:;<=>?@^_|~]{0,7}")
 #: Integer (or integer-list) options that are sizes or positions: each value must be at least 1.
@@ -244,25 +243,26 @@ class _Checker:
             self.fail(key, f"must be at least 1 (a size or position), not {describe(value)}")
 
 
-def parse_config(text: str, path: Path) -> Dict[str, Any]:
-    """Parse ``config.json`` strictly: no NaN/Infinity, no duplicate keys."""
+def parse_json(where: str, data: bytes) -> Any:
+    """Strict JSON from UTF-8 bytes: no NaN/Infinity, no key twice in an object (config, safetensors header)."""
 
     def no_constants(name):
         raise ValueError(f"{name} is not allowed")
 
     def no_duplicates(pairs):
-        keys = [k for k, _ in pairs]
-        if len(set(keys)) != len(keys):
+        if len({k for k, _ in pairs}) != len(pairs):
             raise ValueError("duplicate key in an object")
         return dict(pairs)
 
     try:
-        return json.loads(text, parse_constant=no_constants, object_pairs_hook=no_duplicates)
+        return json.loads(data.decode("utf-8"), parse_constant=no_constants, object_pairs_hook=no_duplicates)
+    except UnicodeDecodeError as err:
+        raise PretrainedModelError(f"{where}: not valid JSON (not UTF-8 at byte {err.start})") from None
     except (ValueError, RecursionError) as err:
         # json's messages give a position, never the text; ours name the constant or the problem
         detail = str(err).split(":")[0] if isinstance(err, json.JSONDecodeError) else str(err)
-        where = f", line {err.lineno} column {err.colno}" if isinstance(err, json.JSONDecodeError) else ""
-        raise PretrainedModelError(f"{path}: not valid JSON ({detail}{where})") from None
+        at = f", line {err.lineno} column {err.colno}" if isinstance(err, json.JSONDecodeError) else ""
+        raise PretrainedModelError(f"{where}: not valid JSON ({detail}{at})") from None
 
 
 def check_config(config: Any, path: Path) -> None:
