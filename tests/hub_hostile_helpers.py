@@ -53,8 +53,9 @@ def build_checkpoint(root: Path, arch: str, task: str = "translation") -> Path:
 
     data = root / "bin"
     data.mkdir(parents=True, exist_ok=True)
-    for lang in ("src", "tgt"):
-        (data / f"dict.{lang}.txt").write_text("".join(f"{c} {100 - i}\n" for i, c in enumerate("abcdefghijkl")))
+    for lang in ("src", "tgt"):  # unless the test wrote its own
+        if not (data / f"dict.{lang}.txt").exists():
+            (data / f"dict.{lang}.txt").write_text("".join(f"{c} {100 - i}\n" for i, c in enumerate("abcdefghijkl")))
     args = options.parse_args_and_arch(
         options.get_training_parser(),
         [

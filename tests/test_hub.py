@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from fairseq.hub_utils import GeneratorHubInterface
 
 import fairseq_dense
 from fairseq_dense import hub
@@ -159,7 +160,7 @@ def test_round_trip_matches_fairseq_generate(corpus, arch, tmp_path):
     assert sorted(hyps) == list(range(len(corpus.test_lines)))
 
     model = hub.from_pretrained(out)
-    assert type(model).__name__ == "GeneratorHubInterface"
+    assert isinstance(model, GeneratorHubInterface)
     assert sorted(os.listdir(out)) == sorted(
         [
             "README.md",

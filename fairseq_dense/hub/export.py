@@ -10,7 +10,7 @@ its ``SHA256SUMS``, verified by loading it back with
 nothing half-written is left behind. The text preparation of the training data
 (Moses options, punctuation normalisation, lower-casing) is recorded in the
 config: from ``fairseq-dense-prepare``'s record beside the dictionaries
-(:data:`fairseq_dense.hub.text.RECORD_NAME`) and the options given.
+(``text_preparation.json``) and the options given.
 """
 
 import enum

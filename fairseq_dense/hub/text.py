@@ -4,7 +4,7 @@
   ``moses`` plus the steps ``fairseq-dense-prepare`` runs around it: Moses'
   punctuation normaliser before tokenising, lower-casing after it. With both
   off it is fairseq's ``moses``. ``fairseq-dense-prepare`` writes the steps it
-  ran to ``<data>/bin/text_preparation.json`` (:data:`RECORD_NAME`, the
+  ran to ``<data>/bin/text_preparation.json`` (``TEXT_RECORD``, the
   tokenizer's options); the export records them in ``config.json``, and
   ``from_pretrained`` and ``fairseq-dense-interactive`` apply them.
 - :class:`VerifiedSubwordNMTBPE`: fairseq's ``subword_nmt`` BPE built from the
@@ -24,10 +24,9 @@ from fairseq.data.encoders import register_tokenizer
 from fairseq.data.encoders.moses_tokenizer import MosesTokenizer, MosesTokenizerConfig
 from fairseq.data.encoders.subword_nmt_bpe import SubwordNMTBPE
 
+from fairseq_dense.data.prepare import TEXT_RECORD
 from fairseq_dense.hub.errors import PretrainedModelError
 
-#: The record of the text preparation that ``fairseq-dense-prepare`` writes beside the dictionaries.
-RECORD_NAME = "text_preparation.json"
 #: subword-nmt's time grows with the square of a word's length: longer words are split into pieces of this length.
 MAX_BPE_WORD = 100
 _BPE_VERSION_RE = re.compile(r"#version: \d+(\.\d+)*")
@@ -66,7 +65,7 @@ def read_record(data_dir: Path) -> Dict[str, Any]:
     Raises:
         PretrainedModelError: the record is not a map of the tokenizer's options.
     """
-    path = Path(data_dir) / RECORD_NAME
+    path = Path(data_dir) / TEXT_RECORD
     if not path.is_file():
         return {}
     try:
