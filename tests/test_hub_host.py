@@ -254,3 +254,18 @@ def test_interactive_applies_the_record_of_its_data(tmp_path, capsys, monkeypatc
     (line,) = [line for line in captured.out.splitlines() if line.startswith("S-0\t")]
     assert line == "S-0\t" + expected
     assert "moses_normalize_punctuation" in captured.err and "moses_lowercase" in captured.err
+
+
+# ---------------------------------------------------------------- the fairseq every Python installs
+
+
+def test_setup_requires_the_fairseq_with_the_hooks_on_every_python():
+    """Upstream fairseq 0.12.2 has neither rebuild_batches nor post_save: setup.py never installs it."""
+    import ast
+
+    from tests import helpers
+
+    tree = ast.parse((helpers.REPO / "setup.py").read_text(encoding="utf-8"))
+    (requires,) = [n.value for n in ast.walk(tree) if isinstance(n, ast.keyword) and n.arg == "install_requires"]
+    fairseq = [e.value for e in requires.elts if e.value.split(";")[0].strip().startswith("fairseq")]
+    assert fairseq == ["fairseq-fixed==0.12.3.1"]
