@@ -43,29 +43,10 @@ FORMAT_VERSION = 2
 #: ``weights_dtype`` -> the dtype code every floating-point tensor has in the safetensors header.
 WEIGHTS_DTYPES = {"float32": "F32", "float16": "F16"}
 #: Task options that change how a model reads or writes text, with their types.
-TASK_OPTIONS = {
-    "left_pad_source": bool,
-    "left_pad_target": bool,
-    "max_source_positions": int,
-    "max_target_positions": int,
-    "truncate_source": bool,
-}
-TOP_LEVEL_KEYS = {
-    "format",
-    "format_version",
-    "package_version",
-    "fairseq_version",
-    "arch",
-    "model_name",
-    "model",
-    "task",
-    "dictionaries",
-    "tokenizer",
-    "bpe",
-    "weights_dtype",
-    "checkpoints",
-}
+TASK_OPTIONS = dict(left_pad_source=bool, left_pad_target=bool, truncate_source=bool)
+TASK_OPTIONS.update(max_source_positions=int, max_target_positions=int)
 REQUIRED_KEYS = ("format", "format_version", "arch", "model", "task", "dictionaries", "weights_dtype")
+TOP_LEVEL_KEYS = {*REQUIRED_KEYS, "package_version", "fairseq_version", "model_name", "tokenizer", "bpe", "checkpoints"}
 #: Language codes name dictionary files and reach sacremoses: no leading ``-``, no path characters.
 LANG_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 INFO_RE = re.compile(r"[A-Za-z0-9_.+ -]{0,64}")
@@ -88,9 +69,7 @@ def dense_architectures() -> Dict[str, type]:
     from fairseq.models import ARCH_MODEL_REGISTRY
 
     return {
-        arch: cls
-        for arch, cls in sorted(ARCH_MODEL_REGISTRY.items())
-        if cls.__module__.split(".")[0] == "fairseq_dense"
+        arch: cls for arch, cls in sorted(ARCH_MODEL_REGISTRY.items()) if cls.__module__.startswith("fairseq_dense.")
     }
 
 
@@ -99,12 +78,12 @@ def translation_tasks() -> Tuple[str, ...]:
     from fairseq.tasks import TASK_REGISTRY
     from fairseq.tasks.translation import TranslationTask
 
-    own = sorted(
-        name
-        for name, cls in TASK_REGISTRY.items()
-        if cls.__module__.split(".")[0] == "fairseq_dense" and issubclass(cls, TranslationTask)
-    )
-    return ("translation", *own)
+    own = [
+        n
+        for n, c in TASK_REGISTRY.items()
+        if c.__module__.startswith("fairseq_dense.") and issubclass(c, TranslationTask)
+    ]
+    return ("translation", *sorted(own))
 
 
 @dataclasses.dataclass(frozen=True)
