@@ -269,3 +269,20 @@ def test_setup_requires_the_fairseq_with_the_hooks_on_every_python():
     (requires,) = [n.value for n in ast.walk(tree) if isinstance(n, ast.keyword) and n.arg == "install_requires"]
     fairseq = [e.value for e in requires.elts if e.value.split(";")[0].strip().startswith("fairseq")]
     assert fairseq == ["fairseq-fixed==0.12.3.1"]
+
+
+def test_prepare_records_its_text_steps_beside_the_dictionaries(tmp_path):
+    """A fresh preparation writes the record; one prepared before the record existed gets it when reused."""
+    from fairseq_dense.data import prepare
+    from fairseq_dense.hub.text import read_record
+    from tests import helpers
+
+    raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=40, n_valid=5, n_test=5, src="deu", tgt="eng")
+    dest = tmp_path / "prepared"
+    prepare.prepare(str(raw), str(dest), "deu", "eng", merges=10, lowercase=True, workers=1)
+    expected = {"source_lang": "de", "target_lang": "en", "moses_normalize_punctuation": True}
+    expected.update(moses_no_escape=True, moses_no_dash_splits=True, moses_lowercase=True)
+    assert read_record(dest / "bin") == expected
+    (dest / "bin" / prepare.TEXT_RECORD).unlink()
+    prepare.prepare(str(raw), str(dest), "deu", "eng", merges=10, lowercase=True, workers=1)
+    assert read_record(dest / "bin") == expected
