@@ -121,16 +121,17 @@ class ModelDirectory:
             with os.fdopen(self._open(name, own), "rb") as f:
                 info = os.fstat(f.fileno())
                 reason = _refusal(info, own)
-                if reason is None and limit is not None and info.st_size > limit:
-                    reason = f"larger than {limit} bytes"
                 if reason:
                     raise PretrainedModelError(f"{self.where(name)}: {reason}")
-                return f.read(-1 if limit is None else limit + 1)
+                data = f.read(-1 if limit is None else limit + 1)
         except OSError as err:
             reason = "a symbolic link" if own and err.errno == errno.ELOOP else _reason(err)
             raise PretrainedModelError(f"{self.where(name)}: {reason}") from None
         except MemoryError:
             raise PretrainedModelError(f"{self.where(name)}: too large to read into memory") from None
+        if limit is not None and len(data) > limit:
+            raise PretrainedModelError(f"{self.where(name)}: larger than {limit} bytes")
+        return data
 
 
 def _refusal(info: os.stat_result, own: bool) -> Optional[str]:

@@ -209,10 +209,10 @@ def fairseq_config(config: Dict[str, Any], overrides: Optional[Dict[str, Any]] =
     from omegaconf import OmegaConf, open_dict
 
     arch, task, overrides = config["arch"], config["task"].get("_name", "translation"), dict(overrides or {})
-    model = argparse.Namespace(**config["model"])
-    ARCH_CONFIG_REGISTRY[arch](model)  # the architecture's values for options config.json does not give
     model_dc = MODEL_DATACLASS_REGISTRY.get(ARCH_MODEL_NAME_REGISTRY[arch])
     try:
+        model = argparse.Namespace(**config["model"])
+        ARCH_CONFIG_REGISTRY[arch](model)  # the architecture's values for options config.json does not give
         root = OmegaConf.structured(FairseqConfig)
         with open_dict(root):
             root.task = OmegaConf.structured(TASK_DATACLASS_REGISTRY[task])
@@ -231,7 +231,8 @@ def fairseq_config(config: Dict[str, Any], overrides: Optional[Dict[str, Any]] =
             cfg.task._name = task
             cfg.model._name = arch
             if not model_dc:  # fairseq's flat Namespace, as its argument parser leaves it
-                flat = argparse.Namespace(**{k: v for name in groups for k, v in cfg[name].items()})
+                flat = {k: v for name in groups for k, v in cfg[name].items()}
+                flat = argparse.Namespace(**{**flat, **cfg.model})  # the model's values over the task's
                 _set_legacy_defaults(flat, ARCH_MODEL_REGISTRY[arch])
                 flat._name, flat.arch, flat.task = arch, arch, task
                 cfg.model = flat
