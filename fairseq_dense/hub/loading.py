@@ -161,10 +161,6 @@ def read_files(directory: ModelDirectory) -> Tuple[Dict[str, Any], Dict[str, byt
     except Exception as err:  # a shape of JSON the schema did not foresee is refused all the same
         raise PretrainedModelError(f"{where}: not a fairseq-dense model config ({type(err).__name__})") from None
     names = model_files(config)
-    for name in names:
-        if not directory.exists(name):
-            required = ", ".join(names)
-            raise PretrainedModelError(f"{directory.where(name)}: missing; a model directory must hold {required}")
     extra = sorted(set(sums) - set(names))
     if extra:
         raise PretrainedModelError(
