@@ -73,7 +73,7 @@ def build_checkpoint(root: Path, arch: str, task: str = "translation") -> Path:
     )
     cfg = convert_namespace_to_omegaconf(args)
     torch.manual_seed(0)
-    model = tasks.setup_task(cfg.task).build_model(cfg.model)
+    model = tasks.setup_task(cfg.task).build_model(cfg.model, from_checkpoint=True)  # no training-time work
     ckpt = root / "checkpoint_last.pt"
     torch.save(
         {"args": None, "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "model": model.state_dict()},

@@ -40,8 +40,8 @@ from fairseq_dense.hub.text import MOSES_OPTIONS
 FORMAT_NAME = "fairseq-dense"
 #: 2: with the ``SHA256SUMS`` manifest and the checked schema (1: fairseq-dense 0.1.0 before it).
 FORMAT_VERSION = 2
-#: ``weights_dtype`` -> the dtype code every floating-point tensor has in the safetensors header.
-WEIGHTS_DTYPES = {"float32": "F32", "float16": "F16"}
+#: ``weights_dtype``: the torch dtype of every floating-point tensor of ``model.safetensors``.
+WEIGHTS_DTYPES = ("float32", "float16")
 #: Task options that change how a model reads or writes text, with their types.
 TASK_OPTIONS = dict(left_pad_source=bool, left_pad_target=bool, truncate_source=bool)
 TASK_OPTIONS.update(max_source_positions=int, max_target_positions=int)
