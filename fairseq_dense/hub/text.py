@@ -34,6 +34,8 @@ _BPE_VERSION_RE = re.compile(r"#version: \d+(\.\d+)*")
 
 @dataclass
 class PreparedMosesConfig(MosesTokenizerConfig):
+    """fairseq's Moses options plus the two steps of ``fairseq-dense-prepare`` around the tokenizer."""
+
     moses_normalize_punctuation: bool = field(
         default=False, metadata={"help": "apply Moses' punctuation normaliser before tokenising"}
     )
