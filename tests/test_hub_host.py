@@ -52,12 +52,20 @@ def test_load_never_reads_the_host_command_line(gru, tmp_path, monkeypatch, mark
 
 
 def test_loads_from_several_threads_at_once(gru, transformer):
-    """Eight loads of two models in four threads: each succeeds and translates as a load alone does."""
-    dirs = [gru.dir, transformer.dir] * 4
+    """Twelve loads of two models in four threads: each succeeds and translates as a load alone does.
+
+    No process-wide switch is flipped on the way (fairseq's ``omegaconf_no_object_check`` replaces
+    an OmegaConf function for every thread while it runs).
+    """
+    from omegaconf import _utils
+
+    checks = {name: getattr(_utils, name, None) for name in ("is_primitive_type", "is_primitive_type_annotation")}
+    dirs = [gru.dir, transformer.dir] * 6
     alone = {d: hub.from_pretrained(d).translate("a b c", beam=2, max_len_b=4) for d in dirs[:2]}
     with ThreadPoolExecutor(max_workers=4) as pool:
         models = list(pool.map(hub.from_pretrained, dirs))
     assert [m.translate("a b c", beam=2, max_len_b=4) for m in models] == [alone[d] for d in dirs]
+    assert checks == {name: getattr(_utils, name, None) for name in checks}
 
 
 # ---------------------------------------------------------------- the directory is opened once

@@ -194,7 +194,7 @@ def fairseq_config(config: Dict[str, Any], overrides: Optional[Dict[str, Any]] =
         PretrainedModelError: fairseq refuses the configuration (naming ``config.json``).
     """
     from fairseq.dataclass.configs import FairseqConfig
-    from fairseq.dataclass.utils import _set_legacy_defaults, omegaconf_no_object_check
+    from fairseq.dataclass.utils import _set_legacy_defaults
     from fairseq.models import (
         ARCH_CONFIG_REGISTRY,
         ARCH_MODEL_NAME_REGISTRY,
@@ -222,8 +222,11 @@ def fairseq_config(config: Dict[str, Any], overrides: Optional[Dict[str, Any]] =
                 raise TypeError(f"from_pretrained() got an unknown fairseq option '{key}'")
             for name in owners:
                 root[name][key] = value
-        cfg = OmegaConf.create(OmegaConf.to_container(root, resolve=True, enum_to_str=True))
-        with open_dict(cfg), omegaconf_no_object_check():
+        # allow_objects on this config only: fairseq's omegaconf_no_object_check patches OmegaConf for every thread
+        cfg = OmegaConf.create(
+            OmegaConf.to_container(root, resolve=True, enum_to_str=True), flags={"allow_objects": True}
+        )
+        with open_dict(cfg):
             cfg.task._name = task
             cfg.model._name = arch
             if not model_dc:  # fairseq's flat Namespace, as its argument parser leaves it
