@@ -17,9 +17,10 @@ setup(
     # puts the same files in the sdist
     package_data={"fairseq_dense.data": ["tatoeba-deu-eng/*"]},
     install_requires=[
-        # fairseq 0.12.2 from PyPI cannot be imported on Python >= 3.11.
-        'fairseq-fixed==0.12.3.1; python_version>="3.11"',
-        'fairseq>=0.12.2; python_version<"3.11"',
+        # fairseq's main branch (Jan 2024), on every Python: fairseq 0.12.2 from PyPI cannot be imported
+        # on Python >= 3.11 and lacks the hooks exact resume and the after-save checks use elsewhere
+        # (the task's rebuild_batches switch, post_save).
+        "fairseq-fixed==0.12.3.1",
         # Install torch first (the Makefile installs the CPU build 2.13.0): this
         # range is then already satisfied and pip never fetches a CUDA build.
         # >= 2.6: torch.load defaults to weights_only=True, so fairseq's own

@@ -34,7 +34,7 @@ import torch
 import fairseq_dense
 from fairseq_dense import hub
 from fairseq_dense.hub import PretrainedModelError
-from fairseq_dense.hub.manifest import parse_manifest, write_manifest
+from fairseq_dense.hub.files import parse_manifest, write_manifest
 from tests import helpers, test_hub
 
 GRU, TRANSFORMER = "gru_attention_tiny", "weighted_transformer_tiny"
@@ -53,8 +53,9 @@ def build_checkpoint(root: Path, arch: str, task: str = "translation") -> Path:
 
     data = root / "bin"
     data.mkdir(parents=True, exist_ok=True)
-    for lang in ("src", "tgt"):
-        (data / f"dict.{lang}.txt").write_text("".join(f"{c} {100 - i}\n" for i, c in enumerate("abcdefghijkl")))
+    for lang in ("src", "tgt"):  # unless the test wrote its own
+        if not (data / f"dict.{lang}.txt").exists():
+            (data / f"dict.{lang}.txt").write_text("".join(f"{c} {100 - i}\n" for i, c in enumerate("abcdefghijkl")))
     args = options.parse_args_and_arch(
         options.get_training_parser(),
         [
@@ -72,7 +73,7 @@ def build_checkpoint(root: Path, arch: str, task: str = "translation") -> Path:
     )
     cfg = convert_namespace_to_omegaconf(args)
     torch.manual_seed(0)
-    model = tasks.setup_task(cfg.task).build_model(cfg.model)
+    model = tasks.setup_task(cfg.task).build_model(cfg.model, from_checkpoint=True)  # no training-time work
     ckpt = root / "checkpoint_last.pt"
     torch.save(
         {"args": None, "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "model": model.state_dict()},
@@ -113,7 +114,7 @@ class Pickled:
 
 def listed(model_dir: Path):
     """The file names ``SHA256SUMS`` lists."""
-    return parse_manifest(model_dir / "SHA256SUMS", (model_dir / "SHA256SUMS").read_bytes())
+    return parse_manifest(str(model_dir / "SHA256SUMS"), (model_dir / "SHA256SUMS").read_bytes())
 
 
 def tamper(source: Path, tmp_path: Path, edit, marker: Path, resign: bool) -> Path:

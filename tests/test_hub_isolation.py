@@ -34,7 +34,7 @@ from tests.hub_hostile_helpers import (
 
 # ---------------------------------------------------------------- what a load opens and changes (audit hook)
 
-_AUDIT = {"events": None, "installed": False}
+_AUDIT = {"events": None, "installed": False, "dir": None}
 #: Audit events that name files: opening, listing, renaming, removing, copying, changing metadata.
 _FILE_EVENTS = {
     "open",
@@ -64,7 +64,14 @@ def _audit_hook(event, args):
         writes = bool(set(mode) & set("wax+")) if isinstance(mode, str) else bool((flags or 0) & _WRITE_FLAGS)
     for arg in args[:1] if event == "open" else args:
         if isinstance(arg, (str, bytes, os.PathLike)):
-            events.append((event, os.path.abspath(os.fsdecode(arg)), writes))
+            path = os.fsdecode(arg)
+            # the loader opens the model directory (O_DIRECTORY) and then its files relative to it (dir_fd),
+            # which the event does not show: a plain name (or ../../blobs) is taken relative to that directory
+            relative = _AUDIT["dir"] and ("/" not in path or path == "../../blobs")
+            path = os.path.normpath(os.path.join(_AUDIT["dir"], path)) if relative else os.path.abspath(path)
+            if event == "open" and (args[2] or 0) & os.O_DIRECTORY:
+                _AUDIT["dir"] = path
+            events.append((event, path, writes))
 
 
 @contextlib.contextmanager
@@ -74,6 +81,7 @@ def audited():
         sys.addaudithook(_audit_hook)  # cannot be removed: it records only inside this context
         _AUDIT["installed"] = True
     _AUDIT["events"] = events = []
+    _AUDIT["dir"] = None
     try:
         yield events
     finally:
@@ -142,14 +150,14 @@ def test_loading_touches_nothing_but_the_model_files(tmp_path, monkeypatch, task
         inside = [e for e in events if under(e[1], tmp_path)]
         assert not [e for e in inside if under(e[1], save)], route
         opened = sorted({Path(e[1]).name for e in inside if e[0] == "open"})
-        model_files = [e for e in inside if under(e[1], out) or under(e[1], blobs)]
+        model_files = [e for e in inside if any(under(e[1], d) for d in (out, blobs, blobs.parent / "snapshots"))]
         if route == "hub_cache":  # huggingface_hub reads its ref (and looks for a file list); the loader the files
             inside = [e for e in inside if e not in model_files and Path(e[1]).parent.name not in ("refs", "trees")]
         else:
             inside = [e for e in inside if e not in model_files]
         assert inside == [], (route, inside)
         if route != "hub_cache":
-            assert opened == sorted([*listed(out), "SHA256SUMS"]), (route, opened)
+            assert opened == sorted([*listed(out), "SHA256SUMS", out.name]), (route, opened)  # and the folder
     assert snapshot(save) == before
 
 

@@ -80,7 +80,9 @@ def test_push_dry_run_lists_and_uploads_nothing(gru, tmp_path, marker, fake_hub,
     )
 
 
-@pytest.mark.parametrize("what", ["symlinked card", "symlinked pickle", "card is a folder", "pickle is a fifo"])
+@pytest.mark.parametrize(
+    "what", ["symlinked card", "symlinked pickle", "card is a folder", "pickle is a fifo", "hard-linked card"]
+)
 def test_push_refuses_links_and_special_files(gru, tmp_path, marker, fake_hub, capsys, what):
     from fairseq_dense.cli import push as push_cli
 
@@ -91,14 +93,46 @@ def test_push_refuses_links_and_special_files(gru, tmp_path, marker, fake_hub, c
     (model_dir / name).unlink()
     if "symlinked" in what:
         (model_dir / name).symlink_to(key)
+    elif "hard-linked" in what:
+        os.link(key, model_dir / name)
     elif "folder" in what:
         (model_dir / name).mkdir()
     else:
         os.mkfifo(model_dir / name)
     assert push_cli.main([str(model_dir), "me/tiny"]) == 1
     err = capsys.readouterr().err.strip()
-    kind = "a symbolic link" if "symlinked" in what else "not a regular file"
-    assert err == f"fairseq-dense-push: error: {model_dir / name}: {kind}; only regular files are uploaded " + (
-        "(copy the file itself)"
+    kind = {"symlinked": "a symbolic link", "hard-linked": "2 hard links"}.get(what.split()[0], "not a regular file")
+    assert err == (
+        f"fairseq-dense-push: error: {model_dir}: not uploaded: {name} ({kind}); only regular files of one hard "
+        "link are uploaded (copy each file itself)"
     )
     assert fake_hub == [] and SECRET not in err
+
+
+def test_push_lists_every_refused_file_and_dry_run_shows_what_uploads(gru, tmp_path, marker, fake_hub, capsys):
+    """A hard-linked card and a symlinked pickle: both named in one line; a dry run lists name, size, sha256."""
+    import hashlib
+
+    from fairseq_dense.cli import push as push_cli
+
+    model_dir = with_strays(gru, tmp_path, marker)
+    key = tmp_path / "id_rsa"
+    key.write_text(SECRET)
+    for name in ("README.md", "model.pt"):
+        (model_dir / name).unlink()
+    os.link(key, model_dir / "README.md")
+    (model_dir / "model.pt").symlink_to(key)
+    assert push_cli.main([str(model_dir), "me/tiny", "--dry-run"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "README.md (2 hard links), model.pt (a symbolic link)" in err and "\n" not in err and SECRET not in err
+    (model_dir / "README.md").unlink()
+    (model_dir / "model.pt").unlink()
+    assert push_cli.main([str(model_dir), "me/tiny", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    expected = [*listed(model_dir), "SHA256SUMS"]
+    assert sorted(line.split("\t")[0] for line in lines) == sorted(f"would upload {n}" for n in expected)
+    for line in lines:
+        name, size, digest = line.removeprefix("would upload ").split("\t")
+        data = (model_dir / name).read_bytes()
+        assert size == f"{len(data)} bytes" and digest == f"sha256 {hashlib.sha256(data).hexdigest()}"
+    assert fake_hub == []

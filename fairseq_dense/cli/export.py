@@ -50,6 +50,17 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the data was tokenized without splitting hyphens (fairseq's option): the model does the same",
     )
+    p.add_argument(
+        "--moses-normalize-punctuation",
+        action="store_true",
+        help="the data was punctuation-normalised (Moses) before tokenizing: the model does the same",
+    )
+    p.add_argument(
+        "--moses-lowercase",
+        action="store_true",
+        help="the data was lower-cased after tokenizing: the model does the same (fairseq-dense-prepare's "
+        "record in --data sets these four options by itself)",
+    )
     p.add_argument("--fp16", action="store_true", help="store float16 weights (half the size)")
     p.add_argument("--average-last", type=int, metavar="N", help="average the last N checkpoints of the directory")
     p.add_argument(
@@ -109,6 +120,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             moses_target_lang=args.moses_target_lang,
             moses_no_escape=args.moses_no_escape,
             moses_no_dash_splits=args.moses_no_dash_splits,
+            moses_normalize_punctuation=args.moses_normalize_punctuation,
+            moses_lowercase=args.moses_lowercase,
             fp16=args.fp16,
             average_last=args.average_last,
             update_based=args.update_based,

@@ -10,6 +10,12 @@ non-UTF-8 line it stops with one line ``fairseq-dense-interactive: error:
 ``--allow-empty-lines`` restores fairseq's behaviour. fairseq's and torch's warnings
 about optional packages and deprecated calls are hidden; ``-v`` shows them.
 
+With ``--tokenizer moses`` on data prepared by ``fairseq-dense-prepare``, the text
+steps recorded beside its dictionaries (``bin/text_preparation.json``: Moses'
+punctuation normaliser, no escaping, no dash splits, lower-casing) are applied as
+they were to the training data (fairseq-dense's ``dense_moses`` tokenizer); one
+line on stderr says so.
+
 Usage::
 
     fairseq-dense-interactive data-bin --path ckpt.pt --user-dir ... < input.txt
@@ -17,7 +23,9 @@ Usage::
 """
 
 import io
+import os
 import sys
+from pathlib import Path
 from typing import BinaryIO, Iterator, List, Optional, Sequence
 
 from fairseq_dense.fairseq_compat import clear_error_message, install_excepthook
@@ -74,6 +82,31 @@ def _pop_option(argv: List[str], flag: str, default: Optional[str]) -> Optional[
     return default
 
 
+def fairseq_config(args):
+    """fairseq's configuration of ``args``; ``--tokenizer moses`` becomes ``dense_moses`` with the data's record.
+
+    The record beside the data's dictionaries gives the steps and the Moses
+    languages (``--source-lang`` names the task's languages, which the data's
+    preparation mapped to Moses' codes).
+    """
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    from fairseq_dense.hub.text import MOSES_OPTIONS, read_record
+
+    record = read_record(Path(args.data.split(os.pathsep)[0])) if args.tokenizer == "moses" and args.data else {}
+    if record:
+        args.tokenizer = "dense_moses"
+        steps = [key for key in MOSES_OPTIONS if getattr(args, key, False) or record.get(key)]
+        for key in MOSES_OPTIONS:
+            setattr(args, key, key in steps)
+        print(f"{PROG}: the data's text preparation applied: {', '.join(steps)}", file=sys.stderr, flush=True)
+    cfg = convert_namespace_to_omegaconf(args)
+    for key in ("source_lang", "target_lang"):
+        if key in record:
+            cfg.tokenizer[key] = record[key]
+    return cfg
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run fairseq-interactive on checked input; returns 0, ``SystemExit`` with one line on bad input."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -92,11 +125,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sys.stdin = CheckedLines(stream, "stdin" if source == "-" else source, allow_empty)
     sys.argv = ["fairseq-interactive", *argv, "--input", "-"]
     try:
+        from fairseq import distributed_utils, options
         from fairseq_cli import interactive
 
-        import fairseq_dense  # noqa: F401  (registers the architectures even without --user-dir)
+        import fairseq_dense  # noqa: F401  (registers the architectures and dense_moses even without --user-dir)
 
-        interactive.cli_main()
+        args = options.parse_args_and_arch(options.get_interactive_generation_parser())  # fairseq's cli_main
+        distributed_utils.call_main(fairseq_config(args), interactive.main)
     except FairseqDenseError as e:
         raise SystemExit(f"{PROG}: error: {clear_error_message(e) or e}")
     finally:

@@ -7,7 +7,10 @@ raw UTF-8 text, one sentence per line. Output (``--dest``)::
     tok/        Moses-tokenised (optionally lower-cased) text
     bpe/        the same after joint BPE
     bpecodes    the joint BPE codes (subword-nmt)
-    bin/        fairseq binarised data (joined dictionary)
+    bin/        fairseq binarised data (joined dictionary) and ``text_preparation.json``:
+                the text steps above as the options of fairseq-dense's ``dense_moses``
+                tokenizer, which ``fairseq-dense-export`` records and
+                ``fairseq-dense-interactive`` applies
     prepare.json  the options used (languages, merges, lower-casing) and a content
                   fingerprint of the raw files (size and SHA-256 of each)
 
@@ -32,6 +35,8 @@ from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
 logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "valid", "test")
+#: The record of the text steps, beside the dictionaries (read by fairseq_dense.hub.text.read_record).
+TEXT_RECORD = "text_preparation.json"
 # sacremoses wants ISO 639-1 codes; corpora often use 639-3 names
 MOSES_LANG = {"deu": "de", "eng": "en", "fra": "fr", "tur": "tr", "spa": "es", "ita": "it"}
 
@@ -142,6 +147,20 @@ def _init_tokenizer(lang: str, lowercase: bool) -> None:
     from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
     _TOKENIZER = (MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang), lowercase)
+
+
+def write_text_record(bin_dir: str, src: str, tgt: str, lowercase: bool) -> None:
+    """Record the text steps of :func:`_tokenize` in ``bin_dir`` (the ``dense_moses`` tokenizer's options)."""
+    record = {
+        "source_lang": moses_lang(src),
+        "target_lang": moses_lang(tgt),
+        "moses_normalize_punctuation": True,
+        "moses_no_escape": True,
+        "moses_no_dash_splits": True,  # sacremoses' default: no aggressive dash splits
+        "moses_lowercase": lowercase,
+    }
+    with open(os.path.join(bin_dir, TEXT_RECORD), "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=2)
 
 
 def _tokenize(line: str) -> str:
@@ -257,6 +276,8 @@ def prepare(
         changes = _reusable(dest, meta, raw_dir)
         if changes is None:
             logger.info("reusing prepared data in %s (same options, same raw files)", dest)
+            if not os.path.isfile(os.path.join(dest, "bin", TEXT_RECORD)):  # prepared before the record existed
+                write_text_record(os.path.join(dest, "bin"), src, tgt, lowercase)
             return dest
         if changes:
             logger.warning("rebuilding %s: %s", dest, "; ".join(changes))
@@ -286,6 +307,7 @@ def prepare(
                     codes, os.path.join(tmp, "tok", f"{split}.{lang}"), os.path.join(tmp, "bpe", f"{split}.{lang}")
                 )
         binarize(os.path.join(tmp, "bpe"), os.path.join(tmp, "bin"), src, tgt, workers)
+        write_text_record(os.path.join(tmp, "bin"), src, tgt, lowercase)
         with open(os.path.join(tmp, "prepare.json"), "w") as f:
             json.dump(meta, f, indent=2)
     except BaseException:

@@ -3,7 +3,9 @@
 A model directory comes from strangers, so messages name the file, the key (or
 line, or tensor) and what was expected, and never quote what a file says: a
 refused value is described by its kind (:func:`describe`), and a key or tensor
-name is only spelled out when it is a plain name (:func:`safe_name`).
+name is only spelled out when it is a plain name (:func:`safe_name`). Paths are
+the caller's: written with escapes (:func:`printable`) and cut when very long
+(:func:`shown`).
 """
 
 import math
@@ -28,6 +30,12 @@ class PretrainedModelError(ValueError):
 def printable(text: Any) -> str:
     """``text`` with every non-printable character (newline, tab, escape) written as an escape."""
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text))
+
+
+def shown(path: Any, limit: int = 200) -> str:
+    """A path for a message or a log line: escaped, and cut in the middle when longer than ``limit``."""
+    text = printable(path)
+    return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-(limit // 2 - 3) :]}"
 
 
 def one_line(text: Any, limit: int = 200) -> str:

@@ -6,8 +6,11 @@ unpickling) and reads its configuration as plain values; the config to write is
 checked with the loader's rules (:func:`fairseq_dense.hub.schema.check_config`)
 before any model is built. The directory is written to a temporary sibling with
 its ``SHA256SUMS``, verified by loading it back with
-:func:`fairseq_dense.hub.load_model_dir`, and only then moved into place, so
-nothing half-written is left behind.
+:func:`fairseq_dense.hub.loading.load_model`, and only then moved into place, so
+nothing half-written is left behind. The text preparation of the training data
+(Moses options, punctuation normalisation, lower-casing) is recorded in the
+config: from ``fairseq-dense-prepare``'s record beside the dictionaries
+(``text_preparation.json``) and the options given.
 """
 
 import enum
@@ -23,12 +26,21 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 import fairseq_dense
-from fairseq_dense.hub import loading
-from fairseq_dense.hub.errors import PretrainedModelError, describe, one_line, safe_name
-from fairseq_dense.hub.files import parse_bpe_codes, parse_dictionary
-from fairseq_dense.hub.manifest import write_manifest
+from fairseq_dense.hub.errors import PretrainedModelError, describe, one_line, safe_name, shown
+from fairseq_dense.hub.files import (
+    BPE_CODES_NAME,
+    CARD_NAME,
+    CONFIG_NAME,
+    PICKLE_NAME,
+    WEIGHTS_NAME,
+    model_files,
+    write_manifest,
+)
+from fairseq_dense.hub.loading import build_model, load_model
 from fairseq_dense.hub.model_card import ModelCardInfo, model_card, paper_of
 from fairseq_dense.hub.schema import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
     LANG_RE,
     TASK_OPTIONS,
     check_config,
@@ -36,6 +48,7 @@ from fairseq_dense.hub.schema import (
     dense_architectures,
     translation_tasks,
 )
+from fairseq_dense.hub.text import MOSES_OPTIONS, parse_bpe_codes, parse_dictionary, read_record
 from fairseq_dense.hub.weights import tied_names
 
 logger = logging.getLogger(__name__)
@@ -204,6 +217,8 @@ def export_checkpoint(
     moses_target_lang: Optional[str] = None,
     moses_no_escape: bool = False,
     moses_no_dash_splits: bool = False,
+    moses_normalize_punctuation: bool = False,
+    moses_lowercase: bool = False,
     fp16: bool = False,
     average_last: Optional[int] = None,
     update_based: bool = False,
@@ -224,6 +239,10 @@ def export_checkpoint(
         moses_source_lang, moses_target_lang: sacremoses languages (default: the task's).
         moses_no_escape, moses_no_dash_splits: fairseq's Moses options of the same names,
             as the training data was tokenized (recorded only when set; loading applies them).
+        moses_normalize_punctuation, moses_lowercase: the training data was
+            punctuation-normalised before / lower-cased after tokenising (recorded
+            only when set; loading applies them). ``data``'s record of
+            ``fairseq-dense-prepare`` sets these four and the Moses languages too.
         fp16: store the weights as float16 (half the size; loading casts to float32).
         average_last: average the last N checkpoints of the directory.
         update_based: with ``average_last``, average update checkpoints.
@@ -264,21 +283,23 @@ def export_checkpoint(
         dict_files[side] = data_dir / f"dict.{lang}.txt"
         if not dict_files[side].is_file():
             raise PretrainedModelError(f"{dict_files[side]}: missing (pass --data, the binarized data directory)")
-        dictionaries[side] = parse_dictionary(dict_files[side], dict_files[side].read_bytes())  # the loader's rules
+        dictionaries[side] = parse_dictionary(str(dict_files[side]), dict_files[side].read_bytes())  # the loader's
     if bpe_codes is not None:
         if not Path(bpe_codes).is_file():
             raise PretrainedModelError(f"{bpe_codes}: no such BPE codes file")
-        parse_bpe_codes(Path(bpe_codes), Path(bpe_codes).read_bytes())
+        parse_bpe_codes(str(bpe_codes), Path(bpe_codes).read_bytes())
     if tokenizer not in (None, "moses"):
         raise PretrainedModelError(f"--tokenizer {tokenizer}: only 'moses' or 'none' are supported")
-    moses_flags = {"moses_no_escape": moses_no_escape, "moses_no_dash_splits": moses_no_dash_splits}
-    if tokenizer is None and any(moses_flags.values()):
-        set_flags = ", ".join("--" + k.replace("_", "-") for k, v in moses_flags.items() if v)
+    record = read_record(data_dir)  # what fairseq-dense-prepare did to the text
+    given = (moses_no_dash_splits, moses_no_escape, moses_normalize_punctuation, moses_lowercase)
+    moses_flags = {key: flag or record.get(key, False) for key, flag in zip(MOSES_OPTIONS, given)}
+    if tokenizer is None and any(given):
+        set_flags = ", ".join("--" + k.replace("_", "-") for k, v in zip(MOSES_OPTIONS, given) if v)
         raise PretrainedModelError(f"{set_flags}: Moses options need --tokenizer moses, not none")
 
     config = {
-        "format": loading.FORMAT_NAME,
-        "format_version": loading.FORMAT_VERSION,
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
         "package_version": fairseq_dense.__version__,
         "fairseq_version": _fairseq_version(),
         "arch": arch,
@@ -292,8 +313,8 @@ def export_checkpoint(
         if tokenizer is None
         else {
             "_name": "moses",
-            "source_lang": moses_source_lang or task["source_lang"],
-            "target_lang": moses_target_lang or task["target_lang"],
+            "source_lang": moses_source_lang or record.get("source_lang") or task["source_lang"],
+            "target_lang": moses_target_lang or record.get("target_lang") or task["target_lang"],
             **{k: True for k, v in moses_flags.items() if v},
         },
         "bpe": None if bpe_codes is None else {"_name": "subword_nmt", "bpe_separator": "@@"},
@@ -307,25 +328,25 @@ def export_checkpoint(
         for side, path in dict_files.items():
             shutil.copyfile(path, tmp / config["dictionaries"][side]["file"])
         if bpe_codes is not None:
-            shutil.copyfile(bpe_codes, tmp / loading.BPE_CODES_NAME)
-        (tmp / loading.CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            shutil.copyfile(bpe_codes, tmp / BPE_CODES_NAME)
+        (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         pair = (dictionaries["source"], dictionaries["target"])
         weights, n_params = _write_weights(tmp, config, pair, states, paths, fp16)
-        write_manifest(tmp, loading.required_files(config))
-        loading.load_model_dir(tmp)  # verification: the directory loads on its own, checksums and all
+        write_manifest(tmp, model_files(config))
+        load_model(tmp)  # verification: the directory loads on its own, checksums and all
         text = model_card(
             config, n_params, card or ModelCardInfo(), paper_of(dense_architectures()[arch]), write_pickle
         )
-        (tmp / loading.CARD_NAME).write_text(text, encoding="utf-8")
+        (tmp / CARD_NAME).write_text(text, encoding="utf-8")
         if write_pickle:
-            _write_pickle(tmp / loading.PICKLE_NAME, last, weights)
+            _write_pickle(tmp / PICKLE_NAME, last, weights)
         _make_readable(tmp)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         os.replace(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    logger.info("exported %s (%d checkpoint(s)) to %s", arch, len(paths), out_dir)
+    logger.info("exported %s (%d checkpoint(s)) to %s", arch, len(paths), shown(out_dir))
     return out_dir
 
 
@@ -363,7 +384,7 @@ def _write_weights(tmp: Path, config, dictionaries, states, paths, fp16: bool) -
     from safetensors.torch import save_file
 
     averaged = average_states([s["model"] for s in states], paths)
-    cfg, _, model = loading.build_model(config, dictionaries, config_path=paths[-1])
+    cfg, _, model = build_model(config, dictionaries, where=shown(paths[-1]))
     expected = model.state_dict()
     for name, tensor in averaged.items():
         if name in expected and tuple(tensor.shape) != tuple(expected[name].shape):
@@ -388,7 +409,7 @@ def _write_weights(tmp: Path, config, dictionaries, states, paths, fp16: bool) -
     tensors = {k: v.contiguous() for k, v in full.items() if k not in aliases}
     save_file(
         tensors,
-        str(tmp / loading.WEIGHTS_NAME),
+        str(tmp / WEIGHTS_NAME),
         metadata={
             "format": "pt",
             "tied_weights": json.dumps(aliases),

@@ -10,8 +10,8 @@ import json
 import re
 from typing import Any, Dict, List, Optional
 
-from fairseq_dense.hub import loading
-from fairseq_dense.hub.schema import MOSES_OPTIONS
+from fairseq_dense.hub.files import BPE_CODES_NAME, CONFIG_NAME, MANIFEST_NAME, PICKLE_NAME, WEIGHTS_NAME
+from fairseq_dense.hub.text import MOSES_OPTIONS
 
 
 @dataclasses.dataclass
@@ -95,7 +95,7 @@ def model_card(
         ("Exported with", f"fairseq-dense {config['package_version']}, fairseq {config['fairseq_version']}"),
     ]
     pickle_note = (
-        f"- `{loading.PICKLE_NAME}`: **pickle-based** fairseq checkpoint for `fairseq-generate --path` / "
+        f"- `{PICKLE_NAME}`: **pickle-based** fairseq checkpoint for `fairseq-generate --path` / "
         "`fairseq-interactive --path` (with `--user-dir`). Unpickling can run code: load it only if you "
         "trust its author. `from_pretrained` never reads (or downloads) it.\n"
         if has_pickle
@@ -119,13 +119,13 @@ def model_card(
         'print(model.translate("...", beam=5))\n```\n\n'
         'or `torch.hub.load("<fairseq-dense repository>", "from_pretrained", "<this repository>")`.\n\n'
         "## Files\n\n"
-        f"- `{loading.CONFIG_NAME}`: architecture, every model option, task, tokenizer and BPE settings\n"
-        f"- `{loading.WEIGHTS_NAME}`: weights (safetensors: no code runs when loading)\n"
+        f"- `{CONFIG_NAME}`: architecture, every model option, task, tokenizer and BPE settings\n"
+        f"- `{WEIGHTS_NAME}`: weights (safetensors: no code runs when loading)\n"
         + "".join(
             f"- `{d['file']}`: {side} dictionary ({d['size']} symbols)\n" for side, d in config["dictionaries"].items()
         )
-        + (f"- `{loading.BPE_CODES_NAME}`: subword-nmt BPE codes\n" if config["bpe"] else "")
-        + f"- `{loading.MANIFEST_NAME}`: sha256 of the files above, verified when loading (`sha256sum -c`)\n"
+        + (f"- `{BPE_CODES_NAME}`: subword-nmt BPE codes\n" if config["bpe"] else "")
+        + f"- `{MANIFEST_NAME}`: sha256 of the files above, verified when loading (`sha256sum -c`)\n"
         + pickle_note
         + "\n## Model options\n\n```json\n"
         + json.dumps(config["model"], indent=2, sort_keys=True)

@@ -34,42 +34,22 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from fairseq_dense.hub.errors import PretrainedModelError, describe, safe_name
+from fairseq_dense.hub.files import FILE_NAME_RE
+from fairseq_dense.hub.text import MOSES_OPTIONS
 
 FORMAT_NAME = "fairseq-dense"
 #: 2: with the ``SHA256SUMS`` manifest and the checked schema (1: fairseq-dense 0.1.0 before it).
 FORMAT_VERSION = 2
-#: ``weights_dtype`` -> the dtype code every floating-point tensor has in the safetensors header.
-WEIGHTS_DTYPES = {"float32": "F32", "float16": "F16"}
+#: ``weights_dtype``: the torch dtype of every floating-point tensor of ``model.safetensors``.
+WEIGHTS_DTYPES = ("float32", "float16")
 #: Task options that change how a model reads or writes text, with their types.
-TASK_OPTIONS = {
-    "left_pad_source": bool,
-    "left_pad_target": bool,
-    "max_source_positions": int,
-    "max_target_positions": int,
-    "truncate_source": bool,
-}
-#: Moses tokenizer options besides its languages.
-MOSES_OPTIONS = ("moses_no_dash_splits", "moses_no_escape")
-TOP_LEVEL_KEYS = {
-    "format",
-    "format_version",
-    "package_version",
-    "fairseq_version",
-    "arch",
-    "model_name",
-    "model",
-    "task",
-    "dictionaries",
-    "tokenizer",
-    "bpe",
-    "weights_dtype",
-    "checkpoints",
-}
+TASK_OPTIONS = dict(left_pad_source=bool, left_pad_target=bool, truncate_source=bool)
+TASK_OPTIONS.update(max_source_positions=int, max_target_positions=int)
 REQUIRED_KEYS = ("format", "format_version", "arch", "model", "task", "dictionaries", "weights_dtype")
+TOP_LEVEL_KEYS = {*REQUIRED_KEYS, "package_version", "fairseq_version", "model_name", "tokenizer", "bpe", "checkpoints"}
 #: Language codes name dictionary files and reach sacremoses: no leading ``-``, no path characters.
 LANG_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 INFO_RE = re.compile(r"[A-Za-z0-9_.+ -]{0,64}")
-FILE_NAME_RE = re.compile(r"[A-Za-z0-9_.+-]{1,128}")
 #: subword-nmt separators: punctuation only, never a leading ``-`` (an option to its parser).
 BPE_SEPARATOR_RE = re.compile(r"[!#%&*+./:;<=>?@^_|~][!#%&*+\-./:;<=>?@^_|~]{0,7}")
 #: Integer (or integer-list) options that are sizes or positions: each value must be at least 1.
@@ -89,9 +69,7 @@ def dense_architectures() -> Dict[str, type]:
     from fairseq.models import ARCH_MODEL_REGISTRY
 
     return {
-        arch: cls
-        for arch, cls in sorted(ARCH_MODEL_REGISTRY.items())
-        if cls.__module__.split(".")[0] == "fairseq_dense"
+        arch: cls for arch, cls in sorted(ARCH_MODEL_REGISTRY.items()) if cls.__module__.startswith("fairseq_dense.")
     }
 
 
@@ -100,12 +78,12 @@ def translation_tasks() -> Tuple[str, ...]:
     from fairseq.tasks import TASK_REGISTRY
     from fairseq.tasks.translation import TranslationTask
 
-    own = sorted(
-        name
-        for name, cls in TASK_REGISTRY.items()
-        if cls.__module__.split(".")[0] == "fairseq_dense" and issubclass(cls, TranslationTask)
-    )
-    return ("translation", *own)
+    own = [
+        n
+        for n, c in TASK_REGISTRY.items()
+        if c.__module__.startswith("fairseq_dense.") and issubclass(c, TranslationTask)
+    ]
+    return ("translation", *sorted(own))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,25 +222,26 @@ class _Checker:
             self.fail(key, f"must be at least 1 (a size or position), not {describe(value)}")
 
 
-def parse_config(text: str, path: Path) -> Dict[str, Any]:
-    """Parse ``config.json`` strictly: no NaN/Infinity, no duplicate keys."""
+def parse_json(where: str, data: bytes) -> Any:
+    """Strict JSON from UTF-8 bytes: no NaN/Infinity, no key twice in an object (config, safetensors header)."""
 
     def no_constants(name):
         raise ValueError(f"{name} is not allowed")
 
     def no_duplicates(pairs):
-        keys = [k for k, _ in pairs]
-        if len(set(keys)) != len(keys):
+        if len({k for k, _ in pairs}) != len(pairs):
             raise ValueError("duplicate key in an object")
         return dict(pairs)
 
     try:
-        return json.loads(text, parse_constant=no_constants, object_pairs_hook=no_duplicates)
+        return json.loads(data.decode("utf-8"), parse_constant=no_constants, object_pairs_hook=no_duplicates)
+    except UnicodeDecodeError as err:
+        raise PretrainedModelError(f"{where}: not valid JSON (not UTF-8 at byte {err.start})") from None
     except (ValueError, RecursionError) as err:
         # json's messages give a position, never the text; ours name the constant or the problem
         detail = str(err).split(":")[0] if isinstance(err, json.JSONDecodeError) else str(err)
-        where = f", line {err.lineno} column {err.colno}" if isinstance(err, json.JSONDecodeError) else ""
-        raise PretrainedModelError(f"{path}: not valid JSON ({detail}{where})") from None
+        at = f", line {err.lineno} column {err.colno}" if isinstance(err, json.JSONDecodeError) else ""
+        raise PretrainedModelError(f"{where}: not valid JSON ({detail}{at})") from None
 
 
 def check_config(config: Any, path: Path) -> None:

@@ -1,0 +1,168 @@
+"""How a shared model reads text: the preparation of its training data, its BPE, its length limit.
+
+- :class:`PreparedMosesTokenizer` (fairseq tokenizer ``dense_moses``) is fairseq's
+  ``moses`` plus the steps ``fairseq-dense-prepare`` runs around it: Moses'
+  punctuation normaliser before tokenising, lower-casing after it. With both
+  off it is fairseq's ``moses``. ``fairseq-dense-prepare`` writes the steps it
+  ran to ``<data>/bin/text_preparation.json`` (``TEXT_RECORD``, the
+  tokenizer's options); the export records them in ``config.json``, and
+  ``from_pretrained`` and ``fairseq-dense-interactive`` apply them.
+- :class:`VerifiedSubwordNMTBPE`: fairseq's ``subword_nmt`` BPE built from the
+  verified codes text, applying them to at most :data:`MAX_BPE_WORD` characters
+  at a time, so that its time is linear in the input's length for any codes.
+- :func:`parse_bpe_codes`: codes that subword-nmt reads without ending the program.
+"""
+
+import io
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from fairseq.data.encoders import register_tokenizer
+from fairseq.data.encoders.moses_tokenizer import MosesTokenizer, MosesTokenizerConfig
+from fairseq.data.encoders.subword_nmt_bpe import SubwordNMTBPE
+
+from fairseq_dense.data.prepare import TEXT_RECORD
+from fairseq_dense.hub.errors import PretrainedModelError
+
+#: subword-nmt's time grows with the square of a word's length: longer words are split into pieces of this length.
+MAX_BPE_WORD = 100
+_BPE_VERSION_RE = re.compile(r"#version: \d+(\.\d+)*")
+
+
+@dataclass
+class PreparedMosesConfig(MosesTokenizerConfig):
+    """fairseq's Moses options plus the two steps of ``fairseq-dense-prepare`` around the tokenizer."""
+
+    moses_normalize_punctuation: bool = field(
+        default=False, metadata={"help": "apply Moses' punctuation normaliser before tokenising"}
+    )
+    moses_lowercase: bool = field(default=False, metadata={"help": "lower-case after tokenising"})
+
+
+#: The steps a model config records (tokenizer options besides its languages).
+MOSES_OPTIONS = ("moses_no_dash_splits", "moses_no_escape", "moses_normalize_punctuation", "moses_lowercase")
+
+
+@register_tokenizer("dense_moses", dataclass=PreparedMosesConfig)
+class PreparedMosesTokenizer(MosesTokenizer):
+    """fairseq's Moses tokenizer with the punctuation normaliser and lower-casing of ``fairseq-dense-prepare``."""
+
+    def __init__(self, cfg: PreparedMosesConfig):
+        super().__init__(cfg)
+        from sacremoses import MosesPunctNormalizer
+
+        self.normalizer = MosesPunctNormalizer(lang=cfg.source_lang) if cfg.moses_normalize_punctuation else None
+
+    def encode(self, x: str) -> str:
+        text = super().encode(self.normalizer.normalize(x) if self.normalizer else x)
+        return text.lower() if self.cfg.moses_lowercase else text
+
+
+def read_record(data_dir: Path) -> Dict[str, Any]:
+    """The text-preparation record of a data directory (``{}`` when there is none).
+
+    Raises:
+        PretrainedModelError: the record is not a map of the tokenizer's options.
+    """
+    path = Path(data_dir) / TEXT_RECORD
+    if not path.is_file():
+        return {}
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise PretrainedModelError(f"{path}: not readable as JSON ({type(err).__name__})") from None
+    allowed = {"source_lang": str, "target_lang": str, **{key: bool for key in MOSES_OPTIONS}}
+    if not isinstance(record, dict) or any(k not in allowed or type(v) is not allowed[k] for k, v in record.items()):
+        raise PretrainedModelError(f"{path}: not a record of fairseq-dense-prepare ({', '.join(allowed)})")
+    return record
+
+
+class VerifiedSubwordNMTBPE(SubwordNMTBPE):
+    """fairseq's ``subword_nmt`` BPE (same output) from checked codes text, in time linear in the input.
+
+    A word longer than :data:`MAX_BPE_WORD` characters is segmented in pieces of
+    that length, joined by the separator (fairseq's decoding joins them again).
+    """
+
+    def __init__(self, codes: str, separator: str):  # not fairseq's: it reads a path through an argument parser
+        from subword_nmt import apply_bpe
+
+        self.bpe = apply_bpe.BPE(io.StringIO(codes), -1, separator, None, None)
+        self.bpe_symbol = separator + " "
+
+    def encode(self, x: str) -> str:
+        out = []
+        for word in x.strip("\r\n ").split(" "):
+            for start in range(0, len(word), MAX_BPE_WORD):
+                out += self.bpe.segment_tokens([word[start : start + MAX_BPE_WORD]])
+                if start + MAX_BPE_WORD < len(word):
+                    out[-1] += self.bpe.separator
+        return " ".join(out)
+
+
+def parse_bpe_codes(where: str, data: bytes) -> str:
+    """subword-nmt codes: an optional ``#version: X.Y`` line, then at least one ``left right`` merge a line.
+
+    subword-nmt itself ends the program (``sys.exit``) on a malformed line or on
+    codes without any merge.
+
+    Returns:
+        The text, as subword-nmt reads it.
+    """
+    text = utf8_text(where, data)
+    lines = text.rstrip("\n").split("\n")
+    start = 1 if lines[0].startswith("#version:") else 0
+    if start and not _BPE_VERSION_RE.fullmatch(lines[0].rstrip("\r ")):
+        raise PretrainedModelError(f"{where}: line 1 is not '#version: <number>'")
+    if len(lines) == start or lines == [""]:
+        raise PretrainedModelError(f"{where}: holds no BPE merge (a '<left> <right>' line)")
+    for number, line in enumerate(lines[start:], start + 1):
+        if len(line.strip("\r\n ").split(" ")) != 2:
+            raise PretrainedModelError(f"{where}: line {number} is not a BPE merge ('<left> <right>')")
+    return text
+
+
+def utf8_text(where: str, data: bytes) -> str:
+    """UTF-8 text with universal newlines (as fairseq and subword-nmt open their files)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise PretrainedModelError(f"{where}: not UTF-8 text (line {line})") from None
+    return io.StringIO(text, newline=None).read()
+
+
+def parse_dictionary(where: str, data: bytes, size: Optional[int] = None, side: str = ""):
+    """A fairseq ``Dictionary`` of ``size`` symbols from the bytes of ``dict.<lang>.txt``.
+
+    Each line must be ``<symbol> <count>`` (optionally with fairseq's
+    ``#fairseq:overwrite`` flag), and no symbol may repeat another or one of the
+    four special symbols (with the flag, fairseq would keep both). fairseq's
+    own messages quote the line; these name it.
+
+    Raises:
+        PretrainedModelError: naming the file and the line, never quoting it.
+    """
+    from fairseq.data import Dictionary
+
+    dictionary = Dictionary()
+    seen = dict.fromkeys(dictionary.symbols, 0)
+    lines = utf8_text(where, data).split("\n")
+    for number, line in enumerate(lines[:-1] if lines[-1] == "" else lines, 1):
+        symbol, _, count = line.rstrip().removesuffix(" #fairseq:overwrite").rpartition(" ")
+        if not symbol or not count.isascii() or not count.isdigit():
+            raise PretrainedModelError(f"{where}: line {number} is not '<symbol> <count>'")
+        if symbol in seen:
+            earlier = f"the symbol of line {seen[symbol]}" if seen[symbol] else "a special symbol (<s>, <pad>, ...)"
+            raise PretrainedModelError(f"{where}: line {number} repeats {earlier}")
+        seen[symbol] = number
+        dictionary.add_symbol(symbol, n=int(count))
+    if size is not None and len(dictionary) != size:
+        raise PretrainedModelError(
+            f"{where}: {len(dictionary)} symbols, but config.json and model.safetensors expect {size} "
+            f"for the {side} side (the file does not belong to this model)"
+        )
+    return dictionary
