@@ -7,8 +7,10 @@ feeds fairseq's own ``fairseq_cli.interactive`` (run in this process, all its
 options apply) through a checking reader: at the first empty/whitespace-only or
 non-UTF-8 line it stops with one line ``fairseq-dense-interactive: error:
 <source>:<line>: ...`` and exit status 1 (lines before it are translated).
-``--allow-empty-lines`` restores fairseq's behaviour. fairseq's and torch's warnings
-about optional packages and deprecated calls are hidden; ``-v`` shows them.
+``--allow-empty-lines`` restores fairseq's behaviour. Quiet by default: fairseq's and
+torch's warnings about optional packages and deprecated calls, and fairseq's INFO lines
+(its whole configuration first), are hidden; ``-v`` shows them. The thread count is
+chosen for the machine (:mod:`fairseq_dense.threads`) and said in the first line.
 
 Usage::
 
@@ -21,7 +23,8 @@ import sys
 from typing import BinaryIO, Iterator, List, Optional, Sequence
 
 from fairseq_dense.fairseq_compat import clear_error_message, install_excepthook
-from fairseq_dense.logging_setup import hide_noise, show_noise, verbose_from_env
+from fairseq_dense.logging_setup import hide_noise, quiet_loggers, show_noise, verbose_from_env
+from fairseq_dense.threads import apply_threads
 from fairseq_dense.validation import FairseqDenseError, InputError, check_nonempty_lines
 
 PROG = "fairseq-dense-interactive"
@@ -92,10 +95,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sys.stdin = CheckedLines(stream, "stdin" if source == "-" else source, allow_empty)
     sys.argv = ["fairseq-interactive", *argv, "--input", "-"]
     try:
-        from fairseq_cli import interactive
+        from fairseq_cli import interactive  # configures logging: INFO to stdout
 
         import fairseq_dense  # noqa: F401  (registers the architectures even without --user-dir)
 
+        quiet_loggers(not verbose)
+        apply_threads()
         interactive.cli_main()
     except FairseqDenseError as e:
         raise SystemExit(f"{PROG}: error: {clear_error_message(e) or e}")
