@@ -111,7 +111,7 @@ def test_readme_commands_run_as_written_in_an_empty_folder(tmp_path):
     assert (clone / "quickstart-work" / "model" / "config.json").is_file()
     assert (clone / "checkpoints" / "gru" / "averaged.pt").is_file()
     assert re.search(r"^D-0\t", proc.stdout, re.M), proc.stdout[-3000:]  # fairseq-dense-interactive translated
-    assert "1 CPU thread (OMP_NUM_THREADS=1; " in proc.stdout  # ... and said its thread count
+    assert "1 CPU thread (OMP_NUM_THREADS=1; " in proc.stderr  # ... and said its thread count
     assert re.search(r"BLEU = [\d.]+", proc.stdout), proc.stdout[-3000:]  # sacreBLEU of fairseq-generate
     assert (clone / "checkpoints" / "gru" / "loss.png").is_file()  # fairseq-dense-plot
     assert (clone / "exports" / "gru-deu-eng" / "config.json").is_file()  # docs/hub.md's exports

@@ -9,8 +9,9 @@ non-UTF-8 line it stops with one line ``fairseq-dense-interactive: error:
 <source>:<line>: ...`` and exit status 1 (lines before it are translated).
 ``--allow-empty-lines`` restores fairseq's behaviour. Quiet by default: fairseq's and
 torch's warnings about optional packages and deprecated calls, and fairseq's INFO lines
-(its whole configuration first), are hidden; ``-v`` shows them. The thread count is
-chosen for the machine (:mod:`fairseq_dense.threads`) and said in the first line.
+(its whole configuration first), are hidden; ``-v`` shows them. Log lines go to stderr,
+translations to stdout. The thread count is chosen for the machine
+(:mod:`fairseq_dense.threads`) and said in the first log line.
 
 Usage::
 
@@ -23,7 +24,7 @@ import sys
 from typing import BinaryIO, Iterator, List, Optional, Sequence
 
 from fairseq_dense.fairseq_compat import clear_error_message, install_excepthook
-from fairseq_dense.logging_setup import hide_noise, quiet_loggers, show_noise, verbose_from_env
+from fairseq_dense.logging_setup import configure_logging, verbose_from_env
 from fairseq_dense.threads import apply_threads
 from fairseq_dense.validation import FairseqDenseError, InputError, check_nonempty_lines
 
@@ -83,10 +84,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     install_excepthook(argv0=PROG)  # one line for checkpoint/dictionary errors too
     verbose = any(a in ("-v", "--verbose") for a in argv) or verbose_from_env()
     argv = [a for a in argv if a not in ("-v", "--verbose")]
-    if verbose:
-        show_noise()
-    else:
-        hide_noise()
+    # fairseq's format, but on stderr (fairseq-interactive logs to stdout): stdout holds the translations
+    configure_logging("%(asctime)s | %(levelname)s | %(name)s | %(message)s", "%Y-%m-%d %H:%M:%S", verbose)
     allow_empty = "--allow-empty-lines" in argv
     argv = [a for a in argv if a != "--allow-empty-lines"]
     source = _pop_option(argv, "--input", "-")
@@ -95,11 +94,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sys.stdin = CheckedLines(stream, "stdin" if source == "-" else source, allow_empty)
     sys.argv = ["fairseq-interactive", *argv, "--input", "-"]
     try:
-        from fairseq_cli import interactive  # configures logging: INFO to stdout
+        from fairseq_cli import interactive
 
         import fairseq_dense  # noqa: F401  (registers the architectures even without --user-dir)
 
-        quiet_loggers(not verbose)
         apply_threads()
         interactive.cli_main()
     except FairseqDenseError as e:
