@@ -1,19 +1,29 @@
-"""Logging set-up shared by the command-line entry points and benchmark scripts.
+"""Logging set-up shared by the command-line entry points, the Python API and benchmark scripts.
 
-The plugin's own entry points are quiet by default: fairseq and the libraries under it
-print notices the user cannot act on (an optional package for speech tasks missing,
-hydra's deprecation notices about how fairseq calls it, torch's about fairseq's calls,
-a DataLoader's ``pin_memory`` without a GPU). :func:`configure_logging` hides exactly
-those (:data:`NOISE_WARNINGS`, :data:`NOISE_LOGGERS`) unless ``verbose`` (``-v``, or the
-environment variable ``FAIRSEQ_DENSE_VERBOSE=1``); everything else shows as before.
+The plugin is quiet by default: fairseq and the libraries under it print notices the
+user cannot act on (an optional package for speech tasks missing, hydra's deprecation
+notices about how fairseq calls it, torch's about fairseq's calls, a DataLoader's
+``pin_memory`` without a GPU), and fairseq's code logs its whole configuration and its
+batching decisions at INFO. Quiet means:
+
+- ``import fairseq_dense`` (the Python API) leaves the root logger as it found it
+  (importing fairseq calls ``logging.basicConfig(level=DEBUG)`` in one of its model
+  modules, which would print hydra's DEBUG lines and every INFO line afterwards:
+  :func:`keep_root_logger`) and hides :data:`NOISE_WARNINGS` (:func:`hide_noise`);
+- the console scripts (:func:`configure_logging`) also keep :data:`QUIET_LOGGERS`
+  (fairseq's and hydra's own) at WARNING, so that their own lines are what shows.
+
+``-v`` / ``--verbose`` on a console script, or the environment variable
+``FAIRSEQ_DENSE_VERBOSE=1`` (for the Python API too), shows everything.
 """
 
 import argparse
+import contextlib
 import logging
 import os
 import re
 import warnings
-from typing import Optional
+from typing import Iterator, Optional
 
 #: ``(category, message regex)`` of the warnings hidden by default: hydra's deprecation
 #: notices about fairseq's config code, torch's about fairseq's ``torch.cuda.amp`` calls,
@@ -30,6 +40,9 @@ NOISE_WARNINGS = (
 #: loggers whose INFO notices are hidden by default (fairseq's speech tasks, on import:
 #: "Please install tensorboardX")
 NOISE_LOGGERS = ("fairseq.tasks.text_to_speech", "fairseq.tasks.frm_text_to_speech")
+#: loggers the console scripts keep at WARNING unless verbose: fairseq's (the configuration
+#: dump of ``fairseq_cli.*``, "loading model(s) from", the data loader's batching notices) and hydra's
+QUIET_LOGGERS = ("fairseq", "fairseq_cli", "hydra")
 VERBOSE_ENV = "FAIRSEQ_DENSE_VERBOSE"
 
 
@@ -71,6 +84,26 @@ def hold_import_notices() -> None:
             logger.propagate = False
 
 
+@contextlib.contextmanager
+def keep_root_logger() -> Iterator[None]:
+    """Leave the root logger's level and handlers as they were before the block.
+
+    Importing fairseq for the first time runs ``logging.basicConfig(level=logging.DEBUG)``
+    (``fairseq/models/wav2vec/wav2vec2_classification.py``): a Python program that
+    imports this package would print hydra's DEBUG lines and fairseq's INFO lines from
+    then on. ``fairseq_dense/__init__.py`` imports fairseq inside this block.
+    """
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+        for handler in list(root.handlers):
+            if handler not in handlers:
+                root.removeHandler(handler)
+
+
 def hide_noise() -> None:
     """Hide :data:`NOISE_WARNINGS` and :data:`NOISE_LOGGERS`' records in this process
     (child processes, such as the quick-start's fairseq commands, are not affected)."""
@@ -79,8 +112,15 @@ def hide_noise() -> None:
     hold_import_notices()
 
 
+def quiet_loggers(quiet: bool = True) -> None:
+    """Keep :data:`QUIET_LOGGERS` at WARNING (``quiet``), or give them back the root's level."""
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING if quiet else logging.NOTSET)
+
+
 def show_noise() -> None:
-    """Undo :func:`hide_noise` (``-v``) and print the records held back so far."""
+    """Undo :func:`hide_noise` and :func:`quiet_loggers` (``-v``) and print the records held back so far."""
+    quiet_loggers(False)
     hidden = set(NOISE_WARNINGS)
     warnings.filters[:] = [
         f for f in warnings.filters if not (f[0] == "ignore" and f[1] is not None and (f[2], f[1].pattern) in hidden)
@@ -97,7 +137,8 @@ def show_noise() -> None:
 
 
 def configure_logging(fmt: str, datefmt: Optional[str] = None, verbose: Optional[bool] = None) -> None:
-    """Log INFO and above to stderr in ``fmt``; hide fairseq's and torch's noise unless ``verbose``.
+    """Log INFO and above to stderr in ``fmt``; hide fairseq's and torch's noise and keep
+    fairseq's own INFO lines (:data:`QUIET_LOGGERS`) back unless ``verbose``.
 
     Importing fairseq configures the root logger itself (level DEBUG, a stderr
     handler), which turns a plain ``logging.basicConfig`` into a no-op: the format
@@ -116,6 +157,7 @@ def configure_logging(fmt: str, datefmt: Optional[str] = None, verbose: Optional
         show_noise()
     else:
         hide_noise()
+        quiet_loggers()
 
 
 def matches_noise(message: str) -> bool:

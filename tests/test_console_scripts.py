@@ -98,6 +98,8 @@ def test_every_console_script_exits_0_on_success_and_1_or_2_on_failure(tmp_path)
             assert ok.returncode == 0, f"{script}: exit {ok.returncode}\n{ok.stdout[-1500:]}{ok.stderr[-1500:]}"
             # quiet by default: none of fairseq's or torch's notices (-v: the next test)
             assert "tensorboardX" not in ok.stderr and "Warning" not in ok.stderr, f"{script}: {ok.stderr[-1500:]}"
+            if script == "fairseq-dense-average":  # a command that computes with torch says its thread count
+                assert "1 CPU thread (OMP_NUM_THREADS=1; set OMP_NUM_THREADS to choose)" in ok.stderr, ok.stderr
         failed = run(script, *bad, cwd=tmp_path, stdin="")
         assert failed.returncode in (1, 2), f"{script} {bad}: exit {failed.returncode}\n{failed.stderr[-1500:]}"
         assert failed.stderr.strip(), f"{script} {bad}: failed without a message"
@@ -114,3 +116,23 @@ def test_quiet_by_default_and_verbose_with_v(tmp_path):
     loud = run("fairseq-dense-plot", log, "--out", tmp_path / "b.png", "-v")
     assert loud.returncode == 0, loud.stderr
     assert "Please install tensorboardX" in loud.stderr
+
+
+def test_thread_count_leaves_busy_cores_out_and_obeys_omp_num_threads(monkeypatch):
+    from fairseq_dense import threads
+    from fairseq_dense.threads import apply_threads, choose_threads
+
+    assert choose_threads({}, cpus=2, load=0.2) == (2, "2 CPUs, load average 0.2")
+    assert choose_threads({}, cpus=2, load=5.9) == (1, "2 CPUs, load average 5.9")  # busy: never 0, never 2
+    assert choose_threads({}, cpus=16, load=3.6)[0] == 12
+    assert choose_threads({"OMP_NUM_THREADS": "3"}, cpus=2, load=9.0) == (3, "OMP_NUM_THREADS=3")
+    n, reason = choose_threads({"OMP_NUM_THREADS": "many"}, cpus=4, load=1.0)
+    assert n == 3 and "OMP_NUM_THREADS='many' ignored" in reason
+    monkeypatch.setattr(threads, "load_average", lambda: None)  # a system without one (Windows)
+    assert choose_threads({}, cpus=4) == (4, "4 CPUs")
+    saved = torch.get_num_threads()
+    try:
+        assert apply_threads({"OMP_NUM_THREADS": "1"}) == (1, "OMP_NUM_THREADS=1")
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(saved)

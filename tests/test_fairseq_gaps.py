@@ -1,9 +1,9 @@
-"""fairseq's own gaps, pinned down on fairseq's built-in models (README, "Using the fairseq CLI").
+"""fairseq's own gaps, pinned down on fairseq's built-in models (docs/features.md, "fairseq's own gaps").
 
 Each test states what a user expects and is a strict ``xfail`` for the fairseq
 behaviour that prevents it: the suite stays green while fairseq behaves as
 documented, and the test turns into a failure (XPASS) the day a fairseq update
-fixes the gap, so that the README can be updated. Unit-level: fairseq's own
+fixes the gap, so that docs/features.md can be updated. Unit-level: fairseq's own
 ``lstm`` (tiny), its generator and option parsers, no command-line process. The
 plugin does not patch fairseq for any of them.
 """

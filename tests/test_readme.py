@@ -1,9 +1,11 @@
-"""The README's commands run as written, in an empty folder, with a small budget.
+"""The documented commands run as written, in the order the README gives, in an empty folder.
 
-Every ```bash and ```python block of README.md carries a tag in the HTML comment
+The documents are README.md and the pages its "Everything else, in order" list names,
+in that order (:data:`DOCUMENTS`): each goes on from the files the blocks before it
+create. Every ```bash and ```python block of them carries a tag in the HTML comment
 before it, ``<!-- readme-test: KIND (why) -->``:
 
-- ``run``: run verbatim, in README order, in one bash session (python blocks with
+- ``run``: run verbatim, in order, in one bash session (python blocks with
   ``python``), in an empty folder, with ``UPDATES=20 MAX_LINES=100`` in the environment
   (the budget the README itself names). ``make test`` is run as ``make -n test``: the
   suite cannot run itself.
@@ -11,6 +13,7 @@ before it, ``<!-- readme-test: KIND (why) -->``:
   command line that the quick-start's own parser accepts.
 - ``setup``: the commands that make the environment the other blocks run in (this
   test's environment: the interpreter running it and its console scripts on PATH).
+- ``show``: not run, and the reason says why (it needs a hub account or the network).
 
 ``make`` gets ``STAMP= PY=<this interpreter>`` through ``MAKEFLAGS`` so that it uses
 this environment instead of installing a ``.venv`` in the empty folder.
@@ -29,20 +32,33 @@ from fairseq_dense.cli import quickstart
 from tests.helpers import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
+#: README.md, then the pages of its "Everything else, in order" list, in that order
+DOCUMENTS = ("README.md", "docs/cli.md", "docs/hub.md", "docs/quickstart.md")
 TAGGED = re.compile(r"<!-- readme-test: ([a-z -]+?)(?: \([^)]*\))? -->\n```(bash|python)\n(.*?)```", re.S)
 ANY_BLOCK = re.compile(r"^```(bash|python)$", re.M)
-KINDS = ("run", "make -n", "setup")
+KINDS = ("run", "make -n", "setup", "show")
 BUDGET = {"UPDATES": "20", "MAX_LINES": "100"}
 
 
+def _text(document: str) -> str:
+    return (REPO / document).read_text(encoding="utf-8")
+
+
 def blocks():
-    """``[(kind, language, text)]`` of the README's tagged command blocks, in order."""
-    return TAGGED.findall(README)
+    """``[(kind, language, text)]`` of the documents' tagged command blocks, in order."""
+    return [block for document in DOCUMENTS for block in TAGGED.findall(_text(document))]
+
+
+def test_the_readme_lists_the_pages_in_the_order_they_run():
+    listed = re.findall(r"^\d+\. \[(docs/[\w.]+)\]", README, re.M)
+    assert tuple(listed) == DOCUMENTS[1:], listed
 
 
 def test_every_command_block_is_tagged_with_how_it_is_checked():
+    for document in DOCUMENTS:
+        text = _text(document)
+        assert len(TAGGED.findall(text)) == len(ANY_BLOCK.findall(text)), f"{document}: an untagged block"
     found = blocks()
-    assert len(found) == len(ANY_BLOCK.findall(README)), "a ```bash or ```python block without a readme-test tag"
     assert {kind for kind, _, _ in found} <= set(KINDS), {kind for kind, _, _ in found}
     run = "".join(text for kind, _, text in found if kind == "run")
     for name in BUDGET:  # the small budget is one the README shows
@@ -72,7 +88,8 @@ def _script(tmp_path: Path) -> str:
         if language == "python":
             path = tmp_path / f"readme-block-{i}.py"
             path.write_text(text, encoding="utf-8")
-            lines.append(f"python {shlex.quote(str(path))}")
+            err = shlex.quote(str(path.with_suffix(".err")))  # kept apart: the Python API must be quiet
+            lines.append(f"python {shlex.quote(str(path))} 2> {err} || {{ cat {err} >&2; false; }}")
             continue
         lines.append(re.sub(r"^make test\b", "make -n test", text, flags=re.M))
     return "\n".join(lines) + "\n"
@@ -94,8 +111,15 @@ def test_readme_commands_run_as_written_in_an_empty_folder(tmp_path):
     assert re.search(r"^\| weighted_transformer \| fairseq-dense \| `weighted_transformer_small` \|", proc.stdout, re.M)
     assert (clone / "quickstart-work" / "model" / "config.json").is_file()
     assert (clone / "checkpoints" / "gru" / "averaged.pt").is_file()
-    assert re.search(r"^D-0\t", proc.stdout, re.M), proc.stdout[-3000:]  # fairseq-interactive translated
+    assert re.search(r"^D-0\t", proc.stdout, re.M), proc.stdout[-3000:]  # fairseq-dense-interactive translated
+    assert "1 CPU thread (OMP_NUM_THREADS=1; " in proc.stderr  # ... and said its thread count
     assert re.search(r"BLEU = [\d.]+", proc.stdout), proc.stdout[-3000:]  # sacreBLEU of fairseq-generate
+    assert (clone / "checkpoints" / "gru" / "loss.png").is_file()  # fairseq-dense-plot
+    assert (clone / "exports" / "gru-deu-eng" / "config.json").is_file()  # docs/hub.md's exports
+    assert (clone / "exports" / "gru-avg5" / "model.pt").is_file()
+    assert "would upload config.json" in proc.stdout, proc.stdout[-3000:]  # fairseq-dense-push --dry-run
+    for err in sorted(tmp_path.glob("readme-block-*.err")):  # the Python blocks printed nothing else
+        assert err.read_text() == "", f"{err.name}: {err.read_text()[-3000:]}"
 
     # a second make quickstart reports the finished run: nothing trained, no file changed
     work = clone / "quickstart-work"

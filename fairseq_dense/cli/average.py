@@ -29,6 +29,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 
 from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
+from fairseq_dense.threads import apply_threads
 
 logger = logging.getLogger("fairseq_dense.average")
 
@@ -149,6 +150,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = get_parser()
     args = parser.parse_args(argv)
     configure_logging("%(levelname)s %(message)s", verbose=args.verbose)
+    apply_threads()
     n = args.num_update_checkpoints or args.num_epoch_checkpoints
     folder = len(args.inputs) == 1 and os.path.isdir(args.inputs[0])
     if folder != (n is not None):

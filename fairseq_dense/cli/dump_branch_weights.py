@@ -26,6 +26,7 @@ from typing import List, Optional, Sequence
 import torch
 
 from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
+from fairseq_dense.threads import apply_threads
 
 logger = logging.getLogger("fairseq_dense.dump_branch_weights")
 
@@ -106,6 +107,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     add_verbose_flag(parser)
     args = parser.parse_args(argv)
     configure_logging("%(levelname)s %(message)s", verbose=args.verbose)
+    apply_threads()
     try:
         series = dump(args.checkpoints)
     except (FileNotFoundError, ValueError) as e:

@@ -14,11 +14,11 @@ checked with the loader's rules (see docs/hub.md) before any model is built.
 """
 
 import argparse
-import logging
 import sys
 from typing import List, Optional
 
-from fairseq_dense.logging_setup import configure_logging
+from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
+from fairseq_dense.threads import apply_threads
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,13 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     card.add_argument("--intended-use", help="intended-use paragraph")
     card.add_argument("--paper", help="paper link (default: the one the model class cites)")
     card.add_argument("--languages", nargs="+", help="language codes for the hub metadata (default: the task's)")
+    add_verbose_flag(p)
     return p
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    configure_logging("%(asctime)s | %(levelname)s | %(name)s | %(message)s")
-    logging.getLogger("hydra").setLevel(logging.WARNING)  # fairseq's config composition is chatty
+    configure_logging("%(asctime)s | %(levelname)s | %(name)s | %(message)s", verbose=args.verbose)
+    apply_threads()
     import fairseq_dense  # noqa: F401  (registers the architectures)
     from fairseq_dense.hub import ModelCardInfo, PretrainedModelError, export_checkpoint
 

@@ -7,8 +7,11 @@ feeds fairseq's own ``fairseq_cli.interactive`` (run in this process, all its
 options apply) through a checking reader: at the first empty/whitespace-only or
 non-UTF-8 line it stops with one line ``fairseq-dense-interactive: error:
 <source>:<line>: ...`` and exit status 1 (lines before it are translated).
-``--allow-empty-lines`` restores fairseq's behaviour. fairseq's and torch's warnings
-about optional packages and deprecated calls are hidden; ``-v`` shows them.
+``--allow-empty-lines`` restores fairseq's behaviour. Quiet by default: fairseq's and
+torch's warnings about optional packages and deprecated calls, and fairseq's INFO lines
+(its whole configuration first), are hidden; ``-v`` shows them. Log lines go to stderr,
+translations to stdout. The thread count is chosen for the machine
+(:mod:`fairseq_dense.threads`) and said in the first log line.
 
 With ``--tokenizer moses`` on data prepared by ``fairseq-dense-prepare``, the text
 steps recorded beside its dictionaries (``bin/text_preparation.json``: Moses'
@@ -29,7 +32,8 @@ from pathlib import Path
 from typing import BinaryIO, Iterator, List, Optional, Sequence
 
 from fairseq_dense.fairseq_compat import clear_error_message, install_excepthook
-from fairseq_dense.logging_setup import hide_noise, show_noise, verbose_from_env
+from fairseq_dense.logging_setup import configure_logging, verbose_from_env
+from fairseq_dense.threads import apply_threads
 from fairseq_dense.validation import FairseqDenseError, InputError, check_nonempty_lines
 
 PROG = "fairseq-dense-interactive"
@@ -113,10 +117,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     install_excepthook(argv0=PROG)  # one line for checkpoint/dictionary errors too
     verbose = any(a in ("-v", "--verbose") for a in argv) or verbose_from_env()
     argv = [a for a in argv if a not in ("-v", "--verbose")]
-    if verbose:
-        show_noise()
-    else:
-        hide_noise()
+    # fairseq's format, but on stderr (fairseq-interactive logs to stdout): stdout holds the translations
+    configure_logging("%(asctime)s | %(levelname)s | %(name)s | %(message)s", "%Y-%m-%d %H:%M:%S", verbose)
     allow_empty = "--allow-empty-lines" in argv
     argv = [a for a in argv if a != "--allow-empty-lines"]
     source = _pop_option(argv, "--input", "-")
@@ -130,6 +132,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         import fairseq_dense  # noqa: F401  (registers the architectures and dense_moses even without --user-dir)
 
+        apply_threads()
         args = options.parse_args_and_arch(options.get_interactive_generation_parser())  # fairseq's cli_main
         distributed_utils.call_main(fairseq_config(args), interactive.main)
     except FairseqDenseError as e:

@@ -18,7 +18,7 @@ import argparse
 import sys
 from typing import List, Optional
 
-from fairseq_dense.logging_setup import configure_logging
+from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,12 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--revision", help="branch to commit to (default: main)")
     p.add_argument("--no-pickle", action="store_true", help="do not upload model.pt even when present")
     p.add_argument("--dry-run", action="store_true", help="print the files that would be uploaded; upload nothing")
+    add_verbose_flag(p)
     return p
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    configure_logging("%(asctime)s | %(levelname)s | %(name)s | %(message)s")
+    configure_logging("%(asctime)s | %(levelname)s | %(name)s | %(message)s", verbose=args.verbose)
     from fairseq_dense.hub import PretrainedModelError, push_to_hub
 
     try:

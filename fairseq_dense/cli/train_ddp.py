@@ -29,6 +29,7 @@ import sys
 from typing import List, Optional, Sequence
 
 from fairseq_dense.logging_setup import configure_logging
+from fairseq_dense.threads import THREADS_ENV, choose_threads
 
 logger = logging.getLogger(__name__)
 
@@ -218,6 +219,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
     configure_logging("%(asctime)s | %(levelname)s | %(name)s | %(message)s")
     targs = torchrun_args(opts, train_args)
+    if not os.environ.get(THREADS_ENV):  # torchrun would set 1 per rank; share out the idle CPUs
+        nproc = int(targs[targs.index("--nproc_per_node") + 1])
+        n, reason = choose_threads()
+        os.environ[THREADS_ENV] = str(max(1, n // nproc))
+        logger.info("%s CPU thread(s) per rank (%s, %d ranks on this node)", os.environ[THREADS_ENV], reason, nproc)
     logger.info("torchrun %s", " ".join(targs))
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
