@@ -304,3 +304,26 @@ def test_progress_reports_each_run_and_copies_its_logs(toy, capsys):
         json.dumps({"best_valid_loss": 5.0, "test": {"sacrebleu": 31.5, "chrf": 55.0}})
     )
     assert run.run_state("toy", "model.seed3").endswith("early stopped; test sacreBLEU 31.5, chrF 55.0")
+
+
+def test_on_a_gpu_the_length_penalties_are_decoded_at_once(toy, monkeypatch):
+    """The three valid decodes start together (a barrier of three passes only then); test after them."""
+    import threading
+
+    barrier = threading.Barrier(len(run.LENPENS), timeout=20)
+    order = []
+
+    def fake_generate(pair, side, lr, subset, lenpen, threads):
+        if subset == "valid":
+            barrier.wait()
+        order.append((subset, lenpen))
+        return ["fairseq-generate"], ["ein Hund ."], [f"ein Hund {lenpen}."]
+
+    monkeypatch.setattr(run, "DEVICE", "cuda")
+    monkeypatch.setattr(run, "machine", lambda: "GPU")
+    monkeypatch.setattr(run, "generate", fake_generate)
+    monkeypatch.setattr(run, "scores", lambda subset, tok, detok: {"sacrebleu": float(detok[0].split()[-1][:-1])})
+    result = run.evaluate("toy", "model.seed2", 1e-3, 1)
+    assert result["lenpen"] == max(run.LENPENS) and order[-1] == ("test", max(run.LENPENS))
+    assert sorted(order[:-1]) == [("valid", p) for p in sorted(run.LENPENS)]
+    assert result["valid_by_lenpen"] == {f"{p:g}": {"sacrebleu": p} for p in run.LENPENS}

@@ -29,10 +29,11 @@
 #
 # Environment: OUT (/tmp/m30k-out), DEVICE (cuda; cpu for a dry run), PYTHON (python3), SITE (/tmp/site),
 # BASE (/tmp/m30k: the machine's own copy of the code, work folder and run records; it lasts while the
-# machine stays warm), DATA (.gpu/multi30k), RUNS (above), TRAIN_S (0: no limit; else every run's training
-# stops cleanly TRAIN_S seconds after this launch, fairseq's --stop-time-hours, and is evaluated: such a run
-# is reported "no (time limit)" and not counted among the seeds; `launch` again continues it), WATCH_S (480),
-# WAIT_S (collect: 0), MULTI30K_MAX_EPOCH (a lower epoch cap, for a dry run).
+# machine stays warm), DATA (.gpu/multi30k), RUNS (above), TRAIN_S (540; 0: no limit: every run's training
+# stops cleanly TRAIN_S seconds after this launch began, fairseq's --stop-time-hours, and is evaluated; such a
+# run is reported "no (time limit)" and not counted among the seeds; `launch` again continues it), WATCH_S
+# (520), WAIT_S (collect: 150), MULTI30K_MAX_EPOCH (a lower epoch cap, for a dry run). The defaults fit a
+# 15-minute device budget: examples/multi30k/RESULTS.md, "Seeds on one GPU".
 set -uo pipefail
 MODE=${1:-}
 OUT=${OUT:-/tmp/m30k-out}
@@ -41,9 +42,9 @@ PYTHON=${PYTHON:-python3}
 SITE=${SITE:-/tmp/site}
 BASE=${BASE:-/tmp/m30k}
 DATA=${DATA:-.gpu/multi30k}
-TRAIN_S=${TRAIN_S:-0}
-WATCH_S=${WATCH_S:-480}
-WAIT_S=${WAIT_S:-0}
+TRAIN_S=${TRAIN_S:-540}
+WATCH_S=${WATCH_S:-520}
+WAIT_S=${WAIT_S:-150}
 RUNS=${RUNS:-"densenmt model 2; densenmt model 3; densenmt baseline 2; densenmt baseline 3;
 weighted_transformer model 2; weighted_transformer model 3; weighted_transformer baseline 2;
 weighted_transformer baseline 3; weighted_transformer model.fixed 1; weighted_transformer model.fixed 2;
@@ -106,7 +107,7 @@ install() {
     if [ "$DEVICE" = cuda ]; then
         nvidia-smi --query-gpu=name,memory.total --format=csv,noheader >>"$OUT/machine.txt" 2>&1
     fi
-    echo "cores $(nproc)" >>"$OUT/machine.txt"
+    echo "cores $(nproc --all)" >>"$OUT/machine.txt"
     log "machine: $(tr '\n' ' ' <"$OUT/machine.txt")"
 }
 
@@ -191,14 +192,16 @@ watch() {  # SECONDS: until no run is alive or the time is over, then the logs a
         sleep 20
     done
     progress
-    local folders=()
+    local folders=() scored=() name
     while read -r pair side seed; do
-        [ -d "$BASE/repo/$HERE/logs/$pair/$(name_of "$side" "$seed")" ] && folders+=("$pair/$(name_of "$side" "$seed")")
+        name="$pair/$(name_of "$side" "$seed")"
+        [ -d "$BASE/repo/$HERE/logs/$name" ] && folders+=("$name")
+        grep -q "^$name: .*test sacreBLEU" "$OUT/progress.txt" && scored+=("$name")
     done < <(runs)
     tar -czf "$OUT/logs.tgz" -C "$BASE/repo/$HERE/logs" "${folders[@]}"
     tar -czf "$OUT/runs.tgz" -C "$BASE/runs" .
-    log "collect: $(grep -c "test sacreBLEU" "$OUT/progress.txt") of $(runs | wc -l) runs scored, \
-$(grep -c ": running$" "$OUT/progress.txt") running; OUT/logs.tgz holds ${#folders[@]} run folders"
+    log "collect: ${#scored[@]} of $(runs | wc -l) runs scored, $(grep -c ": running$" "$OUT/progress.txt") running; \
+OUT/logs.tgz holds ${#folders[@]} run folders"
 }
 
 case "$MODE" in

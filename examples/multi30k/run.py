@@ -57,6 +57,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -492,10 +493,10 @@ def evaluate(pair: str, side: str, lr: float, threads: int) -> dict:
         if best is None or scored == best:
             return result
         print(f"{pair}/{side}: eval.json scored another run (best valid loss {scored}, now {best}): scoring again")
-    valid = {}
-    for lenpen in LENPENS:
-        _, tok, detok = generate(pair, side, lr, "valid", lenpen, threads)
-        valid[lenpen] = scores("valid", tok, detok)
+    # on a GPU the length penalties' decodes run at once (each mostly waits on its start and the GPU)
+    with ThreadPoolExecutor(1 if DEVICE == "cpu" else len(LENPENS)) as pool:
+        decoded = pool.map(lambda lenpen: generate(pair, side, lr, "valid", lenpen, threads), LENPENS)
+        valid = {lenpen: scores("valid", tok, detok) for lenpen, (_, tok, detok) in zip(LENPENS, decoded)}
     lenpen = max(valid, key=lambda p: valid[p]["sacrebleu"])
     cmd, tok, detok = generate(pair, side, lr, "test", lenpen, threads)
     result = {
