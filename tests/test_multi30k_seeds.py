@@ -327,3 +327,38 @@ def test_on_a_gpu_the_length_penalties_are_decoded_at_once(toy, monkeypatch):
     assert result["lenpen"] == max(run.LENPENS) and order[-1] == ("test", max(run.LENPENS))
     assert sorted(order[:-1]) == [("valid", p) for p in sorted(run.LENPENS)]
     assert result["valid_by_lenpen"] == {f"{p:g}": {"sacrebleu": p} for p in run.LENPENS}
+
+
+def test_gpu_seeds_packs_what_the_gpu_machine_needs_and_unpacks_what_comes_back(tmp_path):
+    """``gpu_seeds.sh pack`` copies the prepared corpus and references (no fairseq needed once the
+    corpus is prepared); ``unpack`` puts a collect's run folders into the committed logs."""
+    script = os.path.join(HERE, "gpu_seeds.sh")
+    work, raw, data = tmp_path / "work", tmp_path / "raw", tmp_path / "pack"
+    for path in ("data/bin/dict.en.txt", "data/bin/train.en-de.en.bin", "data/bpecodes", "data/tok/valid.de",
+                 "data/tok/test.de", "data/tok/train.de"):  # fmt: skip
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).write_text(path)
+    raw.mkdir()
+    for name in ("valid.de", "test_2016_flickr.de", "train.de"):
+        (raw / name).write_text(name)
+    env = dict(os.environ, MULTI30K_WORK=str(work), MULTI30K_RAW=str(raw), DATA=str(data))
+    subprocess.run(["bash", script, "pack"], check=True, env=env, cwd=tmp_path, capture_output=True)
+    packed = sorted(str(p.relative_to(data)) for p in data.rglob("*") if p.is_file())
+    assert packed == [
+        "data/bin/dict.en.txt", "data/bin/train.en-de.en.bin", "data/bpecodes", "data/tok/test.de",
+        "data/tok/valid.de", "raw/test_2016_flickr.de", "raw/valid.de",
+    ]  # fmt: skip
+
+    back = tmp_path / "back"
+    (back / "toy" / "model.seed2").mkdir(parents=True)
+    (back / "toy" / "model.seed2" / "eval.json").write_text("{}")
+    (tmp_path / "out").mkdir()
+    subprocess.run(["tar", "-czf", str(tmp_path / "out" / "logs.tgz"), "-C", str(back), "toy"], check=True)
+    (tmp_path / "examples" / "multi30k" / "logs").mkdir(parents=True)
+    out = subprocess.run(
+        ["bash", script, "unpack", str(tmp_path / "out")], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "1 runs scored"
+    assert (tmp_path / "examples" / "multi30k" / "logs" / "toy" / "model.seed2" / "eval.json").is_file()
+    usage = subprocess.run(["bash", script], capture_output=True, text=True)
+    assert usage.returncode == 2 and "gpu_seeds.sh launch" in usage.stdout

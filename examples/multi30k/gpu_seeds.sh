@@ -15,7 +15,8 @@
 # finished run keeps its best checkpoint without optimizer state (run.keep_model_only) in BASE/work.
 #
 # Stages:
-#   pack     run.py prepare (when MULTI30K_WORK has no data/bin), then copy data/bin, data/bpecodes, the
+#   pack     run.py prepare (with PACK_PYTHON, default .venv/bin/python; only when MULTI30K_WORK, default
+#            multi30k-work, has no data/bin), then copy data/bin, data/bpecodes, the
 #            tokenised valid/test references and the raw ones into DATA (what the GPU machine needs)
 #   launch   install (when fairseq does not import: the wheels of benchmarks/gpu_wheels.sh from .gpu/whl,
 #            --no-compile, into SITE); copy the code into BASE/repo (once: later calls replace the working
@@ -69,7 +70,7 @@ alive() {  # PIDFILE: whether the process it names runs
 pack() {
     local work=${MULTI30K_WORK:-multi30k-work} raw=${MULTI30K_RAW:-../shared/data/multi30k}
     if [ ! -d "$work/data/bin" ]; then
-        "$PYTHON" "$HERE/run.py" prepare || exit 1
+        "${PACK_PYTHON:-.venv/bin/python}" "$HERE/run.py" prepare || exit 1
     fi
     rm -rf "$DATA"
     mkdir -p "$DATA/data/tok" "$DATA/raw"

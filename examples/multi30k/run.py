@@ -15,6 +15,8 @@
     DEVICE=cuda python examples/multi30k/run.py pair gru --parallel-sweep --train-hours 0.3
                                                        # on a GPU: the sweep's rates at once,
                                                        #   training stopped after 0.3 h
+    examples/multi30k/gpu_seeds.sh launch              # issue 49's seeds, all at once on one GPU
+                                                       #   (RESULTS.md, "Seeds on one GPU")
 
 ``--train-hours H`` stops the converging run cleanly (fairseq's ``--stop-time-hours``)
 once the command has trained for H hours, its sweep included (a continued run: H hours
