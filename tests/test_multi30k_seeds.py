@@ -362,3 +362,14 @@ def test_gpu_seeds_packs_what_the_gpu_machine_needs_and_unpacks_what_comes_back(
     assert (tmp_path / "examples" / "multi30k" / "logs" / "toy" / "model.seed2" / "eval.json").is_file()
     usage = subprocess.run(["bash", script], capture_output=True, text=True)
     assert usage.returncode == 2 and "gpu_seeds.sh launch" in usage.stdout
+
+
+def test_a_run_counts_only_once_scored_at_its_best_loss():
+    row = {"finished": True, "best_loss": 4.0, "curve": [(10, 1.0, 4.0, 1)], "eval": {"best_valid_loss": 4.0}}
+    assert report.counted(row)
+    assert report.counted({**row, "eval": {}})  # scores written before they recorded the loss
+    # trained on after a time limit and finished, the old scores not replaced yet
+    stale = {**row, "eval": {"best_valid_loss": 4.2}}
+    assert not report.counted(stale) and report.why_left(stale) == "not scored at its best loss yet"
+    assert not report.counted({**row, "stopped_by_time": True}) and not report.counted({**row, "finished": False})
+    assert report.why_left({**row, "finished": False}) == "no (interrupted)"

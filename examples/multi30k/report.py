@@ -281,8 +281,10 @@ def replace_between(path: str, text: str, markers=(BEGIN, END)) -> None:
 
 def counted(row) -> bool:
     """Whether a run counts among its side's seeds: trained to early stopping (or the epoch cap), not
-    stopped by a time limit or cut, and scored."""
-    return bool(row.get("finished")) and not row.get("stopped_by_time") and "eval" in row
+    stopped by a time limit or cut, and scored at its best loss (scores that record none: older)."""
+    if not row.get("finished") or row.get("stopped_by_time") or "eval" not in row:
+        return False
+    return row["eval"].get("best_valid_loss", row["best_loss"]) == row["best_loss"]
 
 
 def value(row, key: str) -> float:
@@ -341,8 +343,16 @@ def seeds(group) -> str:
     """How many seeds a side's figures are over, and which runs are not counted (and why)."""
     runs = group["runs"]
     text = f"{len(runs)} (seed{'s' if len(runs) > 1 else ''} {', '.join(str(r['seed']) for r in runs)})"
-    left = [f"{r['side']}: {stopped(r) if r.get('curve') else 'no training logged'}" for r in group["left"]]
+    left = [f"{r['side']}: {why_left(r)}" for r in group["left"]]
     return text + (f"; not counted: {', '.join(left)}" if left else "")
+
+
+def why_left(row) -> str:
+    if not row.get("curve"):
+        return "no training logged"
+    if row.get("finished") and not row.get("stopped_by_time"):
+        return "not scored at its best loss yet"
+    return stopped(row)
 
 
 def seeds_table(rows) -> str:

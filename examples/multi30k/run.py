@@ -679,6 +679,8 @@ def progress(pairs) -> None:
         root = os.path.join(WORK, pair)
         for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
             folder = side_dir(pair, name)
+            if not os.path.isdir(folder):
+                continue
             for f in sorted(os.listdir(folder)):
                 if f == "train.log" or (f.startswith("sweep-lr") and f.endswith(".log")):
                     copy_log(os.path.join(folder, f), f"{pair}/{name}/{f}")
