@@ -33,7 +33,7 @@
 # machine stays warm), DATA (.gpu/multi30k), RUNS (above), TRAIN_S (540; 0: no limit: every run's training
 # stops cleanly TRAIN_S seconds after this launch began, fairseq's --stop-time-hours, and is evaluated; such a
 # run is reported "no (time limit)" and not counted among the seeds; `launch` again continues it), WATCH_S
-# (520), WAIT_S (collect: 150), MULTI30K_MAX_EPOCH (a lower epoch cap, for a dry run). The defaults fit a
+# (500), WAIT_S (collect: 150), MULTI30K_MAX_EPOCH (a lower epoch cap, for a dry run). The defaults fit a
 # 15-minute device budget: examples/multi30k/RESULTS.md, "Seeds on one GPU".
 set -uo pipefail
 MODE=${1:-}
@@ -44,7 +44,7 @@ SITE=${SITE:-/tmp/site}
 BASE=${BASE:-/tmp/m30k}
 DATA=${DATA:-.gpu/multi30k}
 TRAIN_S=${TRAIN_S:-540}
-WATCH_S=${WATCH_S:-520}
+WATCH_S=${WATCH_S:-500}
 WAIT_S=${WAIT_S:-150}
 RUNS=${RUNS:-"densenmt model 2; densenmt model 3; densenmt baseline 2; densenmt baseline 3;
 weighted_transformer model 2; weighted_transformer model 3; weighted_transformer baseline 2;
