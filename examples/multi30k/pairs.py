@@ -5,7 +5,9 @@ One entry per pair: the plugin side and the baseline side are lists of
 optimiser, schedule, loss, batch size, stopping) is common and lives in ``run.py``.
 A pair may add ``variants``: runs that answer a question the pair raises, named
 ``<side>.<label>``, each with its own options and sweep rates; they appear in the
-table and the plot beside the pair but not in the README's front table.
+table and the plot beside the pair but not in the README's front table. A variant that
+names a side under ``against`` gets a verdict against it (``report.verdicts``), as the
+model side does against the baseline.
 Sizes are CPU-sized, about 5-10M parameters with the 8k joint BPE vocabulary (7,964
 types): one converged pair takes about two hours on two cores, a core each.
 """
@@ -177,4 +179,16 @@ PAIRS["weighted_transformer"] = {
         *(*_TRANSFORMER_SHAPE, "--task", "translation_weighted"),
     ],
     "baseline": ["--arch", "transformer", *_TRANSFORMER_SHAPE],
+    "variants": {
+        # the family's default since issue 28 (chosen on Tatoeba at d_model 128): kappa = alpha = 1
+        # fixed, the paper's Table 3 form; everything else as the model side, its own sweep
+        "model.fixed": {
+            "options": [
+                *("--arch", "weighted_transformer", "--fixed-kappa", "--fixed-alpha"),
+                *(*_TRANSFORMER_SHAPE, "--task", "translation_weighted"),
+            ],
+            "rates": TRANSFORMER_RATES,
+            "against": "baseline",
+        },
+    },
 }

@@ -2,16 +2,28 @@
 
     python examples/multi30k/run.py report
 
-Reads ``examples/multi30k/logs/<pair>/<side>/`` (the sweep logs, the converging
-training's log and ``eval.json``), rewrites the table between the markers of
-``RESULTS.md`` and of the README's results section, and draws one plot per pair
-(validation loss against updates and against seconds, both sides in each panel).
+Reads ``examples/multi30k/logs/<pair>/<run>/`` (the sweep logs, the converging
+training's log and ``eval.json``; a run is a side's seed 1, ``<side>``, or another seed,
+``<side>.seedN``), rewrites the tables between the markers of ``RESULTS.md`` (every run;
+each side's mean and standard deviation over its seeds; the verdicts computed from them)
+and of the README's results section, and draws one plot per pair (validation loss against
+updates and against seconds, every run in each panel).
+
+The verdict rule (``compare``): a side's metric against the side it is compared with, over
+the seeds each has trained to early stopping and scored. The gap of the means is "within
+noise" when it is no larger than the half-width of its 95% interval under a two-sample
+Student t with the pooled standard deviation: ``t(0.975, n_a + n_b - 2) * s_p * sqrt(1/n_a +
+1/n_b)`` (2.27 s_p with three seeds a side); beyond it, "confirmed" where the side is
+better (higher BLEU or chrF, lower loss, fewer epochs) and "not confirmed" where it is
+worse. With one seed on each side there is no spread to pool, and the row says so.
 """
 
 import glob
 import json
+import math
 import os
 import re
+import statistics
 
 from pairs import PAIRS, SIDES
 from run import (
@@ -24,12 +36,22 @@ from run import (
     options,
     record,
     records,
+    split_run,
     trained_lr,
 )
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 BEGIN, END = "<!-- multi30k-table:begin -->", "<!-- multi30k-table:end -->"
+SEEDS = ("<!-- multi30k-seeds:begin -->", "<!-- multi30k-seeds:end -->")
+VERDICTS = ("<!-- multi30k-verdicts:begin -->", "<!-- multi30k-verdicts:end -->")
+# what the seeds table and the verdicts compare: (key, column, format, +1 higher is better / -1 lower)
+METRICS = (
+    ("sacrebleu", "test sacreBLEU", ".2f", 1),
+    ("chrf", "chrF", ".2f", 1),
+    ("best_loss", "best valid loss", ".3f", -1),
+    ("best_epoch", "epochs to best", ".1f", -1),
+)
 
 
 def arch(pair: str, side: str) -> str:
@@ -115,14 +137,16 @@ def summarize(pair: str, side: str):
         losses = [float(r["valid_loss"]) for r in records(path, "valid") if int(r["epoch"]) <= SWEEP_EPOCHS]
         if losses:
             sweep[lr] = min(losses)
-    row = {"pair": pair, "side": side, "arch": arch(pair, side), "sweep": sweep}
+    row = {"pair": pair, "side": side, "arch": arch(pair, side), "sweep": sweep, "seed": split_run(side)[1]}
     train_log = os.path.join(folder, "train.log")
-    if not sweep or not os.path.isfile(train_log):
+    if not (sweep or row["seed"] > 1) or not os.path.isfile(train_log):
         return row
     # the converging run continues the sweep run at its rate (the one its command names),
-    # unless it started again at update 0 (the sweep's checkpoint was lost)
-    chosen_log = os.path.join(folder, f"sweep-lr{trained_lr(train_log) or min(sweep, key=sweep.get):g}.log")
-    logs = (chosen_log, train_log) if continues_sweep(train_log) else (train_log,)
+    # unless it started again at update 0 (the sweep's checkpoint was lost); another seed's
+    # run has no sweep of its own (it trains from update 0 at seed 1's rate)
+    logs = (train_log,)
+    if sweep and continues_sweep(train_log):
+        logs = (os.path.join(folder, f"sweep-lr{trained_lr(train_log) or min(sweep, key=sweep.get):g}.log"), train_log)
     # by epoch, the last record wins (an interrupted epoch is logged again on resume)
     valid = list({int(r["epoch"]): r for log in logs for r in records(log, "valid")}.values())
     train = {int(r["epoch"]): r for log in logs for r in records(log, "train")}
@@ -142,7 +166,7 @@ def summarize(pair: str, side: str):
     wps = [float(r["train_wps"]) for r in train.values() if "train_wps" in r]
     row.update(
         {
-            "params": params(train_log) or params(chosen_log),
+            "params": params(train_log) or params(logs[0]),
             "lr": trained_lr(train_log),
             "curve": curve,
             "early_stopped": "early stop" in text,
@@ -191,6 +215,8 @@ def table(rows) -> str:
     ]
     for r in rows:
         sweep = ", ".join(f"{lr:g} -> {loss:.3f}" for lr, loss in sorted(r["sweep"].items()))
+        if r["seed"] > 1:
+            sweep = f"seed {r['seed']}, at seed 1's rate"
         ev = r.get("eval", {})
         test = ev.get("test", {})
         lines.append(
@@ -240,51 +266,196 @@ def plot(pair: str, rows) -> None:
     plt.close(fig)
 
 
-def replace_between(path: str, text: str) -> None:
+def replace_between(path: str, text: str, markers=(BEGIN, END)) -> None:
+    begin, end = markers
     with open(path) as f:
         content = f.read()
-    if BEGIN not in content:
+    if begin not in content:
         return
-    head, rest = content.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
+    head, rest = content.split(begin, 1)
+    _, tail = rest.split(end, 1)
     with open(path + ".tmp", "w") as f:
-        f.write(head + BEGIN + "\n" + text + "\n" + END + tail)
+        f.write(head + begin + "\n" + text + "\n" + end + tail)
     os.replace(path + ".tmp", path)
 
 
+def counted(row) -> bool:
+    """Whether a run counts among its side's seeds: trained to early stopping (or the epoch cap), not
+    stopped by a time limit or cut, and scored at its best loss (scores that record none: older)."""
+    if not row.get("finished") or row.get("stopped_by_time") or "eval" not in row:
+        return False
+    return row["eval"].get("best_valid_loss", row["best_loss"]) == row["best_loss"]
+
+
+def value(row, key: str) -> float:
+    """A run's figure of ``METRICS``: its test scores from ``eval.json``, the rest from its log."""
+    return float(row["eval"]["test"][key] if key in ("sacrebleu", "chrf") else row[key])
+
+
+def groups(rows) -> dict:
+    """``{(pair, side): {"runs": [the counted runs, by seed], "left": [the others]}}``, sides in
+    the order of ``rows``; a side's runs are its seeds (``<side>`` and ``<side>.seedN``)."""
+    out = {}
+    for r in rows:
+        group = out.setdefault((r["pair"], split_run(r["side"])[0]), {"runs": [], "left": []})
+        group["runs" if counted(r) else "left"].append(r)
+    for group in out.values():
+        group["runs"].sort(key=lambda r: r["seed"])
+    return out
+
+
+def mean_sd(values):
+    """The mean and the sample standard deviation (None for one value)."""
+    values = list(values)
+    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def compare(a, b, better: int = 1) -> dict:
+    """The verdict on side ``a``'s values against side ``b``'s (one value per seed each): the
+    difference of the means (a - b), the noise band it must leave (the half-width of its 95%
+    interval under a two-sample Student t with the pooled standard deviation), and "confirmed"
+    (``a`` better beyond it; ``better`` 1: higher is better, -1: lower), "not confirmed" (worse
+    beyond it) or "within noise". With one value on each side there is no spread: no band."""
+    from scipy.stats import t
+
+    (mean_a, _), (mean_b, _) = mean_sd(a), mean_sd(b)
+    diff, dof = mean_a - mean_b, len(a) + len(b) - 2
+    if dof < 1:
+        return {"diff": diff, "band": None, "verdict": "one seed each: no spread to judge by"}
+    squares = sum((x - mean_a) ** 2 for x in a) + sum((x - mean_b) ** 2 for x in b)
+    band = t.ppf(0.975, dof) * math.sqrt(squares / dof) * math.sqrt(1 / len(a) + 1 / len(b))
+    if abs(diff) <= band:
+        verdict = "within noise"
+    else:
+        verdict = "confirmed" if diff * better > 0 else "not confirmed"
+    return {"diff": diff, "band": band, "verdict": verdict}
+
+
+def spread(runs, key: str, spec: str) -> str:
+    """``mean +- sd`` of the runs' ``key`` (the value alone for one run; "-" for none)."""
+    if not runs:
+        return "-"
+    mean, sd = mean_sd(value(r, key) for r in runs)
+    return format(mean, spec) + ("" if sd is None else f" ± {sd:{spec}}")
+
+
+def seeds(group) -> str:
+    """How many seeds a side's figures are over, and which runs are not counted (and why)."""
+    runs = group["runs"]
+    text = f"{len(runs)} (seed{'s' if len(runs) > 1 else ''} {', '.join(str(r['seed']) for r in runs)})"
+    left = [f"{r['side']}: {why_left(r)}" for r in group["left"]]
+    return text + (f"; not counted: {', '.join(left)}" if left else "")
+
+
+def why_left(row) -> str:
+    if not row.get("curve"):
+        return "no training logged"
+    if row.get("finished") and not row.get("stopped_by_time"):
+        return "not scored at its best loss yet"
+    return stopped(row)
+
+
+def seeds_table(rows) -> str:
+    """Each side's mean and standard deviation over its seeds (those trained to early stopping and scored)."""
+    lines = [
+        "| pair | side (arch) | seeds | " + " | ".join(column for _, column, _, _ in METRICS) + " |",
+        "|---|---|---|" + "---|" * len(METRICS),
+    ]
+    for (pair, side), group in groups(rows).items():
+        figures = " | ".join(spread(group["runs"], key, spec) for key, _, spec, _ in METRICS)
+        lines.append(f"| {pair} | {side} (`{arch(pair, side)}`) | {seeds(group)} | {figures} |")
+    return "\n".join(lines)
+
+
+def comparisons(pair: str):
+    """The pair's verdicts: the model against the baseline, and each variant that names a side
+    under ``against`` (``pairs.py``) against that side."""
+    yield "model", "baseline"
+    for name, variant in PAIRS[pair].get("variants", {}).items():
+        if "against" in variant:
+            yield name, variant["against"]
+
+
+def verdicts(rows) -> list:
+    """One verdict per comparison and metric where both sides have a counted run (one for all
+    metrics where each side has one run: no spread to judge by)."""
+    by = groups(rows)
+    out = []
+    for pair in PAIRS:
+        for a, b in comparisons(pair):
+            runs_a, runs_b = by.get((pair, a), {}).get("runs"), by.get((pair, b), {}).get("runs")
+            if not runs_a or not runs_b:
+                continue
+            for key, column, spec, better in METRICS:
+                result = compare([value(r, key) for r in runs_a], [value(r, key) for r in runs_b], better)
+                out.append({"pair": pair, "a": a, "b": b, "metric": column, "spec": spec, **result,
+                            "a_runs": runs_a, "b_runs": runs_b, "key": key})  # fmt: skip
+                if result["band"] is None:
+                    break
+    return out
+
+
+def verdict_table(rows) -> str:
+    lines = [
+        "| pair | side vs side | metric | side (seeds) | other side (seeds) | difference | 95% noise band | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for v in verdicts(rows):
+        spec = v["spec"]
+        band = "-" if v["band"] is None else f"± {v['band']:{spec}}"
+        lines.append(
+            f"| {v['pair']} | {v['a']} vs {v['b']} | {v['metric']} | {spread(v['a_runs'], v['key'], spec)} "
+            f"({len(v['a_runs'])}) | {spread(v['b_runs'], v['key'], spec)} ({len(v['b_runs'])}) | "
+            f"{v['diff']:+{spec}} | {band} | {v['verdict']} |"
+        )
+    return "\n".join(lines)
+
+
 def front_table(rows) -> str:
-    """One row per family for the README: its BLEU beside its baseline's."""
+    """One row per family for the README: its BLEU beside its baseline's (the mean and standard
+    deviation over the seeds where a side has more than one)."""
     lines = [
         "| family | plugin arch | test sacreBLEU | baseline | baseline sacreBLEU | claim |",
         "|---|---|---|---|---|---|",
     ]
     by = {(r["pair"], r["side"]): r for r in rows}
+    by_side = groups(rows)
+
+    def bleu(pair, side):
+        runs = by_side.get((pair, side), {}).get("runs", [])
+        if len(runs) > 1:
+            return f"{spread(runs, 'sacrebleu', '.2f')} ({len(runs)} seeds)"
+        r = by.get((pair, side), {})
+        value = fmt(r.get("eval", {}).get("test", {}).get("sacrebleu"), ".2f")
+        return value + (" (stopped by the time limit, not converged)" if r.get("stopped_by_time") else "")
+
     for pair, spec in PAIRS.items():
-        model, base = by.get((pair, "model"), {}), by.get((pair, "baseline"), {})
-
-        def bleu(r):
-            value = fmt(r.get("eval", {}).get("test", {}).get("sacrebleu"), ".2f")
-            return value + (" (stopped by the time limit, not converged)" if r.get("stopped_by_time") else "")
-
         lines.append(
-            f"| {pair} | `{arch(pair, 'model')}` | {bleu(model)} | `{arch(pair, 'baseline')}` | "
-            f"{bleu(base)} | {spec['claim']} |"
+            f"| {pair} | `{arch(pair, 'model')}` | {bleu(pair, 'model')} | `{arch(pair, 'baseline')}` | "
+            f"{bleu(pair, 'baseline')} | {spec['claim']} |"
         )
     return "\n".join(lines)
 
 
 def sides(pair: str):
-    """The pair's side folders: the model, the baseline, then the runs kept beside them.
+    """The pair's run folders: the model, the baseline, then the runs kept beside them, each
+    side's seeds after it.
 
     ``<side>.<label>`` is one of the pair's variants (``pairs.py``) or an earlier run of a
     side (e.g. ``baseline.gpu-0.3h``, a run stopped by a time limit and then trained again
-    to convergence on another machine). Each keeps its row in the table and its curve in
-    the plot (dashed); the README's front table reads the two sides only.
+    to convergence on another machine); ``<side>.seedN`` is seed N of a side. Each keeps its
+    row in the table and its curve in the plot (dashed); the README's front table reads the
+    two sides only.
     """
     folder = os.path.join(LOGS, pair)
-    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
-    main = [s for s in SIDES if s in names]
-    return main + [s for s in names if s.split(".")[0] in SIDES and "." in s]
+    runs = [s for s in (sorted(os.listdir(folder)) if os.path.isdir(folder) else []) if s.split(".")[0] in SIDES]
+    named = {split_run(s)[0] for s in runs}
+    order = [s for s in SIDES if s in named] + sorted(named - set(SIDES))
+    return [run for side in order for run in sorted((r for r in runs if split_run(r)[0] == side), key=seed_of)]
+
+
+def seed_of(name: str) -> int:
+    return split_run(name)[1]
 
 
 def main() -> None:
@@ -294,9 +465,12 @@ def main() -> None:
         if any(r.get("curve") for r in pair_rows):
             plot(pair, pair_rows)
         rows.extend(pair_rows)
-    replace_between(os.path.join(HERE, "RESULTS.md"), table(rows))
+    results = os.path.join(HERE, "RESULTS.md")
+    replace_between(results, table(rows))
+    replace_between(results, seeds_table(rows), SEEDS)
+    replace_between(results, verdict_table(rows), VERDICTS)
     replace_between(os.path.join(ROOT, "README.md"), front_table(rows))
-    print(table(rows))
+    print(table(rows), seeds_table(rows), verdict_table(rows), sep="\n\n")
 
 
 if __name__ == "__main__":

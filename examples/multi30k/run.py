@@ -4,6 +4,10 @@
     python examples/multi30k/run.py pair gru           # both sides at once, a core each:
                                                        #   sweep -> converge -> evaluate
     python examples/multi30k/run.py side gru model     # one side only (same stages)
+    python examples/multi30k/run.py side gru model --seed 2  # another seed of a side, at the rate
+                                                       #   seed 1's sweep chose (folder model.seed2)
+    python examples/multi30k/run.py progress [PAIR ...] # each run's state in the work folder; its
+                                                       #   logs copied to logs/ (partial runs too)
     python examples/multi30k/run.py report             # RESULTS.md table + plots from logs/
     python examples/multi30k/run.py params [PAIR ...]  # parameter counts of both sides
     python examples/multi30k/run.py score gru model --src test_2017_flickr.en \
@@ -11,6 +15,8 @@
     DEVICE=cuda python examples/multi30k/run.py pair gru --parallel-sweep --train-hours 0.3
                                                        # on a GPU: the sweep's rates at once,
                                                        #   training stopped after 0.3 h
+    examples/multi30k/gpu_seeds.sh launch              # issue 49's seeds, all at once on one GPU
+                                                       #   (RESULTS.md, "Seeds on one GPU")
 
 ``--train-hours H`` stops the converging run cleanly (fairseq's ``--stop-time-hours``)
 once the command has trained for H hours, its sweep included (a continued run: H hours
@@ -33,6 +39,15 @@ sweep on validation loss (SWEEP_EPOCHS epochs per rate; the chosen run is contin
 label smoothing 0.1, clip-norm 1.0, 4096 tokens per batch, seed 1, early stopping after
 PATIENCE epochs without a better validation loss. The best checkpoint is decoded with
 beam 5; the length penalty is chosen on valid.
+
+Seeds: ``--seed N`` (N > 1) trains the side again with fairseq's ``--seed N`` (its batches,
+dropout and initialisation), from update 0 at the rate seed 1's sweep chose, to early
+stopping, and evaluates it the same way; its work and log folder is ``<side>.seedN`` (seed 1
+keeps ``<side>``). Seed 1's sweep must be complete first (its work folder or its committed
+logs): a seed never sweeps. The report gives each side's mean and standard deviation over
+its seeds and the verdicts computed from them (``report.py``). A finished run (early
+stopping or the epoch cap) keeps its best checkpoint without optimizer state and drops its
+last checkpoint: small, scored again with ``score``, not trained further.
 """
 
 import argparse
@@ -44,6 +59,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -57,8 +73,11 @@ DEVICE = os.environ.get("DEVICE", "cpu")  # "cuda": train and decode on the GPU
 SRC, TGT = "en", "de"
 MERGES = 8000
 PATIENCE = 5
-MAX_EPOCH = 200  # a cap only (80 would have cut the slowest side, the DenseRNN baseline, before early stopping)
+# a cap only (80 would have cut the slowest side, the DenseRNN baseline, before early stopping);
+# MULTI30K_MAX_EPOCH lowers it for a dry run of the machinery (gpu_seeds.sh's)
+MAX_EPOCH = int(os.environ.get("MULTI30K_MAX_EPOCH", 200))
 SWEEP_EPOCHS = 4  # 528 updates: well past the warm-up, so the sweep does not just reward fast warm-up
+SEED_SUFFIX = re.compile(r"^(?P<side>.+)\.seed(?P<seed>[0-9]+)$")
 LENPENS = (0.6, 1.0, 1.4)
 COMMON = [
     "--task",
@@ -83,8 +102,6 @@ COMMON = [
     "0.1",
     "--max-tokens",
     "4096",
-    "--seed",
-    "1",
     "--log-format",
     "json",
     "--log-interval",
@@ -186,14 +203,29 @@ def copy_log(src: str, name: str) -> None:
     """Keep the lines the report needs (commands, epoch summaries, validations)."""
     os.makedirs(os.path.dirname(os.path.join(LOGS, name)), exist_ok=True)
     keep = re.compile(r"^# |\| INFO \| (valid|train) \| \{|done training|model params|early stop|Stopping training")
-    with open(src) as f, open(os.path.join(LOGS, name) + ".tmp", "w") as out:
+    tmp = os.path.join(LOGS, name) + f".tmp{os.getpid()}"  # a run and `progress` may copy the same log at once
+    with open(src) as f, open(tmp, "w") as out:
         out.writelines(line for line in f if keep.search(line))
-    os.replace(os.path.join(LOGS, name) + ".tmp", os.path.join(LOGS, name))
+    os.replace(tmp, os.path.join(LOGS, name))
+
+
+def run_name(side: str, seed: int = 1) -> str:
+    """The folder of one run of a side: ``side`` for seed 1 (the committed runs), ``side.seedN`` else."""
+    if seed < 1:
+        raise ValueError(f"seed {seed}: seeds count from 1")
+    return side if seed == 1 else f"{side}.seed{seed}"
+
+
+def split_run(name: str):
+    """``(side, seed)`` of a run folder's name: ``model.fixed.seed3`` -> ``("model.fixed", 3)``."""
+    m = SEED_SUFFIX.match(name)
+    return (m.group("side"), int(m.group("seed"))) if m else (name, 1)
 
 
 def options(pair: str, side: str):
-    """The ``fairseq-train`` options of a side, or of one of the pair's variants."""
+    """The ``fairseq-train`` options of a side, or of one of the pair's variants (any seed's run)."""
     spec = PAIRS[pair]
+    side = split_run(side)[0]
     if side in spec.get("variants", {}):
         return spec["variants"][side]["options"]
     return spec[side.split(".")[0]]  # "baseline.gpu-0.3h": an earlier run of the baseline
@@ -201,7 +233,7 @@ def options(pair: str, side: str):
 
 def rates(pair: str, side: str):
     """The peak rates a side's sweep tries."""
-    variant = PAIRS[pair].get("variants", {}).get(side)
+    variant = PAIRS[pair].get("variants", {}).get(split_run(side)[0])
     return sorted(variant["rates"] if variant else PAIRS[pair]["rates"])
 
 
@@ -210,13 +242,15 @@ def side_dir(pair: str, side: str) -> str:
 
 
 def train_args(pair: str, side: str, lr: float):
-    """The whole ``fairseq-train`` command of one side at peak rate ``lr`` (without stopping options)."""
+    """The whole ``fairseq-train`` command of one run of a side (``side`` or ``side.seedN``) at
+    peak rate ``lr`` (without stopping options)."""
     return [
         "fairseq-train",
         data_bin(),
         "--user-dir",
         user_dir(),
         *COMMON,
+        *("--seed", str(split_run(side)[1])),
         *(["--cpu"] if DEVICE == "cpu" else []),
         *options(pair, side),  # after COMMON: a pair's own options (e.g. its --task) win
         "--warmup-updates",
@@ -229,7 +263,7 @@ def train_args(pair: str, side: str, lr: float):
     ]
 
 
-def sweep(pair: str, side: str, threads: int, parallel: bool = False) -> float:
+def sweep(pair: str, side: str, threads: int, parallel: bool = False, train: bool = True) -> float:
     """Train SWEEP_EPOCHS epochs at each candidate rate; return the rate with the best valid loss.
 
     Rates are tried from the smallest up; once a rate does worse than the one before it,
@@ -243,6 +277,9 @@ def sweep(pair: str, side: str, threads: int, parallel: bool = False) -> float:
     (``logs/<pair>/<side>/``) is complete is not trained again when the work folder has
     lost it: if it wins, the converging run starts from update 0 at its rate, with the
     same seed, schedule and batches.
+
+    With ``train`` false (another seed's run asks for the rate), nothing is trained: a sweep
+    point the choice needs that is not complete ends the command with what to run first.
     """
     logs = {}
     for lr in rates(pair, side):
@@ -252,7 +289,7 @@ def sweep(pair: str, side: str, threads: int, parallel: bool = False) -> float:
         if _epochs(log) < SWEEP_EPOCHS and _epochs(committed) >= SWEEP_EPOCHS:
             log = committed  # finished in an earlier session whose work folder is gone
         logs[lr] = log
-    if parallel:
+    if parallel and train:
         procs = {
             lr: start(train_args(pair, side, lr) + ["--max-epoch", str(SWEEP_EPOCHS)], log, threads)
             for lr, log in logs.items()
@@ -263,20 +300,40 @@ def sweep(pair: str, side: str, threads: int, parallel: bool = False) -> float:
             if code:
                 raise subprocess.CalledProcessError(code, procs[lr].args)
             copy_log(logs[lr], f"{pair}/{side}/sweep-lr{lr:g}.log")
+
+    def train_point(lr: float) -> None:
+        run(train_args(pair, side, lr) + ["--max-epoch", str(SWEEP_EPOCHS)], log=logs[lr], threads=threads)
+        copy_log(logs[lr], f"{pair}/{side}/sweep-lr{lr:g}.log")
+
+    best = _choice(pair, side, logs, train_point if train else None)
+    if best is None:
+        todo = ", ".join(f"{lr:g}" for lr, log in logs.items() if _epochs(log) < SWEEP_EPOCHS)
+        sys.exit(
+            f"{pair}/{side}: seed 1's sweep is not complete (rates {todo}): "
+            f"run `python {os.path.relpath(__file__)} side {pair} {side}` first"
+        )
+    print(f"{pair}/{side}: chosen lr {best:g}", flush=True)
+    return best
+
+
+def _choice(pair: str, side: str, logs: dict, train_point=None):
+    """The line search over ``logs`` (``{rate: sweep log}``): the rate with the best
+    SWEEP_EPOCHS-epoch validation loss, stopping at the first rate that does worse than the one
+    before it. ``train_point(lr)`` completes a point the search needs; without it such a point
+    gives None."""
     results = {}
     for lr in rates(pair, side):
         if len(results) >= 2 and list(results.values())[-1] > list(results.values())[-2]:
             print(f"{pair}/{side}: lr {lr:g} skipped (the loss grew from the last rate to the one before)")
             break
-        log = logs[lr]
-        if _epochs(log) < SWEEP_EPOCHS:
-            run(train_args(pair, side, lr) + ["--max-epoch", str(SWEEP_EPOCHS)], log=log, threads=threads)
-            copy_log(log, f"{pair}/{side}/sweep-lr{lr:g}.log")
-        results[lr] = min(float(r["valid_loss"]) for r in records(log, "valid") if int(r["epoch"]) <= SWEEP_EPOCHS)
+        if _epochs(logs[lr]) < SWEEP_EPOCHS:
+            if train_point is None:
+                return None
+            train_point(lr)
+        losses = [float(r["valid_loss"]) for r in records(logs[lr], "valid") if int(r["epoch"]) <= SWEEP_EPOCHS]
+        results[lr] = min(losses)
         print(f"{pair}/{side}: lr {lr:g} -> valid loss {results[lr]:.3f}", flush=True)
-    best = min(results, key=results.get)
-    print(f"{pair}/{side}: chosen lr {best:g}", flush=True)
-    return best
+    return min(results, key=results.get)
 
 
 def _epochs(log: str) -> int:
@@ -317,6 +374,7 @@ def converge(pair: str, side: str, lr: float, threads: int, deadline=None) -> No
         os.replace(log, os.path.join(side_dir(pair, side), f"train-lr{logged_lr:g}.log"))
     if os.path.isfile(log) and _finished(log):
         return
+    os.makedirs(side_dir(pair, side), exist_ok=True)  # another seed's run has no sweep to make it
     with open(os.path.join(side_dir(pair, side), "chosen_lr"), "w") as f:
         f.write(f"{lr:g}\n")
     stop = []
@@ -437,10 +495,10 @@ def evaluate(pair: str, side: str, lr: float, threads: int) -> dict:
         if best is None or scored == best:
             return result
         print(f"{pair}/{side}: eval.json scored another run (best valid loss {scored}, now {best}): scoring again")
-    valid = {}
-    for lenpen in LENPENS:
-        _, tok, detok = generate(pair, side, lr, "valid", lenpen, threads)
-        valid[lenpen] = scores("valid", tok, detok)
+    # on a GPU the length penalties' decodes run at once (each mostly waits on its start and the GPU)
+    with ThreadPoolExecutor(1 if DEVICE == "cpu" else len(LENPENS)) as pool:
+        decoded = pool.map(lambda lenpen: generate(pair, side, lr, "valid", lenpen, threads), LENPENS)
+        valid = {lenpen: scores("valid", tok, detok) for lenpen, (_, tok, detok) in zip(LENPENS, decoded)}
     lenpen = max(valid, key=lambda p: valid[p]["sacrebleu"])
     cmd, tok, detok = generate(pair, side, lr, "test", lenpen, threads)
     result = {
@@ -549,14 +607,86 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, CPU"
 
 
-def side(pair: str, which: str, threads: int, parallel_sweep: bool = False, train_hours=None) -> None:
+def keep_model_only(pair: str, side: str, lr: float) -> None:
+    """A finished run's best checkpoint without its optimizer state (a third of its size; what
+    fairseq's ``--no-save-optimizer-state`` writes), and its last checkpoint removed."""
+    import torch
+
+    folder = os.path.join(side_dir(pair, side), f"lr{lr:g}")
+    best = os.path.join(folder, "checkpoint_best.pt")
+    state = torch.load(best, map_location="cpu", weights_only=False)
+    if "last_optimizer_state" in state:
+        del state["last_optimizer_state"]
+        torch.save(state, best + ".tmp")
+        os.replace(best + ".tmp", best)
+    if os.path.isfile(os.path.join(folder, "checkpoint_last.pt")):
+        os.remove(os.path.join(folder, "checkpoint_last.pt"))
+
+
+def side(pair: str, which: str, threads: int, parallel_sweep: bool = False, train_hours=None, seed: int = 1) -> None:
+    """Seed 1: sweep, converge, evaluate; another seed: converge and evaluate at seed 1's rate."""
     if not os.path.isdir(data_bin()):
         sys.exit(f"{data_bin()}: no prepared data; run `python {sys.argv[0]} prepare` first")
     deadline = None if train_hours is None else time.time() + train_hours * 3600
-    lr = sweep(pair, which, threads, parallel_sweep)
-    converge(pair, which, lr, threads, deadline)
-    result = evaluate(pair, which, lr, threads)
-    print(f"{pair}/{which}: test sacreBLEU {result['test']['sacrebleu']}", flush=True)
+    lr = sweep(pair, which, threads, parallel_sweep, train=seed == 1)
+    name = run_name(which, seed)
+    converge(pair, name, lr, threads, deadline)
+    result = evaluate(pair, name, lr, threads)
+    if _finished(os.path.join(side_dir(pair, name), "train.log")):
+        keep_model_only(pair, name, lr)
+    print(f"{pair}/{name}: test sacreBLEU {result['test']['sacrebleu']}", flush=True)
+
+
+def run_state(pair: str, name: str):
+    """One line on a run in the work folder (its sweep points, epochs, best loss, how it stands),
+    or None when it has no log yet."""
+    folder = side_dir(pair, name)
+    sweeps = sorted(
+        (float(f[len("sweep-lr") : -len(".log")]), os.path.join(folder, f))
+        for f in os.listdir(folder)
+        if f.startswith("sweep-lr") and f.endswith(".log")
+    )
+    parts = [f"sweep {lr:g}: {_epochs(log)}/{SWEEP_EPOCHS} epochs" for lr, log in sweeps]
+    log = os.path.join(folder, "train.log")
+    if os.path.isfile(log):
+        valid = records(log, "valid")
+        best = min(valid, key=lambda r: float(r["valid_loss"])) if valid else None
+        last = last_command(log)
+        if _finished(log):
+            how = "early stopped" if "early stop" in last else "epoch cap"
+        elif TIME_STOP in last:
+            how = "stopped by time"
+        else:
+            how = "training"
+        parts.append(
+            f"lr {trained_lr(log):g}, epoch {max((int(r['epoch']) for r in valid), default=0)}"
+            + (f", best {float(best['valid_loss']):.3f} at epoch {best['epoch']}" if best else "")
+            + f", {how}"
+        )
+        evaluated = os.path.join(LOGS, pair, name, "eval.json")
+        if os.path.isfile(evaluated):
+            with open(evaluated) as f:
+                result = json.load(f)
+            if best and result.get("best_valid_loss") == best_loss(log):
+                parts.append(f"test sacreBLEU {result['test']['sacrebleu']}, chrF {result['test']['chrf']}")
+    return f"{pair}/{name}: " + "; ".join(parts) if parts else None
+
+
+def progress(pairs) -> None:
+    """Each run of ``pairs`` in the work folder: its state, and its logs copied to ``logs/``
+    (a run still training too: the report then shows it as interrupted)."""
+    for pair in pairs:
+        root = os.path.join(WORK, pair)
+        for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+            folder = side_dir(pair, name)
+            if not os.path.isdir(folder):
+                continue
+            for f in sorted(os.listdir(folder)):
+                if f == "train.log" or (f.startswith("sweep-lr") and f.endswith(".log")):
+                    copy_log(os.path.join(folder, f), f"{pair}/{name}/{f}")
+            line = run_state(pair, name)
+            if line:
+                print(line, flush=True)
 
 
 def count_params(pair: str, which: str) -> int:
@@ -599,9 +729,6 @@ def main() -> None:
         help="torch threads of this side; keep the sum over the runs at once within the cores "
         "(a 2-thread run beside a 1-thread one on 2 cores ran 12x slower, measured)",
     )
-    for q in (p, s):
-        q.add_argument("--parallel-sweep", action="store_true", help="train the sweep's rates at once")
-        q.add_argument("--train-hours", type=float, help="stop the converging run after this much training")
     sc = sub.add_parser("score", help="score a side's best checkpoint on another test set of the corpus")
     sc.add_argument("name", choices=sorted(PAIRS))
     sc.add_argument("which", help="model, baseline, or one of the pair's variants")
@@ -609,15 +736,30 @@ def main() -> None:
     sc.add_argument("--ref", required=True, help=f"raw references ({TGT}), one per line")
     sc.add_argument("--set", required=True, dest="set_name", help="a name for the set, e.g. test_2017_flickr")
     sc.add_argument("--threads", type=int, default=2, help="torch threads of the decoding")
+    for q in (p, s):
+        q.add_argument("--parallel-sweep", action="store_true", help="train the sweep's rates at once")
+        q.add_argument("--train-hours", type=float, help="stop the converging run after this much training")
+    for q in (p, s, sc):
+        q.add_argument(
+            "--seed",
+            type=int,
+            default=1,
+            help="fairseq's --seed of the run (default 1); N > 1: in <side>.seedN, at the rate seed 1's sweep chose",
+        )
     sub.add_parser("report")
+    pr = sub.add_parser("progress", help="each run's state in the work folder; its logs copied to logs/")
+    pr.add_argument("names", nargs="*", choices=sorted(PAIRS))
     c = sub.add_parser("params")
     c.add_argument("names", nargs="*", choices=sorted(PAIRS))
     args = parser.parse_args()
+    if getattr(args, "seed", 1) < 1:
+        parser.error(f"--seed {args.seed}: seeds count from 1")
     start = time.time()
     if args.cmd == "prepare":
         prepare()
     elif args.cmd == "pair":
         options = ["--parallel-sweep"] if args.parallel_sweep else []
+        options += ["--seed", str(args.seed)]
         if args.train_hours is not None:
             options += ["--train-hours", str(args.train_hours)]
         pair(args.name, options)
@@ -625,14 +767,16 @@ def main() -> None:
         known = (*SIDES, *PAIRS[args.name].get("variants", {}))
         if args.which not in known:
             parser.error(f"side {args.which!r} of pair {args.name}: choose from {', '.join(known)}")
-        side(args.name, args.which, args.threads, args.parallel_sweep, args.train_hours)
+        side(args.name, args.which, args.threads, args.parallel_sweep, args.train_hours, args.seed)
     elif args.cmd == "score":
-        result = score(args.name, args.which, args.src, args.ref, args.set_name, args.threads)
+        result = score(args.name, run_name(args.which, args.seed), args.src, args.ref, args.set_name, args.threads)
         print(json.dumps(result["test"], indent=2))
     elif args.cmd == "params":
         for name in args.names or PAIRS:
             model, base = count_params(name, "model"), count_params(name, "baseline")
             print(f"{name}: model {model:,}, baseline {base:,} ({base / model:.3f}x)", flush=True)
+    elif args.cmd == "progress":
+        progress(args.names or PAIRS)
     else:
         from report import main as report
 
