@@ -69,6 +69,7 @@ def measure_family(family: str, data_bin: str, a) -> Dict:
         "baseline": base,
         "ours_params": pairing["ours_params"],
         "baseline_params": pairing["baseline_params"],
+        "baseline_width": pairing["baseline_width"],
         "load_before": os.getloadavg(),
     }
     if a.train_batches:
@@ -107,7 +108,7 @@ def table(entries: List[Dict]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for e in entries:
-        base = " ".join(e["baseline"][:2])
+        base = f"{e['baseline'][1]} (width {e.get('baseline_width', '?')})"
         train = _spread(e["train"]) if "train" in e else "-"
         decode = _spread(e["decode"]) if "decode" in e else "-"
         wall = " / ".join(_spread(e[k], "s") if k in e else "-" for k in ("train", "decode"))
