@@ -29,9 +29,10 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
     The last layer's ``h`` (after dropout) feeds the softmax.
 
     Incremental state (key ``ff_lstm_state``), all batch-first: ``h`` and ``c``
-    ``(batch, n_d, H)``; ``deep_att``: ``proj_keys`` ``(batch, src_len, attention_dim)``
-    (encoder-only, computed once per sentence). An incremental step runs the same code as
-    the full pass on a sequence of length 1.
+    ``(batch, n_d, H)``; ``deep_att``: ``proj_keys`` ``(batch, src_len, attention_dim)``;
+    ``deep_ed``: ``context_gates`` ``(batch, 4H)`` = ``W_c e`` (both encoder-only, computed
+    once per sentence). An incremental step runs the code of the full pass on a sequence of
+    length 1, except Deep-ED's layer 1, which takes one cell update with the cached ``W_c e``.
 
     Args:
         dictionary: target dictionary.
@@ -125,7 +126,13 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
         y = self.embed_tokens(prev_output_tokens).transpose(0, 1)  # B x S x C -> S x B x C
         first_state = None if states is None else states[0]
         attn = None
-        if self.attention is None:
+        context_gates = None
+        if self.attention is None and incremental_state is not None:
+            # one decoding step: W_c e once per sentence (cached) and one cell update, rather
+            # than the fused call's W_f^1 [y; e] with its E more input columns at every step
+            context_gates = cached["context_gates"] if cached is not None else self.context_proj(enc)
+            f1, h1, first_final = self._first_step(y, context_gates, first_state)
+        elif self.attention is None:
             f1, h1, first_final = self._first_with_context(y, enc, first_state)
         else:
             f1_y = self.first.ff(y)  # S x B x 4H, all steps at once
@@ -143,6 +150,8 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
             }
             if proj_keys is not None:
                 cache["proj_keys"] = proj_keys
+            if context_gates is not None:
+                cache["context_gates"] = context_gates
             self.set_cache(incremental_state, cache)
         features = self.dropout(h.transpose(0, 1))  # S x B x H -> B x S x H
         if self.additional_fc is not None:
@@ -163,6 +172,15 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
         x = torch.cat([y, enc.unsqueeze(0).expand(y.size(0), -1, -1)], -1)  # S x B x (C + E)
         f_size = 2 * self.hidden_size if len(self.rest.layers) and self.rest.fast_forward else 0
         return self.first(x, state=state, f_size=f_size, extra_weight=self.context_proj.weight)
+
+    def _first_step(self, y: Tensor, context_gates: Tensor, state: Optional[Tuple[Tensor, Tensor]]):
+        """Layer 1 of Deep-ED for one decoding step: ``f^1 = W_y y + b + W_c e`` with ``W_c e``
+        ``(B, 4H)`` given, then one cell update. Same values as :meth:`_first_with_context` on a
+        sequence of length 1."""
+        f1 = self.first.ff(y) + context_gates.unsqueeze(0)  # 1 x B x 4H
+        state = self.first.initial_state(f1, state)
+        h, c = lstm_cell(torch.addmm(f1[0], state[0], self.first.weight_hh.t()), state[1])
+        return f1, h.unsqueeze(0), (h, c)
 
     def _attend_and_recur(
         self, f1_y: Tensor, enc: Tensor, proj_keys: Tensor, encoder_out, state: Optional[Tuple[Tensor, Tensor]]
