@@ -9,7 +9,7 @@ from argparse import Namespace
 import pytest
 import torch
 
-from benchmarks import counterparts, measure, report
+from benchmarks import counterparts, cpu_speed, measure, report
 from benchmarks import run as bench_run
 from fairseq_dense.cli import plot
 from tests.helpers import write_copy_corpus
@@ -257,3 +257,23 @@ def test_harness_concurrent_against_a_plugin_baseline(tmp_path):
     assert (reached is not None) == (e["ours"]["train"]["best_valid_loss"] <= e["convergence"]["target"] + 1e-9)
     assert res["options"]["concurrent"] and "both at once" in (out / "results.md").read_text()
     assert report.file_stem("a:b:--x=1,--y") == "a_b_--x-1_--y"
+
+
+@pytest.mark.slow
+def test_cpu_speed_side_by_side(tmp_path):
+    """benchmarks/cpu_speed on a tiny prepared corpus: the quick-start pairing, both ratios by both
+    clocks over the rounds, and the markdown row."""
+    from fairseq_dense.data import prepare as prep
+
+    raw = write_copy_corpus(tmp_path / "raw", n_train=200, n_valid=20, n_test=20, src="de", tgt="en")
+    data_bin = os.path.join(prep.prepare(str(raw), str(tmp_path / "data"), "de", "en", merges=20), "bin")
+    a = cpu_speed.get_parser().parse_args(
+        ["--rounds", "2", "--train-batches", "1", "--decode-sentences", "4", "--decode-batch-size", "2"]
+    )
+    e = cpu_speed.measure_family("gru_attention", data_bin, a)
+    assert e["baseline"][:2] == ["--arch", "lstm"] and abs(e["baseline_params"] / e["ours_params"] - 1) < 0.1
+    for key in ("train", "decode"):
+        assert len(e[key]["rounds"]) == 2 and e[key]["ratio"] > 0 and e[key]["cpu_ratio"] > 0
+    assert e["decode"]["sentences"] == 4
+    row = cpu_speed.table([e]).splitlines()[-1]
+    assert row.startswith("| gru_attention | `gru_attention_small` | `lstm (width ")

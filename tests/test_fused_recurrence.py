@@ -71,6 +71,17 @@ def _reference_attend_and_recur(self, f1_y, enc, proj_keys, encoder_out, state):
     return torch.stack(fs), torch.stack(hs), state, torch.stack(attns, dim=1)
 
 
+def _reference_first_with_context(self, y, enc, state):
+    """Deep-ED's first decoder layer as the step loop ran it: ``f^1 = W_y y + b + W_c e``, then one
+    cell per step."""
+    f1 = self.first.ff(y) + self.context_proj(enc).unsqueeze(0)  # the fixed context enters every step
+    if state is None:
+        zeros = f1.new_zeros(f1.size(1), self.hidden_size)
+        state = (zeros, zeros)
+    h1, final = _loop(f1, state[0], state[1], self.first.weight_hh)
+    return f1, h1, final
+
+
 def _outputs_and_grads(model, sample, seed=3):
     """Logits, and the gradient of a random projection of them w.r.t. every parameter."""
     model.zero_grad()
@@ -84,6 +95,7 @@ def _reference(monkeypatch, model, sample):
     with monkeypatch.context() as m:
         m.setattr(FastForwardLSTMLayer, "forward", _reference_layer_forward)
         m.setattr(FastForwardLSTMDecoder, "_attend_and_recur", _reference_attend_and_recur)
+        m.setattr(FastForwardLSTMDecoder, "_first_with_context", _reference_first_with_context)
         return _outputs_and_grads(model, sample)
 
 
@@ -101,6 +113,7 @@ def _assert_same(got, want):
 VARIANTS = {
     "att": dict(interface="deep_att"),
     "ed": dict(interface="deep_ed"),
+    "ed-noff": dict(interface="deep_ed", no_fast_forward=True),
     "att-noff": dict(interface="deep_att", no_fast_forward=True),
     "att-1col-uni": dict(interface="deep_att", encoder_columns=1, no_interleave=True),
 }
@@ -198,3 +211,22 @@ def test_encoder_operator_calls_do_not_grow_with_the_source_length():
             counter.close()
         counts.append(sum(counter.launches.values()))
     assert counts[0] == counts[1], f"encoder operator calls grow with the source length: {counts}"
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="the CPU's fused LSTM kernel is oneDNN's")
+def test_deep_ed_decoder_operator_calls_do_not_grow_with_the_target_length():
+    """Deep-ED's decoder runs no step loop in training: every layer, the first included (its fixed
+    context as extra input columns), is one fused call, so forward + backward issue as many
+    operators for 12 target tokens as for 4."""
+    model, d = test_fast_forward_lstm.build(interface="deep_ed")
+    model.train()
+    counts = []
+    for n in (4, 12):
+        sample = helpers.make_sample(d, src_lengths=(5, 6), tgt_lengths=(n, n - 1))
+        counter = _OpCounter()
+        with counter:
+            out, _ = model(**sample["net_input"])
+            out.sum().backward()
+        counts.append(counter.calls)
+    # (padding-dependent kernels may differ by an operator or two; a step loop adds dozens)
+    assert counts[1] <= counts[0], f"decoder operator calls grow with the target length: {counts}"

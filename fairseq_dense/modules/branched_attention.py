@@ -30,7 +30,7 @@ FFN activation, so the block moves more memory than a Transformer layer.
 """
 
 import math
-from typing import Any, Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 from fairseq import utils
@@ -39,6 +39,7 @@ from fairseq.modules import FairseqDropout, LayerNorm
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from fairseq_dense.modules.inference_weights import InferenceWeightCache
 from fairseq_dense.modules.low_precision import compute_dtype, layer_norm_keeping_dtype
 from fairseq_dense.modules.masked_attention import attend
 from fairseq_dense.modules.simplex import ON_SIMPLEX_ATTR, uniform_simplex
@@ -57,7 +58,7 @@ def _branch_matrix(m: int, fan_in: int, fan_out: int) -> nn.Parameter:
 
 
 @with_incremental_state
-class BranchedAttention(nn.Module):
+class BranchedAttention(InferenceWeightCache, nn.Module):
     """Multi-branch attention + FFN block (Eq. 5-7), self- or encoder-decoder attention.
 
     Args:
@@ -160,8 +161,6 @@ class BranchedAttention(nn.Module):
         self.attention_dropout = attention_dropout
         self.activation_dropout_module = FairseqDropout(activation_dropout, module_name=self.__class__.__name__)
         self.activation_fn = utils.get_activation_fn(activation_fn)
-        # fixed kappa/alpha for --branch-weights-at-inference, and the scaled weights
-        self._inference_cache: Dict[str, Any] = {}
 
     @torch.no_grad()
     def _transformer_init(self, embed_dim: int, ffn_embed_dim: int) -> None:
@@ -176,13 +175,6 @@ class BranchedAttention(nn.Module):
             nn.init.uniform_(weight, -bound, bound)
             nn.init.uniform_(bias, -bound, bound)
 
-    def train(self, mode: bool = True):
-        # Weights change between evaluations (optimizer steps), and fairseq's
-        # optimizers write them through ``p.data``, which the version counters in
-        # the cache key do not see: every switch of mode starts a fresh cache.
-        self._inference_cache.clear()
-        return super().train(mode)
-
     @staticmethod
     def _branch_weight(m: int, simplex: bool) -> nn.Parameter:
         # "initialised randomly" (paper Sec. 4.1): a random point inside the simplex
@@ -194,19 +186,21 @@ class BranchedAttention(nn.Module):
         return w
 
     def branch_weights(self, name: str) -> Optional[Tensor]:
-        """kappa or alpha as used now: ``None`` when fixed to 1, else an ``(M,)`` tensor."""
+        """kappa or alpha as used now: ``None`` when fixed to 1, else an ``(M,)`` tensor (in eval
+        mode with fixed inference weights: 1/M each, or a fixed draw from the simplex)."""
         w = getattr(self, name)
-        if w is None or self.training or self.inference_weights == "learned":
+        mode = self.inference_weights
+        if w is None or self.training or mode == "learned":
             return w
-        if name not in self._inference_cache:
+
+        def fixed() -> Tensor:
             M = self.num_branches
-            if self.inference_weights == "uniform":
-                fixed = torch.full((M,), 1.0 / M)
-            else:
-                g = torch.Generator().manual_seed(self.random_seed + (name == "alpha"))
-                fixed = uniform_simplex(M, g)
-            self._inference_cache[name] = fixed
-        return self._inference_cache[name].to(w)
+            if mode == "uniform":
+                return torch.full((M,), 1.0 / M).to(w)
+            g = torch.Generator().manual_seed(self.random_seed + (name == "alpha"))
+            return uniform_simplex(M, g).to(w)
+
+        return self.cached_weight(f"{name}:{mode}", fixed, sources=(w,))
 
     # ------------------------------------------------------------------ attention
     def _kv(self, kv_in: Tensor) -> Tuple[Tensor, Tensor]:
@@ -334,23 +328,20 @@ class BranchedAttention(nn.Module):
         the parameters) and dropped by every :meth:`train` / ``eval()`` call.
         """
         M, _, C = self.fc2_weight.shape
-        cache_key = None
-        if not self.training and not torch.is_grad_enabled():
-            tensors = (self.out_weight, self.out_bias, self.fc2_weight, self.fc2_bias, kappa, alpha)
-            cache_key = tuple(None if t is None else (t.data_ptr(), t._version, t.dtype) for t in tensors)
-            hit = self._inference_cache.get("scaled")
-            if hit is not None and hit[0] == cache_key:
-                return hit[1]
-        w_out, b_out = self.out_weight, self.out_bias.view(1, 1, C)
-        if kappa is not None:
-            w_out, b_out = w_out * kappa.view(M, 1, 1), b_out * kappa.view(M, 1, 1)
-        w2, b2 = self.fc2_weight, self.fc2_bias * M
-        if alpha is not None:
-            w2, b2 = w2 * alpha.view(M, 1, 1), self.fc2_bias * alpha.sum()
-        out = (w_out, b_out, w2.reshape(-1, C), b2)
-        if cache_key is not None:
-            self._inference_cache["scaled"] = (cache_key, out)
-        return out
+
+        def derive() -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+            w_out, b_out = self.out_weight, self.out_bias.view(1, 1, C)
+            if kappa is not None:
+                w_out, b_out = w_out * kappa.view(M, 1, 1), b_out * kappa.view(M, 1, 1)
+            w2, b2 = self.fc2_weight, self.fc2_bias * M
+            if alpha is not None:
+                w2, b2 = w2 * alpha.view(M, 1, 1), self.fc2_bias * alpha.sum()
+            return w_out, b_out, w2.reshape(-1, C), b2
+
+        # the branch weights in use follow from the mode and the parameters kappa, alpha
+        dtypes = tuple(None if w is None else w.dtype for w in (kappa, alpha))
+        sources = (self.out_weight, self.out_bias, self.fc2_weight, self.fc2_bias, self.kappa, self.alpha)
+        return self.cached_weight(f"scaled:{self.inference_weights}:{dtypes}", derive, sources=sources)
 
     @staticmethod
     def _mix(alpha: Optional[Tensor], u: Tensor) -> Tensor:

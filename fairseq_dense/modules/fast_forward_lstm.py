@@ -29,7 +29,7 @@ from fairseq.modules import FairseqDropout
 from torch import Tensor
 
 from fairseq_dense.modules.encoder_decoder import reverse_padded
-from fairseq_dense.modules.lstm_cell import cast_once, fused_lstm, lstm_recurrence, rnn_takes_cast
+from fairseq_dense.modules.lstm_cell import cast_once, fused_lstm, rnn_takes_cast
 
 RECURRENT = "recurrent"
 
@@ -65,30 +65,6 @@ class FastForwardLSTMLayer(nn.Module):
         nn.init.zeros_(self.ff.bias)
         nn.init.zeros_(self.weight_hh)
 
-    def recur(
-        self, f: Tensor, lengths: Optional[Tensor] = None, state: Optional[Tuple[Tensor, Tensor]] = None
-    ) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
-        """Run the recurrence step by step on given gates ``f`` ``(T, B, 4H)``.
-
-        For gates known one step at a time (the attention-fed first decoder layer);
-        :meth:`forward` runs the whole sequence on the fused kernels.
-
-        Args:
-            f: gate pre-activations, right-padded.
-            lengths: ``(B,)``; needed only when ``reverse``.
-            state: initial ``(h, c)``, each ``(B, H)``; zeros when None.
-
-        Returns:
-            ``(h, (h_T, c_T))``: ``(T, B, H)`` in the caller's time order and the
-            state after the last processed step.
-        """
-        state = self.initial_state(f, state)
-        if not self.reverse:
-            return lstm_recurrence(f, state[0], state[1], self.weight_hh)
-        assert lengths is not None, "a backward layer needs the sequence lengths"
-        h, final = lstm_recurrence(reverse_padded(f, lengths), state[0], state[1], self.weight_hh)
-        return reverse_padded(h, lengths), final
-
     def initial_state(self, x: Tensor, state: Optional[Tuple[Tensor, Tensor]]) -> Tuple[Tensor, Tensor]:
         """``state``, or zeros ``(B, H)`` for ``x`` ``(T, B, ...)`` when it is None."""
         if state is None:
@@ -102,8 +78,9 @@ class FastForwardLSTMLayer(nn.Module):
         lengths: Optional[Tensor] = None,
         state: Optional[Tuple[Tensor, Tensor]] = None,
         f_size: Optional[int] = None,
+        extra_weight: Optional[Tensor] = None,
     ) -> Tuple[Tensor, Tensor, Tuple[Tensor, Tensor]]:
-        """Run the layer on ``x`` ``(T, B, input_dim)``.
+        """Run the layer on ``x`` ``(T, B, input_dim)`` (``input_dim + extra`` with ``extra_weight``).
 
         The recurrence is one fused LSTM call whose input matrix is ``W_f`` (its gates
         ``W_f x_t + b + W_hh h_{t-1}`` are the paper's ``f_t + W_hh h_{t-1}``); the
@@ -115,16 +92,17 @@ class FastForwardLSTMLayer(nn.Module):
             state: initial ``(h, c)``; zeros when None.
             f_size: how many leading columns of ``f`` the caller needs (``4H`` when
                 None, ``2H`` for the next layer's ``half(f)``, 0 for none).
+            extra_weight: ``(4H, extra)`` weights of input columns beyond ``ff``'s (Deep-ED's
+                decoder: its fixed context), so that ``W_f = [ff.weight, extra_weight]``.
 
         Returns:
             ``(f, h, final_state)``: ``f`` ``(T, B, f_size)``, ``h`` ``(T, B, H)``.
         """
         state = self.initial_state(x, state)
+        w_f = self.ff.weight if extra_weight is None else torch.cat([self.ff.weight, extra_weight], 1)
         # one low-precision copy of W_f under autocast, shared by the LSTM call and the f matmul
-        w, b = cast_once(self.ff.weight), cast_once(self.ff.bias)
-        weights = (
-            (w, cast_once(self.weight_hh), b) if rnn_takes_cast(w) else (self.ff.weight, self.weight_hh, self.ff.bias)
-        )
+        w, b = cast_once(w_f), cast_once(self.ff.bias)
+        weights = (w, cast_once(self.weight_hh), b) if rnn_takes_cast(w) else (w_f, self.weight_hh, self.ff.bias)
         if self.reverse:
             assert lengths is not None, "a backward layer needs the sequence lengths"
             h, final = fused_lstm(reverse_padded(x, lengths), state, *weights)

@@ -1,4 +1,4 @@
-"""Reuse derived weights across decoding steps.
+"""Reuse derived weights across decoding steps (the project's one inference weight cache).
 
 A weight-normalised layer recomputes ``g * v / ||v||`` on every call, and fairseq's
 ``LinearizedConvolution`` additionally transposes its ``(k, in, out)`` kernel into a
@@ -6,6 +6,9 @@ contiguous ``(out, k * in)`` matrix on every incremental step. During beam searc
 the weights do not change, yet an incremental step runs the layer for a handful of
 tokens: for DenseNMT's softmax matrix (``V x d``) the normalisation alone costs as
 much as the matrix product it feeds.
+
+The Weighted Transformer's branched block keeps its branch-weight-scaled matrices and its fixed
+inference branch weights here as well (:class:`~fairseq_dense.modules.branched_attention.BranchedAttention`).
 
 The classes here keep the derived weight for as long as it is valid:
 
@@ -17,12 +20,16 @@ The classes here keep the derived weight for as long as it is valid:
   through ``p.data``, which does not bump version counters (fairseq puts the model
   in eval mode before each validation and back in train mode afterwards).
 
+A value derived inside ``torch.inference_mode()`` is an inference tensor; the key reads only
+the version counters of the parameters it came from, never of a derived value, so a cache
+first filled in inference mode serves later ``no_grad`` calls as well.
+
 State dicts are unchanged: these are plain subclasses of ``nn.Linear`` and
 ``LinearizedConvolution`` with the same parameters (and the same
 ``parametrizations.weight.original0/1`` names when weight-normalised).
 """
 
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -48,11 +55,21 @@ class InferenceWeightCache:
             store = self.__dict__["_derived_weights"] = {}
         return store
 
-    def cached_weight(self, key: str, derive: Callable[[], Tensor]) -> Tensor:
-        """``derive()``, reused across calls while inference runs on unchanged parameters."""
+    def cached_weight(
+        self, key: str, derive: Callable[[], Any], sources: Optional[Sequence[Optional[Tensor]]] = None
+    ) -> Any:
+        """``derive()``, reused across calls while inference runs on unchanged parameters.
+
+        Args:
+            key: the name of the derived value (one entry per key).
+            derive: computes it (a tensor, or a tuple of tensors).
+            sources: the parameters it is derived from (None entries are skipped); default:
+                the module's ``weight`` (the originals of its parametrization).
+        """
         if self.training or torch.is_grad_enabled():
             return derive()
-        version = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in _sources(self))
+        tensors = _sources(self) if sources is None else [t for t in sources if t is not None]
+        version = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in tensors)
         store = self._inference_weights()
         hit = store.get(key)
         if hit is not None and hit[0] == version:

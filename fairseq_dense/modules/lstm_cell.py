@@ -1,9 +1,8 @@
 """LSTM updates from given gate pre-activations (PyTorch's gate order i, f, g, o).
 
-DenseRNN's decoder steps its LSTM layers by hand (the attention context enters
-every step), and Deep-Att's layers have no input matrix inside the LSTM (Zhou et
-al. 2016, https://arxiv.org/abs/1606.04199, Eq. 4: the feed-forward block computes
-the gates ``f_t``), so both need the cell without ``nn.LSTM``'s input projection:
+DenseRNN's decoder and Deep-Att's first decoder layer step their LSTMs by hand (the
+attention context of step ``t`` depends on the state of step ``t - 1``), so both need the
+cell without ``nn.LSTM``'s input projection:
 
     ``[i; f; g; o] = gates``,
     ``c_t = sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g)``,
@@ -18,7 +17,7 @@ forward, but re-casts a view or any other non-leaf weight (``w.t()``, ``w[:, k:]
 therefore take their weights through :func:`cast_once` before the loop.
 """
 
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -61,29 +60,6 @@ def rnn_takes_cast(cast_weight: Tensor) -> bool:
     autocast, no autocast) the copy is what autocast would make.
     """
     return cast_weight.device.type != "cuda" or cast_weight.dtype != torch.bfloat16
-
-
-def lstm_recurrence(f: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
-    """Run an LSTM forward in time over given input gates (no input matrix), step by step.
-
-    For recurrences whose input gates are only known one step at a time (attention);
-    :func:`fused_lstm` is the whole-sequence form.
-
-    Args:
-        f: ``(T, B, 4H)`` input gate pre-activations.
-        h0, c0: ``(B, H)`` initial state.
-        w_hh: ``(4H, H)`` recurrent matrix.
-
-    Returns:
-        ``(out, (h_T, c_T))``: ``(T, B, H)`` outputs and the final state.
-    """
-    h, c = h0, c0
-    w_t = cast_once(w_hh).t()
-    outs: List[Tensor] = []
-    for f_t in f.unbind(0):  # unbind: one gradient stack, not a zero-filled copy of f per step
-        h, c = lstm_cell(torch.addmm(f_t, h, w_t), c)
-        outs.append(h)
-    return torch.stack(outs), (h, c)
 
 
 def fused_lstm(

@@ -10,7 +10,6 @@ import fairseq_dense  # noqa: F401
 from fairseq_dense.models.fast_forward_lstm import FastForwardLSTMConfig, FastForwardLSTMModel
 from fairseq_dense.modules.encoder_decoder import reverse_index
 from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTM
-from fairseq_dense.modules.lstm_cell import lstm_recurrence
 from tests import helpers
 
 SMALL = dict(
@@ -166,27 +165,6 @@ def test_direction_order_matters():
 def test_reverse_index_is_an_involution_that_keeps_padding():
     idx = reverse_index(torch.tensor([3, 1]), 4)
     assert idx[:, 0].tolist() == [2, 1, 0, 3] and idx[:, 1].tolist() == [0, 1, 2, 3]
-
-
-def test_recurrence_equals_lstm_cell_with_identity_input_matrix():
-    torch.manual_seed(0)
-    f = torch.randn(5, 3, 16, requires_grad=True)
-    w = torch.randn(16, 4, requires_grad=True)
-    h0, c0 = torch.randn(3, 4), torch.randn(3, 4)
-    ref = nn.LSTMCell(16, 4, bias=False)  # W_ih = I reproduces "no input matrix"
-    with torch.no_grad():
-        ref.weight_ih.copy_(torch.eye(16))
-        ref.weight_hh.copy_(w)
-    h, c = h0, c0
-    outs = []
-    for t in range(5):
-        h, c = ref(f[t], (h, c))
-        outs.append(h)
-    out, (h_t, c_t) = lstm_recurrence(f, h0, c0, w)
-    torch.testing.assert_close(out, torch.stack(outs))
-    torch.testing.assert_close(c_t, c)
-    out.sum().backward()
-    assert torch.isfinite(w.grad).all() and torch.isfinite(f.grad).all()
 
 
 def test_deep_ed_vector_is_last_step_and_max_over_time():

@@ -22,15 +22,17 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
     * ``deep_att``: ``c_t = Attention(h^1_{t-1}, e)`` (Bahdanau, queried by the first
       decoder layer's previous output; ``h^1_0 = 0``). Only layer 1 is stepped
       together with the attention; layers 2..n_d run over the whole sequence.
-    * ``deep_ed``: ``c_t = e`` for every step, so layer 1 needs no step loop either.
+    * ``deep_ed``: ``c_t = e`` for every step, so layer 1 needs no step loop either: it is
+      one fused LSTM call over ``[y_t; e]`` with ``W_f^1 = [W_y, W_c]`` (the paper's
+      ``W_f^1 [y; c]``, the context as extra input columns).
 
     The last layer's ``h`` (after dropout) feeds the softmax.
 
     Incremental state (key ``ff_lstm_state``), all batch-first: ``h`` and ``c``
     ``(batch, n_d, H)``; ``deep_att``: ``proj_keys`` ``(batch, src_len, attention_dim)``;
     ``deep_ed``: ``context_gates`` ``(batch, 4H)`` = ``W_c e`` (both encoder-only, computed
-    once per sentence). An incremental step runs the same code as the full pass on a
-    sequence of length 1.
+    once per sentence). An incremental step runs the code of the full pass on a sequence of
+    length 1, except Deep-ED's layer 1, which takes one cell update with the cached ``W_c e``.
 
     Args:
         dictionary: target dictionary.
@@ -81,7 +83,7 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
             nn.init.normal_(embed_tokens.weight, 0.0, init_std)
             nn.init.zeros_(embed_tokens.weight[self.padding_idx])
         self.embed_tokens = embed_tokens
-        # layer 1: W_f^1 [y; c] is split so the y-part runs over all steps at once
+        # layer 1: W_f^1 [y; c] = [first.ff.weight, context_proj.weight] (Deep-Att steps the c part)
         self.first = FastForwardLSTMLayer(embed_dim, hidden_size, init_std=init_std)
         self.context_proj = nn.Linear(encoder_dim, 4 * hidden_size, bias=False)
         nn.init.normal_(self.context_proj.weight, 0.0, init_std)
@@ -111,26 +113,30 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
 
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None, **unused):
         enc = encoder_out["encoder_out"][0]  # deep_att: T x B x E; deep_ed: B x E
-        cache_key = "proj_keys" if self.attention is not None else "context_gates"
         cached = self.get_cache(incremental_state)
         if incremental_state is not None:
             prev_output_tokens = prev_output_tokens[:, -1:]
+        states: Optional[List[Tuple[Tensor, Tensor]]] = None
         if cached is not None:
-            states: Optional[List[Tuple[Tensor, Tensor]]] = list(zip(cached["h"].unbind(1), cached["c"].unbind(1)))
-            enc_proj = cached[cache_key]
-        else:
-            states = None
-            enc_proj = self.attention.project_keys(enc) if self.attention is not None else self.context_proj(enc)
+            states = list(zip(cached["h"].unbind(1), cached["c"].unbind(1)))
+        proj_keys = None
+        if self.attention is not None:
+            proj_keys = cached["proj_keys"] if cached is not None else self.attention.project_keys(enc)
 
         y = self.embed_tokens(prev_output_tokens).transpose(0, 1)  # B x S x C -> S x B x C
-        f1_y = self.first.ff(y)  # S x B x 4H, all steps at once
         first_state = None if states is None else states[0]
         attn = None
-        if self.attention is None:
-            f1 = f1_y + enc_proj.unsqueeze(0)  # the fixed context enters every step
-            h1, first_final = self.first.recur(f1, state=first_state)
+        context_gates = None
+        if self.attention is None and incremental_state is not None:
+            # one decoding step: W_c e once per sentence (cached) and one cell update, rather
+            # than the fused call's W_f^1 [y; e] with its E more input columns at every step
+            context_gates = cached["context_gates"] if cached is not None else self.context_proj(enc)
+            f1, h1, first_final = self._first_step(y, context_gates, first_state)
+        elif self.attention is None:
+            f1, h1, first_final = self._first_with_context(y, enc, first_state)
         else:
-            f1, h1, first_final, attn = self._attend_and_recur(f1_y, enc, enc_proj, encoder_out, first_state)
+            f1_y = self.first.ff(y)  # S x B x 4H, all steps at once
+            f1, h1, first_final, attn = self._attend_and_recur(f1_y, enc, proj_keys, encoder_out, first_state)
         h, finals = h1, []
         if len(self.rest.layers):
             _, h, finals = self.rest(
@@ -138,18 +144,43 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
             )
         if incremental_state is not None:
             finals = [first_final] + finals
-            self.set_cache(
-                incremental_state,
-                {
-                    "h": torch.stack([s[0] for s in finals], dim=1),  # B x n_d x H
-                    "c": torch.stack([s[1] for s in finals], dim=1),
-                    cache_key: enc_proj,
-                },
-            )
+            cache = {
+                "h": torch.stack([s[0] for s in finals], dim=1),  # B x n_d x H
+                "c": torch.stack([s[1] for s in finals], dim=1),
+            }
+            if proj_keys is not None:
+                cache["proj_keys"] = proj_keys
+            if context_gates is not None:
+                cache["context_gates"] = context_gates
+            self.set_cache(incremental_state, cache)
         features = self.dropout(h.transpose(0, 1))  # S x B x H -> B x S x H
         if self.additional_fc is not None:
             features = self.additional_fc(features)  # B x S x H -> B x S x out_embed_dim
         return features, {"attn": [attn]}
+
+    def _first_with_context(self, y: Tensor, enc: Tensor, state: Optional[Tuple[Tensor, Tensor]]):
+        """Layer 1 of Deep-ED over all steps in one fused LSTM call: ``f^1_t = W_f^1 [y_t; e] + b^1``.
+
+        Args:
+            y: ``(S, B, C)`` target embeddings; enc: ``(B, E)`` the fixed context ``e``.
+            state: initial ``(h, c)``; zeros when None.
+
+        Returns:
+            ``(f1, h1, final)``: the ``half(f^1)`` the next layer reads ``(S, B, 2H)`` (``(S, B, 0)``
+            when none does), ``h^1`` ``(S, B, H)`` and the final ``(h, c)``.
+        """
+        x = torch.cat([y, enc.unsqueeze(0).expand(y.size(0), -1, -1)], -1)  # S x B x (C + E)
+        f_size = 2 * self.hidden_size if len(self.rest.layers) and self.rest.fast_forward else 0
+        return self.first(x, state=state, f_size=f_size, extra_weight=self.context_proj.weight)
+
+    def _first_step(self, y: Tensor, context_gates: Tensor, state: Optional[Tuple[Tensor, Tensor]]):
+        """Layer 1 of Deep-ED for one decoding step: ``f^1 = W_y y + b + W_c e`` with ``W_c e``
+        ``(B, 4H)`` given, then one cell update. Same values as :meth:`_first_with_context` on a
+        sequence of length 1."""
+        f1 = self.first.ff(y) + context_gates.unsqueeze(0)  # 1 x B x 4H
+        state = self.first.initial_state(f1, state)
+        h, c = lstm_cell(torch.addmm(f1[0], state[0], self.first.weight_hh.t()), state[1])
+        return f1, h.unsqueeze(0), (h, c)
 
     def _attend_and_recur(
         self, f1_y: Tensor, enc: Tensor, proj_keys: Tensor, encoder_out, state: Optional[Tuple[Tensor, Tensor]]
