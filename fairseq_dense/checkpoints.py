@@ -32,6 +32,8 @@ FAIRSEQ_NAME = re.compile(r"^checkpoint(_last|_best|\d+|_\d+_\d+|\.best_.+)\.pt$
 RESUMABLE_NAME = re.compile(r"^checkpoint(_last|_best|\d+|_\d+_\d+)\.pt$")
 #: ``extra_state`` key of the project's tasks: validations since the best score (``--patience``)
 PATIENCE_KEY = "fairseq_dense_patience"
+#: ``extra_state`` key of :class:`fairseq_dense.resume.OneWrite` (an empty dict once saved)
+ONE_WRITE_KEY = "fairseq_dense_one_write"
 #: ``checkpoint<epoch>.pt`` (end of an epoch) and ``checkpoint_<epoch>_<updates>.pt`` (``--save-interval-updates``)
 EPOCH_NAME = re.compile(r"^checkpoint(\d+)\.pt$")
 UPDATE_NAME = re.compile(r"^checkpoint_\d+_(\d+)\.pt$")

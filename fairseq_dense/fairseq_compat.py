@@ -318,9 +318,13 @@ def _failed_save(exc: BaseException) -> Optional[str]:
             target = frame.f_locals.get("cp") or (frame.f_locals.get("checkpoints") or ["?"])[0]
     if target is None:
         return None
+    from fairseq_dense.resume import RetryRefused
+
     reason = None
     for e in _chain(exc):
-        if isinstance(e, OSError) and e.errno in _WRITE_ERRORS:
+        if isinstance(e, RetryRefused):
+            reason = str(e)
+        elif isinstance(e, OSError) and e.errno in _WRITE_ERRORS:
             reason = _WRITE_ERRORS[e.errno]
         elif reason is None:  # torch.save reports a failed write of its own as a RuntimeError
             reason = next((r for n, r in _WRITE_ERRORS.items() if os.strerror(n).lower() in str(e).lower()), None)
@@ -350,14 +354,14 @@ def clear_error_message(exc: BaseException, argv=None) -> Optional[str]:
                 return str(e)
             arch = checkpoint_arch(name)
             return f"cannot load {name}{f' (a {arch} checkpoint)' if arch else ''}: {e}"
-    for e in chain:
-        if isinstance(e, FairseqDenseError) or (isinstance(e, ValueError) and _raised_in_package(e)):
-            return str(e)
     first = chain[0]
-    msg = str(first)
     failed_save = _failed_save(first)
     if failed_save:
         return failed_save
+    for e in chain:
+        if isinstance(e, FairseqDenseError) or (isinstance(e, ValueError) and _raised_in_package(e)):
+            return str(e)
+    msg = str(first)
     corrupt = _unreadable_checkpoint(first)
     if corrupt:
         from fairseq_dense.resume import newest_loadable_checkpoint

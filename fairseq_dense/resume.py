@@ -25,6 +25,7 @@ atomically (a temporary file, then a rename), so a kill during the recovery is r
 at the next restart. The guarantee and its limits: docs/reliability.md.
 """
 
+import collections
 import glob
 import logging
 import os
@@ -350,7 +351,8 @@ def check_after_save(save_dir: str, saved: str) -> None:
         recover_at_restart(save_dir)
         resume = read_info(os.path.join(save_dir, LAST))
         then = f"; a restart resumes from {resume.path} ({resume.num_updates} updates)" if resume else ""
-        raise SaveFailed(f"the checkpoint save failed: {e} ({_save_trouble(save_dir)}){then}") from None
+        trouble = _save_trouble(save_dir) or "it did not load"
+        raise SaveFailed(f"the checkpoint save failed: {e} ({trouble}){then}") from None
     for name in (BEST, LAST):
         path = os.path.join(save_dir, name)
         if os.path.exists(path) and read_info(path) is None:
@@ -359,8 +361,8 @@ def check_after_save(save_dir: str, saved: str) -> None:
     drop_superseded_unreadable(save_dir)
 
 
-def _save_trouble(save_dir: str) -> str:
-    """What keeps ``save_dir`` from holding a new checkpoint, as far as can be seen now."""
+def _save_trouble(save_dir: str) -> Optional[str]:
+    """What keeps ``save_dir`` from holding a new checkpoint, as far as can be seen now (None: nothing seen)."""
     if not os.access(save_dir, os.W_OK):
         return f"{save_dir} is read-only"
     free = shutil.disk_usage(save_dir).free
@@ -369,7 +371,35 @@ def _save_trouble(save_dir: str) -> str:
     soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
     if soft != resource.RLIM_INFINITY:
         return f"the file size limit is {soft} bytes (ulimit -f)"
-    return "a write failed and fairseq retried it into the partly written file, e.g. on a disk full for a moment"
+    return None
+
+
+class RetryRefused(SaveFailed):
+    """fairseq would write a checkpoint again into the file its failed write left half-written."""
+
+
+class OneWrite:
+    """Goes into every save's ``extra_state``: a checkpoint is written in one try or not at all.
+
+    fairseq retries a ``torch.save`` that raised (``_torch_persistent_save``, 3 tries,
+    2.5 s apart) into the same open file, behind the bytes of the failed try, and then
+    renames and copies that file to ``checkpoint_best.pt``/``checkpoint_last.pt`` as if
+    it were saved. ``torch.save`` pickles this object once per try: the second time it
+    raises :class:`RetryRefused`, so the save fails as a whole (the partial ``.tmp``
+    stays, no file is renamed or copied) and the run stops with one line. It is saved
+    as an empty ``OrderedDict``, which torch's safe loader reads.
+    """
+
+    def __init__(self, save_dir: str):
+        self.save_dir = save_dir
+        self.tries = 0
+
+    def __reduce__(self):
+        self.tries += 1
+        if self.tries > 1:
+            trouble = _save_trouble(self.save_dir) or "its cause has passed"
+            raise RetryRefused(f"the write failed ({trouble}) and fairseq would retry it into the partly written file")
+        return (collections.OrderedDict, ())
 
 
 def lock_save_dir(save_dir: str) -> Optional[int]:

@@ -203,6 +203,7 @@ def train_inprocess(args: Sequence[str], crash_at: Optional[int] = None) -> Dict
     from fairseq import checkpoint_utils
     from fairseq_cli import train
 
+    from fairseq_dense import resume
     from fairseq_dense.cli.train_ddp import run_train
 
     # fairseq keeps the best validation loss on function attributes; a new process starts without
@@ -210,12 +211,17 @@ def train_inprocess(args: Sequence[str], crash_at: Optional[int] = None) -> Dict
         for attr in ("best", "num_runs"):
             if hasattr(fn, attr):
                 delattr(fn, attr)
-    with recorded_losses(crash_at) as losses:
-        try:
-            run_train(list(args))
-        except SimulatedCrash:
-            if crash_at is None:
-                raise
+    try:
+        with recorded_losses(crash_at) as losses:
+            try:
+                run_train(list(args))
+            except SimulatedCrash:
+                if crash_at is None:
+                    raise
+    finally:  # a process's save-folder locks end with it
+        for fd in resume._HELD.values():
+            os.close(fd)
+        resume._HELD.clear()
     return losses
 
 

@@ -24,6 +24,7 @@ Everything else is :class:`fairseq.tasks.translation.TranslationTask`.
 
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from typing import Optional
 
@@ -31,8 +32,8 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II, OmegaConf, open_dict
 
-from fairseq_dense.checkpoints import LAST, PATIENCE_KEY
-from fairseq_dense.resume import check_after_save, start_training
+from fairseq_dense.checkpoints import LAST, ONE_WRITE_KEY, PATIENCE_KEY
+from fairseq_dense.resume import OneWrite, check_after_save, start_training
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,10 @@ class TranslationExactResumeConfig(TranslationConfig):
     patience: int = II("checkpoint.patience")
     best_checkpoint_metric: str = II("checkpoint.best_checkpoint_metric")
     maximize_best_checkpoint_metric: bool = II("checkpoint.maximize_best_checkpoint_metric")
+
+
+#: the state of torch's LR schedulers that fairseq's wrappers do not save (``ReduceLROnPlateau``'s)
+_TORCH_SCHEDULER_COUNTERS = ("num_bad_epochs", "cooldown_counter")
 
 
 def _option(cfg, name: str):
@@ -157,8 +162,47 @@ class TranslationExactResumeTask(TranslationTask):
             self._valid_runs += 1
 
     def get_checkpoint_dict(self):
-        """Saved in every checkpoint's ``extra_state``: the ``--patience`` count (a restart of a run it ended stops)."""
-        return {PATIENCE_KEY: {"runs": self._valid_runs}}
+        """Saved in every checkpoint's ``extra_state``: the ``--patience`` count (a restart of a run it ended
+        stops), :class:`~fairseq_dense.resume.OneWrite` (a failed write is not retried into its own
+        partial file) and, under the task's class name (fairseq hands that entry to :meth:`set_checkpoint_dict`),
+        the counters of a torch LR scheduler that fairseq's own state leaves out.
+
+        ``reduce_lr_on_plateau`` saves ``best`` and ``last_epoch`` only: its
+        ``num_bad_epochs`` (``--lr-patience``) and ``cooldown_counter`` start again at 0 on
+        a resume. fairseq calls this from ``checkpoint_utils.save_checkpoint(cfg, trainer,
+        ...)`` with no other handle on the trainer: its frame gives it.
+        """
+        trainer = sys._getframe(1).f_locals.get("trainer")
+        torch_scheduler = getattr(getattr(trainer, "lr_scheduler", None), "lr_scheduler", None)
+        counters = {k: getattr(torch_scheduler, k) for k in _TORCH_SCHEDULER_COUNTERS if hasattr(torch_scheduler, k)}
+        saved = {PATIENCE_KEY: {"runs": self._valid_runs}, type(self).__name__: {"lr_scheduler_counters": counters}}
+        if self._checks_files():
+            saved[ONE_WRITE_KEY] = OneWrite(_option(self.cfg, "save_dir"))  # a failed write is not retried
+        return saved
+
+    def set_checkpoint_dict(self, state) -> None:
+        """After ``fairseq-train`` loaded a checkpoint: the LR-scheduler counters back, and an end-of-epoch
+        checkpoint its epoch's LR-scheduler step.
+
+        fairseq saves the checkpoint of an epoch's end before ``trainer.lr_step(epoch,
+        val_loss)`` and, resuming from it, steps with no loss: ``reduce_lr_on_plateau``
+        would keep the LR the uninterrupted run halves, ``inverse_sqrt`` and the others
+        their ``best``. fairseq calls this hook from ``checkpoint_utils.load_checkpoint(cfg,
+        trainer, ...)`` right before that step, with no other handle on the trainer: its
+        frame gives the trainer and the loaded ``extra_state``, and the missing
+        ``lr_scheduler.step(epoch, val_loss)`` is made here.
+        """
+        caller = sys._getframe(1).f_locals
+        trainer, extra = caller.get("trainer"), caller.get("extra_state")
+        if trainer is None or caller.get("reset_lr_scheduler"):
+            return
+        torch_scheduler = getattr(trainer.lr_scheduler, "lr_scheduler", None)
+        for key, value in (state.get("lr_scheduler_counters") or {}).items():
+            if key in _TORCH_SCHEDULER_COUNTERS and hasattr(torch_scheduler, key):
+                setattr(torch_scheduler, key, value)
+        itr = (extra or {}).get("train_iterator") or {}
+        if itr.get("iterations_in_epoch", 1) == 0:
+            trainer.lr_scheduler.step(int(itr["epoch"]) - 1, extra.get("val_loss"))
 
     def post_save(self, cp_path: str, num_updates: int) -> None:
         """After every save (on the rank that saved): ``checkpoint_best.pt`` and ``checkpoint_last.pt`` load.
