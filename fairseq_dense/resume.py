@@ -502,9 +502,9 @@ def start_training(
 ) -> Optional[CheckpointInfo]:
     """Where a training starts, before fairseq loads ``checkpoint_last.pt``: lock, repair, stop if finished.
 
-    On the master rank the folder is locked (:func:`lock_save_dir`) and checked
-    (:func:`recover_at_restart`); with several ranks every rank then waits for it and
-    reads the folder it left.
+    On the master rank the folder is locked (:func:`lock_save_dir`), checked
+    (:func:`recover_at_restart`) and its ``checkpoint_last.pt`` read; with several ranks
+    every rank waits for rank 0's answer (other nodes may not see its folder).
 
     Args:
         save_dir: the ``--save-dir`` folder.
@@ -524,20 +524,22 @@ def start_training(
     """
     import torch.distributed as dist
 
+    resume, message = None, None
     if is_master:
         lock_save_dir(save_dir)
         if repair:
             recover_at_restart(save_dir, new_last=new_last)
+            resume = read_info(os.path.join(save_dir, LAST))
+            reason = None if resume is None else finished_reason(resume, **limits)
+            if reason is not None:
+                message = f"training already finished: {resume.path} holds {reason}; nothing to train"
+                message += " (raise the limit to go on)"
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()  # every rank reads the folder rank 0 left
-    if not repair:
-        return None
-    resume = read_info(os.path.join(save_dir, LAST))
-    reason = None if resume is None else finished_reason(resume, **limits)
-    if reason is not None:
-        message = (
-            f"training already finished: {resume.path} holds {reason}; nothing to train (raise the limit to go on)"
-        )
+        # rank 0's folder decides for every rank (other nodes may not see it): one answer for all
+        decision = [(resume, message)]
+        dist.broadcast_object_list(decision, src=0)
+        resume, message = decision[0]
+    if message is not None:
         logger.info(message)
         raise TrainingFinished(message)
     return resume

@@ -118,13 +118,10 @@ def tiny_corpus(root: Path, n_train: int, group: int = 0) -> Path:
 def default_task() -> str:
     """The fairseq-dense training task the reliability tests use for every architecture.
 
-    ``translation_weighted`` (exact resume + simplex projection of ``on_simplex``
-    parameters, a no-op for models without them) where registered, else
-    ``translation_exact_resume``.
+    ``translation_exact_resume_simplex`` (exact resume + simplex projection of ``on_simplex``
+    parameters, a no-op for models without them).
     """
-    from fairseq.tasks import TASK_REGISTRY
-
-    return "translation_weighted" if "translation_weighted" in TASK_REGISTRY else "translation_exact_resume"
+    return "translation_exact_resume_simplex"
 
 
 def base_train_args(bin_dir: Path, save_dir: Path, arch: str, max_update: int, *extra: str) -> List[str]:

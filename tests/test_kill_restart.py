@@ -1,6 +1,6 @@
 """SIGKILL a real training process at several moments, inside saves too, and restart it each time.
 
-One ``translation_weighted`` run of ``gru_attention_tiny`` (30 updates, a save every 3
+One ``translation_exact_resume_simplex`` run of ``gru_attention_tiny`` (30 updates, a save every 3
 updates and at every epoch end, validation at each save, ``reduce_lr_on_plateau``) is killed seven times and started
 again with the same command line after each kill:
 

@@ -15,7 +15,7 @@ Per architecture, in this process (no extra fairseq import):
 Dropout stays on (fairseq reseeds with ``seed + num_updates`` every update), the
 optimizer is Adam (moments in the checkpoint) and the LR scheduler is
 ``reduce_lr_on_plateau`` with validation every epoch (plateau state in the
-checkpoint). The task is ``translation_exact_resume`` (or ``translation_weighted``,
+checkpoint). The task is ``translation_exact_resume`` (or ``translation_exact_resume_simplex``,
 built on it; :func:`reliability_helpers.default_task`): with fairseq's own
 ``translation`` task a resumed run batches equal-length sentences differently
 (see ``fairseq_dense/tasks/translation_exact_resume.py``), which
@@ -374,10 +374,12 @@ def test_finished_reason():
         # --lr-threshold 0.99: no epoch after the first counts as better, so every later one halves the LR
         (["reduce_lr_on_plateau", "--lr-shrink", "0.5", "--lr-patience", "0", "--lr-threshold", "0.99"], 3, 6),
         (["inverse_sqrt", "--warmup-updates", "2"], 3, 6),
+        (["fixed"], 3, 6),
+        (["convs2s_anneal", "--lr-shrink", "0.5"], 3, 6),  # its previous loss is in its state
         # --lr-patience 1, killed mid-epoch 3: the plateau's count of bad epochs must survive the resume
         (["reduce_lr_on_plateau", "--lr-shrink", "0.5", "--lr-patience", "1", "--lr-threshold", "0.99"], 4, 7),
     ],
-    ids=["plateau-epoch-end", "inverse_sqrt-epoch-end", "plateau-patience-mid-epoch"],
+    ids=["plateau-epoch-end", "inverse_sqrt-epoch-end", "fixed-epoch-end", "convs2s-epoch-end", "plateau-patience-mid"],
 )
 def test_resume_keeps_every_lr_scheduler_step(schedule, epochs, crash_at, data_bin, tmp_path):
     """fairseq saves the end-of-epoch checkpoint before ``lr_step(epoch, val_loss)`` and on load

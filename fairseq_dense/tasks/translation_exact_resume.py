@@ -164,7 +164,7 @@ class TranslationExactResumeTask(TranslationTask):
     def get_checkpoint_dict(self):
         """Saved in every checkpoint's ``extra_state``: the ``--patience`` count (a restart of a run it ended
         stops), :class:`~fairseq_dense.resume.OneWrite` (a failed write is not retried into its own
-        partial file) and, under the task's class name (fairseq hands that entry to :meth:`set_checkpoint_dict`),
+        partial file) and, under the task's class names (fairseq hands that entry to :meth:`set_checkpoint_dict`),
         the counters of a torch LR scheduler that fairseq's own state leaves out.
 
         ``reduce_lr_on_plateau`` saves ``best`` and ``last_epoch`` only: its
@@ -175,7 +175,10 @@ class TranslationExactResumeTask(TranslationTask):
         trainer = sys._getframe(1).f_locals.get("trainer")
         torch_scheduler = getattr(getattr(trainer, "lr_scheduler", None), "lr_scheduler", None)
         counters = {k: getattr(torch_scheduler, k) for k in _TORCH_SCHEDULER_COUNTERS if hasattr(torch_scheduler, k)}
-        saved = {PATIENCE_KEY: {"runs": self._valid_runs}, type(self).__name__: {"lr_scheduler_counters": counters}}
+        saved = {PATIENCE_KEY: {"runs": self._valid_runs}}
+        for cls in type(self).__mro__:  # a run may be resumed under an earlier name of its task
+            if issubclass(cls, TranslationExactResumeTask):
+                saved[cls.__name__] = {"lr_scheduler_counters": counters}
         if self._checks_files():
             saved[ONE_WRITE_KEY] = OneWrite(_option(self.cfg, "save_dir"))  # a failed write is not retried
         return saved
