@@ -200,7 +200,7 @@ def train_inprocess(args: Sequence[str], crash_at: Optional[int] = None) -> Dict
     from fairseq import checkpoint_utils
     from fairseq_cli import train
 
-    from fairseq_dense import resume
+    from fairseq_dense import save_lock
     from fairseq_dense.cli.train_ddp import run_train
 
     # fairseq keeps the best validation loss on function attributes; a new process starts without
@@ -216,9 +216,9 @@ def train_inprocess(args: Sequence[str], crash_at: Optional[int] = None) -> Dict
                 if crash_at is None:
                     raise
     finally:  # a process's save-folder locks end with it
-        for fd in resume._HELD.values():
+        for fd in save_lock._HELD.values():
             os.close(fd)
-        resume._HELD.clear()
+        save_lock._HELD.clear()
     return losses
 
 

@@ -25,7 +25,8 @@ import pytest
 import fairseq_dense
 from fairseq_dense.checkpoints import BEST, LAST
 from fairseq_dense.fairseq_compat import clear_error_message
-from fairseq_dense.resume import SaveDirBusy, SaveFailed, TrainingFinished
+from fairseq_dense.resume import SaveFailed, TrainingFinished
+from fairseq_dense.save_lock import SaveDirBusy
 from tests import reliability_helpers as rh
 
 pytestmark = pytest.mark.slow
