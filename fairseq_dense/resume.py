@@ -29,7 +29,6 @@ import collections
 import glob
 import logging
 import os
-import resource
 import shutil
 from typing import Dict, Iterable, List, Optional, Tuple
 
@@ -360,6 +359,10 @@ def _save_trouble(save_dir: str) -> Optional[str]:
     free = shutil.disk_usage(save_dir).free
     if free < 16 << 20:
         return f"no space left on the device of {save_dir} ({free} bytes free)"
+    try:
+        import resource  # POSIX only
+    except ImportError:
+        return None
     soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
     if soft != resource.RLIM_INFINITY:
         return f"the file size limit is {soft} bytes (ulimit -f)"

@@ -115,6 +115,12 @@ def tiny_corpus(root: Path, n_train: int, group: int = 0) -> Path:
     return preprocess_inprocess(raw, root / "bin")
 
 
+#: ``reduce_lr_on_plateau`` that halves the LR after every epoch but the first (with
+#: ``--lr-threshold 0.99`` no later validation counts as better)
+HALVING_PLATEAU = ["--lr-scheduler", "reduce_lr_on_plateau", "--lr-shrink", "0.5", "--lr-patience", "0"]
+HALVING_PLATEAU += ["--lr-threshold", "0.99"]
+
+
 def default_task() -> str:
     """The fairseq-dense training task the reliability tests use for every architecture.
 

@@ -69,15 +69,7 @@ def _args(data: Path, save: Path):
         str(SAVE_EVERY),
         "--max-tokens-valid",
         "200",
-        # --lr-threshold 0.99: no epoch after the first counts as better, so each later one halves the LR
-        "--lr-scheduler",
-        "reduce_lr_on_plateau",
-        "--lr-shrink",
-        "0.5",
-        "--lr-patience",
-        "0",
-        "--lr-threshold",
-        "0.99",
+        *rh.HALVING_PLATEAU,
     )
     args.remove("--no-epoch-checkpoints")  # epoch checkpoints too: the newest save may have any name
     return [str(a) for a in args]

@@ -371,13 +371,12 @@ def test_finished_reason():
 @pytest.mark.parametrize(
     "schedule, epochs, crash_at",
     [
-        # --lr-threshold 0.99: no epoch after the first counts as better, so every later one halves the LR
-        (["reduce_lr_on_plateau", "--lr-shrink", "0.5", "--lr-patience", "0", "--lr-threshold", "0.99"], 3, 6),
-        (["inverse_sqrt", "--warmup-updates", "2"], 3, 6),
-        (["fixed"], 3, 6),
-        (["convs2s_anneal", "--lr-shrink", "0.5"], 3, 6),  # its previous loss is in its state
+        (rh.HALVING_PLATEAU, 3, 6),
+        (["--lr-scheduler", "inverse_sqrt", "--warmup-updates", "2"], 3, 6),
+        (["--lr-scheduler", "fixed"], 3, 6),
+        (["--lr-scheduler", "convs2s_anneal", "--lr-shrink", "0.5"], 3, 6),  # its previous loss is in its state
         # --lr-patience 1, killed mid-epoch 3: the plateau's count of bad epochs must survive the resume
-        (["reduce_lr_on_plateau", "--lr-shrink", "0.5", "--lr-patience", "1", "--lr-threshold", "0.99"], 4, 7),
+        ([*rh.HALVING_PLATEAU, "--lr-patience", "1"], 4, 7),
     ],
     ids=["plateau-epoch-end", "inverse_sqrt-epoch-end", "fixed-epoch-end", "convs2s-epoch-end", "plateau-patience-mid"],
 )
@@ -387,7 +386,7 @@ def test_resume_keeps_every_lr_scheduler_step(schedule, epochs, crash_at, data_b
     the project's tasks give the resumed run both back."""
     arch = rh.tiny_archs()[0]
     extra = ["--optimizer", "adam", "--lr", "0.003", "--batch-size", "8", "--max-tokens-valid", "200"]
-    extra += ["--save-interval-updates", "1", "--lr-scheduler", *schedule]
+    extra += ["--save-interval-updates", "1", *schedule]
     per_epoch = N_TRAIN // 8
     total = epochs * per_epoch
     full = rh.train_inprocess(rh.base_train_args(data_bin, tmp_path / "full", arch, total, *extra))
@@ -400,7 +399,7 @@ def test_resume_keeps_every_lr_scheduler_step(schedule, epochs, crash_at, data_b
     assert sorted(second) == list(range(crash_at + 1, total + 1))
     ref = rh.load_checkpoint(tmp_path / "full" / "checkpoint_last.pt")
     resumed = rh.load_checkpoint(tmp_path / "cut" / "checkpoint_last.pt")
-    if schedule[0] == "reduce_lr_on_plateau":  # the final save comes before the last epoch's step
+    if schedule[1] == "reduce_lr_on_plateau":  # the final save comes before the last epoch's step
         lrs = [g["lr"] for g in ref["last_optimizer_state"]["param_groups"]]
         assert lrs == [0.003 * 0.5], "the uninterrupted run should have halved the LR once"
     for u in second:
