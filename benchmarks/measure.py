@@ -215,9 +215,7 @@ def _build_trainable(train_args: List[str]):
 
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), train_args))
     task = tasks.setup_task(cfg.task)
-    # from_checkpoint: a model to time, not a training to resume (the project's tasks would
-    # otherwise check and repair the run's save directory, or stop on a finished run)
-    model = task.build_model(cfg.model, from_checkpoint=True)
+    model = task.build_model(cfg.model)
     params = [p for p in model.parameters() if p.requires_grad]
     if cfg.common.amp:  # as fairseq's Trainer: float16 autocast in train_step, scaled loss
         optimizer = optim.AMPOptimizer.build_optimizer(cfg, params)

@@ -142,8 +142,7 @@ def build_in_process(data_bin: str, arch_args: List[str]):
 
     args = options.parse_args_and_arch(options.get_training_parser(), input_args=[data_bin, "--cpu", *arch_args])
     cfg = convert_namespace_to_omegaconf(args)
-    # from_checkpoint: a model to inspect, so the project's tasks leave ./checkpoints alone
-    return tasks.setup_task(cfg.task).build_model(cfg.model, from_checkpoint=True), cfg.model
+    return tasks.setup_task(cfg.task).build_model(cfg.model), cfg.model
 
 
 def count_params(model) -> int:

@@ -23,6 +23,7 @@ for our entry points; they call it themselves.)
 
 import argparse
 import atexit
+import errno
 import functools
 import logging
 import os
@@ -271,32 +272,70 @@ def _checkpoint_name(exc: BaseException) -> Optional[str]:
 
 def checkpoint_arch(path: str) -> Optional[str]:
     """The ``--arch`` a fairseq checkpoint was trained with, or None if it cannot be read."""
-    try:
-        import torch
+    from fairseq_dense.checkpoints import CheckpointError, read_state
 
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        cfg = state.get("cfg") or {}
-        model = cfg.get("model") if hasattr(cfg, "get") else None
-        arch = getattr(model, "arch", None) or getattr(model, "_name", None)
-        if arch is None and hasattr(model, "get"):
-            arch = model.get("arch") or model.get("_name")
-        if arch is None and state.get("args") is not None:
-            arch = getattr(state["args"], "arch", None)
-        return arch
-    except Exception:
+    try:
+        state = read_state(path, mmap=True)
+    except CheckpointError:
         return None
+    cfg = state.get("cfg") or {}
+    model = cfg.get("model") if hasattr(cfg, "get") else None
+    arch = getattr(model, "arch", None) or getattr(model, "_name", None)
+    if arch is None and hasattr(model, "get"):
+        arch = model.get("arch") or model.get("_name")
+    if arch is None and state.get("args") is not None:
+        arch = getattr(state["args"], "arch", None)
+    return arch
 
 
 def _unreadable_checkpoint(exc: BaseException) -> Optional[str]:
-    """The checkpoint path if ``exc`` came from ``torch.load`` of a file that is not a zip archive."""
-    import zipfile
+    """The checkpoint path if ``exc`` came from fairseq's load of a file that does not load."""
+    from fairseq_dense.checkpoints import read_info
 
     for frame in _frames(exc.__traceback__):
         if frame.f_code.co_name == "load_checkpoint_to_cpu":
             path = frame.f_locals.get("local_path") or frame.f_locals.get("path")
-            if isinstance(path, str) and os.path.isfile(path) and not zipfile.is_zipfile(path):
+            if isinstance(path, str) and os.path.isfile(path) and read_info(path) is None:
                 return path
     return None
+
+
+#: what a failed write says, by ``errno``
+_WRITE_ERRORS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EROFS: "read-only file system",
+    errno.EFBIG: "file too large (ulimit -f)",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EACCES: "permission denied",
+}
+
+
+def _failed_save(exc: BaseException) -> Optional[str]:
+    """One line for an error raised while fairseq saved or copied a checkpoint, else None."""
+    target = None
+    for frame in _frames(exc.__traceback__):
+        if frame.f_code.co_name == "save_checkpoint" and "checkpoints" in frame.f_locals:
+            target = frame.f_locals.get("cp") or (frame.f_locals.get("checkpoints") or ["?"])[0]
+    if target is None:
+        return None
+    from fairseq_dense.resume import RetryRefused
+
+    reason = None
+    for e in _chain(exc):
+        if isinstance(e, RetryRefused):
+            reason = str(e)
+        elif isinstance(e, OSError) and e.errno in _WRITE_ERRORS:
+            reason = _WRITE_ERRORS[e.errno]
+        elif reason is None:  # torch.save reports a failed write of its own as a RuntimeError
+            reason = next((r for n, r in _WRITE_ERRORS.items() if os.strerror(n).lower() in str(e).lower()), None)
+            if reason is None and "write failed" in str(e):
+                reason = "the write failed"
+    if reason is None:
+        return None
+    return (
+        f"cannot save checkpoint {target}: {reason}; the checkpoints saved before it are intact: free space (or "
+        f"fix the folder) and run the same command again to resume"
+    )
 
 
 def clear_error_message(exc: BaseException, argv=None) -> Optional[str]:
@@ -315,10 +354,13 @@ def clear_error_message(exc: BaseException, argv=None) -> Optional[str]:
                 return str(e)
             arch = checkpoint_arch(name)
             return f"cannot load {name}{f' (a {arch} checkpoint)' if arch else ''}: {e}"
+    first = chain[0]
+    failed_save = _failed_save(first)
+    if failed_save:
+        return failed_save
     for e in chain:
         if isinstance(e, FairseqDenseError) or (isinstance(e, ValueError) and _raised_in_package(e)):
             return str(e)
-    first = chain[0]
     msg = str(first)
     corrupt = _unreadable_checkpoint(first)
     if corrupt:

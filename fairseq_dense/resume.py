@@ -1,4 +1,4 @@
-"""A save directory that survives a kill at any moment: checks at restart and after every save.
+"""A save directory that survives a kill at any moment: checks where a training starts and after every save.
 
 How fairseq saves (``checkpoint_utils.save_checkpoint``): the first file due at that
 moment (``checkpoint<E>.pt`` at an epoch end, ``checkpoint_<E>_<U>.pt`` every
@@ -13,37 +13,45 @@ written atomically (``<name>.tmp``, then a rename); the other names due are then
 - a finished first file and older (intact) copies (killed between the rename and the
   copies): the newest save is in a file fairseq's automatic resume does not read.
 
-:func:`recover_at_restart` (run by the ``translation_exact_resume`` and
-``translation_weighted`` tasks before fairseq-train loads ``checkpoint_last.pt``) and
-:func:`check_after_save` (after every save) undo each of these; :func:`finished_reason`
-tells a restart of a finished run. Every file is replaced atomically (a temporary file,
-then a rename), so a kill during the recovery is recovered at the next restart. The
-guarantee and its limits: docs/reliability.md.
+A save can also end without a file that loads: fairseq retries a failed ``torch.save``
+into the same open file, so a moment of full disk gives a "saved" file with the bytes of
+the failed try in front of the archive. A checkpoint counts as complete only if it loads.
+
+:func:`start_training` (run by the project's tasks when ``fairseq-train`` is about to load
+``checkpoint_last.pt``, never when a model is built) locks the folder, undoes each of these
+(:func:`recover_at_restart`) and ends a run that already finished; :func:`check_after_save`
+(after every save) stops a run whose save does not load. Every file is replaced
+atomically (a temporary file, then a rename), so a kill during the recovery is recovered
+at the next restart. The guarantee and its limits: docs/reliability.md.
 """
 
+import collections
 import glob
 import logging
 import os
-import re
 import shutil
-import zipfile
-from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
 
-import torch
+from fairseq_dense.checkpoints import (
+    BEST,
+    FAIRSEQ_NAME,
+    LAST,
+    RESUMABLE_NAME,
+    TMP_SUFFIX,
+    CheckpointError,
+    CheckpointInfo,
+    atomic_copy,
+    checkpoint_paths,
+    read_info,
+    read_state,
+)
+from fairseq_dense.save_lock import lock_save_dir
+from fairseq_dense.validation import FairseqDenseError
 
 logger = logging.getLogger(__name__)
 
-LAST = "checkpoint_last.pt"
-BEST = "checkpoint_best.pt"
 #: suffix of an unreadable checkpoint that was set aside (kept until a good one of that name exists)
 UNREADABLE_SUFFIX = ".unreadable"
-#: suffix of fairseq's (and this module's) temporary file of an atomic write
-TMP_SUFFIX = ".tmp"
-#: names fairseq-train writes: last, best, epoch, interval and ``--keep-best-checkpoints`` files
-FAIRSEQ_NAME = re.compile(r"^checkpoint(_last|_best|\d+|_\d+_\d+|\.best_.+)\.pt$")
-#: the full training states a run may resume from (``checkpoint.best_*`` are copies of them)
-RESUMABLE_NAME = re.compile(r"^checkpoint(_last|_best|\d+|_\d+_\d+)\.pt$")
 _CHUNK = 1 << 20
 
 
@@ -59,64 +67,14 @@ class TrainingFinished(SystemExit):
         self.message = message
 
 
-@dataclass
-class CheckpointInfo:
-    """What the recovery needs to know of a checkpoint that loads."""
-
-    path: str
-    num_updates: int
-    val_loss: Optional[float]  # the validation score saved with it (None: not validated)
-    best: Optional[float]  # the best validation score so far (fairseq's ``extra_state["best"]``)
-    next_epoch: int  # the epoch training continues in (``train_iterator["epoch"]``)
-    training_seconds: float  # fairseq's cumulative training time
-    size: int
-    mtime_ns: int
-
-    @property
-    def name(self) -> str:
-        return os.path.basename(self.path)
-
-
-def is_complete_checkpoint(path: str) -> bool:
-    """Whether ``path`` is a complete zip archive (what ``torch.save`` writes; a cut copy is not)."""
-    return os.path.isfile(path) and zipfile.is_zipfile(path)
-
-
-def read_checkpoint(path: str) -> Optional[CheckpointInfo]:
-    """The :class:`CheckpointInfo` of ``path``, or None if ``torch.load`` cannot read it.
-
-    Zip checkpoints are memory-mapped (the tensors are not read); a file that is not a
-    zip archive (a cut copy, or torch's legacy format) goes through ``torch.load`` as is.
-    """
-    try:
-        st = os.stat(path)
-        zipped = zipfile.is_zipfile(path)
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=zipped)
-        history = state.get("optimizer_history") or [{}]
-        extra = state.get("extra_state") or {}
-        itr = extra.get("train_iterator") or {}
-        return CheckpointInfo(
-            path=path,
-            num_updates=int(history[-1].get("num_updates", 0)),
-            val_loss=None if extra.get("val_loss") is None else float(extra["val_loss"]),
-            best=None if extra.get("best") is None else float(extra["best"]),
-            next_epoch=int(itr.get("epoch", 1)),
-            training_seconds=float(extra.get("previous_training_time", 0.0)),
-            size=st.st_size,
-            mtime_ns=st.st_mtime_ns,
-        )
-    except Exception:  # any failure to read means "does not load" (and a file gone meanwhile too)
-        return None
+class SaveFailed(FairseqDenseError):
+    """A save did not produce a checkpoint that loads (:func:`check_after_save`)."""
 
 
 def _newest(infos: Iterable[CheckpointInfo]) -> Optional[CheckpointInfo]:
     """The one with the most updates; on a tie the file a save wrote first (an epoch or interval
     checkpoint, of which ``checkpoint_best.pt``/``checkpoint_last.pt`` are copies), then the later written."""
     return max(infos, key=lambda i: (i.num_updates, i.name not in (BEST, LAST), i.mtime_ns), default=None)
-
-
-def _checkpoint_paths(save_dir: str) -> List[str]:
-    return sorted(glob.glob(os.path.join(glob.escape(save_dir), "checkpoint*.pt")))
 
 
 def newest_loadable_checkpoint(save_dir: str, exclude: str = LAST) -> Optional[Tuple[str, int]]:
@@ -129,7 +87,7 @@ def newest_loadable_checkpoint(save_dir: str, exclude: str = LAST) -> Optional[T
     Returns:
         ``(path, number of updates)``, or None if no checkpoint loads.
     """
-    infos = (read_checkpoint(p) for p in _checkpoint_paths(save_dir) if os.path.basename(p) != exclude)
+    infos = (read_info(p) for p in checkpoint_paths(save_dir) if os.path.basename(p) != exclude)
     found = _newest(i for i in infos if i is not None)
     return None if found is None else (found.path, found.num_updates)
 
@@ -171,13 +129,6 @@ def copy_source(path: str, candidates: Iterable[CheckpointInfo]) -> Optional[Che
     return None
 
 
-def atomic_copy(source: str, dest: str) -> None:
-    """Copy ``source`` over ``dest`` so that ``dest`` is at all times the old or the new file."""
-    tmp = dest + TMP_SUFFIX
-    shutil.copyfile(source, tmp)
-    os.replace(tmp, dest)
-
-
 def _info_after_copy(source: CheckpointInfo, dest: str) -> CheckpointInfo:
     st = os.stat(dest)
     return CheckpointInfo(**{**source.__dict__, "path": dest, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
@@ -204,7 +155,7 @@ def drop_superseded_unreadable(save_dir: str) -> List[str]:
     dropped = []
     for kept in sorted(glob.glob(os.path.join(glob.escape(save_dir), "checkpoint*.pt" + UNREADABLE_SUFFIX))):
         good = kept[: -len(UNREADABLE_SUFFIX)]
-        if read_checkpoint(good) is not None:
+        if read_info(good) is not None:
             os.remove(kept)
             dropped.append(kept)
             logger.info("removed %s: %s loads again", kept, os.path.basename(good))
@@ -233,8 +184,7 @@ def repair_or_set_aside(path: str, candidates: Iterable[CheckpointInfo]) -> Opti
             source.num_updates,
         )
         return _info_after_copy(source, path)
-    if is_complete_checkpoint(path) or not FAIRSEQ_NAME.match(os.path.basename(path)):
-        # not what a kill leaves behind (a whole archive torch.load refuses, or not fairseq's file)
+    if not FAIRSEQ_NAME.match(os.path.basename(path)):  # not a file fairseq-train writes
         logger.warning("%s does not load (truncated or not a torch checkpoint); left as it is", path)
         return None
     os.replace(path, path + UNREADABLE_SUFFIX)
@@ -271,7 +221,7 @@ def _settle_last(save_dir: str, infos: Dict[str, Optional[CheckpointInfo]], new_
         )
         return _info_after_copy(source, last)
     source = _newest(others)
-    if source is None or is_complete_checkpoint(last):
+    if source is None:
         return None  # fairseq starts afresh, or its error names the file that does not load
     if os.path.exists(last):
         shutil.copyfile(last, last + UNREADABLE_SUFFIX)
@@ -361,7 +311,7 @@ def recover_at_restart(save_dir: str, new_last: bool = True) -> Optional[Checkpo
         return None
     remove_partial_writes(save_dir)
     drop_superseded_unreadable(save_dir)
-    infos = {os.path.basename(p): read_checkpoint(p) for p in _checkpoint_paths(save_dir)}
+    infos = {os.path.basename(p): read_info(p) for p in checkpoint_paths(save_dir)}
     intact = [i for i in infos.values() if i is not None]
     for name, info in list(infos.items()):
         if info is None and name != LAST:
@@ -374,18 +324,77 @@ def recover_at_restart(save_dir: str, new_last: bool = True) -> Optional[Checkpo
 
 
 def check_after_save(save_dir: str, saved: str) -> None:
-    """After a save: ``checkpoint_best.pt`` and ``checkpoint_last.pt`` load, and old ``*.unreadable`` go.
+    """After a save: the file it wrote loads, so do ``checkpoint_best.pt`` and ``checkpoint_last.pt``.
 
-    A name that does not load is repaired from the file it is a cut copy of (``saved``,
-    the file the save wrote first, included) or set aside with a warning; this runs
-    after every save, the last one of a run included.
+    Runs after every save, the last one of a run included. A best or last name that
+    does not load is repaired from the file it is a cut copy of (``saved``, the file the
+    save wrote first, included) or set aside with a warning; old ``*.unreadable`` go.
+
+    Raises:
+        SaveFailed: ``saved`` does not load (e.g. fairseq's retry of a write that failed
+            on a full disk appended to the partly written file). Its copies are set
+            aside and ``checkpoint_last.pt``/``checkpoint_best.pt`` made from the newest
+            checkpoints that load (:func:`recover_at_restart`) before the run stops.
     """
+    try:
+        read_state(saved, mmap=True)
+    except CheckpointError as e:
+        recover_at_restart(save_dir)
+        resume = read_info(os.path.join(save_dir, LAST))
+        then = f"; a restart resumes from {resume.path} ({resume.num_updates} updates)" if resume else ""
+        trouble = _save_trouble(save_dir) or "it did not load"
+        raise SaveFailed(f"the checkpoint save failed: {e} ({trouble}){then}") from None
     for name in (BEST, LAST):
         path = os.path.join(save_dir, name)
-        if os.path.exists(path) and read_checkpoint(path) is None:
-            candidates = (read_checkpoint(p) for p in {saved, *_checkpoint_paths(save_dir)})
+        if os.path.exists(path) and read_info(path) is None:
+            candidates = (read_info(p) for p in {saved, *checkpoint_paths(save_dir)})
             repair_or_set_aside(path, [i for i in candidates if i is not None])
     drop_superseded_unreadable(save_dir)
+
+
+def _save_trouble(save_dir: str) -> Optional[str]:
+    """What keeps ``save_dir`` from holding a new checkpoint, as far as can be seen now (None: nothing seen)."""
+    if not os.access(save_dir, os.W_OK):
+        return f"{save_dir} is read-only"
+    free = shutil.disk_usage(save_dir).free
+    if free < 16 << 20:
+        return f"no space left on the device of {save_dir} ({free} bytes free)"
+    try:
+        import resource  # POSIX only
+    except ImportError:
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft != resource.RLIM_INFINITY:
+        return f"the file size limit is {soft} bytes (ulimit -f)"
+    return None
+
+
+class RetryRefused(SaveFailed):
+    """fairseq would write a checkpoint again into the file its failed write left half-written."""
+
+
+class OneWrite:
+    """Goes into every save's ``extra_state``: a checkpoint is written in one try or not at all.
+
+    fairseq retries a ``torch.save`` that raised (``_torch_persistent_save``, 3 tries,
+    2.5 s apart) into the same open file, behind the bytes of the failed try, and then
+    renames and copies that file to ``checkpoint_best.pt``/``checkpoint_last.pt`` as if
+    it were saved. ``torch.save`` pickles this object once per try: the second time it
+    raises :class:`RetryRefused`, so the save fails as a whole (the partial ``.tmp``
+    stays, no file is renamed or copied) and the run stops with one line. It is saved
+    as an empty ``OrderedDict``, which torch's safe loader reads.
+    """
+
+    def __init__(self, save_dir: str):
+        self.save_dir = save_dir
+        self.tries = 0
+
+    def __reduce__(self):
+        self.tries += 1
+        if self.tries > 1:
+            trouble = _save_trouble(self.save_dir) or "its cause has passed"
+            raise RetryRefused(f"the write failed ({trouble}) and fairseq would retry it into the partly written file")
+        return (collections.OrderedDict, ())
 
 
 def finished_reason(
@@ -395,6 +404,7 @@ def finished_reason(
     stop_time_hours: float = 0.0,
     count_updates: bool = True,
     count_epochs: bool = True,
+    patience: int = 0,
 ) -> Optional[str]:
     """Why training resumed from ``info`` would stop before its first update, or None.
 
@@ -403,6 +413,8 @@ def finished_reason(
         max_update, max_epoch, stop_time_hours: fairseq's stopping options (0: unset).
         count_updates: False with ``--reset-optimizer`` (the update count restarts at 0).
         count_epochs: False with ``--reset-dataloader`` (the epoch restarts at 1).
+        patience: fairseq's ``--patience`` (0: unset); the count of validations without a
+            better score is the one the project's tasks save (``PATIENCE_KEY``).
     """
     if count_updates and max_update and info.num_updates >= max_update:
         return f"{info.num_updates} updates (--max-update {max_update})"
@@ -410,4 +422,54 @@ def finished_reason(
         return f"{info.next_epoch - 1} epochs (--max-epoch {max_epoch})"
     if stop_time_hours and stop_time_hours > 0 and info.training_seconds / 3600 > stop_time_hours:
         return f"{info.training_seconds / 3600:.4f} hours of training (--stop-time-hours {stop_time_hours})"
+    if patience > 0 and info.runs_without_improvement >= patience:
+        return f"{info.runs_without_improvement} validations without a better score (--patience {patience})"
     return None
+
+
+def start_training(
+    save_dir: str, is_master: bool, repair: bool = True, new_last: bool = True, **limits
+) -> Optional[CheckpointInfo]:
+    """Where a training starts, before fairseq loads ``checkpoint_last.pt``: lock, repair, stop if finished.
+
+    On the master rank the folder is locked (:func:`lock_save_dir`), checked
+    (:func:`recover_at_restart`) and its ``checkpoint_last.pt`` read; with several ranks
+    every rank waits for rank 0's answer (other nodes may not see its folder).
+
+    Args:
+        save_dir: the ``--save-dir`` folder.
+        is_master: whether this is rank 0 (the one that locks and repairs).
+        repair: check the folder and the stopping point (False: only lock it; a run that
+            resumes from a ``--restore-file`` of its own or writes asynchronously).
+        new_last: see :func:`recover_at_restart`.
+        limits: :func:`finished_reason`'s stopping options.
+
+    Returns:
+        the checkpoint training resumes from (None: it starts afresh).
+
+    Raises:
+        SaveDirBusy: another live training holds the folder.
+        TrainingFinished: the run already reached a stopping point (exit status 0; no
+            file changed).
+    """
+    import torch.distributed as dist
+
+    resume, message = None, None
+    if is_master:
+        lock_save_dir(save_dir)
+        if repair:
+            recover_at_restart(save_dir, new_last=new_last)
+            resume = read_info(os.path.join(save_dir, LAST))
+            reason = None if resume is None else finished_reason(resume, **limits)
+            if reason is not None:
+                message = f"training already finished: {resume.path} holds {reason}; nothing to train"
+                message += " (raise the limit to go on)"
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        # rank 0's folder decides for every rank (other nodes may not see it): one answer for all
+        decision = [(resume, message)]
+        dist.broadcast_object_list(decision, src=0)
+        resume, message = decision[0]
+    if message is not None:
+        logger.info(message)
+        raise TrainingFinished(message)
+    return resume

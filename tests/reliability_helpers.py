@@ -115,16 +115,19 @@ def tiny_corpus(root: Path, n_train: int, group: int = 0) -> Path:
     return preprocess_inprocess(raw, root / "bin")
 
 
+#: ``reduce_lr_on_plateau`` that halves the LR after every epoch but the first (with
+#: ``--lr-threshold 0.99`` no later validation counts as better)
+HALVING_PLATEAU = ["--lr-scheduler", "reduce_lr_on_plateau", "--lr-shrink", "0.5", "--lr-patience", "0"]
+HALVING_PLATEAU += ["--lr-threshold", "0.99"]
+
+
 def default_task() -> str:
     """The fairseq-dense training task the reliability tests use for every architecture.
 
-    ``translation_weighted`` (exact resume + simplex projection of ``on_simplex``
-    parameters, a no-op for models without them) where registered, else
-    ``translation_exact_resume``.
+    ``translation_exact_resume_simplex`` (exact resume + simplex projection of ``on_simplex``
+    parameters, a no-op for models without them).
     """
-    from fairseq.tasks import TASK_REGISTRY
-
-    return "translation_weighted" if "translation_weighted" in TASK_REGISTRY else "translation_exact_resume"
+    return "translation_exact_resume_simplex"
 
 
 def base_train_args(bin_dir: Path, save_dir: Path, arch: str, max_update: int, *extra: str) -> List[str]:
@@ -203,6 +206,7 @@ def train_inprocess(args: Sequence[str], crash_at: Optional[int] = None) -> Dict
     from fairseq import checkpoint_utils
     from fairseq_cli import train
 
+    from fairseq_dense import save_lock
     from fairseq_dense.cli.train_ddp import run_train
 
     # fairseq keeps the best validation loss on function attributes; a new process starts without
@@ -210,12 +214,17 @@ def train_inprocess(args: Sequence[str], crash_at: Optional[int] = None) -> Dict
         for attr in ("best", "num_runs"):
             if hasattr(fn, attr):
                 delattr(fn, attr)
-    with recorded_losses(crash_at) as losses:
-        try:
-            run_train(list(args))
-        except SimulatedCrash:
-            if crash_at is None:
-                raise
+    try:
+        with recorded_losses(crash_at) as losses:
+            try:
+                run_train(list(args))
+            except SimulatedCrash:
+                if crash_at is None:
+                    raise
+    finally:  # a process's save-folder locks end with it
+        for fd in save_lock._HELD.values():
+            os.close(fd)
+        save_lock._HELD.clear()
     return losses
 
 

@@ -72,10 +72,16 @@ def bad(tmp_path):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["{save}", "--num-update-checkpoints", "5"], r"--num-update-checkpoints 5: .* holds 3 checkpoint_<epoch>"),
-        (["{save}/checkpoint_1_1.pt", "{save}/checkpoint_1_2.pt"], r"checkpoint_1_2\.pt holds other parameters"),
-        (["{save}/checkpoint_1_3.pt"], r"cannot read checkpoint .*checkpoint_1_3\.pt"),
-        (["{save}/missing.pt"], r"no such checkpoint: .*missing\.pt"),
+        (
+            ["{save}", "--num-update-checkpoints", "5"],
+            r"--num-update-checkpoints 5: .* holds 3 checkpoint_<epoch>_<updates>.pt files, 5",
+        ),
+        (
+            ["{save}/checkpoint_1_1.pt", "{save}/checkpoint_1_2.pt"],
+            r"checkpoint_1_1\.pt holds other parameters than .*checkpoint_1_2\.pt",
+        ),
+        (["{save}/checkpoint_1_3.pt"], r"checkpoint_1_3\.pt: cannot be read safely as a fairseq checkpoint"),
+        (["{save}/missing.pt"], r"missing\.pt: no such checkpoint file"),
         (["{save}"], r"give one folder with --num-update-checkpoints"),
     ],
 )
@@ -87,3 +93,63 @@ def test_bad_input_gives_a_usage_error_naming_the_cause(bad, tmp_path, capsys, a
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert re.search(message, last), last
     assert not out.exists() and not (tmp_path / "avg.pt.tmp").exists()
+
+
+@pytest.fixture(scope="module")
+def update_run(data_bin, tmp_path_factory):
+    """A gru_attention_tiny run of 3 updates with a checkpoint after each."""
+    save = tmp_path_factory.mktemp("update_run") / "ckpt"
+    train = ["--optimizer", "adam", "--lr", "0.01", "--batch-size", "8", "--save-interval-updates", "1"]
+    rh.train_inprocess(rh.base_train_args(data_bin, save, "gru_attention_tiny", 3, *train))
+    return save
+
+
+@pytest.mark.slow
+def test_export_average_last_equals_average_then_export(data_bin, update_run, tmp_path):
+    """``fairseq-dense-export --average-last N`` and ``fairseq-dense-average`` then ``fairseq-dense-export``
+    write bit-identical weights: both average through ``fairseq_dense.checkpoints.average_models``."""
+    from safetensors.torch import load_file
+
+    from fairseq_dense.cli import export
+
+    save = update_run
+    common = ["--tokenizer", "none", "--data", str(data_bin)]
+    # three: a mean of two rounds alike in float32 and float64 (halving is exact), of three not
+    assert export.main([str(save), "--average-last", "3", "--update-based", "--out", str(tmp_path / "a"), *common]) == 0
+    averaged = tmp_path / "averaged.pt"
+    assert average.main([str(save), "--num-update-checkpoints", "3", "--output", str(averaged)]) == 0
+    assert export.main([str(averaged), "--out", str(tmp_path / "b"), *common]) == 0
+    a, b = (load_file(str(tmp_path / d / "model.safetensors")) for d in "ab")
+    assert list(a) == list(b)
+    for name in a:
+        assert a[name].dtype == b[name].dtype and torch.equal(a[name], b[name]), name
+    c1, c2 = (rh.load_checkpoint(p)["model"] for p in _update_checkpoints(save)[:2])
+    assert any(not torch.equal(c1[k], c2[k]) for k in a), "the checkpoints are equal: the test proves nothing"
+
+
+@pytest.mark.slow
+def test_export_force_swaps_the_folder_and_removes_what_killed_exports_left(data_bin, update_run, tmp_path):
+    """``--force`` swaps the new export with the old one in one step (``renameat2``), so ``--out`` always
+    holds one of them; the temporary folders of an export killed midway are removed by the next one."""
+    import json
+
+    from fairseq_dense.cli import export
+    from fairseq_dense.hub.export import swap_paths
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    (a / "f").write_text("a"), (b / "f").write_text("b")
+    swap_paths(a, b)
+    assert (a / "f").read_text() == "b" and (b / "f").read_text() == "a"
+
+    out = tmp_path / "model"
+    common = ["--tokenizer", "none", "--data", str(data_bin), "--out", str(out)]
+    assert export.main([str(update_run / "checkpoint_1_1.pt"), *common]) == 0
+    killed = [tmp_path / ".model.export-abc123", tmp_path / ".model.export-old-99"]  # a killed export's folders
+    for leftover in killed:
+        leftover.mkdir()
+        (leftover / "config.json").write_text("{}")
+    assert export.main([str(update_run / "checkpoint_1_3.pt"), *common]) == 1  # not without --force
+    assert export.main([str(update_run / "checkpoint_1_3.pt"), *common, "--force"]) == 0
+    assert json.loads((out / "config.json").read_text())["checkpoints"] == ["checkpoint_1_3.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "model"]

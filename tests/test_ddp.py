@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -169,3 +170,99 @@ def test_console_launcher_end_to_end(arch, tmp_path):
         rh.load_checkpoint(save / "checkpoint_last.pt")["model"],
     )
     assert diff <= 1e-5
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _children(pid: int):
+    """Process ids whose parent is ``pid`` (Linux /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def _two_nodes(train_args, port):
+    """Two ``fairseq-dense-train-ddp`` launchers on this machine: nodes 0 and 1, one CPU process each."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "fairseq_dense.cli.train_ddp", "--nnodes", "2", "--node-rank", str(rank)]
+            + ["--master-addr", "127.0.0.1", "--master-port", str(port), "--nproc", "1", *train_args],
+            cwd=helpers.REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        for rank in (0, 1)
+    ]
+
+
+def _finish(nodes, timeout=300):
+    outs = []
+    for node in nodes:
+        try:
+            outs.append(node.communicate(timeout=timeout)[0])
+        except subprocess.TimeoutExpired:
+            os.killpg(node.pid, 9)
+            outs.append(node.communicate()[0])
+    return outs
+
+
+def test_two_nodes_on_one_machine_train_as_one_process_and_resume_after_a_kill(tmp_path):
+    """``--nnodes 2`` with node ranks 0 and 1 (static rendezvous on 127.0.0.1, gloo, one CPU
+    process per node) trains the model one process trains with the double batch; after a
+    SIGKILL of node 1's training process and a restart of both launchers the run resumes
+    and ends with the uninterrupted two-node run's checkpoint, bit for bit."""
+    from fairseq_dense.checkpoints import read_info
+    from fairseq_dense.resume import newest_loadable_checkpoint
+
+    arch, updates = "gru_attention_tiny", 6
+    bin_dir = rh.tiny_corpus(tmp_path / "data", n_train=2 * B)  # an epoch is one update: a save after each
+
+    def args(save, batch):
+        return rh.base_train_args(
+            bin_dir, save, arch, updates, *OPT, "--batch-size", str(batch), *rh.zero_dropout_args(arch)
+        )
+
+    uninterrupted = _two_nodes(args(tmp_path / "two", B), _free_port())
+    rh.train_inprocess(args(tmp_path / "one", 2 * B))  # while the nodes start
+    outs = _finish(uninterrupted)
+    assert [n.returncode for n in uninterrupted] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
+    two = rh.load_checkpoint(tmp_path / "two" / "checkpoint_last.pt")
+    assert two["cfg"]["distributed_training"]["distributed_world_size"] == 2
+    assert rh.max_abs_diff(rh.load_checkpoint(tmp_path / "one" / "checkpoint_last.pt")["model"], two["model"]) <= 1e-5
+
+    save = tmp_path / "killed"
+    nodes = _two_nodes(args(save, B), _free_port())
+    deadline = time.monotonic() + 300
+    while (info := read_info(str(save / "checkpoint_last.pt"))) is None or info.num_updates < 2:
+        assert time.monotonic() < deadline and all(n.poll() is None for n in nodes), "the two nodes did not train"
+        time.sleep(0.05)
+    (worker,) = _children(nodes[1].pid)  # node 1's only training process
+    os.kill(worker, 9)
+    outs = _finish(nodes, timeout=60)  # node 0 fails at its next all-reduce (or is killed after 60 s)
+    assert nodes[1].returncode != 0, outs[1][-3000:]
+    _, newest = newest_loadable_checkpoint(str(save), exclude="")
+    assert newest < updates, "the kill came after the run ended"
+    restarted = _two_nodes(args(save, B), _free_port())
+    outs = _finish(restarted)
+    assert [n.returncode for n in restarted] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
+    assert f"@ {newest} updates)" in outs[0], outs[0][-3000:]  # "Loaded checkpoint ... (epoch E @ U updates)"
+    rh.assert_tensors_identical(
+        rh.deterministic_parts(two), rh.deterministic_parts(rh.load_checkpoint(save / "checkpoint_last.pt")), arch
+    )

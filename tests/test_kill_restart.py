@@ -1,17 +1,19 @@
 """SIGKILL a real training process at several moments, inside saves too, and restart it each time.
 
-One ``translation_weighted`` run of ``gru_attention_tiny`` (30 updates, a save every 3
-updates and at every epoch end, validation at each save) is killed six times and started
+One ``translation_exact_resume_simplex`` run of ``gru_attention_tiny`` (30 updates, a save every 3
+updates and at every epoch end, validation at each save, ``reduce_lr_on_plateau``) is killed seven times and started
 again with the same command line after each kill:
 
 1. inside ``torch.save`` of a save's first file (a partial ``checkpoint_1_6.pt.tmp``);
-2. inside fairseq's copy of a new best to ``checkpoint_best.pt`` (cut at 40%);
-3. inside the copy to ``checkpoint_last.pt`` (cut at 30%);
-4. right after the copy to ``checkpoint_best.pt`` opened its file (0 bytes);
-5. between a save's first file and its copies (a new best not yet copied anywhere);
-6. at whatever moment the kill lands after update 23 (not paused: the process runs on).
+2. as epoch 2 begins, right after epoch 1's save and fairseq's ``reduce_lr_on_plateau`` step
+   (the resume must make that step again: the LR halves after epoch 2 only if it did);
+3. inside fairseq's copy of a new best to ``checkpoint_best.pt`` (cut at 40%);
+4. inside the copy to ``checkpoint_last.pt`` (cut at 30%);
+5. right after the copy to ``checkpoint_best.pt`` opened its file (0 bytes);
+6. between a save's first file and its copies (a new best not yet copied anywhere);
+7. at whatever moment the kill lands two updates after the last of those (not paused: the process runs on).
 
-For the first five the process stops itself at that point (``SIGSTOP``, after the bytes
+For the first six the process stops itself at that point (``SIGSTOP``, after the bytes
 written so far are flushed) and the test sends ``SIGKILL``. Each restart must resume from
 the newest save that finished before the kill (its "Loaded checkpoint" line), say what it
 removed, repaired or set aside, and the finished run must hold the same final and best
@@ -20,7 +22,7 @@ checkpoints, bit for bit, as an uninterrupted run; every ``checkpoint*.pt`` load
 ``fairseq-train`` command trains nothing and changes no file.
 
 The runs are processes forked from a server that imported fairseq once
-(``multiprocessing``'s forkserver), so the eight runs cost one import.
+(``multiprocessing``'s forkserver), so the nine runs cost one import.
 """
 
 import io
@@ -67,6 +69,7 @@ def _args(data: Path, save: Path):
         str(SAVE_EVERY),
         "--max-tokens-valid",
         "200",
+        *rh.HALVING_PLATEAU,
     )
     args.remove("--no-epoch-checkpoints")  # epoch checkpoints too: the newest save may have any name
     return [str(a) for a in args]
@@ -96,6 +99,15 @@ def _arm(moment, conn, now):
         return out
 
     Trainer.train_step = train_step
+    if moment and moment[0] == "epoch":
+        begin = Trainer.begin_epoch
+
+        def begin_epoch(self, epoch):
+            if epoch == moment[1]:  # after the end-of-epoch save and fairseq's lr_step for the epoch before
+                _pause(conn, ("epoch", epoch, now["updates"]))
+            return begin(self, epoch)
+
+        Trainer.begin_epoch = begin_epoch
     if moment and moment[0] == "write":
         _, at, fraction = moment
         save = torch.save
@@ -223,20 +235,21 @@ def test_sigkill_at_any_moment_then_restart(tmp_path):
     ctx.set_forkserver_preload([__name__])
     ref, save = tmp_path / "uninterrupted", tmp_path / "killed"
     assert _run(ctx, _args(data, ref), tmp_path / "uninterrupted.log") == ("done",)
-    bests = [u for u in _new_bests(ref) if 6 < u < 23]
+    bests = [u for u in _new_bests(ref) if 9 < u < MAX_UPDATE - 2]
     # a best copy cut, then checkpoint_last.pt cut at the next save (and one whole save after that
-    # restart), then two later best copies
+    # restart), then the next two new bests, then a kill wherever it lands two updates later
     b1 = bests[0]
     b2 = min((u for u in bests if u > b1 + 2 * SAVE_EVERY), default=None)
-    b3 = max(bests)
-    assert b2 is not None and b3 > b2, f"the reference run's new bests do not fit the moments: {bests}"
+    b3 = min((u for u in bests if b2 is not None and u > b2), default=None)
+    assert b2 is not None and b3 is not None, f"the reference run's new bests do not fit the moments: {bests}"
     moments = [
         ("write", 6, 0.5),
+        ("epoch", 2),
         ("copy", BEST, b1, 0.4),
         ("copy", LAST, b1 + 1, 0.3),
         ("copy", BEST, b2, 0.0),
         ("copy", BEST, b3, None),
-        ("update", 23),
+        ("update", b3 + 2),
         None,
     ]
     args = _args(data, save)
@@ -275,6 +288,8 @@ def test_sigkill_at_any_moment_then_restart(tmp_path):
                 expect = [f"{BEST} holds", "but the best validation score so far is"]
             if dst.name != LAST:
                 expect.append(f"{save / LAST} holds")  # checkpoint_last.pt is older: replaced by the newer save
+        elif kind == "epoch":  # right after epoch 1's save: the resume must make that epoch's LR step
+            assert report[2] == resume == 8, (report, resume)
         else:
             assert kind == "update" and resume <= MAX_UPDATE
 

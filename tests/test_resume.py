@@ -15,7 +15,7 @@ Per architecture, in this process (no extra fairseq import):
 Dropout stays on (fairseq reseeds with ``seed + num_updates`` every update), the
 optimizer is Adam (moments in the checkpoint) and the LR scheduler is
 ``reduce_lr_on_plateau`` with validation every epoch (plateau state in the
-checkpoint). The task is ``translation_exact_resume`` (or ``translation_weighted``,
+checkpoint). The task is ``translation_exact_resume`` (or ``translation_exact_resume_simplex``,
 built on it; :func:`reliability_helpers.default_task`): with fairseq's own
 ``translation`` task a resumed run batches equal-length sentences differently
 (see ``fairseq_dense/tasks/translation_exact_resume.py``), which
@@ -28,7 +28,14 @@ import shutil
 import pytest
 import torch
 
-from fairseq_dense.resume import CheckpointInfo, TrainingFinished, finished_reason, recover_at_restart
+from fairseq_dense.resume import (
+    CheckpointInfo,
+    SaveFailed,
+    TrainingFinished,
+    check_after_save,
+    finished_reason,
+    recover_at_restart,
+)
 from tests import reliability_helpers as rh
 
 pytestmark = pytest.mark.slow
@@ -359,3 +366,58 @@ def test_finished_reason():
     assert finished_reason(info, max_epoch=2, count_epochs=False) is None  # --reset-dataloader
     assert finished_reason(info, stop_time_hours=1.5) == "2.0000 hours of training (--stop-time-hours 1.5)"
     assert finished_reason(info, stop_time_hours=2.5) is None
+
+
+@pytest.mark.parametrize(
+    "schedule, epochs, crash_at",
+    [
+        (rh.HALVING_PLATEAU, 3, 6),
+        (["--lr-scheduler", "inverse_sqrt", "--warmup-updates", "2"], 3, 6),
+        (["--lr-scheduler", "fixed"], 3, 6),
+        (["--lr-scheduler", "convs2s_anneal", "--lr-shrink", "0.5"], 3, 6),  # its previous loss is in its state
+        # --lr-patience 1, killed mid-epoch 3: the plateau's count of bad epochs must survive the resume
+        ([*rh.HALVING_PLATEAU, "--lr-patience", "1"], 4, 7),
+    ],
+    ids=["plateau-epoch-end", "inverse_sqrt-epoch-end", "fixed-epoch-end", "convs2s-epoch-end", "plateau-patience-mid"],
+)
+def test_resume_keeps_every_lr_scheduler_step(schedule, epochs, crash_at, data_bin, tmp_path):
+    """fairseq saves the end-of-epoch checkpoint before ``lr_step(epoch, val_loss)`` and on load
+    steps without the loss, and leaves the plateau's count of bad epochs out of the checkpoint;
+    the project's tasks give the resumed run both back."""
+    arch = rh.tiny_archs()[0]
+    extra = ["--optimizer", "adam", "--lr", "0.003", "--batch-size", "8", "--max-tokens-valid", "200"]
+    extra += ["--save-interval-updates", "1", *schedule]
+    per_epoch = N_TRAIN // 8
+    total = epochs * per_epoch
+    full = rh.train_inprocess(rh.base_train_args(data_bin, tmp_path / "full", arch, total, *extra))
+    cut = rh.base_train_args(data_bin, tmp_path / "cut", arch, total, *extra)
+    rh.train_inprocess(cut, crash_at=crash_at)
+    mid = rh.load_checkpoint(tmp_path / "cut" / "checkpoint_last.pt")
+    assert mid["optimizer_history"][-1]["num_updates"] == crash_at
+    assert (mid["extra_state"]["train_iterator"]["iterations_in_epoch"] == 0) == (crash_at % per_epoch == 0)
+    second = rh.train_inprocess(cut)
+    assert sorted(second) == list(range(crash_at + 1, total + 1))
+    ref = rh.load_checkpoint(tmp_path / "full" / "checkpoint_last.pt")
+    resumed = rh.load_checkpoint(tmp_path / "cut" / "checkpoint_last.pt")
+    if schedule[1] == "reduce_lr_on_plateau":  # the final save comes before the last epoch's step
+        lrs = [g["lr"] for g in ref["last_optimizer_state"]["param_groups"]]
+        assert lrs == [0.003 * 0.5], "the uninterrupted run should have halved the LR once"
+    for u in second:
+        assert second[u] == full[u], f"update {u}: loss {second[u]} != uninterrupted {full[u]}"
+    rh.assert_tensors_identical(rh.deterministic_parts(ref), rh.deterministic_parts(resumed), arch)
+
+
+def test_a_saved_file_that_does_not_load_stops_the_run(saved_run, tmp_path):
+    """The check after every save: a first file that does not load (and its copies) is set aside,
+    ``checkpoint_last.pt``/``checkpoint_best.pt`` come from the newest that load, and the run stops."""
+    save = _copy_of(saved_run, tmp_path)
+    saved = save / "checkpoint_2_4.pt"
+    broken = b"bytes of a failed try" + saved.read_bytes()
+    for path in (saved, save / "checkpoint_best.pt", save / "checkpoint_last.pt"):
+        path.write_bytes(broken)
+    with pytest.raises(SaveFailed) as stopped:
+        check_after_save(str(save), str(saved))
+    assert str(stopped.value).startswith(f"the checkpoint save failed: {saved}: cannot be read safely")
+    assert str(stopped.value).endswith(f"a restart resumes from {save / 'checkpoint_last.pt'} (2 updates)")
+    assert _updates(save / "checkpoint_last.pt") == 2 and (save / "checkpoint_2_4.pt.unreadable").exists()
+    assert not saved.exists()

@@ -700,7 +700,7 @@ def count_params(pair: str, which: str) -> int:
     args = options.parse_args_and_arch(parser, [data_bin(), *COMMON, *options(pair, which), "--lr", "1e-3"])
     cfg = convert_namespace_to_omegaconf(args)
     task = tasks.setup_task(cfg.task)
-    return sum(p.numel() for p in task.build_model(cfg.model, from_checkpoint=True).parameters())  # no recovery run
+    return sum(p.numel() for p in task.build_model(cfg.model).parameters())
 
 
 def pair(name: str, options=()) -> None:

@@ -37,16 +37,12 @@ def read_checkpoint(path: str) -> dict:
     """``{"path", "num_updates", "weights": {name: [floats]}}`` of one checkpoint.
 
     Raises:
-        FileNotFoundError: if ``path`` does not exist.
-        ValueError: if it holds no kappa/alpha parameters.
+        ValueError: ``path`` is missing or not a checkpoint
+            (:class:`~fairseq_dense.checkpoints.CheckpointError`), or holds no kappa/alpha parameters.
     """
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no such checkpoint: {path}")
-    from fairseq import checkpoint_utils
+    from fairseq_dense.checkpoints import read_state
 
-    import fairseq_dense  # noqa: F401  (safe-loading setup for fairseq checkpoints)
-
-    state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    state = read_state(path)
     weights = {
         k: [float(x) for x in v.float().reshape(-1)]
         for k, v in state["model"].items()
@@ -110,7 +106,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     apply_threads()
     try:
         series = dump(args.checkpoints)
-    except (FileNotFoundError, ValueError) as e:
+    except ValueError as e:
         parser.error(str(e))
     out_dir = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(out_dir, exist_ok=True)

@@ -194,18 +194,10 @@ class TrainLog:
 def checkpoint_state(save_dir: str) -> Tuple[int, float]:
     """``(updates, training seconds)`` stored in ``save_dir``'s ``checkpoint_last.pt``
     (``(0, 0.0)`` when there is none, or it cannot be read)."""
-    path = os.path.join(save_dir, "checkpoint_last.pt")
-    if not os.path.isfile(path):
-        return 0, 0.0
-    from fairseq import checkpoint_utils
+    from fairseq_dense.checkpoints import LAST, read_info
 
-    try:
-        state = checkpoint_utils.load_checkpoint_to_cpu(path)
-    except Exception:  # unreadable: fairseq-train reports it when it tries to resume
-        return 0, 0.0
-    history = state.get("optimizer_history") or [{}]
-    extra = state.get("extra_state") or {}
-    return int(history[-1].get("num_updates", 0)), float(extra.get("previous_training_time", 0.0))
+    info = read_info(os.path.join(save_dir, LAST))  # unreadable: fairseq-train reports it when it tries to resume
+    return (0, 0.0) if info is None else (info.num_updates, info.training_seconds)
 
 
 def previous_training_seconds(save_dir: str) -> float:

@@ -109,14 +109,51 @@ def run_train(train_args: Sequence[str]) -> None:
     distributed_utils.call_main(cfg, train.main)
 
 
+def _broadcast_globals() -> list:
+    """What fairseq's resume under data parallelism sends through ``torch.load``, besides tensors.
+
+    Rank 0 reads the checkpoint and sends its state to the other ranks with
+    ``distributed_utils.broadcast_object``: ``torch.save``, then ``torch.load`` with
+    torch's safe loader (``weights_only``, the default since torch 2.6), which refuses
+    the ``cfg`` that fairseq has turned into an OmegaConf ``DictConfig`` by then: every
+    rank but 0 failed to resume. These classes are allowed while a rank trains (not in
+    any other process, nor for any other load): the state comes from rank 0's own
+    checkpoint.
+    """
+    import collections
+    import typing
+
+    from fairseq.distributed.utils import _TensorPlaceholder  # what stands for each tensor sent apart
+    from omegaconf import DictConfig, ListConfig
+    from omegaconf.base import ContainerMetadata, Metadata
+    from omegaconf.nodes import AnyNode
+
+    return [
+        _TensorPlaceholder,
+        DictConfig,
+        ListConfig,
+        ContainerMetadata,
+        Metadata,
+        AnyNode,
+        typing.Any,
+        collections.defaultdict,
+        dict,
+        list,
+        int,
+    ]
+
+
 def rank_main(train_args: Sequence[str], backend: Optional[str] = None) -> None:
     """Entry point of one torchrun worker: train with the distributed flags of this rank."""
+    import torch
+
     try:
         rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     except KeyError as e:
         raise SystemExit(f"fairseq-dense-train-ddp: {e.args[0]} is not set; start workers through torchrun")
-    run_train(distributed_args(train_args, rank, world_size, local_rank, backend))
+    with torch.serialization.safe_globals(_broadcast_globals()):
+        run_train(distributed_args(train_args, rank, world_size, local_rank, backend))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,17 +7,20 @@ checked with the loader's rules (:func:`fairseq_dense.hub.schema.check_config`)
 before any model is built. The directory is written to a temporary sibling with
 its ``SHA256SUMS``, verified by loading it back with
 :func:`fairseq_dense.hub.loading.load_model`, and only then moved into place, so
-nothing half-written is left behind. The text preparation of the training data
+nothing half-written is left behind; ``force`` swaps it with the old export in one
+step (:func:`swap_paths`), and the next export removes what a killed one left. The text preparation of the training data
 (Moses options, punctuation normalisation, lower-casing) is recorded in the
 config: from ``fairseq-dense-prepare``'s record beside the dictionaries
 (``text_preparation.json``) and the options given.
 """
 
+import ctypes
 import enum
+import errno
+import glob
 import json
 import logging
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -26,6 +29,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 import fairseq_dense
+from fairseq_dense import checkpoints
 from fairseq_dense.hub.errors import PretrainedModelError, describe, one_line, safe_name, shown
 from fairseq_dense.hub.files import (
     BPE_CODES_NAME,
@@ -53,9 +57,6 @@ from fairseq_dense.hub.weights import tied_names
 
 logger = logging.getLogger(__name__)
 
-_EPOCH_RE = re.compile(r"checkpoint(\d+)\.pt$")
-_UPDATE_RE = re.compile(r"checkpoint_\d+_(\d+)\.pt$")
-
 
 def select_checkpoints(
     paths: Sequence[Union[str, Path]], average_last: Optional[int] = None, update_based: bool = False
@@ -75,14 +76,10 @@ def select_checkpoints(
         return paths
     if len(paths) != 1 or not paths[0].is_dir():
         raise PretrainedModelError(f"--average-last needs one checkpoint directory, got {[str(p) for p in paths]}")
-    pattern = _UPDATE_RE if update_based else _EPOCH_RE
-    found = sorted((int(m.group(1)), p) for p in paths[0].iterdir() for m in [pattern.search(p.name)] if m)
-    if len(found) < average_last:
-        raise PretrainedModelError(
-            f"{paths[0]}: --average-last {average_last} needs {average_last} "
-            f"{'checkpoint_E_U.pt' if update_based else 'checkpointE.pt'} files, found {len(found)}"
-        )
-    return [p for _, p in found[-average_last:]]
+    try:
+        return [Path(p) for p in checkpoints.last_checkpoints(str(paths[0]), average_last, update_based)]
+    except checkpoints.CheckpointError as err:
+        raise PretrainedModelError(f"--average-last {average_last} needs {average_last} checkpoints: {err}") from None
 
 
 def read_checkpoint(path: Path) -> Dict[str, Any]:
@@ -97,15 +94,9 @@ def read_checkpoint(path: Path) -> Dict[str, Any]:
         each a flat dict of option values.
     """
     try:
-        with open(path, "rb") as f:
-            state = torch.load(f, map_location="cpu", weights_only=True)
-    except (Exception, SystemExit) as err:
-        raise PretrainedModelError(
-            f"{path}: cannot be read safely as a fairseq checkpoint ({type(err).__name__}: "
-            f"{one_line(str(err).splitlines()[0] if str(err) else '', 160)})"
-        ) from None
-    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
-        raise PretrainedModelError(f"{path}: not a fairseq checkpoint (no 'model' state dict)")
+        state = checkpoints.read_state(str(path))
+    except checkpoints.CheckpointError as err:
+        raise PretrainedModelError(one_line(err, 300)) from None
     for name, value in state["model"].items():
         if not isinstance(name, str) or not isinstance(value, torch.Tensor):
             raise PretrainedModelError(f"{path}: 'model' entry '{safe_name(name)}' is not a named tensor")
@@ -132,24 +123,6 @@ def _plain(node, path: Path, key: str) -> Dict[str, Any]:
     if not isinstance(node, dict):
         raise PretrainedModelError(f"{path}: checkpoint configuration '{key}' is not a mapping")
     return dict(node)
-
-
-def average_states(states: List[Dict[str, torch.Tensor]], paths: List[Path]) -> Dict[str, torch.Tensor]:
-    """Element-wise mean of floating-point tensors; other tensors come from the last state."""
-    if len(states) == 1:
-        return dict(states[0])
-    keys = list(states[-1])
-    for state, path in zip(states, paths):
-        if set(state) != set(keys):
-            raise PretrainedModelError(f"{path}: its parameters differ from {paths[-1]}; cannot average them")
-    out = {}
-    for k in keys:
-        last = states[-1][k]
-        if torch.is_floating_point(last):
-            out[k] = (sum(s[k].double() for s in states) / len(states)).to(last.dtype)
-        else:
-            out[k] = last.clone()
-    return out
 
 
 def _jsonable(value):
@@ -323,7 +296,9 @@ def export_checkpoint(
     }
     check_config(config, paths[-1])  # the same rules as loading, before any model code runs
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    for leftover in out_dir.parent.glob(f".{glob.escape(out_dir.name)}{EXPORT_TMP_MARK}*"):
+        shutil.rmtree(leftover, ignore_errors=True)  # of an export killed before it finished
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}{EXPORT_TMP_MARK}", dir=out_dir.parent))
     try:
         for side, path in dict_files.items():
             shutil.copyfile(path, tmp / config["dictionaries"][side]["file"])
@@ -342,12 +317,39 @@ def export_checkpoint(
             _write_pickle(tmp / PICKLE_NAME, last, weights)
         _make_readable(tmp)
         if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
+            swap_paths(tmp, out_dir)  # the old export is now at tmp, removed below
+        else:
+            os.replace(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     logger.info("exported %s (%d checkpoint(s)) to %s", arch, len(paths), shown(out_dir))
     return out_dir
+
+
+#: in the names of an export's temporary folders (``.<out>.export-*`` beside ``--out``)
+EXPORT_TMP_MARK = ".export-"
+
+
+def swap_paths(a: Path, b: Path) -> None:
+    """Exchange ``a`` and ``b`` so that ``b`` is at every moment the old or the new one.
+
+    Linux's ``renameat2(RENAME_EXCHANGE)`` swaps them in one step. Where the system or
+    the file system does not offer it, ``b`` is moved aside and ``a`` renamed in (for
+    a moment ``b`` is missing; the moved-aside folder carries the temporary mark, so
+    the next export removes it if a kill came in between), then the old one goes to ``a``.
+    """
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is not None:
+        at_fdcwd, rename_exchange = -100, 2
+        if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+            raise OSError(err, os.strerror(err), str(b))
+    aside = b.parent / f".{b.name}{EXPORT_TMP_MARK}old-{os.getpid()}"
+    os.replace(b, aside)
+    os.replace(a, b)
+    os.replace(aside, a)
 
 
 def _make_readable(directory: Path) -> None:
@@ -383,7 +385,10 @@ def _write_weights(tmp: Path, config, dictionaries, states, paths, fp16: bool) -
     """
     from safetensors.torch import save_file
 
-    averaged = average_states([s["model"] for s in states], paths)
+    try:
+        averaged = checkpoints.average_models([s["model"] for s in states], [str(p) for p in paths])
+    except checkpoints.CheckpointError as err:
+        raise PretrainedModelError(one_line(err, 300)) from None
     cfg, _, model = build_model(config, dictionaries, where=shown(paths[-1]))
     expected = model.state_dict()
     for name, tensor in averaged.items():

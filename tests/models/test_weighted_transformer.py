@@ -15,7 +15,7 @@ from fairseq.trainer import Trainer
 import fairseq_dense  # noqa: F401
 from fairseq_dense.models.weighted_transformer import WeightedTransformerModel
 from fairseq_dense.modules.simplex import is_on_simplex, project_onto_simplex
-from fairseq_dense.tasks.translation_weighted import TranslationWeightedTask
+from fairseq_dense.tasks.translation_exact_resume_simplex import TranslationExactResumeSimplexTask
 from tests import helpers
 
 TINY = [
@@ -379,7 +379,7 @@ def make_trainer(*flags):
     )
     cfg = convert_namespace_to_omegaconf(args)
     torch.manual_seed(0)
-    task = TranslationWeightedTask(cfg.task, d, d)
+    task = TranslationExactResumeSimplexTask(cfg.task, d, d)
     model = task.build_model(cfg.model)
     trainer = Trainer(cfg, task, model, task.build_criterion(cfg.criterion))
     return trainer, model, d
@@ -391,7 +391,7 @@ def samples(d, n, seed):
 
 def test_projection_after_real_updates_with_update_freq_2(monkeypatch):
     trainer, model, d = make_trainer("--update-freq", "2", "--group-lr-scale", "branch=0.5")
-    import fairseq_dense.tasks.translation_weighted as tw
+    import fairseq_dense.tasks.translation_exact_resume_simplex as tw
 
     seen = []
     real = tw.project_parameters_after_step
@@ -466,7 +466,7 @@ def test_bf16_master_weights_are_projected():
     )
     cfg = convert_namespace_to_omegaconf(args)
     torch.manual_seed(0)
-    task = TranslationWeightedTask(cfg.task, d, d)
+    task = TranslationExactResumeSimplexTask(cfg.task, d, d)
     model = task.build_model(cfg.model).to(torch.bfloat16)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = optim.FP16Optimizer.build_optimizer(cfg, params)
@@ -634,7 +634,7 @@ def test_half_precision_under_another_task_is_refused_at_once():
     model = TranslationTask(cfg.task, d, d).build_model(cfg.model).to(torch.bfloat16)
     with pytest.raises(ValueError, match="train with --task translation_weighted"):
         model.set_num_updates(0)  # what the first train_step does first
-    hooked = TranslationWeightedTask(cfg.task, d, d).build_model(cfg.model).to(torch.bfloat16)
+    hooked = TranslationExactResumeSimplexTask(cfg.task, d, d).build_model(cfg.model).to(torch.bfloat16)
     hooked.set_num_updates(0)
     off = parse("--dropout", "0", "--no-simplex", *TINY, task="translation")
     plain = TranslationTask(cfg.task, d, d).build_model(convert_namespace_to_omegaconf(off).model)

@@ -1,4 +1,4 @@
-"""``translation_weighted``: translation that keeps simplex-constrained weights on the simplex.
+"""``translation_exact_resume_simplex``: exact resume, plus the post-step simplex projection.
 
 The Weighted Transformer (Ahmed et al., 2017, https://arxiv.org/abs/1711.02132)
 replaces its branch weights kappa and alpha by their Euclidean projection onto the
@@ -7,10 +7,12 @@ probability simplex after every optimizer step. fairseq calls
 (also with ``--update-freq``, under data-parallel training and with fp16/bf16), so
 this task projects there, on the weights the optimizer keeps (fp32 master copies
 included; see :func:`fairseq_dense.modules.simplex.project_parameters_after_step`).
-It works for any model whose parameters carry ``on_simplex = True``.
+It works for any model whose parameters carry ``on_simplex = True``; for the others
+it is :class:`~fairseq_dense.tasks.translation_exact_resume.TranslationExactResumeTask`
+(fairseq's ``translation`` with exact resume and a kill-proof save folder).
 
-Everything else is :class:`~fairseq_dense.tasks.translation_exact_resume.TranslationExactResumeTask`
-(fairseq's ``translation`` with batches that do not depend on where a run was resumed).
+``translation_weighted`` is its earlier name, still registered: checkpoints and
+command lines that name it keep working.
 """
 
 from fairseq.tasks import register_task
@@ -24,9 +26,9 @@ from fairseq_dense.modules.simplex import (
 from fairseq_dense.tasks.translation_exact_resume import TranslationExactResumeConfig, TranslationExactResumeTask
 
 
-@register_task("translation_weighted", dataclass=TranslationExactResumeConfig)
-class TranslationWeightedTask(TranslationExactResumeTask):
-    """Translation plus the post-step simplex projection of ``on_simplex`` parameters.
+@register_task("translation_exact_resume_simplex", dataclass=TranslationExactResumeConfig)
+class TranslationExactResumeSimplexTask(TranslationExactResumeTask):
+    """Translation with exact resume plus the post-step simplex projection of ``on_simplex`` parameters.
 
     Args:
         cfg: :class:`TranslationExactResumeConfig` (all ``translation`` options apply).
@@ -47,3 +49,8 @@ class TranslationWeightedTask(TranslationExactResumeTask):
         super().optimizer_step(optimizer, model, update_num)
         if simplex_parameters(model):
             project_parameters_after_step(model, optimizer)
+
+
+@register_task("translation_weighted", dataclass=TranslationExactResumeConfig)
+class TranslationWeightedTask(TranslationExactResumeSimplexTask):
+    """``translation_exact_resume_simplex`` under its earlier name (saved checkpoints and commands name it)."""

@@ -1,0 +1,202 @@
+"""fairseq checkpoint files, in one place: their names, the one reader, last-N selection, averaging.
+
+Every part of fairseq-dense that reads a training checkpoint goes through this module:
+the restart checks (:mod:`fairseq_dense.resume`), ``fairseq-dense-export``
+(:mod:`fairseq_dense.hub.export`), ``fairseq-dense-average`` and the quick-start. Files
+are read with torch's safe ``weights_only`` loader only (fairseq's checkpoints hold an
+``argparse.Namespace``, which ``import fairseq_dense`` allows; nothing else is unpickled).
+Files written here are written to ``<name>.tmp`` and renamed into place, so a kill leaves
+either the old file or the new one.
+"""
+
+import collections
+import glob
+import os
+import re
+import shutil
+import zipfile
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+from fairseq_dense.validation import FairseqDenseError
+
+LAST = "checkpoint_last.pt"
+BEST = "checkpoint_best.pt"
+#: suffix of the temporary file of an atomic write (fairseq's too)
+TMP_SUFFIX = ".tmp"
+#: names fairseq-train writes: last, best, epoch, interval and ``--keep-best-checkpoints`` files
+FAIRSEQ_NAME = re.compile(r"^checkpoint(_last|_best|\d+|_\d+_\d+|\.best_.+)\.pt$")
+#: the full training states a run may resume from (``checkpoint.best_*`` are copies of them)
+RESUMABLE_NAME = re.compile(r"^checkpoint(_last|_best|\d+|_\d+_\d+)\.pt$")
+#: ``extra_state`` key of the project's tasks: validations since the best score (``--patience``)
+PATIENCE_KEY = "fairseq_dense_patience"
+#: ``extra_state`` key of :class:`fairseq_dense.resume.OneWrite` (an empty dict once saved)
+ONE_WRITE_KEY = "fairseq_dense_one_write"
+#: ``checkpoint<epoch>.pt`` (end of an epoch) and ``checkpoint_<epoch>_<updates>.pt`` (``--save-interval-updates``)
+EPOCH_NAME = re.compile(r"^checkpoint(\d+)\.pt$")
+UPDATE_NAME = re.compile(r"^checkpoint_\d+_(\d+)\.pt$")
+
+
+class CheckpointError(FairseqDenseError, ValueError):
+    """A file that is not a readable fairseq checkpoint, or checkpoints that cannot be combined."""
+
+
+def read_state(path: str, mmap: bool = False) -> dict:
+    """The state a fairseq checkpoint holds, read with torch's ``weights_only`` loader on the CPU.
+
+    Args:
+        path: the checkpoint file.
+        mmap: memory-map the tensors (not read until used); zip checkpoints only.
+
+    Raises:
+        CheckpointError: one line naming ``path`` and why it cannot be read (missing, cut
+            short or not a torch checkpoint, no ``"model"`` state dict).
+    """
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap and zipfile.is_zipfile(path))
+    except Exception as e:  # a cut copy, a file of something else, a pickle that is not only weights
+        first = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
+        raise CheckpointError(
+            f"{path}: cannot be read safely as a fairseq checkpoint ({type(e).__name__}: {first})"
+        ) from None
+    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
+        raise CheckpointError(f"{path}: not a fairseq checkpoint (no 'model' state dict)")
+    return state
+
+
+@dataclass
+class CheckpointInfo:
+    """The counters of a checkpoint that loads (what restarts, selection and the quick-start read)."""
+
+    path: str
+    num_updates: int
+    val_loss: Optional[float]  # the validation score saved with it (None: not validated)
+    best: Optional[float]  # the best validation score so far (fairseq's ``extra_state["best"]``)
+    next_epoch: int  # the epoch training continues in (``train_iterator["epoch"]``)
+    training_seconds: float  # fairseq's cumulative training time
+    size: int
+    mtime_ns: int
+    runs_without_improvement: int = 0  # validations since the best score (saved by the project's tasks)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+
+def read_info(path: str) -> Optional[CheckpointInfo]:
+    """The :class:`CheckpointInfo` of ``path``, or None if it does not load (tensors memory-mapped, not read)."""
+    try:
+        st = os.stat(path)
+        state = read_state(path, mmap=True)
+    except (OSError, CheckpointError):  # a file gone meanwhile too
+        return None
+    history = state.get("optimizer_history") or [{}]
+    extra = state.get("extra_state") or {}
+    itr = extra.get("train_iterator") or {}
+    return CheckpointInfo(
+        path=path,
+        num_updates=int(history[-1].get("num_updates", 0)),
+        val_loss=None if extra.get("val_loss") is None else float(extra["val_loss"]),
+        best=None if extra.get("best") is None else float(extra["best"]),
+        next_epoch=int(itr.get("epoch", 1)),
+        training_seconds=float(extra.get("previous_training_time", 0.0)),
+        size=st.st_size,
+        mtime_ns=st.st_mtime_ns,
+        runs_without_improvement=int((extra.get(PATIENCE_KEY) or {}).get("runs", 0)),
+    )
+
+
+def checkpoint_paths(save_dir: str) -> List[str]:
+    """Every ``checkpoint*.pt`` of ``save_dir``, sorted by name."""
+    return sorted(glob.glob(os.path.join(glob.escape(save_dir), "checkpoint*.pt")))
+
+
+def last_checkpoints(directory: str, n: int, by_updates: bool, upper_bound: Optional[int] = None) -> List[str]:
+    """The ``n`` checkpoints of ``directory`` with the most updates (or latest epochs), oldest first.
+
+    Args:
+        directory: a ``--save-dir`` folder.
+        n: how many.
+        by_updates: ``checkpoint_<epoch>_<updates>.pt`` (``--save-interval-updates``) instead of
+            ``checkpoint<epoch>.pt``.
+        upper_bound: ignore checkpoints after this update (or epoch).
+
+    Raises:
+        CheckpointError: ``directory`` holds fewer than ``n`` such files.
+    """
+    pattern = UPDATE_NAME if by_updates else EPOCH_NAME
+    found = []
+    for name in os.listdir(directory):
+        m = pattern.match(name)
+        if m and (upper_bound is None or int(m.group(1)) <= upper_bound):
+            found.append((int(m.group(1)), os.path.join(directory, name)))
+    if len(found) < n:
+        kind = "checkpoint_<epoch>_<updates>.pt" if by_updates else "checkpoint<epoch>.pt"
+        bound = f" up to {upper_bound}" if upper_bound is not None else ""
+        raise CheckpointError(f"{directory} holds {len(found)} {kind} files{bound}, {n} needed")
+    return [path for _, path in sorted(found)[-n:]]
+
+
+def average_models(models: Sequence[Dict[str, torch.Tensor]], paths: Sequence[str]) -> Dict[str, torch.Tensor]:
+    """The element-wise mean of the ``"model"`` state dicts of one training run's checkpoints.
+
+    Floating-point tensors: the sum in float64 divided by the count, in the tensor's own
+    dtype (rounded once); other tensors: the sum divided by the count, rounded down (as
+    fairseq's ``scripts/average_checkpoints.py``). One state dict is returned as it is.
+
+    Raises:
+        CheckpointError: the checkpoints hold other parameter names or shapes.
+    """
+    if not models:
+        raise CheckpointError("no checkpoints to average")
+    reference, ref_path = models[-1], paths[-1]
+    for model, path in zip(models, paths):
+        if list(model) != list(reference):
+            missing = sorted(set(reference) - set(model))[:3]
+            extra = sorted(set(model) - set(reference))[:3]
+            raise CheckpointError(
+                f"{path} holds other parameters than {ref_path} (missing {missing}, extra {extra}): "
+                "average checkpoints of one training run only"
+            )
+        for k, v in model.items():
+            if v.shape != reference[k].shape:
+                raise CheckpointError(f"{path}: {k} has shape {list(v.shape)}, {ref_path} {list(reference[k].shape)}")
+    if len(models) == 1:
+        return collections.OrderedDict(reference)
+    averaged = collections.OrderedDict()
+    for k, last in reference.items():
+        if last.is_floating_point():
+            averaged[k] = (sum(m[k].double() for m in models) / len(models)).to(last.dtype)
+        else:
+            averaged[k] = torch.div(sum(m[k] for m in models), len(models), rounding_mode="floor").to(last.dtype)
+    return averaged
+
+
+def average_checkpoints(paths: Sequence[str]) -> dict:
+    """The last checkpoint's state with ``"model"`` replaced by the mean over ``paths`` (:func:`average_models`).
+
+    Raises:
+        CheckpointError: a file is missing or unreadable, or the checkpoints cannot be averaged.
+    """
+    states = [read_state(p) for p in paths]
+    state = states[-1]
+    state["model"] = average_models([s["model"] for s in states], paths)
+    return state
+
+
+def atomic_copy(source: str, dest: str) -> None:
+    """Copy ``source`` over ``dest`` so that ``dest`` is at all times the old or the new file."""
+    tmp = dest + TMP_SUFFIX
+    shutil.copyfile(source, tmp)
+    os.replace(tmp, dest)
+
+
+def atomic_save(state: dict, dest: str) -> None:
+    """``torch.save(state)`` to ``dest`` through ``<dest>.tmp`` and a rename (never a half-written file)."""
+    tmp = dest + TMP_SUFFIX
+    torch.save(state, tmp)
+    os.replace(tmp, dest)

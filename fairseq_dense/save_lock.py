@@ -1,0 +1,86 @@
+"""One training per save folder: the lock a training holds on its ``--save-dir``.
+
+Two trainings on one folder (a job launched twice, or requeued while the first still
+runs) would delete each other's partial writes and overwrite each other's checkpoints.
+:func:`lock_save_dir` (rank 0, where a training starts: :func:`fairseq_dense.resume.start_training`)
+refuses the second one with one line naming the folder and the process that holds it.
+"""
+
+import os
+from typing import Dict, Optional
+
+from fairseq_dense.validation import FairseqDenseError
+
+try:
+    import fcntl
+except ImportError:  # not a POSIX system: no lock
+    fcntl = None
+
+
+class SaveDirBusy(FairseqDenseError):
+    """Another live training holds the save folder (:func:`lock_save_dir`)."""
+
+
+def lock_save_dir(save_dir: str) -> Optional[int]:
+    """Lock ``save_dir`` for this process until it ends; returns the locked descriptor (None: no lock here).
+
+    The lock is the operating system's ``flock`` on the folder itself: no file is
+    written, and it goes with the process that holds it however that ends, so a killed
+    training never leaves a stale lock. A process locks a folder once; later trainings
+    in the same process (one after the other) go on under its lock.
+
+    Raises:
+        SaveDirBusy: another live process holds the folder (one line naming the folder
+            and, where the system says, that process).
+    """
+    if fcntl is None or not os.path.isdir(save_dir):
+        return None
+    st = os.stat(save_dir)
+    key = (st.st_dev, st.st_ino)
+    if key in _HELD:
+        return _HELD[key]
+    fd = os.open(save_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        holder = _lock_holder(st)
+        raise SaveDirBusy(
+            f"{save_dir} is in use by another training ({holder}): wait for it to end, or pass another --save-dir"
+        ) from None
+    _HELD[key] = fd
+    return fd
+
+
+#: the folders this process holds, by (device, inode): their locked descriptors
+_HELD: Dict[tuple, int] = {}
+
+
+def _forget_locks_in_child() -> None:
+    """A forked child (a data-loading worker) closes its copies: the lock ends with the training process."""
+    for fd in _HELD.values():
+        os.close(fd)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_forget_locks_in_child)
+
+
+def _lock_holder(st: os.stat_result) -> str:
+    """``process <pid> (<command>)`` holding a ``flock`` on the folder of ``st``, as Linux's /proc/locks says."""
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks") as f:
+            for line in f:
+                fields = line.split()
+                if "FLOCK" in fields and inode in fields:
+                    pid = fields[fields.index(inode) - 1]
+                    try:
+                        with open(f"/proc/{pid}/cmdline", "rb") as c:
+                            cmd = " ".join(c.read().decode("utf-8", "replace").split("\0")).strip()[:80]
+                    except OSError:
+                        cmd = ""
+                    return f"process {pid}" + (f": {cmd}" if cmd else "")
+    except OSError:
+        pass
+    return "another process"
