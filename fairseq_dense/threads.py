@@ -73,8 +73,10 @@ def choose_threads(
     return n, f"{cpus} {word}, load average {load:.1f}{ignored}"
 
 
-def apply_threads(environ: Optional[Mapping[str, str]] = None) -> Tuple[int, str]:
-    """Set torch's thread count to :func:`choose_threads`' choice and log it (INFO, one line).
+def apply_threads(environ: Optional[Mapping[str, str]] = None, *, say: bool = True) -> Tuple[int, str]:
+    """Set torch's thread count to :func:`choose_threads`' choice and log it (INFO, one line;
+    ``say=False``: the command says it in its own last line, see :func:`phrase`, so that a
+    refusal before any work stays one line).
 
     Returns:
         ``(n, reason)`` as :func:`choose_threads` gives them; a command that starts
@@ -84,5 +86,11 @@ def apply_threads(environ: Optional[Mapping[str, str]] = None) -> Tuple[int, str
 
     n, reason = choose_threads(environ)
     torch.set_num_threads(n)
-    logger.info("%d CPU thread%s (%s; set %s to choose)", n, "" if n == 1 else "s", reason, THREADS_ENV)
+    if say:
+        logger.info("%s", phrase(n, reason))
     return n, reason
+
+
+def phrase(n: int, reason: str) -> str:
+    """``1 CPU thread (2 CPUs, load average 3.1; set OMP_NUM_THREADS to choose)``."""
+    return f"{n} CPU thread{'' if n == 1 else 's'} ({reason}; set {THREADS_ENV} to choose)"

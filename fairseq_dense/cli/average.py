@@ -24,7 +24,7 @@ from typing import List, Optional
 
 from fairseq_dense.checkpoints import CheckpointError, atomic_save, average_checkpoints, last_checkpoints
 from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
-from fairseq_dense.threads import apply_threads
+from fairseq_dense.threads import apply_threads, phrase
 
 logger = logging.getLogger("fairseq_dense.average")
 
@@ -64,7 +64,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = get_parser()
     args = parser.parse_args(argv)
     configure_logging("%(levelname)s %(message)s", verbose=args.verbose)
-    apply_threads()
+    threads = phrase(*apply_threads(say=False))
     n = args.num_update_checkpoints or args.num_epoch_checkpoints
     folder = len(args.inputs) == 1 and os.path.isdir(args.inputs[0])
     if folder != (n is not None):
@@ -87,7 +87,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     atomic_save(state, args.output)  # never leave a half-written checkpoint
     logger.info(
-        "averaged %d checkpoints (%s) into %s", len(paths), ", ".join(map(os.path.basename, paths)), args.output
+        "averaged %d checkpoints (%s) into %s with %s",
+        len(paths),
+        ", ".join(map(os.path.basename, paths)),
+        args.output,
+        threads,
     )
     return 0
 

@@ -14,11 +14,12 @@ checked with the loader's rules (see docs/hub.md) before any model is built.
 """
 
 import argparse
+import logging
 import sys
 from typing import List, Optional
 
 from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
-from fairseq_dense.threads import apply_threads
+from fairseq_dense.threads import apply_threads, phrase
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging("%(asctime)s | %(levelname)s | %(name)s | %(message)s", verbose=args.verbose)
-    apply_threads()
+    threads = phrase(*apply_threads(say=False))  # said once the export is done: a refusal stays one line
     import fairseq_dense  # noqa: F401  (registers the architectures)
     from fairseq_dense.hub import ModelCardInfo, PretrainedModelError, export_checkpoint
 
@@ -133,6 +134,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except PretrainedModelError as err:
         print(f"fairseq-dense-export: error: {err}", file=sys.stderr)
         return 1
+    logging.getLogger("fairseq_dense.cli.export").info("exported with %s", threads)
     print(out)
     return 0
 
