@@ -29,31 +29,9 @@ START=$(date +%s)
 log() { echo "[$(($(date +%s) - START)) s] $*" | tee -a "$OUT/stages.log"; }
 
 log "start: DEVICE=$DEVICE FIGURES_S=$FIGURES_S TESTS_S=$TESTS_S ARGS=$ARGS"
-probe() {  # the versions, or why fairseq does not import
-    "$PYTHON" -c "import sys, torch, fairseq; print('python', sys.version.split()[0], 'torch', torch.__version__,
-'cuda', torch.version.cuda, 'fairseq', fairseq.__version__)" >"$OUT/machine.txt" 2>"$OUT/import.log"
-}
-export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}" PATH="$SITE/bin:$PATH"
-if probe; then
-    log "install: fairseq imports already, nothing installed"
-else
-    if ! ls .gpu/whl/*.whl >/dev/null 2>&1; then
-        log "install: error: no wheels in .gpu/whl (prepare them with benchmarks/gpu_wheels.sh, carry .gpu)"
-        exit 2
-    fi
-    timeout -k 5 60 "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" \
-        .gpu/whl/*.whl >"$OUT/install.log" 2>&1
-    log "install: exit $? ($(ls .gpu/whl/*.whl | wc -l) wheels into $SITE)"
-    if ! probe; then
-        log "error: fairseq does not import: $(grep -E 'Error' "$OUT/import.log" | tail -1) (add the wheel to .gpu/whl)"
-        exit 2
-    fi
-fi
-if [ "$DEVICE" = cuda ]; then
-    nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv >>"$OUT/machine.txt" 2>&1
-fi
-nproc >>"$OUT/machine.txt"
-log "machine: $(grep -m1 "^python" "$OUT/machine.txt")"
+# shellcheck source=benchmarks/gpu_install.sh
+source "$(dirname "$0")/gpu_install.sh"
+gpu_install
 
 # shellcheck disable=SC2086
 timeout -k 10 "$FIGURES_S" "$PYTHON" -m benchmarks.gpu_figures --device "$DEVICE" --out "$OUT" \

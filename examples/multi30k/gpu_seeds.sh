@@ -54,6 +54,8 @@ HERE=examples/multi30k
 START=$(date +%s)
 
 log() { echo "[$(($(date +%s) - START)) s] $*" | tee -a "$OUT/stages.log"; }
+# shellcheck source=benchmarks/gpu_install.sh
+source benchmarks/gpu_install.sh
 
 runs() {  # one "PAIR SIDE SEED" a line
     echo "$RUNS" | tr ';' '\n' | awk 'NF == 3 {print $1, $2, $3}'
@@ -86,30 +88,7 @@ unpack() {  # the runs' logs, eval.json and hypotheses from a collect's logs.tgz
 }
 
 install() {
-    probe() {
-        "$PYTHON" -c "import sys, torch, fairseq; print('python', sys.version.split()[0], 'torch', torch.__version__,
-'cuda', torch.version.cuda, 'fairseq', fairseq.__version__)" >"$OUT/machine.txt" 2>"$OUT/install.log"
-    }
-    if probe; then
-        log "install: fairseq imports already, nothing installed"
-    else
-        if ! ls .gpu/whl/*.whl >/dev/null 2>&1; then
-            log "install: error: no wheels in .gpu/whl (prepare them with benchmarks/gpu_wheels.sh, carry .gpu)"
-            exit 2
-        fi
-        timeout -k 5 120 "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" \
-            .gpu/whl/*.whl >"$OUT/install.log" 2>&1
-        log "install: exit $? ($(ls .gpu/whl/*.whl | wc -l) wheels into $SITE)"
-        if ! probe; then
-            log "error: fairseq does not import: $(grep -E 'Error' "$OUT/install.log" | tail -1)"
-            exit 2
-        fi
-    fi
-    if [ "$DEVICE" = cuda ]; then
-        nvidia-smi --query-gpu=name,memory.total --format=csv,noheader >>"$OUT/machine.txt" 2>&1
-    fi
-    echo "cores $(nproc --all)" >>"$OUT/machine.txt"
-    log "machine: $(tr '\n' ' ' <"$OUT/machine.txt")"
+    INSTALL_S=120 gpu_install
 }
 
 setup() {  # the code, the corpus and MPS, once per machine
