@@ -21,7 +21,15 @@ import sys
 import pytest
 
 from fairseq_dense.cli import quickstart, quickstart_run
-from fairseq_dense.cli.quickstart_steps import Budget, Result, TrainLog, choose_threads, json_record, stop_reason
+from fairseq_dense.cli.quickstart_steps import (
+    Budget,
+    Result,
+    TrainLog,
+    choose_threads,
+    json_record,
+    run_command,
+    stop_reason,
+)
 from fairseq_dense.data import prepare as prep
 from fairseq_dense.data import tatoeba
 from tests.helpers import REPO
@@ -235,6 +243,14 @@ def test_ctrl_c_ends_with_one_line_saying_how_to_resume(monkeypatch, capsys, tmp
     last = err.strip().splitlines()[-1]
     assert "Traceback" not in err and last.startswith("interrupted: ")
     assert last.endswith("run the same command again: python -m fairseq_dense.cli.quickstart " + shlex.join(argv))
+
+
+def test_the_log_file_holds_each_line_as_soon_as_it_is_read(tmp_path):
+    log_path = tmp_path / "run.log"
+    seen = []
+    command = [sys.executable, "-c", "import time; print('first', flush=True); time.sleep(0.5); print('second')"]
+    run_command(command, str(log_path), lambda line: seen.append(log_path.read_text().splitlines()[-1]))
+    assert seen == ["first", "second"]  # in the file before the command goes on
 
 
 def test_a_finished_model_is_found_and_never_trained_past_its_budget(tmp_path):

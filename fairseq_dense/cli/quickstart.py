@@ -358,7 +358,8 @@ def run(args, parser) -> int:
     budget = budget_of(args, parser)
     check_counts(args, parser)
     args.threads, why = choose_threads(args.threads)
-    logger.info("each fairseq command runs with %d CPU thread(s) (%s; --threads N to choose)", args.threads, why)
+    hint = "" if why == "--threads" else "; --threads N to choose"
+    logger.info("each fairseq command runs with %d CPU thread(s) (%s%s)", args.threads, why, hint)
     start = time.time()
     try:
         raw, src, tgt, name, merges = choose_corpus(args, parser)
