@@ -163,7 +163,8 @@ def test_seed_statistics_and_the_verdict_of_each_pair():
 
 
 def _run(label, arch, seed, bleu, loss, family="weighted_transformer", error=""):
-    return Result(label, family, arch, [], "", seed=seed, params=2_530_000, updates=1600, valid_loss=loss,
+    folder = f"checkpoints-wt-seed{seed}" + "-baseline" * (label == "baseline")
+    return Result(label, family, arch, [], folder, seed=seed, params=2_530_000, updates=1600, valid_loss=loss,
                   wps=5000.0 + seed, bleu=bleu, error=error)  # fmt: skip
 
 

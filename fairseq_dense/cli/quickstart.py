@@ -192,8 +192,9 @@ def pair_lines(results: List[Result]) -> List[str]:
     """A line per family trained with its baseline: is the plugin model ahead, behind or within noise?"""
     groups = by_model(results)
     lines = []
-    for (family, label, arch), runs in groups.items():
-        base = next((g for k, g in groups.items() if k[0] == family and k[1] == "baseline"), None)
+    for (_, label, arch), runs in groups.items():
+        # a baseline's folder is its model's with "-baseline" added
+        base = next((g for g in groups.values() if g[0].save_dir == runs[0].save_dir + "-baseline"), None)
         if label != "plugin" or base is None:
             continue
         ours, theirs = [r for r in runs if not r.error], [r for r in base if not r.error]

@@ -134,16 +134,16 @@ def train_and_score(
         raise SystemExit(f"error: {result.save_dir} was trained on other data: pass --fresh to start over")
     bin_dir = os.path.join(data, "bin")
     log_path = os.path.join(work, f"train-{name}.log")
-    log = TrainLog(name, budget, *checkpoint_state(result.save_dir), echo=echo)
     if budget_met(result.save_dir, budget):
         logger.info("%s: %s already holds %s: not training again", result.arch, result.save_dir, budget.describe())
-        # the figures of the training come from its log
-        log.echo = False
+        # the figures of the training come from its log, every session from the first update
+        log = TrainLog(name, budget, echo=False)
         if os.path.isfile(log_path):
             with open(log_path, encoding="utf-8") as f:
                 for line in f:
                     log.feed(line)
     else:
+        log = TrainLog(name, budget, *checkpoint_state(result.save_dir), echo=echo)
         cmd = train_command(bin_dir, result.save_dir, result.model_args, budget, result.seed)
         logger.info("training %s for %s (full log: %s)", result.arch, budget.describe(), log_path)
         run_command(cmd, log_path, log.feed, append=True, threads=args.threads)
