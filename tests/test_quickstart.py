@@ -96,17 +96,17 @@ def test_progress_lines_come_by_time_with_the_loss_since_the_last_line_and_the_t
     out = capsys.readouterr().out.splitlines()
     assert out[0] == (
         "    densenmt_small: 1/200 updates, loss 10.000 (mean of the last 1 update), 0.2 min trained, "
-        "about 33.2 min left at 0.10 updates/s (a line every 20 s)"
+        "time left: at the next line (a line every 20 s)"
     )
-    # 20 s later: updates 2..41, all at loss 9; 41 updates in 30 s, 159 left
+    # 20 s later: updates 2..41, all at loss 9; 40 updates in 20 s since the first line, 159 left
     assert out[1] == (
         "    densenmt_small: 41/200 updates, loss 9.000 (mean of the last 40 updates), 0.5 min trained, "
-        "about 1.9 min left at 1.37 updates/s"
+        "about 1.3 min left at 2.00 updates/s"
     )
     # updates 42..81: 20 at loss 9, 20 at loss 7 (the mean since the last line, not the epoch's)
     assert out[2] == (
         "    densenmt_small: 81/200 updates, loss 8.000 (mean of the last 40 updates), 0.8 min trained, "
-        "about 1.2 min left at 1.62 updates/s"
+        "about 1.0 min left at 2.00 updates/s"
     )
     assert out[3] == "    densenmt_small: validation after 100 updates: loss 7.500" and len(out) == 4
     log.feed(_record("train", loss=8.0, wps=1500, ups=2, num_updates=200, wall=100))
@@ -123,12 +123,14 @@ def test_progress_lines_come_by_time_with_the_loss_since_the_last_line_and_the_t
 def test_a_resumed_run_counts_its_speed_from_this_process_and_its_time_from_the_checkpoint(capsys):
     clock = _Clock()
     log = TrainLog("wt", Budget(updates=400), start_updates=200, previous_s=60.0, clock=clock, interval_s=30)
-    clock.now = 40.0
-    log.feed(_record("train_inner", loss=5.0, num_updates=300))
-    # 100 updates in 40 s: 2.5 updates/s, 100 left: 40 s; 60 s before the resume + 40 s
-    assert capsys.readouterr().out.startswith(
-        "    wt: 300/400 updates, loss 5.000 (mean of the last 1 update), 1.7 min trained, "
-        "about 0.7 min left at 2.50 updates/s"
+    clock.now = 10.0
+    log.feed(_record("train_inner", loss=5.0, num_updates=250))
+    clock.now = 50.0
+    log.feed(_record("train_inner", loss=4.0, num_updates=350))
+    # 100 updates in 40 s: 2.5 updates/s, 50 left: 20 s; 60 s before the resume + 50 s
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "    wt: 350/400 updates, loss 4.000 (mean of the last 1 update), 1.8 min trained, "
+        "about 0.3 min left at 2.50 updates/s"
     )
     log.feed(_record("train", loss=4.9, wps=1500, num_updates=400))
     assert math.isclose(log.wps, 1500.0)  # weighted by the 200 updates of this epoch since the resume

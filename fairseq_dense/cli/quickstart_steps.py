@@ -121,8 +121,8 @@ class TrainLog:
     A progress line comes with the first update and then every ``interval_s`` seconds,
     whatever the speed. It shows the mean training loss of the updates since the previous
     line (not the epoch's running average) and the time left: with an update budget,
-    estimated from the speed measured so far; with a time budget, the budget minus the time
-    trained. :meth:`finish` takes the updates and training time from the checkpoint and says
+    estimated from the speed since the first line; with a time budget, the budget minus the
+    time trained. :meth:`finish` takes the updates and training time from the checkpoint and says
     why training stopped.
 
     Args:
@@ -156,6 +156,7 @@ class TrainLog:
         self.train_s = previous_s
         self._started = clock()
         self._shown_at: Optional[float] = None  # when the last progress line was printed
+        self._first = (0.0, 0)  # (time, updates) of the first progress line
         self._losses: List[float] = []  # train_inner losses since then
         self._epoch_end = start_updates  # updates at the last end-of-epoch record
         self._wps_sum = 0.0
@@ -190,15 +191,16 @@ class TrainLog:
         if not self.echo or not self._losses or (self._shown_at is not None and now - self._shown_at < self.interval_s):
             return
         first = self._shown_at is None
+        if first:  # the speed is measured from here: fairseq's start-up is not training
+            self._first = (now, self.updates)
         self._shown_at = now
-        wall = now - self._started  # this process's time, fairseq's start-up included
-        trained = self.previous_s + wall
+        trained = self.previous_s + now - self._started  # fairseq's start-up included
         if self.budget.updates:
-            done = self.updates - self.start_updates
-            rate = done / wall if wall > 0 and done > 0 else 0.0
-            left = f"about {(self.budget.updates - self.updates) / rate / 60:.1f} min left" if rate else "? min left"
+            seconds, done = now - self._first[0], self.updates - self._first[1]
+            rate = done / seconds if seconds > 0 and done > 0 else 0.0
+            left = (self.budget.updates - self.updates) / rate / 60 if rate else 0.0
+            eta = f"about {left:.1f} min left at {rate:.2f} updates/s" if rate else "time left: at the next line"
             where = f"{self.updates}/{self.budget.updates} updates"
-            eta = f"{left} at {rate:.2f} updates/s"
         else:
             where = f"{self.updates} updates"
             eta = f"{max(0.0, 60 * self.budget.minutes - trained) / 60:.1f} min left"
