@@ -25,7 +25,6 @@ from fairseq_dense.cli.quickstart_steps import (
     Budget,
     Result,
     TrainLog,
-    choose_threads,
     json_record,
     run_command,
     stop_reason,
@@ -221,18 +220,31 @@ def test_each_seed_is_a_run_of_its_own(tmp_path):
     assert settings(quickstart.with_seed(ours, 2), str(tmp_path), Budget(updates=4), args)["seed"] == 2
 
 
-def test_the_thread_count_follows_the_idle_cores_and_a_request(monkeypatch):
+def test_the_thread_count_is_said_and_passed_to_every_fairseq_command(monkeypatch, capsys, tmp_path):
+    """The quick-start chooses once (``--threads``, else :func:`fairseq_dense.threads.choose_threads`:
+    one thread on a busy 2-CPU machine) and gives every fairseq command that many."""
+    seen = {}
+
+    def stop(args, parser):
+        seen["threads"] = args.threads
+        raise SystemExit("error: stop here")
+
+    monkeypatch.setattr(quickstart, "choose_corpus", stop)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(os, "getloadavg", lambda: (6.0, 5.0, 4.0))
-    assert choose_threads() == (1, "2 cores, load average 6.0")  # busy: never more than one
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.1, 0.1))
-    assert choose_threads()[0] == 2
-    monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 0.1, 0.1))
-    assert choose_threads()[0] == 1
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert choose_threads() == (3, "OMP_NUM_THREADS")
-    assert choose_threads(4) == (4, "--threads")
+    monkeypatch.setattr(os, "getloadavg", lambda: (5.9, 5.0, 4.0))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    with pytest.raises(SystemExit):
+        quickstart.main(["--work-dir", str(tmp_path)])
+    assert seen["threads"] == 1
+    said = capsys.readouterr().err
+    assert "each fairseq command runs with 1 CPU thread(s) (2 CPUs, load average 5.9; --threads N or" in said
+    with pytest.raises(SystemExit):
+        quickstart.main(["--threads", "3", "--work-dir", str(tmp_path)])
+    assert seen["threads"] == 3 and "with 3 CPU thread(s) (--threads)\n" in capsys.readouterr().err
+    out = run_command(
+        [sys.executable, "-c", "import os; print(os.environ['OMP_NUM_THREADS'])"], str(tmp_path / "l"), threads=2
+    )
+    assert out == "2\n"
 
 
 def test_ctrl_c_ends_with_one_line_saying_how_to_resume(monkeypatch, capsys, tmp_path):

@@ -33,10 +33,11 @@ import time
 from typing import Dict, List, Tuple
 
 from fairseq_dense.cli.quickstart_run import export_model, train_and_score
-from fairseq_dense.cli.quickstart_steps import SAVE_EVERY, Budget, Result, choose_threads, interactive_command
+from fairseq_dense.cli.quickstart_steps import SAVE_EVERY, Budget, Result, interactive_command
 from fairseq_dense.data import prepare as prep
 from fairseq_dense.data import synthetic, tatoeba
 from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
+from fairseq_dense.threads import THREADS_ENV, choose_threads
 
 logger = logging.getLogger("fairseq_dense.quickstart")
 
@@ -274,7 +275,7 @@ def get_parser() -> argparse.ArgumentParser:
         "--threads",
         type=int,
         default=None,
-        help="CPU threads per fairseq command (default: OMP_NUM_THREADS, else the cores "
+        help="CPU threads per fairseq command (default: OMP_NUM_THREADS, else the CPUs "
         "the load average leaves idle, at least 1)",
     )
     add_verbose_flag(parser)
@@ -358,8 +359,8 @@ def run(args, parser) -> int:
     """The quick-start of parsed ``args``: prepare, train and score every run, print the table."""
     budget = budget_of(args, parser)
     check_counts(args, parser)
-    args.threads, why = choose_threads(args.threads)
-    hint = "" if why == "--threads" else "; --threads N to choose"
+    args.threads, why = (args.threads, "--threads") if args.threads else choose_threads()
+    hint = "" if why == "--threads" else f"; --threads N or {THREADS_ENV} to choose"
     logger.info("each fairseq command runs with %d CPU thread(s) (%s%s)", args.threads, why, hint)
     start = time.time()
     try:

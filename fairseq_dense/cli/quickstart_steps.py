@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 import fairseq_dense
+from fairseq_dense.threads import THREADS_ENV
 
 logger = logging.getLogger("fairseq_dense.quickstart")
 PACKAGE_DIR = os.path.dirname(os.path.abspath(fairseq_dense.__file__))
@@ -250,26 +251,9 @@ def previous_training_seconds(save_dir: str) -> float:
     return checkpoint_state(save_dir)[1]
 
 
-def choose_threads(requested: Optional[int] = None) -> Tuple[int, str]:
-    """``(threads, why)``: the CPU threads each fairseq command of the quick-start uses.
-
-    ``requested`` (``--threads``) wins, then ``OMP_NUM_THREADS``; else the cores left idle by
-    the one-minute load average (``os.getloadavg``), at least 1: on a busy machine more
-    threads than idle cores make every update wait for the slowest thread.
-    """
-    if requested:
-        return requested, "--threads"
-    env = os.environ.get("OMP_NUM_THREADS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env), "OMP_NUM_THREADS"
-    cores = os.cpu_count() or 1
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    return max(1, min(cores, round(cores - load))), f"{cores} cores, load average {load:.1f}"
-
-
 def thread_env(threads: int) -> Dict[str, str]:
     """The environment that gives a torch process ``threads`` CPU threads."""
-    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    return {THREADS_ENV: str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
 def run_command(
