@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from fairseq_dense.cli import quickstart, quickstart_run
+from fairseq_dense.cli import quickstart, quickstart_report, quickstart_run
 from fairseq_dense.cli.quickstart_steps import (
     Budget,
     Result,
@@ -149,17 +149,17 @@ def test_a_time_budget_counts_the_time_of_the_run_it_resumes_and_the_stop_comes_
 
 
 def test_seed_statistics_and_the_verdict_of_each_pair():
-    assert quickstart.mean_sd([1.0, 2.0, 3.0]) == (2.0, 1.0)
-    assert math.isnan(quickstart.mean_sd([4.0])[1])
+    assert quickstart_report.mean_sd([1.0, 2.0, 3.0]) == (2.0, 1.0)
+    assert math.isnan(quickstart_report.mean_sd([4.0])[1])
     # pooled sd of [30, 31, 32] and [29, 29.5, 30.5]: sqrt((2 + 1.1667) / 4) = 0.8898; se x sqrt(2/3)
-    diff, bound, word = quickstart.verdict([30.0, 31.0, 32.0], [29.0, 29.5, 30.5], higher_is_better=True)
+    diff, bound, word = quickstart_report.verdict([30.0, 31.0, 32.0], [29.0, 29.5, 30.5], higher_is_better=True)
     assert math.isclose(diff, 1.3333, abs_tol=1e-4) and math.isclose(bound, 2 * 0.8898 * math.sqrt(2 / 3), rel_tol=1e-3)
     assert word == "within noise"  # 1.33 < 1.45
-    assert quickstart.verdict([31.0, 31.2, 31.1], [30.0, 30.1, 29.9], True)[2] == "ahead"
-    assert quickstart.verdict([31.0, 31.2, 31.1], [30.0, 30.1, 29.9], False)[2] == "behind"  # a loss: lower wins
-    assert quickstart.verdict([3.9, 3.95, 3.92], [4.1, 4.12, 4.08], False)[2] == "ahead"
-    assert quickstart.verdict([31.0, 31.2, 31.1], [30.0], True)[2] == "ahead"  # 3 and 1 seeds: df 2
-    diff, bound, word = quickstart.verdict([31.0], [30.0], True)
+    assert quickstart_report.verdict([31.0, 31.2, 31.1], [30.0, 30.1, 29.9], True)[2] == "ahead"
+    assert quickstart_report.verdict([31.0, 31.2, 31.1], [30.0, 30.1, 29.9], False)[2] == "behind"  # a loss: lower wins
+    assert quickstart_report.verdict([3.9, 3.95, 3.92], [4.1, 4.12, 4.08], False)[2] == "ahead"
+    assert quickstart_report.verdict([31.0, 31.2, 31.1], [30.0], True)[2] == "ahead"  # 3 and 1 seeds: df 2
+    diff, bound, word = quickstart_report.verdict([31.0], [30.0], True)
     assert diff == 1.0 and math.isnan(bound) and word == "one seed each: no spread measured"
 
 
@@ -176,7 +176,7 @@ def test_the_table_gives_mean_and_sd_over_seeds_with_their_number_and_a_verdict_
             _run("plugin", "wt_small", seed, ours, 3.9),
             _run("baseline", "transformer (width 128)", seed, theirs, 3.95),
         ]
-    text = quickstart.table(runs)
+    text = quickstart_report.table(runs)
     lines = text.splitlines()
     assert lines[0] == (
         "| family | model | arch | params | updates | seeds | valid loss, mean ± sd 3 seeds "
@@ -187,19 +187,19 @@ def test_the_table_gives_mean_and_sd_over_seeds_with_their_number_and_a_verdict_
         "| weighted_transformer | fairseq-dense | `wt_small` | 2.53M | 1600 | 3 | 3.90 ± 0.00 | 31.70 ± 0.10 | 5,002 |"
     )
     assert lines[3].endswith("| 3 | 3.95 ± 0.00 | 31.30 ± 0.10 | 5,002 |") and len(lines) == 4
-    (pair,) = quickstart.pair_lines(runs)
+    (pair,) = quickstart_report.pair_lines(runs)
     # 0.40 BLEU against 2 x 0.10 x sqrt(2/3) = 0.16; loss 0.05 lower, no spread
     assert pair.startswith("wt_small, 3 seeds, against transformer (width 128), 3 seeds: ")
     assert "test BLEU +0.40 (2 standard errors: 0.16): ahead; valid loss -0.050" in pair
     assert pair.endswith(": ahead")
     # a failed seed is left out and counted; one seed alone has no ±
     runs[4] = _run("plugin", "wt_small", 3, 0, 0, error="error: command failed")
-    mixed = quickstart.table(runs).splitlines()
+    mixed = quickstart_report.table(runs).splitlines()
     assert "mean ± sd over the seeds" in mixed[0] and "| 2 | 3.90 ± 0.00 | 31.70 ± 0.14 |" in mixed[2]
-    single = quickstart.table(runs[:2]).splitlines()
+    single = quickstart_report.table(runs[:2]).splitlines()
     assert single[0] == "| family | model | arch | params | updates | valid loss | test BLEU | target tokens/s |"
     assert "| 1600 | 3.90 | 31.60 | 5,001 |" in single[2]
-    (pair,) = quickstart.pair_lines(runs[:2])
+    (pair,) = quickstart_report.pair_lines(runs[:2])
     assert pair.startswith("wt_small, 1 seed, against ") and pair.endswith("-0.050: one seed each: no spread measured")
 
 
@@ -316,7 +316,9 @@ def test_all_families_takes_each_family_cpu_arch_from_the_registry():
     assert sorted(archs) == sorted(f"{family}_{quickstart.CPU_SIZE}" for family in our_families())
     assert len(archs) == 5 and quickstart.DEFAULT_ARCH in archs
     failed = Result("plugin", "densenmt", "densenmt_small", [], "", error="error: command failed")
-    assert "| densenmt | fairseq-dense | `densenmt_small` | error: command failed |" in quickstart.table([failed])
+    assert "| densenmt | fairseq-dense | `densenmt_small` | error: command failed |" in quickstart_report.table(
+        [failed]
+    )
 
 
 def test_default_arch_is_the_best_family_of_the_readme_table():
