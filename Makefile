@@ -5,7 +5,9 @@
 #                     also trains fairseq's built-in of the same size and prints both; ALL_FAMILIES=1
 #                     every family in turn, one table; CORPUS=DIR SRC=.. TGT=.. for any other corpus,
 #                     CORPUS=synthetic for a made-up pair; MAX_LINES=N keeps N pairs of each bundled
-#                     split (a quick try); FRESH=1 trains again (else a finished run is reported)
+#                     split (a quick try); FRESH=1 trains again (else a finished run is reported);
+#                     SEEDS=N trains each model with N seeds (mean +- sd); ARCH="A B" other models;
+#                     THREADS=N CPU threads per fairseq command (default: what the load leaves idle)
 #   make test         run the whole test suite
 #   make lint         ruff check (pyflakes, pycodestyle, import order) + ruff format --check (ruff.toml)
 # Both create (or reuse) the local virtual environment .venv.
@@ -24,6 +26,9 @@ MAX_LINES ?=
 FRESH ?=
 BASELINE ?=
 ALL_FAMILIES ?=
+SEEDS ?=
+ARCH ?=
+THREADS ?=
 PYTEST_ARGS ?=
 # test processes (pytest-xdist); the tests mostly run single-threaded fairseq commands
 TEST_WORKERS ?= 2
@@ -44,7 +49,8 @@ quickstart: venv
 	$(PY) -m fairseq_dense.cli.quickstart $(if $(CORPUS),--corpus $(CORPUS)) \
 		$(if $(filter synthetic,$(CORPUS)),,--src $(SRC) --tgt $(TGT)) \
 		$(if $(MINUTES),--minutes $(MINUTES),--updates $(UPDATES)) $(if $(MAX_LINES),--max-lines $(MAX_LINES)) \
-		$(if $(BASELINE),--baseline) $(if $(ALL_FAMILIES),--all-families) $(if $(FRESH),--fresh)
+		$(if $(BASELINE),--baseline) $(if $(ALL_FAMILIES),--all-families) $(if $(FRESH),--fresh) \
+		$(if $(SEEDS),--seeds $(SEEDS)) $(if $(ARCH),--arch $(ARCH)) $(if $(THREADS),--threads $(THREADS))
 
 test: venv
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)

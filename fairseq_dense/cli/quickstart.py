@@ -4,6 +4,7 @@
     python -m fairseq_dense.cli.quickstart --minutes 6            # a time budget instead
     python -m fairseq_dense.cli.quickstart --baseline             # + fairseq's built-in of the same size
     python -m fairseq_dense.cli.quickstart --all-families --baseline   # every family: one table
+    python -m fairseq_dense.cli.quickstart --arch A B --baseline --seeds 3   # mean ± sd over 3 seeds
     python -m fairseq_dense.cli.quickstart --corpus DIR --src fr --tgt en
     python -m fairseq_dense.cli.quickstart --corpus synthetic     # the made-up language pair
 
@@ -12,23 +13,31 @@ The default corpus is the Tatoeba German-English split bundled with the package
 manythings.org/anki), decompressed into the work folder. The data goes through
 :mod:`fairseq_dense.data.prepare` (sacremoses, joint BPE, ``fairseq-preprocess``), each
 model through ``fairseq-train`` and ``fairseq-generate`` (:mod:`.quickstart_steps`,
-:mod:`.quickstart_run`). By default every model trains :data:`DEFAULT_UPDATES` updates on
-the same batches, so the figures do not depend on the machine's speed or load; a
-finished model is reported again without training (``--fresh`` starts over).
+:mod:`.quickstart_run`), the figures into one table (:mod:`.quickstart_report`). By
+default every model trains :data:`DEFAULT_UPDATES` updates on the same batches, so the
+figures do not depend on the machine's speed or load; a finished model is reported again
+without training (``--fresh`` starts over). ``--seeds N`` trains each model with N seeds,
+each a run of its own (interrupted, it resumes from its last checkpoint), and reports
+mean ± standard deviation over them, with a line per pair saying whether the plugin model
+is ahead of its baseline, behind it or within noise.
 """
 
 import argparse
+import dataclasses
 import logging
 import os
 import shlex
+import sys
 import time
 from typing import List
 
+from fairseq_dense.cli.quickstart_report import pair_lines, table
 from fairseq_dense.cli.quickstart_run import export_model, train_and_score
-from fairseq_dense.cli.quickstart_steps import Budget, Result, interactive_command
+from fairseq_dense.cli.quickstart_steps import SAVE_EVERY, Budget, Result, interactive_command
 from fairseq_dense.data import prepare as prep
 from fairseq_dense.data import synthetic, tatoeba
 from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
+from fairseq_dense.threads import THREADS_ENV, choose_threads
 
 logger = logging.getLogger("fairseq_dense.quickstart")
 
@@ -70,7 +79,8 @@ def choose_corpus(args, parser) -> tuple:
 
 
 def plugin_and_baseline(arch: str, data_bin: str, work: str, baseline: bool) -> List[Result]:
-    """The model of ``arch`` and (``baseline``) fairseq's built-in matched to its parameter count."""
+    """The model of ``arch`` and (``baseline``) fairseq's built-in matched to its parameter count
+    (seed 1: :func:`with_seed` gives the others)."""
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY, MODEL_REGISTRY
 
     from fairseq_dense import baselines
@@ -91,6 +101,15 @@ def plugin_and_baseline(arch: str, data_bin: str, work: str, baseline: bool) -> 
     return [ours, base]
 
 
+def with_seed(model: Result, seed: int) -> Result:
+    """``model`` trained with ``seed``: its own checkpoint folder (``checkpoints-<arch>-seed<N>``,
+    seed 1 keeps the plain name), so that every seed is a run of its own that resumes on its own."""
+    if seed == 1:
+        return dataclasses.replace(model, seed=seed)
+    base, baseline = model.save_dir.removesuffix("-baseline"), model.save_dir.endswith("-baseline")
+    return dataclasses.replace(model, seed=seed, save_dir=f"{base}-seed{seed}" + "-baseline" * baseline)
+
+
 def family_archs() -> List[str]:
     """Each registered family's CPU-sized architecture, ``<family>_<CPU_SIZE>``."""
     from fairseq_dense.baselines import our_families
@@ -101,24 +120,6 @@ def family_archs() -> List[str]:
             raise SystemExit(f"error: family {family} has no {family}_{CPU_SIZE} architecture")
         archs.append(f"{family}_{CPU_SIZE}")
     return archs
-
-
-def table(results: List[Result]) -> str:
-    """The figures as one markdown table, a row per model (speed beside, in target tokens/s)."""
-    lines = [
-        "| family | model | arch | params | updates | valid loss | test BLEU | target tokens/s |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in results:
-        model = "fairseq baseline" if r.label == "baseline" else "fairseq-dense"
-        if r.error:
-            lines.append(f"| {r.family} | {model} | `{r.arch}` | {r.error} | | | | |")
-            continue
-        lines.append(
-            f"| {r.family} | {model} | `{r.arch}` | {r.params / 1e6:.2f}M | {r.updates} | {r.valid_loss:.2f} "
-            f"| {r.bleu:.2f} | {r.wps:,.0f} |"
-        )
-    return "\n".join(lines)
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -134,7 +135,12 @@ def get_parser() -> argparse.ArgumentParser:
     add("--tgt", default=None, help="target suffix (default: en for tatoeba, xx for synthetic)")
     add("--max-lines", type=int, default=None, help="use only the first N pairs of each bundled split (a quick try)")
     add("--work-dir", default="quickstart-work", help="where data, checkpoints and logs go")
-    add("--arch", default=DEFAULT_ARCH, help=f"any registered architecture (default: {DEFAULT_ARCH})")
+    add(
+        "--arch",
+        nargs="+",
+        default=[DEFAULT_ARCH],
+        help=f"any registered architecture(s), trained in turn (default: {DEFAULT_ARCH})",
+    )
     add(
         "--baseline",
         action="store_true",
@@ -168,7 +174,21 @@ def get_parser() -> argparse.ArgumentParser:
     add("--bpe-merges", type=int, default=None, help="joint BPE merges (default 4000; 500 for synthetic)")
     add("--lowercase", action="store_true", help="lower-case the data")
     add("--beam", type=int, default=5)
-    add("--seed", type=int, default=1)
+    add("--seed", type=int, default=1, help="the (first) training seed")
+    add(
+        "--seeds",
+        type=int,
+        default=1,
+        help="train each model with N seeds (--seed, --seed + 1, ...), each a run of its own; "
+        "the table then gives mean ± standard deviation over the seeds",
+    )
+    add(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads per fairseq command (default: OMP_NUM_THREADS, else the CPUs "
+        "the load average leaves idle, at least 1)",
+    )
     add_verbose_flag(parser)
     return parser  # fmt: skip
 
@@ -184,23 +204,38 @@ def budget_of(args, parser) -> Budget:
     return Budget(updates=args.updates)
 
 
+def check_counts(args, parser) -> None:
+    """``--seeds`` and ``--threads`` are positive integers."""
+    for flag, value in (("--seeds", args.seeds), ("--threads", args.threads)):
+        if value is not None and value <= 0:
+            parser.error(f"{flag} must be a positive integer, not {value}")
+
+
 def train_all(archs: List[str], data: str, work: str, refs: List[str], tgt: str, budget: Budget, args) -> List[Result]:
-    """Each arch (and with ``--baseline`` its counterpart), trained or read back, in turn."""
+    """Each arch (and with ``--baseline`` its counterpart) for each seed, trained or read back.
+
+    Seed by seed: a model and its baseline, then the next arch; so an interrupted run of
+    several seeds leaves whole pairs of the first seeds.
+    """
+    models = [m for arch in archs for m in plugin_and_baseline(arch, os.path.join(data, "bin"), work, args.baseline)]
+    several = len(models) > 1 or args.seeds > 1
     results = []
-    for arch in archs:
-        for model in plugin_and_baseline(arch, os.path.join(data, "bin"), work, args.baseline):
+    for seed in range(args.seed, args.seed + args.seeds):
+        for model in (with_seed(m, seed) for m in models):
             try:
                 results.append(train_and_score(model, data, work, refs, tgt, budget, args, echo=True))
             except SystemExit as e:
-                if not args.all_families:
+                if not several:
                     raise
-                # one failed model must not cost the other families' runs: its row says so
+                # one failed run must not cost the others: its row says so
                 logger.error("%s", e)
                 model.error = str(e).splitlines()[0]
                 results.append(model)
                 continue
             if not model.reused:
-                logger.info("%s: test BLEU %.2f after %d updates", model.arch, model.bleu, model.updates)
+                logger.info(
+                    "%s (seed %d): test BLEU %.2f after %d updates", model.arch, seed, model.bleu, model.updates
+                )
     return results
 
 
@@ -231,14 +266,13 @@ def print_usage_of(result: Result, data: str, src: str, tgt: str, srcs: List[str
     print(f"  print(model.translate({srcs[0]!r}, beam={args.beam}))")
 
 
-def main(argv=None) -> int:
-    """Command-line entry point; returns 0 (failures exit with a one-line ``error: ...``)."""
-    parser = get_parser()
-    args = parser.parse_args(argv)
-    configure_logging("%(asctime)s | %(message)s", datefmt="%H:%M:%S", verbose=args.verbose)
-    if not args.verbose:  # fairseq's own INFO lines (dictionary sizes, ...) stay in the logs
-        logging.getLogger("fairseq").setLevel(logging.WARNING)
+def run(args, parser) -> int:
+    """The quick-start of parsed ``args``: prepare, train and score every run, print the table."""
     budget = budget_of(args, parser)
+    check_counts(args, parser)
+    args.threads, why = (args.threads, "--threads") if args.threads else choose_threads()
+    hint = "" if why == "--threads" else f"; --threads N or {THREADS_ENV} to choose"
+    logger.info("each fairseq command runs with %d CPU thread(s) (%s%s)", args.threads, why, hint)
     start = time.time()
     try:
         raw, src, tgt, name, merges = choose_corpus(args, parser)
@@ -251,9 +285,10 @@ def main(argv=None) -> int:
     except prep.DataError as e:
         raise SystemExit(f"error: {e}")
     t_prep = time.time() - start
-    archs = family_archs() if args.all_families else [args.arch]
+    archs = family_archs() if args.all_families else args.arch
     results = train_all(archs, data, work, refs, tgt, budget, args)
-    exported = "" if args.all_families else export_plugin_model(results[0], data, args)
+    single = len(archs) == 1 and not results[0].error
+    exported = export_plugin_model(results[0], data, args) if single else ""
     total = time.time() - start
 
     print()
@@ -262,22 +297,50 @@ def main(argv=None) -> int:
     print(table(results))
     print(f"sacreBLEU signature: {next((r.signature for r in results if r.signature), '-')}")
     print("(valid loss: label-smoothed cross-entropy of checkpoint_best, base 2; target tokens/s: training speed)")
+    pairs = pair_lines(results)
+    if pairs:
+        print("Each model against its baseline, the difference of the means: ahead or behind when it exceeds")
+        print("twice its standard error (pooled standard deviation x sqrt(1/n1 + 1/n2)), else within noise:")
+        print("\n".join("  " + line for line in pairs))
     for r in results:
+        seed = f" (seed {r.seed})" if args.seeds > 1 else ""
         if r.reused:
-            print(f"{r.arch}: a finished run, read back from {r.save_dir} (nothing trained; --fresh starts over)")
+            print(f"{r.arch}{seed}: a finished run, read back from {r.save_dir} (nothing trained; --fresh starts over)")
         elif r.stop_reason:
-            print(f"{r.arch}: stopped after {r.updates} updates, {r.train_s / 60:.1f} min: {r.stop_reason}")
+            print(f"{r.arch}{seed}: stopped after {r.updates} updates, {r.train_s / 60:.1f} min: {r.stop_reason}")
     print(f"wall time: {total / 60:.1f} min (prepare {t_prep:.0f}s)")
-    if args.all_families:
+    if not single:
         return 0
-    print("\nExample translations:")
+    shown = [r for r in results[: 1 + args.baseline] if r.hyps]  # the first seed's model and baseline
+    print("\nExample translations" + (f" (seed {args.seed})" if args.seeds > 1 else "") + ":")
     for i in range(0, len(refs), max(1, len(refs) // 5))[:5]:
         print(f"  SRC: {srcs[i]}\n  REF: {refs[i]}")
-        for r in results:
+        for r in shown:
             print(f"  {'BASELINE' if r.label == 'baseline' else 'HYP'}: {r.hyps[i]}")
         print()
     print_usage_of(results[0], data, src, tgt, srcs, exported, args)
     return 0
+
+
+def main(argv=None) -> int:
+    """Command-line entry point; returns 0, or 130 after Ctrl-C (failures exit with a one-line
+    ``error: ...``)."""
+    parser = get_parser()
+    args = parser.parse_args(argv)
+    configure_logging("%(asctime)s | %(message)s", datefmt="%H:%M:%S", verbose=args.verbose)
+    if not args.verbose:  # fairseq's own INFO lines (dictionary sizes, ...) stay in the logs
+        logging.getLogger("fairseq").setLevel(logging.WARNING)
+    try:
+        return run(args, parser)
+    except KeyboardInterrupt:
+        again = shlex.join(["python", "-m", "fairseq_dense.cli.quickstart", *(sys.argv[1:] if argv is None else argv)])
+        print(
+            f"\ninterrupted: finished runs and each run's last checkpoint (every {SAVE_EVERY} updates) are kept; "
+            f"to resume, run the same command again: {again}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 130
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ def settings(result: Result, data: str, budget: Budget, args) -> Dict:
     return {
         "model_args": result.model_args,
         "budget": budget.as_dict(),
-        "seed": args.seed,
+        "seed": result.seed,
         "beam": args.beam,
         "lowercase": args.lowercase,
         "data": data_fingerprint(data),
@@ -113,7 +113,7 @@ def train_and_score(
         refs: the raw test references.
         tgt: target language suffix.
         budget: updates or minutes of training.
-        args: the quick-start's options (``seed``, ``beam``, ``lowercase``, ``fresh``).
+        args: the quick-start's options (``beam``, ``lowercase``, ``fresh``, ``threads``).
         echo: print progress lines while training.
     """
     name = os.path.basename(result.save_dir).replace("checkpoints-", "")
@@ -134,26 +134,27 @@ def train_and_score(
         raise SystemExit(f"error: {result.save_dir} was trained on other data: pass --fresh to start over")
     bin_dir = os.path.join(data, "bin")
     log_path = os.path.join(work, f"train-{name}.log")
-    _, previous_s = checkpoint_state(result.save_dir)
-    log = TrainLog(name, budget, previous_s, echo)
     if budget_met(result.save_dir, budget):
         logger.info("%s: %s already holds %s: not training again", result.arch, result.save_dir, budget.describe())
-        # the figures of the training come from its log
-        log.echo = False
+        # the figures of the training come from its log, every session from the first update
+        log = TrainLog(name, budget, echo=False)
         if os.path.isfile(log_path):
             with open(log_path, encoding="utf-8") as f:
                 for line in f:
                     log.feed(line)
     else:
-        cmd = train_command(bin_dir, result.save_dir, result.model_args, budget, args.seed)
+        log = TrainLog(name, budget, *checkpoint_state(result.save_dir), echo=echo)
+        cmd = train_command(bin_dir, result.save_dir, result.model_args, budget, result.seed)
         logger.info("training %s for %s (full log: %s)", result.arch, budget.describe(), log_path)
-        run_command(cmd, log_path, log.feed, append=True)
+        run_command(cmd, log_path, log.feed, append=True, threads=args.threads)
+    log.finish(*checkpoint_state(result.save_dir))
     result.params, result.updates, result.wps = log.params, log.updates, log.wps
     result.stop_reason, result.train_s = log.stop_reason, log.train_s
     result.valid_loss = log.best_loss if log.best_loss is not None else float("nan")
     logger.info("translating the test split with %s, beam %d", result.arch, args.beam)
     checkpoint = os.path.join(result.save_dir, "checkpoint_best.pt")
-    stdout = run_command(generate_command(bin_dir, checkpoint, args.beam), os.path.join(work, f"generate-{name}.log"))
+    generate = generate_command(bin_dir, checkpoint, args.beam)
+    stdout = run_command(generate, os.path.join(work, f"generate-{name}.log"), threads=args.threads)
     result.bleu, result.signature, result.hyps = score(stdout, refs, prep.moses_lang(tgt), args.lowercase)
     write_result(result, wanted)
     return result
@@ -163,14 +164,15 @@ def export_model(result: Result, data: str, out_dir: str, test_set: str) -> str:
     """Export ``result``'s ``checkpoint_best.pt`` to ``out_dir`` for ``fairseq_dense.from_pretrained``.
 
     The directory carries everything the quick-start translated with: dictionaries, BPE
-    codes, languages and the Moses options of the prepared data. It is written beside
-    ``out_dir`` and put in its place once it loads. ``out_dir/../<name>.from`` names the
-    checkpoint it came from, so that a second quick-start does not export the same model again.
+    codes, languages and the Moses options of the prepared data. ``export_checkpoint`` writes
+    it beside ``out_dir``, loads it back and only then puts it in place.
+    ``out_dir/../<name>.from`` names the checkpoint it came from, so that a second quick-start
+    does not export the same model again.
 
     Returns:
         ``out_dir``.
     """
-    from fairseq_dense.hub import ModelCardInfo, export_checkpoint, from_pretrained
+    from fairseq_dense.hub import ModelCardInfo, export_checkpoint
 
     checkpoint = os.path.abspath(os.path.join(result.save_dir, "checkpoint_best.pt"))
     stamp = os.path.normpath(out_dir) + ".from"
@@ -178,20 +180,16 @@ def export_model(result: Result, data: str, out_dir: str, test_set: str) -> str:
     if os.path.isdir(out_dir) and os.path.isfile(stamp) and open(stamp, encoding="utf-8").read() == source:
         return out_dir
     card = ModelCardInfo(bleu=result.bleu, bleu_signature=result.signature or None, test_set=test_set)
-    tmp = os.path.normpath(out_dir) + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
     export_checkpoint(
         [checkpoint],
-        tmp,
+        out_dir,
         data=os.path.join(data, "bin"),
         bpe_codes=os.path.join(data, "bpecodes"),
         moses_no_escape=True,  # the Moses options of fairseq_dense.data.prepare (escape=False,
         moses_no_dash_splits=True,  # no aggressive dash splits), which fairseq has to be told
         card=card,
+        force=True,
     )
-    from_pretrained(tmp)  # loads: checksums, config and weights
-    shutil.rmtree(out_dir, ignore_errors=True)
-    os.rename(tmp, out_dir)
     with open(stamp, "w", encoding="utf-8") as f:
         f.write(source)
     return out_dir
