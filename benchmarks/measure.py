@@ -29,11 +29,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def default_task() -> str:
-    """``translation_weighted`` where registered (the Weighted Transformer's post-step simplex
+    """``translation_exact_resume_simplex`` where registered (the Weighted Transformer's post-step simplex
     projection; fairseq's translation otherwise), else ``translation``."""
     from fairseq.tasks import TASK_REGISTRY
 
-    return "translation_weighted" if "translation_weighted" in TASK_REGISTRY else "translation"
+    return "translation_exact_resume_simplex" if "translation_exact_resume_simplex" in TASK_REGISTRY else "translation"
 
 
 def common_args(data_bin: str, save_dir: str, a) -> List[str]:

@@ -109,13 +109,13 @@ def snapshot(folder: Path):
     return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
 
 
-@pytest.mark.parametrize("task", ["translation", "translation_exact_resume", "translation_weighted"])
+@pytest.mark.parametrize("task", ["translation", "translation_exact_resume", "translation_weighted", "translation_exact_resume_simplex"])
 def test_loading_touches_nothing_but_the_model_files(tmp_path, monkeypatch, task):
     """Export and load a model of each task from inside a training folder: its checkpoints stay as they were.
 
-    The tasks translation_exact_resume and translation_weighted repair a cut
-    checkpoint_last.pt when fairseq-train builds a model; an inference load must
-    not. Every route is audited: only the model directory's listed files are
+    The project's tasks check and repair --save-dir where fairseq-train starts a
+    training (never when a model is built); an inference load must not reach it
+    either. Every route is audited: only the model directory's listed files are
     opened, for reading, and nothing of the training folder is opened, listed
     or changed.
     """

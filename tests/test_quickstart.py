@@ -397,7 +397,7 @@ def test_quickstart_with_baseline_on_a_slice_of_the_bundled_corpus(tmp_path):
     # the Weighted Transformer trains with the task that projects its branch weights each step
     work = tmp_path / "work" / "tatoeba-deu-eng-first64"
     train_log = (work / "train-weighted_transformer_tiny.log").read_text()
-    assert "--task translation_weighted" in proc.stderr and "found off the simplex" not in train_log
+    assert "--task translation_exact_resume_simplex" in proc.stderr and "found off the simplex" not in train_log
     assert "model/" not in out  # per-layer statistics stay in the log
     assert "UserWarning" not in proc.stderr and "tensorboardX" not in proc.stderr  # quiet by default
 

@@ -288,10 +288,10 @@ def run_command(
 
 def train_command(bin_dir: str, save_dir: str, model_args: List[str], budget: Budget, seed: int) -> List[str]:
     """The quick-start recipe, the same for every model (``model_args``: ``--arch A`` and its options)."""
-    # translation_weighted: translation + the post-step simplex projection of the Weighted
-    # Transformer's branch weights; the same as fairseq's translation for every other model
+    # translation_exact_resume_simplex: translation with exact resume + the post-step simplex
+    # projection of the Weighted Transformer's branch weights (nothing to project in other models)
     # --log-format json --log-interval 1: a record per update, read by TrainLog
-    recipe = f"""--cpu --task translation_weighted
+    recipe = f"""--cpu --task translation_exact_resume_simplex
         --optimizer adam --adam-betas (0.9,0.98) --lr 0.003 --clip-norm 1.0
         --lr-scheduler inverse_sqrt --warmup-updates 100 --warmup-init-lr 1e-4
         --criterion label_smoothed_cross_entropy_with_stats --label-smoothing 0.1
