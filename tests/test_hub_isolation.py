@@ -109,7 +109,9 @@ def snapshot(folder: Path):
     return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
 
 
-@pytest.mark.parametrize("task", ["translation", "translation_exact_resume", "translation_weighted", "translation_exact_resume_simplex"])
+@pytest.mark.parametrize(
+    "task", ["translation", "translation_exact_resume", "translation_weighted", "translation_exact_resume_simplex"]
+)
 def test_loading_touches_nothing_but_the_model_files(tmp_path, monkeypatch, task):
     """Export and load a model of each task from inside a training folder: its checkpoints stay as they were.
 
