@@ -110,6 +110,26 @@ def test_export_refuses_transformer_path_option(transformer, tmp_path, marker, c
     assert rc == 1 and "key 'model.encoder_embed_path' must be null" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("force", [False, True])
+def test_export_onto_a_symlinked_out_is_one_line(gru, tmp_path, capsys, force):
+    """``--out`` naming a symbolic link (to a folder, an earlier export say) is refused in one line, with
+    or without ``--force``: replacing it would swap the link, not the folder; both are left as they were."""
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "keep.txt").write_text("kept")
+    out = tmp_path / "out"
+    out.symlink_to(target)
+    argv = [str(gru.ckpt), "--out", str(out), "--data", str(gru.data)] + (["--force"] if force else [])
+    assert export_cli.main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is a symbolic link" in err, err
+    assert (
+        out.is_symlink()
+        and (target / "keep.txt").read_text() == "kept"
+        and sorted(target.iterdir()) == [target / "keep.txt"]
+    )
+
+
 # ---------------------------------------------------------------- the plugin's own code evaluates nothing
 
 

@@ -230,6 +230,10 @@ def export_checkpoint(
         PretrainedModelError: naming the file or option at fault.
     """
     out_dir = Path(out_dir)
+    if out_dir.is_symlink():  # replacing it would swap the link, not the folder it names
+        raise PretrainedModelError(f"{shown(out_dir)}: is a symbolic link; give the folder it points to")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise PretrainedModelError(f"{shown(out_dir)}: exists and is not a folder")
     if out_dir.exists() and any(out_dir.iterdir()) and not force:
         raise PretrainedModelError(f"{out_dir}: exists and is not empty (use --force to replace it)")
     paths = select_checkpoints(checkpoints, average_last, update_based)
