@@ -1,7 +1,8 @@
 # Two commands set up and run everything:
 #   make quickstart   train + evaluate a small model on real data (the Tatoeba De-En split bundled
 #                     in fairseq_dense/data/tatoeba-deu-eng) for UPDATES updates (default 1600: the
-#                     same model on any machine); MINUTES=N trains for N minutes instead; BASELINE=1
+#                     same updates on any machine; BLEU within 0.6 across CPUs and thread counts,
+#                     docs/quickstart.md); MINUTES=N trains for N minutes instead; BASELINE=1
 #                     also trains fairseq's built-in of the same size and prints both; ALL_FAMILIES=1
 #                     every family in turn, one table; CORPUS=DIR SRC=.. TGT=.. for any other corpus,
 #                     CORPUS=synthetic for a made-up pair; MAX_LINES=N keeps N pairs of each bundled

@@ -44,7 +44,7 @@ logger = logging.getLogger("fairseq_dense.quickstart")
 #: the architecture ``make quickstart`` trains
 DEFAULT_ARCH = "weighted_transformer_small"
 #: updates per model by default: what six minutes bought DEFAULT_ARCH on an idle 2-core
-#: CPU machine (1,626 in the README's table, rounded down)
+#: CPU machine (1,626 in docs/quickstart-six-minutes.md, rounded down)
 DEFAULT_UPDATES = 1600
 #: where the plugin model of a single-model quick-start is exported (in ``--work-dir``)
 EXPORT_NAME = "model"
