@@ -362,15 +362,17 @@ def main(argv=None) -> int:
                     e["skipped"] = f"over --budget-s {a.budget_s:.0f}"
                     continue
                 try:
+                    # the counts first, on a model of their own (one model on the device at a time)
+                    counted = build_side(dict_dir, args, "bf16", a.device)
+                    e["params"] = sum(p.numel() for p in counted[1].parameters())
+                    e["counts"] = count_step(counted, batches[0])
+                    del counted
+                    release(a.device)
                     for precision in a.precisions:
                         if over_budget():
                             e[precision] = f"skipped: over --budget-s {a.budget_s:.0f}"
                             continue
                         side = build_side(dict_dir, args, precision, a.device)
-                        if "counts" not in e:
-                            e["params"] = sum(p.numel() for p in side[1].parameters())
-                            e["counts"] = count_step(build_side(dict_dir, args, "bf16", a.device), batches[0])
-                            release(a.device)
                         logger.info("%s %s %s", name, side_name, precision)
                         e[precision] = measure_precision(
                             side, batches, decode_sample, precision, a, peaks[precision], e["counts"]
