@@ -35,12 +35,13 @@ import time
 from typing import Dict, List, Tuple
 
 from fairseq_dense.baselines import BASELINES, match_baseline, our_families
+from fairseq_dense.checkpoints import BEST
 from fairseq_dense.cli.quickstart_steps import (
     SAVE_EVERY,
     Budget,
     Result,
     export_model,
-    interactive_command,
+    thread_env,
     train_and_score,
 )
 from fairseq_dense.data import prepare as prep
@@ -60,6 +61,9 @@ EXPORT_NAME = "model"
 #: ``<family>_<CPU_SIZE>`` is each family's architecture in ``--all-families``
 CPU_SIZE = "small"
 BUNDLED, SYNTHETIC = "tatoeba", "synthetic"
+#: CPU threads of the printed ``fairseq-dense-interactive`` command: a sentence at a time is
+#: too little work to share, and extra threads only wait on a busy machine
+INTERACTIVE_THREADS = 1
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -275,11 +279,18 @@ def pair_lines(results: List[Result]) -> List[str]:
 
 
 def print_usage_of(result: Result, data: str, src: str, tgt: str, srcs: List[str], exported: str, args) -> None:
-    """How to translate with the plugin model: the command line, and in Python its export."""
-    cmd = interactive_command(
-        os.path.join(data, "bin"), os.path.join(result.save_dir, "checkpoint_best.pt"),
-        os.path.join(data, "bpecodes"), src, tgt, args.beam,
-    )  # fmt: skip
+    """How to translate with the plugin model: ``fairseq-dense-interactive`` reading raw sentences with
+    the prepared data's Moses options (no escaping, no aggressive dash splits) and BPE codes, run
+    through ``env`` with :data:`INTERACTIVE_THREADS` CPU threads; and in Python, its export."""
+    script = os.path.join(os.path.dirname(sys.executable), "fairseq-dense-interactive")
+    program = [script] if os.path.isfile(script) else [sys.executable, "-m", "fairseq_dense.cli.interactive"]
+    threads = [f"{k}={v}" for k, v in thread_env(INTERACTIVE_THREADS).items()]
+    bin_dir, codes = (os.path.abspath(os.path.join(data, name)) for name in ("bin", "bpecodes"))
+    cmd = [
+        "env", *threads, *program, bin_dir, "--path", os.path.abspath(os.path.join(result.save_dir, BEST)),
+        "--source-lang", src, "--target-lang", tgt, "--tokenizer", "moses", "--moses-no-escape",
+        "--moses-no-dash-splits", "--bpe", "subword_nmt", "--bpe-codes", codes, "--beam", str(args.beam), "--cpu",
+    ]  # fmt: skip
     quoted = shlex.join(cmd)
     print(f"Translate your own sentences with {result.arch} (one per line; D- lines are the translations):")
     print("  " + quoted + (" # lower-case the input too" if args.lowercase else ""))

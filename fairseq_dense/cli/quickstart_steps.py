@@ -35,9 +35,6 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(fairseq_dense.__file__))
 PROGRESS_S = 30.0
 #: the recipe saves a checkpoint every this many updates: what a resumed run can lose
 SAVE_EVERY = 200
-#: CPU threads of the printed ``fairseq-dense-interactive`` command: a sentence at a time is
-#: too little work to share, and extra threads only wait on a busy machine
-INTERACTIVE_THREADS = 1
 #: the text of fairseq-train's parameter-count line (not part of its JSON records)
 _PARAMS = "num. shared model params: "
 RESULT_NAME = "quickstart-result.json"
@@ -262,21 +259,6 @@ def generate_command(bin_dir: str, checkpoint: str, beam: int) -> List[str]:
         sys.executable, "-m", "fairseq_cli.generate", bin_dir, "--user-dir", PACKAGE_DIR, "--path", checkpoint,
         "--gen-subset", "test", "--cpu", "--beam", str(beam), "--batch-size", "64",
         "--required-batch-size-multiple", "1", "--remove-bpe", "--num-workers", "0",
-    ]  # fmt: skip
-
-
-def interactive_command(bin_dir: str, checkpoint: str, codes: str, src: str, tgt: str, beam: int) -> List[str]:
-    """``fairseq-dense-interactive`` on a trained model, reading raw sentences with the prepared
-    data's Moses options (no escaping, no aggressive dash splits) and BPE codes, run through
-    ``env`` with :data:`INTERACTIVE_THREADS` CPU threads."""
-    script = os.path.join(os.path.dirname(sys.executable), "fairseq-dense-interactive")
-    program = [script] if os.path.isfile(script) else [sys.executable, "-m", "fairseq_dense.cli.interactive"]
-    threads = [f"{k}={v}" for k, v in thread_env(INTERACTIVE_THREADS).items()]
-    return [
-        "env", *threads, *program, os.path.abspath(bin_dir), "--path", os.path.abspath(checkpoint),
-        "--source-lang", src, "--target-lang", tgt, "--tokenizer", "moses", "--moses-no-escape",
-        "--moses-no-dash-splits", "--bpe", "subword_nmt", "--bpe-codes", os.path.abspath(codes),
-        "--beam", str(beam), "--cpu",
     ]  # fmt: skip
 
 
