@@ -325,7 +325,7 @@ def run(args, parser) -> int:
     single = len(archs) == 1 and not results[0].error
     exported = ""
     if single and results[0].label == "plugin" and results[0].family in our_families():
-        exported = export_model(results[0], data, os.path.join(args.work_dir, EXPORT_NAME), "test")
+        exported = export_model(results[0], data, os.path.join(args.work_dir, EXPORT_NAME))
     total = time.time() - start
 
     print()

@@ -374,7 +374,7 @@ def train_and_score(result: Result, data: str, work: str, refs: List[str], tgt: 
     return result
 
 
-def export_model(result: Result, data: str, out_dir: str, test_set: str) -> str:
+def export_model(result: Result, data: str, out_dir: str) -> str:
     """Export ``result``'s ``checkpoint_best.pt`` to ``out_dir`` for ``fairseq_dense.from_pretrained``,
     with what the quick-start translated with (dictionaries, BPE codes, languages, Moses options);
     returns ``out_dir``. ``out_dir.from`` names the checkpoint it came from: a second quick-start
@@ -386,7 +386,7 @@ def export_model(result: Result, data: str, out_dir: str, test_set: str) -> str:
     source = f"{checkpoint} {os.path.getmtime(checkpoint)} {result.bleu}\n"
     if os.path.isdir(out_dir) and os.path.isfile(stamp) and open(stamp, encoding="utf-8").read() == source:
         return out_dir
-    card = ModelCardInfo(bleu=result.bleu, bleu_signature=result.signature or None, test_set=test_set)
+    card = ModelCardInfo(bleu=result.bleu, bleu_signature=result.signature or None, test_set="test")
     export_checkpoint(
         [checkpoint], out_dir, data=os.path.join(data, "bin"), bpe_codes=os.path.join(data, "bpecodes"),
         moses_no_escape=True, moses_no_dash_splits=True,  # fairseq_dense.data.prepare's Moses options

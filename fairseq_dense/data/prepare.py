@@ -70,9 +70,9 @@ def read_lines(path: str) -> List[str]:
     return text.splitlines()
 
 
-def check_parallel(raw_dir: str, src: str, tgt: str, splits: Sequence[str] = SPLITS) -> None:
+def check_parallel(raw_dir: str, src: str, tgt: str) -> None:
     """Every split exists on both sides, decodes as UTF-8, and has equal line counts."""
-    for split in splits:
+    for split in SPLITS:
         a = read_lines(os.path.join(raw_dir, f"{split}.{src}"))
         b = read_lines(os.path.join(raw_dir, f"{split}.{tgt}"))
         if len(a) != len(b):
@@ -81,10 +81,10 @@ def check_parallel(raw_dir: str, src: str, tgt: str, splits: Sequence[str] = SPL
             raise DataError(f"{raw_dir}/{split}.{src}: empty file")
 
 
-def fingerprint(raw_dir: str, src: str, tgt: str, splits: Sequence[str] = SPLITS) -> Dict[str, Dict]:
+def fingerprint(raw_dir: str, src: str, tgt: str) -> Dict[str, Dict]:
     """``{"train.src": {"bytes": n, "sha256": hex}, ...}`` for every raw file the pipeline reads."""
     out = {}
-    for split in splits:
+    for split in SPLITS:
         for lang in (src, tgt):
             path = os.path.join(raw_dir, f"{split}.{lang}")
             if not os.path.isfile(path):
