@@ -16,13 +16,7 @@ logging_setup.hold_import_notices()
 if not logging_setup.verbose_from_env():
     logging_setup.hide_noise()
 with logging_setup.keep_root_logger():
-    from fairseq_dense import (  # noqa: E402
-        criterions,  # noqa: E402,F401
-        fairseq_compat,  # noqa: E402
-        lr_schedulers,  # noqa: E402,F401
-        models,  # noqa: E402,F401
-        tasks,  # noqa: E402,F401
-    )
+    from fairseq_dense import criterions, fairseq_compat, lr_schedulers, models, tasks  # noqa: E402,F401
     from fairseq_dense.hub import from_pretrained  # noqa: E402,F401
 
 # workarounds for fairseq on modern Python/torch; after the registrations (it wraps the models' loading)

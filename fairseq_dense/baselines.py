@@ -1,13 +1,11 @@
 """fairseq's built-in counterpart of each plugin family, matched in parameters.
 
-Every model registered by a module of :mod:`fairseq_dense` is a family. Each family is
-paired with a fairseq built-in (``BASELINES``; ``lstm`` when a family is not listed) whose
-width is bisected until its parameter count is the closest to ours on the same
-dictionaries. The counterpart takes ours' depth, dropout rates and (``lstm``) embedding
-layout, so that equal parameters also means comparable work and regularisation.
-
-The quick-start (``--baseline``) and the benchmark harness (``benchmarks/``) both pair
-models through this module.
+Every model registered by a module of :mod:`fairseq_dense` is a family, paired with a
+fairseq built-in (``BASELINES``; ``lstm`` when not listed) whose width is bisected until
+its parameter count is the closest to ours on the same dictionaries. The counterpart takes
+ours' depth, dropout rates and (``lstm``) embedding layout, so that equal parameters also
+means comparable work and regularisation. The quick-start (``--baseline``) and the
+benchmark harness both pair models here.
 """
 
 import logging
@@ -74,46 +72,27 @@ def same_embeddings(ours_cfg, width: int) -> List[str]:
 
 def lstm_args(width: int, ours_cfg) -> List[str]:
     """fairseq ``lstm``: bidirectional encoder, attention, ours' depth (1-4), hidden size ``width``."""
-    return (
-        flags(
-            arch="lstm",
-            encoder_layers=_layers(ours_cfg, "encoder_layers", 1, hi=4),
-            decoder_layers=_layers(ours_cfg, "decoder_layers", 1, hi=4),
-            encoder_bidirectional=True,
-            encoder_hidden_size=width,
-            decoder_hidden_size=width,
-        )
-        + same_embeddings(ours_cfg, width)
-        + same_dropout(ours_cfg)
+    layers = {f"{side}_layers": _layers(ours_cfg, f"{side}_layers", 1, hi=4) for side in ("encoder", "decoder")}
+    shape = flags(
+        arch="lstm", **layers, encoder_bidirectional=True, encoder_hidden_size=width, decoder_hidden_size=width
     )
+    return shape + same_embeddings(ours_cfg, width) + same_dropout(ours_cfg)
 
 
 def fconv_args(width: int, ours_cfg) -> List[str]:
     """fairseq ``fconv``: ours' depth of kernel-3 layers each side (DenseNMT's BASE-4L shape), ``width`` channels."""
     layers = f"[({width}, 3)] * {_layers(ours_cfg, 'encoder_layers', 4, hi=8)}"
-    return flags(
-        arch="fconv",
-        encoder_embed_dim=width,
-        decoder_embed_dim=width,
-        decoder_out_embed_dim=width,
-        encoder_layers=layers,
-        decoder_layers=layers,
-    ) + same_dropout(ours_cfg)
+    dims = dict(encoder_embed_dim=width, decoder_embed_dim=width, decoder_out_embed_dim=width)
+    return flags(arch="fconv", **dims, encoder_layers=layers, decoder_layers=layers) + same_dropout(ours_cfg)
 
 
 def transformer_args(width: int, ours_cfg) -> List[str]:
     """fairseq ``transformer``: ours' depth and dropout rates, d_model ``width``, FFN 4x, 4 heads."""
-    return flags(
-        arch="transformer",
-        encoder_layers=_layers(ours_cfg, "encoder_layers", 3),
-        decoder_layers=_layers(ours_cfg, "decoder_layers", 3),
-        encoder_embed_dim=width,
-        decoder_embed_dim=width,
-        encoder_ffn_embed_dim=4 * width,
-        decoder_ffn_embed_dim=4 * width,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-    ) + same_dropout(ours_cfg, ("dropout", "attention_dropout", "activation_dropout"))
+    layers = {f"{side}_layers": _layers(ours_cfg, f"{side}_layers", 3) for side in ("encoder", "decoder")}
+    dims = dict(encoder_embed_dim=width, decoder_embed_dim=width, encoder_ffn_embed_dim=4 * width)
+    dims.update(decoder_ffn_embed_dim=4 * width, encoder_attention_heads=4, decoder_attention_heads=4)
+    dropout = same_dropout(ours_cfg, ("dropout", "attention_dropout", "activation_dropout"))
+    return flags(arch="transformer", **layers, **dims) + dropout
 
 
 #: counterpart -> (width -> arch arguments, width step)

@@ -1,20 +1,12 @@
 """Logging set-up shared by the command-line entry points, the Python API and benchmark scripts.
 
 The plugin is quiet by default: fairseq and the libraries under it print notices the
-user cannot act on (an optional package for speech tasks missing, hydra's deprecation
-notices about how fairseq calls it, torch's about fairseq's calls, a DataLoader's
-``pin_memory`` without a GPU), and fairseq's code logs its whole configuration and its
-batching decisions at INFO. Quiet means:
-
-- ``import fairseq_dense`` (the Python API) leaves the root logger as it found it
-  (importing fairseq calls ``logging.basicConfig(level=DEBUG)`` in one of its model
-  modules, which would print hydra's DEBUG lines and every INFO line afterwards:
-  :func:`keep_root_logger`) and hides :data:`NOISE_WARNINGS` (:func:`hide_noise`);
-- the console scripts (:func:`configure_logging`) also keep :data:`QUIET_LOGGERS`
-  (fairseq's and hydra's own) at WARNING, so that their own lines are what shows.
-
-``-v`` / ``--verbose`` on a console script, or the environment variable
-``FAIRSEQ_DENSE_VERBOSE=1`` (for the Python API too), shows everything.
+user cannot act on (a speech task's optional package, hydra's and torch's deprecation
+notices about fairseq's calls, ``pin_memory`` without a GPU), and fairseq logs its whole
+configuration at INFO. ``import fairseq_dense`` leaves the root logger as it found it
+(:func:`keep_root_logger`) and hides :data:`NOISE_WARNINGS` (:func:`hide_noise`); the
+console scripts (:func:`configure_logging`) also keep :data:`QUIET_LOGGERS` at WARNING.
+``-v`` / ``--verbose``, or ``FAIRSEQ_DENSE_VERBOSE=1`` (for the Python API too), shows everything.
 """
 
 import argparse
@@ -25,9 +17,7 @@ import re
 import warnings
 from typing import Iterator, Optional
 
-#: ``(category, message regex)`` of the warnings hidden by default: hydra's deprecation
-#: notices about fairseq's config code, torch's about fairseq's ``torch.cuda.amp`` calls,
-#: and the DataLoader's ``pin_memory`` notice on a machine without a GPU
+#: ``(category, message regex)`` of the warnings hidden by default
 NOISE_WARNINGS = (
     (UserWarning, r"\s*hydra\.experimental\.\w+\(\) is no longer experimental"),
     (UserWarning, r"\s*The version_base parameter is not specified"),
@@ -37,11 +27,9 @@ NOISE_WARNINGS = (
     (FutureWarning, r"\s*`?torch\.cuda\.amp\.\w+\(args\.\.\.\)`? is deprecated"),
     (UserWarning, r".*'pin_memory' argument is set as true but no accelerator is found"),
 )
-#: loggers whose INFO notices are hidden by default (fairseq's speech tasks, on import:
-#: "Please install tensorboardX")
+#: loggers whose notices are held back by default (on import: "Please install tensorboardX")
 NOISE_LOGGERS = ("fairseq.tasks.text_to_speech", "fairseq.tasks.frm_text_to_speech")
-#: loggers the console scripts keep at WARNING unless verbose: fairseq's (the configuration
-#: dump of ``fairseq_cli.*``, "loading model(s) from", the data loader's batching notices) and hydra's
+#: loggers the console scripts keep at WARNING unless verbose (fairseq's configuration dump and notices)
 QUIET_LOGGERS = ("fairseq", "fairseq_cli", "hydra")
 VERBOSE_ENV = "FAIRSEQ_DENSE_VERBOSE"
 
@@ -74,9 +62,8 @@ class _Held(logging.Handler):
 
 
 def hold_import_notices() -> None:
-    """Hold back :data:`NOISE_LOGGERS`' records (fairseq logs them while it is imported,
-    before an entry point has read ``-v``); :func:`show_noise` prints them, with ``-v``.
-    Called by ``fairseq_dense/__init__.py`` before it imports fairseq."""
+    """Hold back :data:`NOISE_LOGGERS`' records (logged while fairseq is imported, before an entry
+    point has read ``-v``); :func:`show_noise` prints them."""
     for name in NOISE_LOGGERS:
         logger = logging.getLogger(name)
         if not any(isinstance(h, _Held) for h in logger.handlers):
@@ -86,13 +73,8 @@ def hold_import_notices() -> None:
 
 @contextlib.contextmanager
 def keep_root_logger() -> Iterator[None]:
-    """Leave the root logger's level and handlers as they were before the block.
-
-    Importing fairseq for the first time runs ``logging.basicConfig(level=logging.DEBUG)``
-    (``fairseq/models/wav2vec/wav2vec2_classification.py``): a Python program that
-    imports this package would print hydra's DEBUG lines and fairseq's INFO lines from
-    then on. ``fairseq_dense/__init__.py`` imports fairseq inside this block.
-    """
+    """Leave the root logger's level and handlers as they were before the block: importing fairseq
+    runs ``logging.basicConfig(level=logging.DEBUG)`` (``fairseq/models/wav2vec/wav2vec2_classification.py``)."""
     root = logging.getLogger()
     level, handlers = root.level, list(root.handlers)
     try:
@@ -105,8 +87,7 @@ def keep_root_logger() -> Iterator[None]:
 
 
 def hide_noise() -> None:
-    """Hide :data:`NOISE_WARNINGS` and :data:`NOISE_LOGGERS`' records in this process
-    (child processes, such as the quick-start's fairseq commands, are not affected)."""
+    """Hide :data:`NOISE_WARNINGS` and :data:`NOISE_LOGGERS`' records in this process (not its children)."""
     for category, message in NOISE_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category)
     hold_import_notices()
@@ -137,19 +118,9 @@ def show_noise() -> None:
 
 
 def configure_logging(fmt: str, datefmt: Optional[str] = None, verbose: Optional[bool] = None) -> None:
-    """Log INFO and above to stderr in ``fmt``; hide fairseq's and torch's noise and keep
-    fairseq's own INFO lines (:data:`QUIET_LOGGERS`) back unless ``verbose``.
-
-    Importing fairseq configures the root logger itself (level DEBUG, a stderr
-    handler), which turns a plain ``logging.basicConfig`` into a no-op: the format
-    is ignored and third-party DEBUG output (matplotlib's font search, for one)
-    floods the terminal. ``force=True`` replaces that configuration.
-
-    Args:
-        fmt, datefmt: the log format.
-        verbose: show the notices :func:`hide_noise` hides; ``None``: as
-            ``FAIRSEQ_DENSE_VERBOSE`` says.
-    """
+    """Log INFO and above to stderr in ``fmt``; hide the noise and :data:`QUIET_LOGGERS`' INFO lines
+    unless ``verbose`` (``None``: as ``FAIRSEQ_DENSE_VERBOSE`` says). ``force=True``: fairseq's own
+    root configuration would make ``basicConfig`` a no-op."""
     logging.basicConfig(level=logging.INFO, format=fmt, datefmt=datefmt, force=True)
     if verbose is None:
         verbose = verbose_from_env()

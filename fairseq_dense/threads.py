@@ -4,14 +4,10 @@ torch starts one thread per core. When other jobs keep those cores busy, its thr
 wait for each other at every operator: on a 2-core machine with a load average of
 about 6, two threads made fewer than 50 training updates in 17 minutes where one
 thread made 1,600 in 25, and ``fairseq-dense-interactive`` took 2 s a sentence
-instead of 0.1 s. :func:`choose_threads` therefore counts the cores this process may
-use and leaves out those the load average says are busy (at least one thread);
-``OMP_NUM_THREADS`` chooses instead when it is set. :func:`apply_threads` applies the
-choice to torch and logs it in one line.
-
-The console scripts call :func:`apply_threads` in their ``main``; the Python API
-(``fairseq_dense.from_pretrained``) leaves torch's setting alone, as loading a model
-changes no global state (call ``apply_threads()`` yourself, or ``torch.set_num_threads``).
+instead of 0.1 s. :func:`choose_threads` therefore leaves out the cores the load
+average says are busy, unless ``OMP_NUM_THREADS`` chooses. The console scripts apply
+it (:func:`apply_threads`); the Python API leaves torch's setting alone, as loading a
+model changes no global state.
 """
 
 import logging
@@ -25,7 +21,7 @@ THREADS_ENV = "OMP_NUM_THREADS"
 
 
 def usable_cpus() -> int:
-    """The number of CPUs this process may run on (its affinity mask, else ``os.cpu_count()``)."""
+    """The CPUs this process may run on (its affinity mask, else ``os.cpu_count()``)."""
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not on Linux
@@ -43,20 +39,9 @@ def load_average() -> Optional[float]:
 def choose_threads(
     environ: Optional[Mapping[str, str]] = None, cpus: Optional[int] = None, load: Optional[float] = None
 ) -> Tuple[int, str]:
-    """The thread count for this process's torch, and the reason in words.
-
-    ``OMP_NUM_THREADS`` wins when it is a positive whole number (an invalid value is
-    named in the reason and ignored). Otherwise: the usable CPUs minus the busy ones
-    (the 1-minute load average, rounded), at least 1.
-
-    Args:
-        environ: the environment to read (default ``os.environ``).
-        cpus: usable CPUs (default :func:`usable_cpus`).
-        load: the load average (default :func:`load_average`).
-
-    Returns:
-        ``(n, reason)``, e.g. ``(1, "2 CPUs, load average 5.9: 1 idle at most")``.
-    """
+    """``(n, reason)``, e.g. ``(1, "2 CPUs, load average 5.9")``: ``OMP_NUM_THREADS`` when it is a
+    positive whole number (else named in the reason and ignored), otherwise the usable CPUs minus
+    the busy ones (the rounded load average), at least 1. The arguments default to this process's."""
     environ = os.environ if environ is None else environ
     cpus = usable_cpus() if cpus is None else cpus
     load = load_average() if load is None else load
@@ -69,19 +54,12 @@ def choose_threads(
     if load is None:
         return cpus, f"{cpus} CPUs{ignored}"
     n = max(1, min(cpus, cpus - int(load + 0.5)))
-    word = "CPU" if cpus == 1 else "CPUs"
-    return n, f"{cpus} {word}, load average {load:.1f}{ignored}"
+    return n, f"{cpus} CPU{'s' * (cpus != 1)}, load average {load:.1f}{ignored}"
 
 
 def apply_threads(environ: Optional[Mapping[str, str]] = None, *, say: bool = True) -> Tuple[int, str]:
-    """Set torch's thread count to :func:`choose_threads`' choice and log it (INFO, one line;
-    ``say=False``: the command says it in its own last line, see :func:`phrase`, so that a
-    refusal before any work stays one line).
-
-    Returns:
-        ``(n, reason)`` as :func:`choose_threads` gives them; a command that starts
-        child processes passes ``OMP_NUM_THREADS=n`` on to them.
-    """
+    """Set torch's thread count to :func:`choose_threads`' choice and return it; ``say``: log it in one
+    line now (else the command says it in its own last line, so that a refusal stays one line)."""
     import torch
 
     n, reason = choose_threads(environ)

@@ -137,7 +137,7 @@ def test_synthetic_corpus_reorders_and_agrees():
         for det, noun in zip(t, t[1:]):
             for (definite, plural, gender), word in synthetic.TGT_DET.items():
                 if det == word:
-                    assert noun.endswith(synthetic.NOUN_SUFFIX[(gender, plural)]), (det, noun, tgt)
+                    assert noun.endswith(synthetic.SUFFIX[(gender, plural)]), (det, noun, tgt)
 
 
 def test_synthetic_corpus_is_seeded_and_held_out(tmp_path):

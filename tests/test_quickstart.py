@@ -20,15 +20,9 @@ import sys
 
 import pytest
 
-from fairseq_dense.cli import quickstart, quickstart_report, quickstart_run
-from fairseq_dense.cli.quickstart_steps import (
-    Budget,
-    Result,
-    TrainLog,
-    json_record,
-    run_command,
-    stop_reason,
-)
+from fairseq_dense.cli import quickstart, quickstart_steps
+from fairseq_dense.cli.plot import parse_line
+from fairseq_dense.cli.quickstart_steps import Budget, Result, TrainLog, run_command, stop_reason
 from fairseq_dense.data import prepare as prep
 from fairseq_dense.data import tatoeba
 from tests.helpers import REPO
@@ -73,13 +67,13 @@ class _Clock:
 
 
 def test_json_records_are_read_and_other_lines_ignored():
-    assert json_record(_record("train_inner", loss=9.716, num_updates=50)) == (
+    assert parse_line(_record("train_inner", loss=9.716, num_updates=50))[:2] == (
         "train_inner", {"epoch": 1.0, "loss": 9.716, "num_updates": 50.0},
     )  # fmt: skip
-    tag, stats = json_record(_record("valid", loss=7.5, best_loss=7.4, num_updates=100))
+    tag, stats, _ = parse_line(_record("valid", loss=7.5, best_loss=7.4, num_updates=100))
     assert tag == "valid" and stats["loss"] == 7.5 and stats["best_loss"] == 7.4
     for line in [_PARAMS_LINE, "12:00:00 | INFO | train | epoch 001 | loss 8.0 | num_updates 200", "{", ""]:
-        assert json_record(line) == ("", {})
+        assert parse_line(line)[:2] == (None, {})
 
 
 def test_progress_lines_come_by_time_with_the_loss_since_the_last_line_and_the_time_left(capsys):
@@ -149,17 +143,17 @@ def test_a_time_budget_counts_the_time_of_the_run_it_resumes_and_the_stop_comes_
 
 
 def test_seed_statistics_and_the_verdict_of_each_pair():
-    assert quickstart_report.mean_sd([1.0, 2.0, 3.0]) == (2.0, 1.0)
-    assert math.isnan(quickstart_report.mean_sd([4.0])[1])
+    assert quickstart.mean_sd([1.0, 2.0, 3.0]) == (2.0, 1.0)
+    assert math.isnan(quickstart.mean_sd([4.0])[1])
     # pooled sd of [30, 31, 32] and [29, 29.5, 30.5]: sqrt((2 + 1.1667) / 4) = 0.8898; se x sqrt(2/3)
-    diff, bound, word = quickstart_report.verdict([30.0, 31.0, 32.0], [29.0, 29.5, 30.5], higher_is_better=True)
+    diff, bound, word = quickstart.verdict([30.0, 31.0, 32.0], [29.0, 29.5, 30.5], higher_is_better=True)
     assert math.isclose(diff, 1.3333, abs_tol=1e-4) and math.isclose(bound, 2 * 0.8898 * math.sqrt(2 / 3), rel_tol=1e-3)
     assert word == "within noise"  # 1.33 < 1.45
-    assert quickstart_report.verdict([31.0, 31.2, 31.1], [30.0, 30.1, 29.9], True)[2] == "ahead"
-    assert quickstart_report.verdict([31.0, 31.2, 31.1], [30.0, 30.1, 29.9], False)[2] == "behind"  # a loss: lower wins
-    assert quickstart_report.verdict([3.9, 3.95, 3.92], [4.1, 4.12, 4.08], False)[2] == "ahead"
-    assert quickstart_report.verdict([31.0, 31.2, 31.1], [30.0], True)[2] == "ahead"  # 3 and 1 seeds: df 2
-    diff, bound, word = quickstart_report.verdict([31.0], [30.0], True)
+    assert quickstart.verdict([31.0, 31.2, 31.1], [30.0, 30.1, 29.9], True)[2] == "ahead"
+    assert quickstart.verdict([31.0, 31.2, 31.1], [30.0, 30.1, 29.9], False)[2] == "behind"  # a loss: lower wins
+    assert quickstart.verdict([3.9, 3.95, 3.92], [4.1, 4.12, 4.08], False)[2] == "ahead"
+    assert quickstart.verdict([31.0, 31.2, 31.1], [30.0], True)[2] == "ahead"  # 3 and 1 seeds: df 2
+    diff, bound, word = quickstart.verdict([31.0], [30.0], True)
     assert diff == 1.0 and math.isnan(bound) and word == "one seed each: no spread measured"
 
 
@@ -176,7 +170,7 @@ def test_the_table_gives_mean_and_sd_over_seeds_with_their_number_and_a_verdict_
             _run("plugin", "wt_small", seed, ours, 3.9),
             _run("baseline", "transformer (width 128)", seed, theirs, 3.95),
         ]
-    text = quickstart_report.table(runs)
+    text = quickstart.table(runs)
     lines = text.splitlines()
     assert lines[0] == (
         "| family | model | arch | params | updates | seeds | valid loss, mean ± sd 3 seeds "
@@ -187,19 +181,19 @@ def test_the_table_gives_mean_and_sd_over_seeds_with_their_number_and_a_verdict_
         "| weighted_transformer | fairseq-dense | `wt_small` | 2.53M | 1600 | 3 | 3.90 ± 0.00 | 31.70 ± 0.10 | 5,002 |"
     )
     assert lines[3].endswith("| 3 | 3.95 ± 0.00 | 31.30 ± 0.10 | 5,002 |") and len(lines) == 4
-    (pair,) = quickstart_report.pair_lines(runs)
+    (pair,) = quickstart.pair_lines(runs)
     # 0.40 BLEU against 2 x 0.10 x sqrt(2/3) = 0.16; loss 0.05 lower, no spread
     assert pair.startswith("wt_small, 3 seeds, against transformer (width 128), 3 seeds: ")
     assert "test BLEU +0.40 (2 standard errors: 0.16): ahead; valid loss -0.050" in pair
     assert pair.endswith(": ahead")
     # a failed seed is left out and counted; one seed alone has no ±
     runs[4] = _run("plugin", "wt_small", 3, 0, 0, error="error: command failed")
-    mixed = quickstart_report.table(runs).splitlines()
+    mixed = quickstart.table(runs).splitlines()
     assert "mean ± sd over the seeds" in mixed[0] and "| 2 | 3.90 ± 0.00 | 31.70 ± 0.14 |" in mixed[2]
-    single = quickstart_report.table(runs[:2]).splitlines()
+    single = quickstart.table(runs[:2]).splitlines()
     assert single[0] == "| family | model | arch | params | updates | valid loss | test BLEU | target tokens/s |"
     assert "| 1600 | 3.90 | 31.60 | 5,001 |" in single[2]
-    (pair,) = quickstart_report.pair_lines(runs[:2])
+    (pair,) = quickstart.pair_lines(runs[:2])
     assert pair.startswith("wt_small, 1 seed, against ") and pair.endswith("-0.050: one seed each: no spread measured")
 
 
@@ -215,7 +209,7 @@ def test_each_seed_is_a_run_of_its_own(tmp_path):
     assert ours.seed == 1 and base.save_dir.endswith("small-baseline")  # copies, not changed in place
     args = quickstart.get_parser().parse_args(["--arch", "a", "b", "--seeds", "3", "--seed", "5"])
     assert args.arch == ["a", "b"] and args.seeds == 3 and args.seed == 5
-    settings = quickstart_run.settings  # the seed of the run, not of the command line, decides reuse
+    settings = quickstart_steps.settings  # the seed of the run, not of the command line, decides reuse
     (tmp_path / "prepare.json").write_text("{}")
     assert settings(quickstart.with_seed(ours, 2), str(tmp_path), Budget(updates=4), args)["seed"] == 2
 
@@ -271,7 +265,7 @@ def test_the_log_file_holds_each_line_as_soon_as_it_is_read(tmp_path):
 def test_a_finished_model_is_found_and_never_trained_past_its_budget(tmp_path):
     save = tmp_path / "ckpt"
     save.mkdir()
-    assert not quickstart_run.budget_met(str(save), Budget(updates=100))  # nothing trained yet
+    assert not quickstart_steps.budget_met(str(save), Budget(updates=100))  # nothing trained yet
     import torch
 
     # what fairseq's loader needs of a checkpoint to read its update count and training time
@@ -280,12 +274,12 @@ def test_a_finished_model_is_found_and_never_trained_past_its_budget(tmp_path):
     state = {"model": {}, "optimizer_history": history, "extra_state": extra, "args": None, "cfg": None}
 
     torch.save(state, save / "checkpoint_last.pt")
-    assert quickstart_run.budget_met(str(save), Budget(updates=100))
-    assert not quickstart_run.budget_met(str(save), Budget(updates=200))  # continues
-    assert quickstart_run.budget_met(str(save), Budget(minutes=6.0))
-    assert not quickstart_run.budget_met(str(save), Budget(minutes=7.0))
+    assert quickstart_steps.budget_met(str(save), Budget(updates=100))
+    assert not quickstart_steps.budget_met(str(save), Budget(updates=200))  # continues
+    assert quickstart_steps.budget_met(str(save), Budget(minutes=6.0))
+    assert not quickstart_steps.budget_met(str(save), Budget(minutes=7.0))
     with pytest.raises(SystemExit, match=r"trained for 100 updates, more than --updates 50: pass --fresh"):
-        quickstart_run.budget_met(str(save), Budget(updates=50))
+        quickstart_steps.budget_met(str(save), Budget(updates=50))
 
 
 def _fails_with_one_line(argv) -> str:
@@ -316,9 +310,7 @@ def test_all_families_takes_each_family_cpu_arch_from_the_registry():
     assert sorted(archs) == sorted(f"{family}_{quickstart.CPU_SIZE}" for family in our_families())
     assert len(archs) == 5 and quickstart.DEFAULT_ARCH in archs
     failed = Result("plugin", "densenmt", "densenmt_small", [], "", error="error: command failed")
-    assert "| densenmt | fairseq-dense | `densenmt_small` | error: command failed |" in quickstart_report.table(
-        [failed]
-    )
+    assert "| densenmt | fairseq-dense | `densenmt_small` | error: command failed |" in quickstart.table([failed])
 
 
 def test_default_arch_is_the_best_family_of_the_readme_table():

@@ -379,9 +379,9 @@ def converge(pair: str, side: str, lr: float, threads: int, deadline=None) -> No
         f.write(f"{lr:g}\n")
     stop = []
     if deadline is not None:
-        from fairseq_dense.cli.quickstart_steps import previous_training_seconds
+        from fairseq_dense.cli.quickstart_steps import checkpoint_state
 
-        done = previous_training_seconds(os.path.join(side_dir(pair, side), f"lr{lr:g}"))
+        done = checkpoint_state(os.path.join(side_dir(pair, side), f"lr{lr:g}"))[1]
         hours = (done + max(deadline - time.time(), 60.0)) / 3600
         stop = ["--stop-time-hours", f"{hours:.4f}"]
     run(

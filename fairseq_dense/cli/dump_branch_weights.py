@@ -17,14 +17,14 @@ matplotlib (``pip install fairseq-dense[plot]``); ``--no-plot`` skips it.
 """
 
 import argparse
-import json
 import logging
 import math
 import os
-from typing import List, Optional, Sequence
+from typing import List, Optional
 
 import torch
 
+from fairseq_dense.data.prepare import write_json
 from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
 from fairseq_dense.threads import apply_threads
 
@@ -58,39 +58,25 @@ def read_checkpoint(path: str) -> dict:
     return {"path": path, "num_updates": int(history[-1].get("num_updates", 0)), "weights": weights}
 
 
-def dump(paths: Sequence[str]) -> dict:
-    """Read every checkpoint; the series sorted by update number."""
-    series = sorted((read_checkpoint(p) for p in paths), key=lambda c: c["num_updates"])
-    return {"checkpoints": series}
-
-
-def plot(series: dict, out_png: str) -> None:
+def plot(ckpts: List[dict], out_png: str) -> None:
     """One panel per kappa/alpha vector, one line per branch, against updates."""
-    import matplotlib
+    from fairseq_dense.cli.plot import figure, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ckpts = series["checkpoints"]
     names = list(ckpts[-1]["weights"])
-    cols = 4 if len(names) >= 4 else len(names)
+    cols = min(4, len(names))
     rows = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), squeeze=False)
+    fig, axes = figure(rows, cols, figsize=(3.2 * cols, 2.4 * rows), squeeze=False)
     xs = [c["num_updates"] for c in ckpts]
     for ax, name in zip(axes.flat, names):
         values = [c["weights"].get(name) for c in ckpts]
-        m = len(values[-1])
-        for i in range(m):
+        for i in range(len(values[-1])):
             ax.plot(xs, [v[i] if v else float("nan") for v in values], marker=".", label=f"{i + 1}")
-        short = name.replace("decoder.layers.", "dec").replace("encoder.layers.", "enc")
-        ax.set_title(short, fontsize=8)
+        ax.set_title(name.replace("decoder.layers.", "dec").replace("encoder.layers.", "enc"), fontsize=8)
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
     fig.supxlabel("updates")
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=100)
-    plt.close(fig)
+    save(fig, out_png, dpi=100)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -105,18 +91,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     configure_logging("%(levelname)s %(message)s", verbose=args.verbose)
     apply_threads()
     try:
-        series = dump(args.checkpoints)
+        ckpts = sorted((read_checkpoint(p) for p in args.checkpoints), key=lambda c: c["num_updates"])
     except ValueError as e:
         parser.error(str(e))
-    out_dir = os.path.dirname(os.path.abspath(args.out))
-    os.makedirs(out_dir, exist_ok=True)
-    tmp = args.out + ".json.tmp"
-    with open(tmp, "w") as f:
-        json.dump(series, f, indent=1)
-    os.replace(tmp, args.out + ".json")  # never leave a half-written file
-    logger.info("wrote %s.json (%d checkpoints)", args.out, len(series["checkpoints"]))
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    write_json(args.out + ".json", {"checkpoints": ckpts}, indent=1)
+    logger.info("wrote %s.json (%d checkpoints)", args.out, len(ckpts))
     if not args.no_plot:
-        plot(series, args.out + ".png")
+        plot(ckpts, args.out + ".png")
         logger.info("wrote %s.png", args.out)
     return 0
 

@@ -11,7 +11,7 @@ run. Statistics that models expose through the ``model/<name>`` keys of the
 ``label_smoothed_cross_entropy_with_stats`` criterion (e.g. Weighted Transformer
 branch weights) can be plotted with ``--model-stats``.
 
-The parsing functions are also the benchmark harness' log reader.
+The parsing functions are also the quick-start's and the benchmark harness' log reader.
 """
 
 import argparse
@@ -20,60 +20,78 @@ import logging
 import os
 import re
 from datetime import datetime
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
 
 logger = logging.getLogger("fairseq_dense.plot")
 
-_LINE = re.compile(
-    r"^(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\s*\|\s*\w+\s*\|\s*(?P<tag>[\w.\-/]+)\s*\|\s*(?P<json>\{.*\})\s*$"
-)
 TAGS = ("train_inner", "train", "valid")
+_TIME = r"^(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)"
+_LINE = re.compile(_TIME + r"\s*\|\s*\w+\s*\|\s*(?P<tag>[\w.\-/]+)\s*\|\s*(?P<json>\{.*\})\s*$")
 # --log-format simple: "... | train_inner | epoch 001:     50 / 436 loss=10.2, nll_loss=9.7, ..."
 # and "... | valid | epoch 001 | valid on 'valid' subset | loss 8.45 | nll_loss 7.69 | ... | num_updates 135"
-_SIMPLE = re.compile(
-    r"^(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\s*\|\s*\w+\s*\|\s*(?P<tag>train_inner|train|valid)\s*\|"
-    r"\s*epoch \d+(?P<rest>.*)$"
-)
+_SIMPLE = re.compile(_TIME + r"\s*\|\s*\w+\s*\|\s*(?P<tag>train_inner|train|valid)\s*\|\s*epoch \d+(?P<rest>.*)$")
 
 
-def _simple_stats(tag: str, rest: str) -> Optional[Dict[str, str]]:
-    """The statistics of one ``--log-format simple`` line (after ``epoch NNN``), or None."""
+def _simple_stats(tag: str, rest: str) -> Dict[str, str]:
+    """The statistics of one ``--log-format simple`` line (after ``epoch NNN``)."""
     if tag == "train_inner":  # ":     50 / 436 key=value, key=value"
         body = re.sub(r"^:\s*\d+\s*/\s*\d+\s*", "", rest)
         pairs = [item.split("=", 1) for item in body.split(", ") if "=" in item]
-        return {k.strip(): v.strip() for k, v in pairs} or None
-    parts = [p.strip() for p in rest.split(" | ") if p.strip()]
+        return {k.strip(): v.strip() for k, v in pairs}
     stats = {}
-    for part in parts:
-        key, _, value = part.rpartition(" ")
+    for part in rest.split(" | "):
+        key, _, value = part.strip().rpartition(" ")
         if key and " " not in key:  # "valid on 'valid' subset" and the like have spaces
             stats[key] = value
-    return stats or None
+    return stats
 
 
 def _number(value):
-    """fairseq formats every statistic as a string; turn numbers back into floats."""
-    if isinstance(value, (int, float)):
-        return float(value)
+    """fairseq formats every statistic as a string; numbers become floats again."""
     try:
         return float(value)
     except (TypeError, ValueError):
         return value
 
 
+def parse_line(line: str) -> Tuple[Optional[str], Dict, Optional[datetime]]:
+    """``(tag, statistics, timestamp)`` of one line of a fairseq log.
+
+    The tag is ``train_inner`` (every ``--log-interval`` updates), ``train`` (end of an epoch),
+    ``valid`` or another progress bar's name, and ``None`` for a line without statistics; the
+    statistics are numbers as floats, keys without the tag's prefix (``valid_loss`` -> ``loss``).
+    A bare JSON object (a file of them, one a line) has no timestamp and a tag inferred from its keys.
+    """
+    line = line.strip()
+    m, simple = _LINE.match(line), _SIMPLE.match(line)
+    ts = m or simple or re.match(_TIME, line)
+    ts = datetime.strptime(ts.group("ts"), "%Y-%m-%d %H:%M:%S") if ts else None
+    try:
+        if m:
+            tag, stats = m.group("tag"), json.loads(m.group("json"))
+        elif simple:
+            tag, stats = simple.group("tag"), _simple_stats(simple.group("tag"), simple.group("rest"))
+        elif line.startswith("{") and line.endswith("}"):
+            stats = json.loads(line)
+            tag = "valid" if "valid_loss" in stats else "train" if "train_loss" in stats else "train_inner"
+        else:
+            return None, {}, ts
+    except json.JSONDecodeError:
+        return None, {}, ts
+    if not stats:
+        return None, {}, ts
+    return tag, {k.removeprefix(tag + "_"): _number(v) for k, v in stats.items()}, ts
+
+
 def parse_log(path: str) -> Dict[str, List[Dict]]:
     """Parse a fairseq log (``--log-format json``, or ``simple`` as the recipes in ``examples/`` write).
 
-    Args:
-        path: a log file of ``fairseq-train --log-format json`` (or ``simple``).
-
     Returns:
-        ``{"train_inner": [...], "train": [...], "valid": [...]}``, each a list of
-        dicts with numeric values as floats, keys without the ``train_``/``valid_``
-        prefix (``loss``, ``num_updates``, ``wps``...), and ``t``: seconds since the
-        first timestamped line of the log (``None`` for untimed lines).
+        ``{"train_inner": [...], "train": [...], "valid": [...]}``, each a list of the
+        :func:`parse_line` statistics with ``t``: seconds since the first timestamped line of
+        the log (``None`` for untimed lines).
 
     Raises:
         FileNotFoundError: if ``path`` does not exist.
@@ -84,43 +102,10 @@ def parse_log(path: str) -> Dict[str, List[Dict]]:
     start: Optional[datetime] = None
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
-            line = line.strip()
-            m = _LINE.match(line)
-            simple = None if m else _SIMPLE.match(line)
-            if m:
-                ts = datetime.strptime(m.group("ts"), "%Y-%m-%d %H:%M:%S")
-                start = start or ts
-                tag, payload, t = m.group("tag"), m.group("json"), (ts - start).total_seconds()
-            elif simple:
-                stats = _simple_stats(simple.group("tag"), simple.group("rest"))
-                if stats is None:
-                    continue
-                ts = datetime.strptime(simple.group("ts"), "%Y-%m-%d %H:%M:%S")
-                start = start or ts
-                tag, payload, t = simple.group("tag"), json.dumps(stats), (ts - start).total_seconds()
-            elif line.startswith("{") and line.endswith("}"):
-                tag, payload, t = None, line, None
-            else:
-                if start is None:
-                    m2 = re.match(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", line)
-                    if m2:
-                        start = datetime.strptime(m2.group(1), "%Y-%m-%d %H:%M:%S")
-                continue
-            try:
-                stats = json.loads(payload)
-            except json.JSONDecodeError:
-                continue
-            if tag is None:  # bare JSON lines: infer the kind from the keys
-                tag = "valid" if "valid_loss" in stats else "train" if "train_loss" in stats else "train_inner"
-            if tag not in out:
-                continue
-            rec = {}
-            for k, v in stats.items():
-                if tag != "train_inner" and k.startswith(tag + "_"):
-                    k = k[len(tag) + 1 :]
-                rec[k] = _number(v)
-            rec["t"] = t
-            out[tag].append(rec)
+            tag, stats, ts = parse_line(line)
+            start = start or ts
+            if tag in out:
+                out[tag].append({**stats, "t": None if ts is None else (ts - start).total_seconds()})
     return out
 
 
@@ -130,34 +115,40 @@ def series(records: Sequence[Dict], key: str, x: str = "num_updates"):
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def plot_loss_curves(
-    runs: Dict[str, Dict[str, List[Dict]]], out_png: str, title: str = "", x: str = "num_updates"
-) -> str:
-    """Draw training and validation loss of several runs side by side.
-
-    Args:
-        runs: ``{label: parse_log(...)}``.
-        out_png: where to write the PNG.
-        title: figure title.
-        x: ``"num_updates"`` or ``"t"`` (seconds since the start of the log).
-
-    Returns:
-        ``out_png``.
-    """
+def figure(rows: int = 1, cols: int = 1, **kwargs):
+    """``(fig, axes)`` from matplotlib's file-only backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    return plt.subplots(rows, cols, **kwargs)
+
+
+def save(fig, out_png: str, dpi: int = 110) -> str:
+    """Lay out ``fig``, write it to ``out_png`` (creating its folder) and free it; returns ``out_png``."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(out_png)), exist_ok=True)
+    fig.savefig(out_png, dpi=dpi)
+    plt.close(fig)
+    return out_png
+
+
+def plot_loss_curves(
+    runs: Dict[str, Dict[str, List[Dict]]], out_png: str, title: str = "", x: str = "num_updates"
+) -> str:
+    """Training and validation loss of ``runs`` (``{label: parse_log(...)}``) side by side against
+    ``x`` (``"num_updates"`` or ``"t"``, seconds since the start of the log); returns ``out_png``."""
+    fig, axes = figure(1, 2, figsize=(11, 4))
     for label, log in runs.items():
         for ax, tag in zip(axes, ("train_inner", "valid")):
             xs, ys = series(log[tag], "loss", x)
             if xs:
                 ax.plot(xs, ys, marker="o" if tag == "valid" or len(xs) < 20 else None, ms=3, label=label)
-    xlabel = "updates" if x == "num_updates" else "seconds"
     for ax, name in zip(axes, ("training loss (per log interval)", "validation loss")):
-        ax.set_xlabel(xlabel)
+        ax.set_xlabel("updates" if x == "num_updates" else "seconds")
         ax.set_ylabel("loss (base 2)")
         ax.set_title(name)
         ax.grid(alpha=0.3)
@@ -165,19 +156,14 @@ def plot_loss_curves(
             ax.legend()
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(out_png)), exist_ok=True)
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
-    return out_png
+    return save(fig, out_png)
 
 
 def model_stat_keys(log: Dict[str, List[Dict]]) -> List[str]:
     """Names of the ``model/<name>`` statistics logged during training."""
-    keys = set()
-    for r in log["train_inner"]:
-        keys.update(k for k, v in r.items() if k.startswith("model/") and isinstance(v, float))
-    return sorted(keys)
+    return sorted(
+        {k for r in log["train_inner"] for k, v in r.items() if k.startswith("model/") and isinstance(v, float)}
+    )
 
 
 def plot_model_stats(log: Dict[str, List[Dict]], out_png: str, title: str = "") -> Optional[str]:
@@ -185,24 +171,15 @@ def plot_model_stats(log: Dict[str, List[Dict]], out_png: str, title: str = "") 
     keys = model_stat_keys(log)
     if not keys:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = figure(figsize=(8, 4.5))
     for k in keys:
-        xs, ys = series(log["train_inner"], k)
-        ax.plot(xs, ys, label=k[len("model/") :], lw=1)
+        ax.plot(*series(log["train_inner"], k), label=k.removeprefix("model/"), lw=1)
     ax.set_xlabel("updates")
     ax.set_title(title or "model statistics")
     ax.grid(alpha=0.3)
     if len(keys) <= 16:
         ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
-    return out_png
+    return save(fig, out_png)
 
 
 def get_parser() -> argparse.ArgumentParser:

@@ -12,28 +12,38 @@ The default corpus is the Tatoeba German-English split bundled with the package
 (``fairseq_dense/data/tatoeba-deu-eng/``: CC-BY 2.0 FR, tatoeba.org via
 manythings.org/anki), decompressed into the work folder. The data goes through
 :mod:`fairseq_dense.data.prepare` (sacremoses, joint BPE, ``fairseq-preprocess``), each
-model through ``fairseq-train`` and ``fairseq-generate`` (:mod:`.quickstart_steps`,
-:mod:`.quickstart_run`), the figures into one table (:mod:`.quickstart_report`). By
-default every model trains :data:`DEFAULT_UPDATES` updates on the same batches, so the
-figures do not depend on the machine's speed or load; a finished model is reported again
-without training (``--fresh`` starts over). ``--seeds N`` trains each model with N seeds,
-each a run of its own (interrupted, it resumes from its last checkpoint), and reports
-mean ± standard deviation over them, with a line per pair saying whether the plugin model
-is ahead of its baseline, behind it or within noise.
+model through ``fairseq-train`` and ``fairseq-generate`` (:mod:`.quickstart_steps`), the
+figures into one table. By default every model trains :data:`DEFAULT_UPDATES` updates on
+the same batches, so the figures do not depend on the machine's speed or load; a finished
+model is reported again without training (``--fresh`` starts over). ``--seeds N`` trains
+each model with N seeds, each a run of its own (interrupted, it resumes from its last
+checkpoint); a model's row then gives the mean ± the sample standard deviation over its
+seeds, and a line per pair says whether the plugin model is "ahead" of its baseline,
+"behind" it or "within noise": the difference of the means against twice its standard
+error (the pooled standard deviation times sqrt(1/n1 + 1/n2)).
 """
 
 import argparse
 import dataclasses
 import logging
+import math
 import os
 import shlex
+import statistics
 import sys
 import time
-from typing import List
+from typing import Dict, List, Tuple
 
-from fairseq_dense.cli.quickstart_report import pair_lines, table
-from fairseq_dense.cli.quickstart_run import export_model, train_and_score
-from fairseq_dense.cli.quickstart_steps import SAVE_EVERY, Budget, Result, interactive_command
+from fairseq_dense.baselines import BASELINES, match_baseline, our_families
+from fairseq_dense.checkpoints import BEST
+from fairseq_dense.cli.quickstart_steps import (
+    SAVE_EVERY,
+    Budget,
+    Result,
+    export_model,
+    thread_env,
+    train_and_score,
+)
 from fairseq_dense.data import prepare as prep
 from fairseq_dense.data import synthetic, tatoeba
 from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
@@ -51,6 +61,57 @@ EXPORT_NAME = "model"
 #: ``<family>_<CPU_SIZE>`` is each family's architecture in ``--all-families``
 CPU_SIZE = "small"
 BUNDLED, SYNTHETIC = "tatoeba", "synthetic"
+#: CPU threads of the printed ``fairseq-dense-interactive`` command: a sentence at a time is
+#: too little work to share, and extra threads only wait on a busy machine
+INTERACTIVE_THREADS = 1
+
+
+def get_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add = parser.add_argument
+    budget = parser.add_mutually_exclusive_group()
+    # fmt: off
+    add("--corpus", default=BUNDLED, help=f"'{BUNDLED}' (default: the bundled Tatoeba de-en split), "
+        f"'{SYNTHETIC}' (a made-up language pair), or a folder of {{train,valid,test}}.{{SRC,TGT}} raw text")
+    add("--src", default=None, help="source suffix (default: de for tatoeba, en for synthetic)")
+    add("--tgt", default=None, help="target suffix (default: en for tatoeba, xx for synthetic)")
+    add("--max-lines", type=int, default=None, help="use only the first N pairs of each bundled split (a quick try)")
+    add("--work-dir", default="quickstart-work", help="where data, checkpoints and logs go")
+    add("--arch", nargs="+", default=[DEFAULT_ARCH],
+        help=f"any registered architecture(s), trained in turn (default: {DEFAULT_ARCH})")
+    add("--baseline", action="store_true", help="also train fairseq's built-in of the same size with the same "
+        "budget (transformer / lstm / fconv) and print both side by side")
+    add("--all-families", action="store_true", help=f"train every family's <family>_{CPU_SIZE} arch in turn "
+        "(with --baseline, each one's counterpart too) and print one markdown table")
+    budget.add_argument("--updates", type=int, default=DEFAULT_UPDATES,
+        help=f"training updates per model (default {DEFAULT_UPDATES}): the same model on any machine")
+    budget.add_argument("--minutes", type=float, default=None, help="a training time budget per model instead "
+        "of --updates (the result then depends on the machine's speed)")
+    add("--fresh", action="store_true", help="delete the models' checkpoints and results and train again "
+        "(else a finished model is reported again)")
+    add("--bpe-merges", type=int, default=None, help="joint BPE merges (default 4000; 500 for synthetic)")
+    add("--lowercase", action="store_true", help="lower-case the data")
+    add("--beam", type=int, default=5)
+    add("--seed", type=int, default=1, help="the (first) training seed")
+    add("--seeds", type=int, default=1, help="train each model with N seeds (--seed, --seed + 1, ...), each a "
+        "run of its own; the table then gives mean ± standard deviation over the seeds")
+    add("--threads", type=int, default=None, help="CPU threads per fairseq command (default: OMP_NUM_THREADS, "
+        "else the CPUs the load average leaves idle, at least 1)")
+    # fmt: on
+    add_verbose_flag(parser)
+    return parser
+
+
+def check_options(args, parser) -> Budget:
+    """The training budget of each model (``--minutes`` if given, else ``--updates``); every count positive."""
+    if args.minutes is not None and args.minutes <= 0:
+        parser.error("--minutes must be positive")
+    if args.minutes is None and args.updates <= 0:
+        parser.error("--updates must be a positive integer")
+    for flag, value in (("--seeds", args.seeds), ("--threads", args.threads)):
+        if value is not None and value <= 0:
+            parser.error(f"{flag} must be a positive integer, not {value}")
+    return Budget(minutes=args.minutes) if args.minutes is not None else Budget(updates=args.updates)
 
 
 def choose_corpus(args, parser) -> tuple:
@@ -78,12 +139,19 @@ def choose_corpus(args, parser) -> tuple:
     return args.corpus, args.src, args.tgt, os.path.basename(os.path.normpath(args.corpus)), args.bpe_merges or 4000
 
 
-def plugin_and_baseline(arch: str, data_bin: str, work: str, baseline: bool) -> List[Result]:
-    """The model of ``arch`` and (``baseline``) fairseq's built-in matched to its parameter count
-    (seed 1: :func:`with_seed` gives the others)."""
-    from fairseq.models import ARCH_MODEL_NAME_REGISTRY, MODEL_REGISTRY
+def family_archs() -> List[str]:
+    """Each registered family's CPU-sized architecture, ``<family>_<CPU_SIZE>``."""
+    archs = []
+    for family, names in our_families().items():
+        archs.append(f"{family}_{CPU_SIZE}")
+        if archs[-1] not in names:
+            raise SystemExit(f"error: family {family} has no {archs[-1]} architecture")
+    return archs
 
-    from fairseq_dense import baselines
+
+def plugin_and_baseline(arch: str, data_bin: str, work: str, baseline: bool) -> List[Result]:
+    """The model of ``arch`` and (``baseline``) fairseq's built-in matched to its parameter count."""
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY, MODEL_REGISTRY
 
     family = ARCH_MODEL_NAME_REGISTRY.get(arch, "?")
     ours = Result("plugin", family, arch, ["--arch", arch], os.path.join(work, f"checkpoints-{arch}"))
@@ -91,144 +159,35 @@ def plugin_and_baseline(arch: str, data_bin: str, work: str, baseline: bool) -> 
         return [ours]
     if family not in MODEL_REGISTRY or not MODEL_REGISTRY[family].__module__.startswith("fairseq_dense"):
         raise SystemExit(f"error: --baseline needs a fairseq_dense architecture, not {arch!r}")
-    pairing, _, _ = baselines.match_baseline(data_bin, family, ours.model_args)
-    counterpart = baselines.BASELINES.get(family, "lstm")
-    shown = f"{counterpart} (width {pairing['baseline_width']})"
+    pairing, _, _ = match_baseline(data_bin, family, ours.model_args)
+    shown = f"{BASELINES.get(family, 'lstm')} (width {pairing['baseline_width']})"
     logger.info("baseline for %s: fairseq %s (%s)", arch, shown, " ".join(pairing["baseline_args"]))
-    base = Result(
-        "baseline", family, shown, pairing["baseline_args"], os.path.join(work, f"checkpoints-{arch}-baseline")
-    )
-    return [ours, base]
+    return [ours, Result("baseline", family, shown, pairing["baseline_args"], ours.save_dir + "-baseline")]
 
 
 def with_seed(model: Result, seed: int) -> Result:
-    """``model`` trained with ``seed``: its own checkpoint folder (``checkpoints-<arch>-seed<N>``,
-    seed 1 keeps the plain name), so that every seed is a run of its own that resumes on its own."""
+    """``model`` trained with ``seed`` in a folder of its own (``checkpoints-<arch>-seed<N>``; seed 1
+    keeps the plain name), so that every seed is a run that resumes on its own."""
     if seed == 1:
         return dataclasses.replace(model, seed=seed)
     base, baseline = model.save_dir.removesuffix("-baseline"), model.save_dir.endswith("-baseline")
     return dataclasses.replace(model, seed=seed, save_dir=f"{base}-seed{seed}" + "-baseline" * baseline)
 
 
-def family_archs() -> List[str]:
-    """Each registered family's CPU-sized architecture, ``<family>_<CPU_SIZE>``."""
-    from fairseq_dense.baselines import our_families
-
-    archs = []
-    for family, names in our_families().items():
-        if f"{family}_{CPU_SIZE}" not in names:
-            raise SystemExit(f"error: family {family} has no {family}_{CPU_SIZE} architecture")
-        archs.append(f"{family}_{CPU_SIZE}")
-    return archs
-
-
-def get_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add = parser.add_argument
-    add(
-        "--corpus",
-        default=BUNDLED,
-        help=f"'{BUNDLED}' (default: the bundled Tatoeba de-en split), "
-        f"'{SYNTHETIC}' (a made-up language pair), or a folder of {{train,valid,test}}.{{SRC,TGT}} raw text",
-    )
-    add("--src", default=None, help="source suffix (default: de for tatoeba, en for synthetic)")
-    add("--tgt", default=None, help="target suffix (default: en for tatoeba, xx for synthetic)")
-    add("--max-lines", type=int, default=None, help="use only the first N pairs of each bundled split (a quick try)")
-    add("--work-dir", default="quickstart-work", help="where data, checkpoints and logs go")
-    add(
-        "--arch",
-        nargs="+",
-        default=[DEFAULT_ARCH],
-        help=f"any registered architecture(s), trained in turn (default: {DEFAULT_ARCH})",
-    )
-    add(
-        "--baseline",
-        action="store_true",
-        help="also train fairseq's built-in of the same size with the same "
-        "budget (transformer / lstm / fconv) and print both side by side",
-    )
-    add(
-        "--all-families",
-        action="store_true",
-        help=f"train every family's <family>_{CPU_SIZE} arch in turn "
-        "(with --baseline, each one's counterpart too) and print one markdown table",
-    )
-    budget = parser.add_mutually_exclusive_group()
-    budget.add_argument(
-        "--updates",
-        type=int,
-        default=DEFAULT_UPDATES,
-        help=f"training updates per model (default {DEFAULT_UPDATES}): the same model on any machine",
-    )
-    budget.add_argument(
-        "--minutes",
-        type=float,
-        default=None,
-        help="a training time budget per model instead of --updates (the result then depends on the machine's speed)",
-    )
-    add(
-        "--fresh",
-        action="store_true",
-        help="delete the models' checkpoints and results and train again (else a finished model is reported again)",
-    )
-    add("--bpe-merges", type=int, default=None, help="joint BPE merges (default 4000; 500 for synthetic)")
-    add("--lowercase", action="store_true", help="lower-case the data")
-    add("--beam", type=int, default=5)
-    add("--seed", type=int, default=1, help="the (first) training seed")
-    add(
-        "--seeds",
-        type=int,
-        default=1,
-        help="train each model with N seeds (--seed, --seed + 1, ...), each a run of its own; "
-        "the table then gives mean ± standard deviation over the seeds",
-    )
-    add(
-        "--threads",
-        type=int,
-        default=None,
-        help="CPU threads per fairseq command (default: OMP_NUM_THREADS, else the CPUs "
-        "the load average leaves idle, at least 1)",
-    )
-    add_verbose_flag(parser)
-    return parser  # fmt: skip
-
-
-def budget_of(args, parser) -> Budget:
-    """The training budget of each model: ``--minutes`` if given, else ``--updates``."""
-    if args.minutes is not None:
-        if args.minutes <= 0:
-            parser.error("--minutes must be positive")
-        return Budget(minutes=args.minutes)
-    if args.updates <= 0:
-        parser.error("--updates must be a positive integer")
-    return Budget(updates=args.updates)
-
-
-def check_counts(args, parser) -> None:
-    """``--seeds`` and ``--threads`` are positive integers."""
-    for flag, value in (("--seeds", args.seeds), ("--threads", args.threads)):
-        if value is not None and value <= 0:
-            parser.error(f"{flag} must be a positive integer, not {value}")
-
-
 def train_all(archs: List[str], data: str, work: str, refs: List[str], tgt: str, budget: Budget, args) -> List[Result]:
-    """Each arch (and with ``--baseline`` its counterpart) for each seed, trained or read back.
-
-    Seed by seed: a model and its baseline, then the next arch; so an interrupted run of
-    several seeds leaves whole pairs of the first seeds.
-    """
+    """Each arch (and with ``--baseline`` its counterpart) for each seed, trained or read back; seed by
+    seed, so that an interrupted run of several seeds leaves whole pairs of the first seeds."""
     models = [m for arch in archs for m in plugin_and_baseline(arch, os.path.join(data, "bin"), work, args.baseline)]
     several = len(models) > 1 or args.seeds > 1
     results = []
     for seed in range(args.seed, args.seed + args.seeds):
         for model in (with_seed(m, seed) for m in models):
             try:
-                results.append(train_and_score(model, data, work, refs, tgt, budget, args, echo=True))
+                results.append(train_and_score(model, data, work, refs, tgt, budget, args))
             except SystemExit as e:
                 if not several:
                     raise
-                # one failed run must not cost the others: its row says so
-                logger.error("%s", e)
+                logger.error("%s", e)  # one failed run must not cost the others: its row says so
                 model.error = str(e).splitlines()[0]
                 results.append(model)
                 continue
@@ -239,37 +198,113 @@ def train_all(archs: List[str], data: str, work: str, refs: List[str], tgt: str,
     return results
 
 
-def export_plugin_model(result: Result, data: str, args) -> str:
-    """Export a plugin model for ``fairseq_dense.from_pretrained`` (``""`` for fairseq's own archs)."""
-    from fairseq_dense.baselines import our_families
+def mean_sd(values: List[float]) -> Tuple[float, float]:
+    """The mean and the sample standard deviation (``nan`` for a single value)."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else float("nan")
 
-    if result.label != "plugin" or result.family not in our_families():
-        return ""
-    return export_model(result, data, os.path.join(args.work_dir, EXPORT_NAME), "test")
+
+def by_model(results: List[Result]) -> Dict[Tuple[str, str, str], List[Result]]:
+    """The runs of each model (family, label, arch), its seeds in order, models in order of appearance."""
+    groups: Dict[Tuple[str, str, str], List[Result]] = {}
+    for r in results:
+        groups.setdefault((r.family, r.label, r.arch), []).append(r)
+    return groups
+
+
+def table(results: List[Result]) -> str:
+    """The figures as one markdown table, a row per model; with several seeds the valid loss and
+    test BLEU are mean ± sd over the runs that did not fail (the ``seeds`` column counts them)."""
+
+    def cell(values: List[float]) -> str:
+        mean, sd = mean_sd(values)
+        return f"{mean:.2f}" if math.isnan(sd) else f"{mean:.2f} ± {sd:.2f}"
+
+    groups = by_model(results)
+    several = any(len(runs) > 1 for runs in groups.values())
+    counts = {len([r for r in runs if not r.error]) for runs in groups.values()}
+    if several:
+        n = f"{counts.pop()} seeds" if len(counts) == 1 else "over the seeds"
+        head = f"| seeds | valid loss, mean ± sd {n} | test BLEU, mean ± sd {n} |"
+    else:
+        head = "| valid loss | test BLEU |"
+    lines = [f"| family | model | arch | params | updates {head} target tokens/s |", "|---" * (8 + several) + "|"]
+    for (family, label, arch), runs in groups.items():
+        model = "fairseq baseline" if label == "baseline" else "fairseq-dense"
+        done = [r for r in runs if not r.error]
+        if not done:
+            lines.append(f"| {family} | {model} | `{arch}` | {runs[0].error} |" + " |" * (4 + several))
+            continue
+        updates = "/".join(str(u) for u in sorted({r.updates for r in done}))
+        seeds = f" {len(done)} |" if several else ""
+        lines.append(
+            f"| {family} | {model} | `{arch}` | {done[0].params / 1e6:.2f}M | {updates} |{seeds} "
+            f"{cell([r.valid_loss for r in done])} | {cell([r.bleu for r in done])} "
+            f"| {statistics.fmean(r.wps for r in done):,.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def verdict(ours: List[float], theirs: List[float], higher_is_better: bool) -> Tuple[float, float, str]:
+    """``(difference of the means, twice its standard error, word)`` of two models' seeds; one seed on
+    each side measures no spread (``nan``)."""
+    n1, n2 = len(ours), len(theirs)
+    diff = statistics.fmean(ours) - statistics.fmean(theirs)
+    if n1 + n2 < 3:
+        return diff, float("nan"), "one seed each: no spread measured"
+    squares = sum((len(v) - 1) * statistics.variance(v) for v in (ours, theirs) if len(v) > 1)
+    bound = 2 * math.sqrt(squares / (n1 + n2 - 2)) * math.sqrt(1 / n1 + 1 / n2)
+    gain = diff if higher_is_better else -diff
+    return diff, bound, "ahead" if gain > bound else "behind" if gain < -bound else "within noise"
+
+
+def pair_lines(results: List[Result]) -> List[str]:
+    """A line per model trained with its baseline: is the plugin model ahead, behind or within noise?"""
+    groups = by_model(results)
+    lines = []
+    for (_, label, arch), runs in groups.items():
+        base = next((g for g in groups.values() if g[0].save_dir == runs[0].save_dir + "-baseline"), None)
+        if label != "plugin" or base is None:
+            continue
+        ours, theirs = [r for r in runs if not r.error], [r for r in base if not r.error]
+        if not ours or not theirs:
+            continue
+        said = []
+        for name, key, higher, digits in (("test BLEU", "bleu", True, 2), ("valid loss", "valid_loss", False, 3)):
+            diff, bound, word = verdict([getattr(r, key) for r in ours], [getattr(r, key) for r in theirs], higher)
+            spread = "" if math.isnan(bound) else f" (2 standard errors: {bound:.{digits}f})"
+            said.append(f"{name} {diff:+.{digits}f}{spread}: {word}")
+        seeds = [f"{len(runs)} seed" + "s" * (len(runs) > 1) for runs in (ours, theirs)]
+        lines.append(f"{arch}, {seeds[0]}, against {base[0].arch}, {seeds[1]}: " + "; ".join(said))
+    return lines
 
 
 def print_usage_of(result: Result, data: str, src: str, tgt: str, srcs: List[str], exported: str, args) -> None:
-    """How to translate with the plugin model: the command line, and in Python its export."""
-    cmd = interactive_command(
-        os.path.join(data, "bin"), os.path.join(result.save_dir, "checkpoint_best.pt"),
-        os.path.join(data, "bpecodes"), src, tgt, args.beam,
-    )  # fmt: skip
-    quoted = " ".join(shlex.quote(c) for c in cmd)
+    """How to translate with the plugin model: ``fairseq-dense-interactive`` reading raw sentences with
+    the prepared data's Moses options (no escaping, no aggressive dash splits) and BPE codes, run
+    through ``env`` with :data:`INTERACTIVE_THREADS` CPU threads; and in Python, its export."""
+    script = os.path.join(os.path.dirname(sys.executable), "fairseq-dense-interactive")
+    program = [script] if os.path.isfile(script) else [sys.executable, "-m", "fairseq_dense.cli.interactive"]
+    threads = [f"{k}={v}" for k, v in thread_env(INTERACTIVE_THREADS).items()]
+    bin_dir, codes = (os.path.abspath(os.path.join(data, name)) for name in ("bin", "bpecodes"))
+    cmd = [
+        "env", *threads, *program, bin_dir, "--path", os.path.abspath(os.path.join(result.save_dir, BEST)),
+        "--source-lang", src, "--target-lang", tgt, "--tokenizer", "moses", "--moses-no-escape",
+        "--moses-no-dash-splits", "--bpe", "subword_nmt", "--bpe-codes", codes, "--beam", str(args.beam), "--cpu",
+    ]  # fmt: skip
+    quoted = shlex.join(cmd)
     print(f"Translate your own sentences with {result.arch} (one per line; D- lines are the translations):")
     print("  " + quoted + (" # lower-case the input too" if args.lowercase else ""))
     print("For example:")
     print(f"  echo {shlex.quote(srcs[0])} | {quoted} | grep ^D-")
-    if not exported:
-        return
-    print(f"In Python (the model exported with its BPE codes and tokenizer settings to {exported}):")
-    print(f"  import fairseq_dense; model = fairseq_dense.from_pretrained({exported!r})")
-    print(f"  print(model.translate({srcs[0]!r}, beam={args.beam}))")
+    if exported:
+        print(f"In Python (the model exported with its BPE codes and tokenizer settings to {exported}):")
+        print(f"  import fairseq_dense; model = fairseq_dense.from_pretrained({exported!r})")
+        print(f"  print(model.translate({srcs[0]!r}, beam={args.beam}))")
 
 
 def run(args, parser) -> int:
     """The quick-start of parsed ``args``: prepare, train and score every run, print the table."""
-    budget = budget_of(args, parser)
-    check_counts(args, parser)
+    budget = check_options(args, parser)
     args.threads, why = (args.threads, "--threads") if args.threads else choose_threads()
     hint = "" if why == "--threads" else f"; --threads N or {THREADS_ENV} to choose"
     logger.info("each fairseq command runs with %d CPU thread(s) (%s%s)", args.threads, why, hint)
@@ -288,7 +323,9 @@ def run(args, parser) -> int:
     archs = family_archs() if args.all_families else args.arch
     results = train_all(archs, data, work, refs, tgt, budget, args)
     single = len(archs) == 1 and not results[0].error
-    exported = export_plugin_model(results[0], data, args) if single else ""
+    exported = ""
+    if single and results[0].label == "plugin" and results[0].family in our_families():
+        exported = export_model(results[0], data, os.path.join(args.work_dir, EXPORT_NAME))
     total = time.time() - start
 
     print()
@@ -323,8 +360,7 @@ def run(args, parser) -> int:
 
 
 def main(argv=None) -> int:
-    """Command-line entry point; returns 0, or 130 after Ctrl-C (failures exit with a one-line
-    ``error: ...``)."""
+    """Command-line entry point; returns 0, or 130 after Ctrl-C (failures exit with a one-line ``error: ...``)."""
     parser = get_parser()
     args = parser.parse_args(argv)
     configure_logging("%(asctime)s | %(message)s", datefmt="%H:%M:%S", verbose=args.verbose)

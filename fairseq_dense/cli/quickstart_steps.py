@@ -1,21 +1,31 @@
-"""The quick-start's steps as fairseq commands: train (with a progress line), translate, score.
+"""One quick-start model from start to finish, as ordinary fairseq commands: train, translate, score, export.
 
-Every step is an ordinary fairseq command (``fairseq-train``, ``fairseq-generate``) run
-with ``--user-dir`` pointing at this package and logged before it runs, so the quick-start
-doubles as a worked example of the CLI. :mod:`fairseq_dense.cli.quickstart` drives them.
+Every step is a fairseq command (``fairseq-train``, ``fairseq-generate``) run with
+``--user-dir`` pointing at this package and logged before it runs, so the quick-start
+doubles as a worked example of the CLI. A finished model leaves ``quickstart-result.json``
+in its checkpoint folder: the settings it was trained with (architecture, budget, seed,
+data) and its figures. A second quick-start with the same settings reads them back and
+trains nothing, so neither the checkpoints nor the logs change; ``--fresh`` deletes the
+model's folder and starts over. A larger budget continues the same training (fairseq
+resumes from ``checkpoint_last.pt``); the training log grows at its end.
 """
 
+import hashlib
 import json
 import logging
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 import fairseq_dense
+from fairseq_dense.checkpoints import BEST, LAST, read_info
+from fairseq_dense.cli.plot import parse_line
+from fairseq_dense.data import prepare as prep
 from fairseq_dense.threads import THREADS_ENV
 
 logger = logging.getLogger("fairseq_dense.quickstart")
@@ -25,31 +35,25 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(fairseq_dense.__file__))
 PROGRESS_S = 30.0
 #: the recipe saves a checkpoint every this many updates: what a resumed run can lose
 SAVE_EVERY = 200
-#: CPU threads of the printed ``fairseq-dense-interactive`` command: a sentence at a time is
-#: too little work to share, and extra threads only wait on a busy machine
-INTERACTIVE_THREADS = 1
 #: the text of fairseq-train's parameter-count line (not part of its JSON records)
 _PARAMS = "num. shared model params: "
+RESULT_NAME = "quickstart-result.json"
+#: the figures a finished run stores (the rest of :class:`Result` comes from the command line)
+FIGURES = ("params", "updates", "valid_loss", "wps", "bleu", "signature", "hyps", "stop_reason", "train_s")
 
 
 @dataclass
 class Budget:
-    """How long each model trains: a fixed number of updates (the default), or minutes.
-
-    A fixed number of updates gives the same model on any machine (with the same seed,
-    every model sees the same batches in the same order); minutes buy fewer updates on
-    a slower or busier machine.
-    """
+    """How long each model trains: a fixed number of updates (the same batches in the same
+    order, so the same model on any machine), or minutes (fewer updates on a slower machine)."""
 
     updates: Optional[int] = None
     minutes: Optional[float] = None
 
     def describe(self) -> str:
-        """``"1600 updates"`` or ``"6 minutes"`` (of training)."""
         return f"{self.updates} updates" if self.updates else f"{self.minutes:g} minutes"
 
     def fairseq_args(self) -> List[str]:
-        """The ``fairseq-train`` stopping rule."""
         if self.updates:
             return ["--max-update", str(self.updates)]
         return ["--stop-time-hours", f"{self.minutes / 60:.4f}"]
@@ -76,39 +80,13 @@ class Result:
     signature: str = ""
     hyps: List[str] = field(default_factory=list)
     stop_reason: str = ""
-    train_s: float = 0.0  # training time of the run (fairseq's cumulative training time)
+    train_s: float = 0.0  # fairseq's cumulative training time
     error: str = ""  # why it has no figures (--all-families goes on without them)
     reused: bool = False  # figures read back from a finished run, nothing trained
 
 
-def json_record(line: str) -> Tuple[str, Dict[str, float]]:
-    """``("train_inner", {"loss": 6.1, "num_updates": 150.0, ...})`` from one line of
-    ``fairseq-train --log-format json`` (``("", {})`` for any other line).
-
-    fairseq logs each record as ``<time> | INFO | <tag> | {json}``, the tag ``train_inner``
-    (every ``--log-interval`` updates), ``train`` (end of an epoch) or ``valid``; the last two
-    prefix their keys with the tag (``valid_loss``), which is dropped here.
-    """
-    parts = line.rstrip("\n").split(" | ", 3)
-    if len(parts) != 4 or not parts[3].startswith("{"):
-        return "", {}
-    tag = parts[2]
-    try:
-        record = json.loads(parts[3])
-    except ValueError:
-        return "", {}
-    stats = {}
-    for key, value in record.items():
-        try:
-            stats[key.removeprefix(tag + "_")] = float(value)
-        except (TypeError, ValueError):
-            continue
-    return tag, stats
-
-
 def stop_reason(budget: Budget, updates: int, seconds: float) -> str:
-    """Why ``fairseq-train`` stopped, from the checkpoint's own counters: the budget, or else the
-    recipe's other rule, ``--max-epoch``."""
+    """Why ``fairseq-train`` stopped, from the checkpoint's counters: the budget, or the recipe's ``--max-epoch``."""
     if budget.updates and updates >= budget.updates:
         return f"reached {updates} updates (--max-update)"
     if budget.minutes and seconds >= 60 * budget.minutes:
@@ -119,21 +97,11 @@ def stop_reason(budget: Budget, updates: int, seconds: float) -> str:
 class TrainLog:
     """Reads ``fairseq-train``'s JSON records as they stream: prints progress lines, keeps the figures.
 
-    A progress line comes with the first update and then every ``interval_s`` seconds,
-    whatever the speed. It shows the mean training loss of the updates since the previous
-    line (not the epoch's running average) and the time left: with an update budget,
-    estimated from the speed since the first line; with a time budget, the budget minus the
-    time trained. :meth:`finish` takes the updates and training time from the checkpoint and says
-    why training stopped.
-
-    Args:
-        label: what the progress lines start with (the arch).
-        budget: the training budget.
-        start_updates, previous_s: updates and training seconds of the checkpoint it resumes
-            from (0 when it starts afresh).
-        echo: print progress lines (else only collect).
-        interval_s: seconds between progress lines.
-        clock: the time source (seconds), for tests.
+    A progress line comes with the first update and then every ``interval_s`` seconds. It
+    shows the mean training loss since the previous line and the time left: with an update
+    budget, from the speed since the first line (fairseq's start-up is not training); with a
+    time budget, the budget minus the time trained. ``start_updates`` and ``previous_s`` are
+    the counters of the checkpoint it resumes from; ``clock`` is for tests.
     """
 
     def __init__(
@@ -147,28 +115,24 @@ class TrainLog:
         clock: Callable[[], float] = time.monotonic,
     ):
         self.label, self.budget, self.echo = label, budget, echo
-        self.start_updates, self.previous_s = start_updates, previous_s
-        self.interval_s, self.clock = interval_s, clock
-        self.params = 0
-        self.updates = start_updates
+        self.previous_s, self.interval_s, self.clock = previous_s, interval_s, clock
+        self.params, self.updates, self.train_s = 0, start_updates, previous_s
         self.best_loss: Optional[float] = None
-        self.stop_reason = ""
         self.epoch_loss: Optional[float] = None
-        self.train_s = previous_s
+        self.stop_reason = ""
         self._started = clock()
         self._shown_at: Optional[float] = None  # when the last progress line was printed
         self._first = (0.0, 0)  # (time, updates) of the first progress line
         self._losses: List[float] = []  # train_inner losses since then
         self._epoch_end = start_updates  # updates at the last end-of-epoch record
-        self._wps_sum = 0.0
-        self._wps_updates = 0
+        self._wps_sum, self._wps_updates = 0.0, 0
 
     def feed(self, line: str) -> None:
         """Take one line of ``fairseq-train``'s output."""
         if _PARAMS in line:
             self.params = int(line.split(_PARAMS, 1)[1].split()[0].replace(",", ""))
             return
-        tag, s = json_record(line)
+        tag, s, _ = parse_line(line)
         if tag == "train_inner":
             self._progress(s)
         elif tag == "train":  # end of an epoch, or of training: the epoch's average
@@ -192,7 +156,7 @@ class TrainLog:
         if not self.echo or not self._losses or (self._shown_at is not None and now - self._shown_at < self.interval_s):
             return
         first = self._shown_at is None
-        if first:  # the speed is measured from here: fairseq's start-up is not training
+        if first:
             self._first = (now, self.updates)
         self._shown_at = now
         trained = self.previous_s + now - self._started  # fairseq's start-up included
@@ -205,8 +169,7 @@ class TrainLog:
         else:
             where = f"{self.updates} updates"
             eta = f"{max(0.0, 60 * self.budget.minutes - trained) / 60:.1f} min left"
-        mean = sum(self._losses) / len(self._losses)
-        n = len(self._losses)
+        n, mean = len(self._losses), sum(self._losses) / len(self._losses)
         print(
             f"    {self.label}: {where}, loss {mean:.3f} (mean of the last {n} update{'s' * (n > 1)}), "
             f"{trained / 60:.1f} min trained, {eta}" + (f" (a line every {self.interval_s:.0f} s)" if first else ""),
@@ -224,23 +187,15 @@ class TrainLog:
 
     @property
     def wps(self) -> float:
-        """Target tokens per second of training: fairseq's per-epoch ``wps``, averaged over
-        the epochs weighted by their updates."""
+        """Target tokens per second: fairseq's per-epoch ``wps``, weighted by each epoch's updates."""
         return self._wps_sum / self._wps_updates if self._wps_updates else float("nan")
 
 
 def checkpoint_state(save_dir: str) -> Tuple[int, float]:
-    """``(updates, training seconds)`` stored in ``save_dir``'s ``checkpoint_last.pt``
-    (``(0, 0.0)`` when there is none, or it cannot be read)."""
-    from fairseq_dense.checkpoints import LAST, read_info
-
-    info = read_info(os.path.join(save_dir, LAST))  # unreadable: fairseq-train reports it when it tries to resume
+    """``(updates, training seconds)`` of ``save_dir``'s ``checkpoint_last.pt`` (``(0, 0.0)`` if none
+    or unreadable: fairseq-train reports that when it tries to resume)."""
+    info = read_info(os.path.join(save_dir, LAST))
     return (0, 0.0) if info is None else (info.num_updates, info.training_seconds)
-
-
-def previous_training_seconds(save_dir: str) -> float:
-    """Training time stored in ``save_dir``'s ``checkpoint_last.pt`` (0 when it starts afresh)."""
-    return checkpoint_state(save_dir)[1]
 
 
 def thread_env(threads: int) -> Dict[str, str]:
@@ -255,26 +210,21 @@ def run_command(
     append: bool = False,
     threads: Optional[int] = None,
 ) -> str:
-    """Run a command, keeping its whole output in ``log_path`` (added at its end with ``append``,
-    so that a continued training keeps the earlier run's log; written line by line, so that
-    the file shows a run's progress); returns the output.
-
-    Args:
-        threads: the command's CPU threads (default: the environment's setting).
+    """Run ``cmd`` with ``threads`` CPU threads, its output written line by line to ``log_path``
+    (at its end with ``append``: a continued training keeps the earlier log) and returned.
 
     Raises:
         SystemExit: the command failed; the message ends with the log's last lines.
     """
-    logger.info("$ %s", " ".join(shlex.quote(c) for c in cmd))
+    logger.info("$ %s", shlex.join(cmd))
     out_lines = []
-    # fairseq logs to stdout, which Python block-buffers into a pipe: unbuffered,
-    # so that progress shows while training runs, not when it ends
+    # unbuffered: fairseq's progress shows while training runs, not when it ends
     env = dict(os.environ, PYTHONUNBUFFERED="1", **(thread_env(threads) if threads else {}))
     with (
         open(log_path, "a" if append else "w", buffering=1) as log,
         subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env) as proc,
     ):
-        log.write(f"$ {' '.join(shlex.quote(c) for c in cmd)}\n")
+        log.write(f"$ {shlex.join(cmd)}\n")
         for line in proc.stdout:
             log.write(line)
             out_lines.append(line)
@@ -288,8 +238,8 @@ def run_command(
 
 def train_command(bin_dir: str, save_dir: str, model_args: List[str], budget: Budget, seed: int) -> List[str]:
     """The quick-start recipe, the same for every model (``model_args``: ``--arch A`` and its options)."""
-    # translation_exact_resume_simplex: translation with exact resume + the post-step simplex
-    # projection of the Weighted Transformer's branch weights (nothing to project in other models)
+    # translation_exact_resume_simplex: exact resume + the post-step simplex projection of the
+    # Weighted Transformer's branch weights (nothing to project in other models);
     # --log-format json --log-interval 1: a record per update, read by TrainLog
     recipe = f"""--cpu --task translation_exact_resume_simplex
         --optimizer adam --adam-betas (0.9,0.98) --lr 0.003 --clip-norm 1.0
@@ -312,41 +262,17 @@ def generate_command(bin_dir: str, checkpoint: str, beam: int) -> List[str]:
     ]  # fmt: skip
 
 
-def interactive_command(bin_dir: str, checkpoint: str, codes: str, src: str, tgt: str, beam: int) -> List[str]:
-    """``fairseq-dense-interactive`` (``fairseq-interactive`` with the plugin loaded and its
-    input checked) on a trained model, reading raw sentences: the same Moses tokenisation (no
-    escaping, no aggressive dash splits) and BPE codes as the prepared data; run through
-    ``env`` with :data:`INTERACTIVE_THREADS` CPU threads."""
-    script = os.path.join(os.path.dirname(sys.executable), "fairseq-dense-interactive")
-    program = [script] if os.path.isfile(script) else [sys.executable, "-m", "fairseq_dense.cli.interactive"]
-    threads = [f"{k}={v}" for k, v in thread_env(INTERACTIVE_THREADS).items()]
-    return [
-        "env", *threads, *program, os.path.abspath(bin_dir), "--path", os.path.abspath(checkpoint),
-        "--source-lang", src, "--target-lang", tgt, "--tokenizer", "moses", "--moses-no-escape",
-        "--moses-no-dash-splits", "--bpe", "subword_nmt", "--bpe-codes", os.path.abspath(codes),
-        "--beam", str(beam), "--cpu",
-    ]  # fmt: skip
-
-
-def parse_generate(stdout: str, key: str) -> Dict[int, str]:
-    out = {}
-    for line in stdout.splitlines():
-        if line.startswith(key + "-"):
-            parts = line.split("\t")
-            out[int(parts[0][len(key) + 1 :])] = parts[-1]
-    return out
-
-
 def score(stdout: str, refs: List[str], tgt_moses: str, lowercase: bool) -> Tuple[float, str, List[str]]:
-    """Detokenise ``fairseq-generate``'s hypotheses and score them against the raw references.
-
-    Returns:
-        ``(sacreBLEU score, its signature, detokenised hypotheses in test order)``.
-    """
+    """``(sacreBLEU, its signature, detokenised hypotheses in test order)`` of ``fairseq-generate``'s
+    output against the raw references."""
     import sacrebleu
     from sacremoses import MosesDetokenizer
 
-    hyps = parse_generate(stdout, "H")
+    hyps = {}
+    for line in stdout.splitlines():
+        if line.startswith("H-"):
+            parts = line.split("\t")
+            hyps[int(parts[0][2:])] = parts[-1]
     if len(hyps) != len(refs):
         raise SystemExit(f"error: fairseq-generate translated {len(hyps)} of {len(refs)} test sentences")
     detok = MosesDetokenizer(lang=tgt_moses)
@@ -355,3 +281,117 @@ def score(stdout: str, refs: List[str], tgt_moses: str, lowercase: bool) -> Tupl
         refs = [r.lower() for r in refs]
     bleu = sacrebleu.metrics.BLEU()
     return bleu.corpus_score(hyp_list, [refs]).score, str(bleu.get_signature()), hyp_list
+
+
+def settings(result: Result, data: str, budget: Budget, args) -> Dict:
+    """What decides the trained model and its score: a finished run with other settings is not reused."""
+    with open(os.path.join(data, "prepare.json"), "rb") as f:  # its options and the raw files' sha256
+        fingerprint = hashlib.sha256(f.read()).hexdigest()
+    return {
+        "model_args": result.model_args,
+        "budget": budget.as_dict(),
+        "seed": result.seed,
+        "beam": args.beam,
+        "lowercase": args.lowercase,
+        "data": fingerprint,
+    }
+
+
+def read_result(save_dir: str) -> Optional[Dict]:
+    """The stored ``{"settings": ..., "figures": ...}`` of a finished run, or ``None`` (also when
+    cut short or edited: the run is scored again)."""
+    try:
+        with open(os.path.join(save_dir, RESULT_NAME), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def budget_met(save_dir: str, budget: Budget) -> bool:
+    """Whether ``checkpoint_last.pt`` already holds the budget's training.
+
+    Raises:
+        SystemExit: it holds more updates than the budget (that takes ``--fresh``).
+    """
+    updates, seconds = checkpoint_state(save_dir)
+    if not budget.updates:
+        return seconds >= 60 * budget.minutes
+    if updates > budget.updates:
+        raise SystemExit(
+            f"error: {save_dir} holds a model trained for {updates} updates, more than --updates "
+            f"{budget.updates}: pass --fresh to start over, or a larger --updates"
+        )
+    return updates == budget.updates
+
+
+def train_and_score(result: Result, data: str, work: str, refs: List[str], tgt: str, budget: Budget, args) -> Result:
+    """Train ``result``'s model for ``budget`` (or find it trained), translate the test split, fill
+    in the figures; ``data`` is the prepared folder, ``work`` where the logs go, ``args`` the
+    quick-start's options (``beam``, ``lowercase``, ``fresh``, ``threads``)."""
+    name = os.path.basename(result.save_dir).replace("checkpoints-", "")
+    train_log, generate_log = (os.path.join(work, f"{step}-{name}.log") for step in ("train", "generate"))
+    if args.fresh:
+        shutil.rmtree(result.save_dir, ignore_errors=True)
+        for path in (train_log, generate_log):
+            if os.path.isfile(path):
+                os.remove(path)
+    wanted = settings(result, data, budget, args)
+    stored = read_result(result.save_dir)
+    if stored is not None and stored.get("settings") == wanted:
+        for key, value in stored["figures"].items():
+            setattr(result, key, value)
+        result.reused = True
+        logger.info(
+            "%s: already trained (%s), test BLEU %.2f: not training again (--fresh starts over)",
+            result.arch, os.path.join(result.save_dir, RESULT_NAME), result.bleu,
+        )  # fmt: skip
+        return result
+    if stored is not None and stored.get("settings", {}).get("data") != wanted["data"]:
+        raise SystemExit(f"error: {result.save_dir} was trained on other data: pass --fresh to start over")
+    bin_dir = os.path.join(data, "bin")
+    if budget_met(result.save_dir, budget):
+        logger.info("%s: %s already holds %s: not training again", result.arch, result.save_dir, budget.describe())
+        log = TrainLog(name, budget, echo=False)  # the figures from the whole log, every session
+        if os.path.isfile(train_log):
+            with open(train_log, encoding="utf-8") as f:
+                for line in f:
+                    log.feed(line)
+    else:
+        log = TrainLog(name, budget, *checkpoint_state(result.save_dir))
+        cmd = train_command(bin_dir, result.save_dir, result.model_args, budget, result.seed)
+        logger.info("training %s for %s (full log: %s)", result.arch, budget.describe(), train_log)
+        run_command(cmd, train_log, log.feed, append=True, threads=args.threads)
+    log.finish(*checkpoint_state(result.save_dir))
+    result.params, result.updates, result.wps = log.params, log.updates, log.wps
+    result.stop_reason, result.train_s = log.stop_reason, log.train_s
+    result.valid_loss = log.best_loss if log.best_loss is not None else float("nan")
+    logger.info("translating the test split with %s, beam %d", result.arch, args.beam)
+    generate = generate_command(bin_dir, os.path.join(result.save_dir, BEST), args.beam)
+    stdout = run_command(generate, generate_log, threads=args.threads)
+    result.bleu, result.signature, result.hyps = score(stdout, refs, prep.moses_lang(tgt), args.lowercase)
+    figures = {k: v for k, v in asdict(result).items() if k in FIGURES}
+    prep.write_json(os.path.join(result.save_dir, RESULT_NAME), {"settings": wanted, "figures": figures}, indent=1)
+    return result
+
+
+def export_model(result: Result, data: str, out_dir: str) -> str:
+    """Export ``result``'s ``checkpoint_best.pt`` to ``out_dir`` for ``fairseq_dense.from_pretrained``,
+    with what the quick-start translated with (dictionaries, BPE codes, languages, Moses options);
+    returns ``out_dir``. ``out_dir.from`` names the checkpoint it came from: a second quick-start
+    does not export the same model again."""
+    from fairseq_dense.hub import ModelCardInfo, export_checkpoint
+
+    checkpoint = os.path.abspath(os.path.join(result.save_dir, BEST))
+    stamp = os.path.normpath(out_dir) + ".from"
+    source = f"{checkpoint} {os.path.getmtime(checkpoint)} {result.bleu}\n"
+    if os.path.isdir(out_dir) and os.path.isfile(stamp) and open(stamp, encoding="utf-8").read() == source:
+        return out_dir
+    card = ModelCardInfo(bleu=result.bleu, bleu_signature=result.signature or None, test_set="test")
+    export_checkpoint(
+        [checkpoint], out_dir, data=os.path.join(data, "bin"), bpe_codes=os.path.join(data, "bpecodes"),
+        moses_no_escape=True, moses_no_dash_splits=True,  # fairseq_dense.data.prepare's Moses options
+        card=card, force=True,
+    )  # fmt: skip
+    with open(stamp, "w", encoding="utf-8") as f:
+        f.write(source)
+    return out_dir

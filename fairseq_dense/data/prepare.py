@@ -49,6 +49,13 @@ def moses_lang(lang: str) -> str:
     return MOSES_LANG.get(lang, lang if len(lang) == 2 else "en")
 
 
+def write_json(path: str, obj, indent: int = 2) -> None:
+    """Write ``obj`` as JSON through ``<path>.tmp`` and a rename: never a half-written file."""
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=indent)
+    os.replace(path + ".tmp", path)
+
+
 def read_lines(path: str) -> List[str]:
     """Read a raw text file, failing clearly on missing files or non-UTF-8 bytes."""
     if not os.path.isfile(path):
@@ -63,9 +70,9 @@ def read_lines(path: str) -> List[str]:
     return text.splitlines()
 
 
-def check_parallel(raw_dir: str, src: str, tgt: str, splits: Sequence[str] = SPLITS) -> None:
+def check_parallel(raw_dir: str, src: str, tgt: str) -> None:
     """Every split exists on both sides, decodes as UTF-8, and has equal line counts."""
-    for split in splits:
+    for split in SPLITS:
         a = read_lines(os.path.join(raw_dir, f"{split}.{src}"))
         b = read_lines(os.path.join(raw_dir, f"{split}.{tgt}"))
         if len(a) != len(b):
@@ -74,10 +81,10 @@ def check_parallel(raw_dir: str, src: str, tgt: str, splits: Sequence[str] = SPL
             raise DataError(f"{raw_dir}/{split}.{src}: empty file")
 
 
-def fingerprint(raw_dir: str, src: str, tgt: str, splits: Sequence[str] = SPLITS) -> Dict[str, Dict]:
+def fingerprint(raw_dir: str, src: str, tgt: str) -> Dict[str, Dict]:
     """``{"train.src": {"bytes": n, "sha256": hex}, ...}`` for every raw file the pipeline reads."""
     out = {}
-    for split in splits:
+    for split in SPLITS:
         for lang in (src, tgt):
             path = os.path.join(raw_dir, f"{split}.{lang}")
             if not os.path.isfile(path):
@@ -118,25 +125,20 @@ def _reusable(dest: str, meta: Dict, raw_dir: str) -> Optional[List[str]]:
         return []
     with open(meta_path) as f:
         old = json.load(f)
-    if "inputs" not in old:
-        # prepared before fingerprints were recorded: same options, and raw files older than it
-        options = {k: v for k, v in meta.items() if k != "inputs"}
-        if options != old:
-            return describe_changes(old, options)
-        newer = [
-            name
-            for name in meta["inputs"]
-            if os.path.getmtime(os.path.join(raw_dir, name)) > os.path.getmtime(meta_path)
-        ]
-        if newer:
-            return [f"{name} modified after the preparation" for name in newer]
-        with open(meta_path + ".tmp", "w") as f:
-            json.dump(meta, f, indent=2)
-        os.replace(meta_path + ".tmp", meta_path)
-        logger.info("recorded the raw files' fingerprint in %s", meta_path)
-        return None
-    changes = describe_changes(old, meta)
-    return changes or None
+    if "inputs" in old:
+        return describe_changes(old, meta) or None
+    # prepared before fingerprints were recorded: same options, and raw files older than it
+    options = {k: v for k, v in meta.items() if k != "inputs"}
+    if options != old:
+        return describe_changes(old, options)
+    mtime = os.path.getmtime(meta_path)
+    newer = [f"{name} modified after the preparation" for name in meta["inputs"]
+             if os.path.getmtime(os.path.join(raw_dir, name)) > mtime]  # fmt: skip
+    if newer:
+        return newer
+    write_json(meta_path, meta)
+    logger.info("recorded the raw files' fingerprint in %s", meta_path)
+    return None
 
 
 _TOKENIZER = None
@@ -159,8 +161,7 @@ def write_text_record(bin_dir: str, src: str, tgt: str, lowercase: bool) -> None
         "moses_no_dash_splits": True,  # sacremoses' default: no aggressive dash splits
         "moses_lowercase": lowercase,
     }
-    with open(os.path.join(bin_dir, TEXT_RECORD), "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=2)
+    write_json(os.path.join(bin_dir, TEXT_RECORD), record)
 
 
 def _tokenize(line: str) -> str:
@@ -220,27 +221,9 @@ def binarize(bpe_dir: str, bin_dir: str, src: str, tgt: str, workers: int) -> No
     from fairseq import options
     from fairseq_cli import preprocess
 
-    parser = options.get_preprocessing_parser()
-    args = parser.parse_args(
-        [
-            "--source-lang",
-            src,
-            "--target-lang",
-            tgt,
-            "--trainpref",
-            os.path.join(bpe_dir, "train"),
-            "--validpref",
-            os.path.join(bpe_dir, "valid"),
-            "--testpref",
-            os.path.join(bpe_dir, "test"),
-            "--destdir",
-            bin_dir,
-            "--joined-dictionary",
-            "--workers",
-            str(workers),
-        ]
-    )
-    preprocess.main(args)
+    prefixes = [a for split in SPLITS for a in (f"--{split}pref", os.path.join(bpe_dir, split))]
+    argv = ["--source-lang", src, "--target-lang", tgt, *prefixes, "--destdir", bin_dir, "--joined-dictionary"]
+    preprocess.main(options.get_preprocessing_parser().parse_args([*argv, "--workers", str(workers)]))
 
 
 def prepare(
@@ -286,30 +269,20 @@ def prepare(
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(os.path.join(tmp, "tok"))
     os.makedirs(os.path.join(tmp, "bpe"))
+    files = [(f"{split}.{lang}", lang) for split in SPLITS for lang in (src, tgt)]
     start = time.time()
     try:
-        for split in SPLITS:
-            for lang in (src, tgt):
-                tokenize_file(
-                    os.path.join(raw_dir, f"{split}.{lang}"),
-                    os.path.join(tmp, "tok", f"{split}.{lang}"),
-                    lang,
-                    lowercase,
-                    workers,
-                )
+        for name, lang in files:
+            tokenize_file(os.path.join(raw_dir, name), os.path.join(tmp, "tok", name), lang, lowercase, workers)
         logger.info("tokenised in %.0fs", time.time() - start)
         codes = os.path.join(tmp, "bpecodes")
         learn_joint_bpe([os.path.join(tmp, "tok", f"train.{lang}") for lang in (src, tgt)], codes, merges)
         logger.info("learned %d BPE merges in %.0fs", merges, time.time() - start)
-        for split in SPLITS:
-            for lang in (src, tgt):
-                apply_bpe_file(
-                    codes, os.path.join(tmp, "tok", f"{split}.{lang}"), os.path.join(tmp, "bpe", f"{split}.{lang}")
-                )
+        for name, _ in files:
+            apply_bpe_file(codes, os.path.join(tmp, "tok", name), os.path.join(tmp, "bpe", name))
         binarize(os.path.join(tmp, "bpe"), os.path.join(tmp, "bin"), src, tgt, workers)
         write_text_record(os.path.join(tmp, "bin"), src, tgt, lowercase)
-        with open(os.path.join(tmp, "prepare.json"), "w") as f:
-            json.dump(meta, f, indent=2)
+        write_json(os.path.join(tmp, "prepare.json"), meta)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -319,7 +292,7 @@ def prepare(
     return dest
 
 
-#: ``--corpus`` names: corpora that ship with the package
+#: ``--corpus`` names: corpora that ship with the package (fairseq_dense.data.tatoeba.NAME)
 BUNDLED_CORPORA = ("tatoeba-deu-eng",)
 
 
@@ -329,41 +302,24 @@ def get_parser() -> argparse.ArgumentParser:
         description="Raw parallel text -> sacremoses tokenisation -> joint subword-nmt BPE -> fairseq-preprocess",
     )
     source = parser.add_mutually_exclusive_group(required=True)
+    add = parser.add_argument
+    # fmt: off
     source.add_argument("--raw", help="folder with {train,valid,test}.{SRC,TGT} raw text")
-    source.add_argument(
-        "--corpus",
-        choices=BUNDLED_CORPORA,
-        help="a corpus bundled with the package (Tatoeba de-en, CC-BY 2.0 FR), decompressed into DEST-raw/ first",
-    )
-    parser.add_argument("--dest", required=True, help="output folder (tok/, bpe/, bpecodes, bin/)")
-    parser.add_argument("--src", help="source language suffix, e.g. deu (default with --corpus: de)")
-    parser.add_argument("--tgt", help="target language suffix, e.g. eng (default with --corpus: en)")
-    parser.add_argument(
-        "--bpe-merges", type=int, default=None, help="number of joint BPE merges (default 10000; 4000 with --corpus)"
-    )
-    parser.add_argument(
-        "--max-lines",
-        type=int,
-        default=0,
-        help="with --corpus: keep the first N pairs of each split (a quick try; 0, the default: all)",
-    )
-    parser.add_argument("--lowercase", action="store_true", help="lower-case after tokenisation")
-    parser.add_argument("--workers", type=int, default=2, help="processes for tokenisation and binarisation")
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="redo even if DEST holds the same preparation (same options and raw file contents)",
-    )
+    source.add_argument("--corpus", choices=BUNDLED_CORPORA, help="a corpus bundled with the package "
+                        "(Tatoeba de-en, CC-BY 2.0 FR), decompressed into DEST-raw/ first")
+    add("--dest", required=True, help="output folder (tok/, bpe/, bpecodes, bin/)")
+    add("--src", help="source language suffix, e.g. deu (default with --corpus: de)")
+    add("--tgt", help="target language suffix, e.g. eng (default with --corpus: en)")
+    add("--bpe-merges", type=int, default=None, help="number of joint BPE merges (default 10000; 4000 with --corpus)")
+    add("--max-lines", type=int, default=0,
+        help="with --corpus: keep the first N pairs of each split (a quick try; 0, the default: all)")
+    add("--lowercase", action="store_true", help="lower-case after tokenisation")
+    add("--workers", type=int, default=2, help="processes for tokenisation and binarisation")
+    add("--force", action="store_true",
+        help="redo even if DEST holds the same preparation (same options and raw file contents)")
+    # fmt: on
     add_verbose_flag(parser)
     return parser
-
-
-def bundled_raw(corpus: str, dest: str, max_lines: int) -> str:
-    """Decompress a bundled corpus into ``DEST-raw`` (beside ``dest``); returns that folder."""
-    from fairseq_dense.data import tatoeba
-
-    assert corpus == tatoeba.NAME, corpus
-    return tatoeba.extract(os.path.normpath(dest) + "-raw", max_lines or None)
 
 
 def main(argv=None) -> int:
@@ -383,7 +339,11 @@ def main(argv=None) -> int:
     if args.corpus and {src, tgt} != {"de", "en"}:
         parser.error(f"--corpus {args.corpus} is de-en: --src/--tgt must be de and en")
     try:
-        raw = bundled_raw(args.corpus, args.dest, args.max_lines) if args.corpus else args.raw
+        raw = args.raw
+        if args.corpus:  # decompressed beside DEST
+            from fairseq_dense.data import tatoeba
+
+            raw = tatoeba.extract(os.path.normpath(args.dest) + "-raw", args.max_lines or None)
         prepare(raw, args.dest, src, tgt, merges, args.lowercase, args.workers, args.force)
     except DataError as e:
         raise SystemExit(f"error: {e}")

@@ -27,79 +27,35 @@ from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
 
 logger = logging.getLogger(__name__)
 
+# fmt: off
 # source noun -> (target stem, gender)
 NOUNS = {
-    "dog": ("dog", "m"),
-    "cat": ("cat", "f"),
-    "apple": ("manz", "f"),
-    "house": ("cas", "f"),
-    "boy": ("nin", "m"),
-    "girl": ("nin", "f"),
-    "bird": ("pajar", "m"),
-    "book": ("libr", "m"),
-    "tree": ("arbol", "m"),
-    "river": ("ri", "m"),
-    "car": ("cot", "m"),
-    "city": ("urb", "f"),
-    "teacher": ("maestr", "m"),
-    "doctor": ("medic", "f"),
-    "horse": ("caball", "m"),
-    "table": ("mes", "f"),
-    "window": ("ventan", "f"),
-    "friend": ("amig", "m"),
-    "letter": ("cart", "f"),
-    "garden": ("huert", "m"),
-    "song": ("canzon", "f"),
-    "fish": ("pesc", "m"),
-    "flower": ("flor", "f"),
-    "king": ("re", "m"),
-    "queen": ("regin", "f"),
+    "dog": ("dog", "m"), "cat": ("cat", "f"), "apple": ("manz", "f"), "house": ("cas", "f"), "boy": ("nin", "m"),
+    "girl": ("nin", "f"), "bird": ("pajar", "m"), "book": ("libr", "m"), "tree": ("arbol", "m"),
+    "river": ("ri", "m"), "car": ("cot", "m"), "city": ("urb", "f"), "teacher": ("maestr", "m"),
+    "doctor": ("medic", "f"), "horse": ("caball", "m"), "table": ("mes", "f"), "window": ("ventan", "f"),
+    "friend": ("amig", "m"), "letter": ("cart", "f"), "garden": ("huert", "m"), "song": ("canzon", "f"),
+    "fish": ("pesc", "m"), "flower": ("flor", "f"), "king": ("re", "m"), "queen": ("regin", "f"),
 }
 ADJECTIVES = {
-    "big": "grand",
-    "small": "pequeñ",
-    "red": "roj",
-    "old": "viej",
-    "new": "nuev",
-    "happy": "felic",
-    "dark": "oscur",
-    "quiet": "tranquil",
-    "green": "verd",
-    "fast": "rapid",
-    "tall": "alt",
-    "cold": "fri",
+    "big": "grand", "small": "pequeñ", "red": "roj", "old": "viej", "new": "nuev", "happy": "felic",
+    "dark": "oscur", "quiet": "tranquil", "green": "verd", "fast": "rapid", "tall": "alt", "cold": "fri",
 }
 # source verb (3rd person singular, plural) -> target stem
 VERBS = {
-    ("sees", "see"): "ve",
-    ("eats", "eat"): "com",
-    ("finds", "find"): "encuentr",
-    ("likes", "like"): "quier",
-    ("takes", "take"): "tom",
-    ("paints", "paint"): "pint",
-    ("follows", "follow"): "sig",
-    ("calls", "call"): "llam",
-    ("reads", "read"): "le",
-    ("visits", "visit"): "visit",
+    ("sees", "see"): "ve", ("eats", "eat"): "com", ("finds", "find"): "encuentr", ("likes", "like"): "quier",
+    ("takes", "take"): "tom", ("paints", "paint"): "pint", ("follows", "follow"): "sig",
+    ("calls", "call"): "llam", ("reads", "read"): "le", ("visits", "visit"): "visit",
 }
-DETERMINERS = {  # source (definite?, plural?) -> source word
-    (True, False): "the",
-    (True, True): "the",
-    (False, False): "a",
-    (False, True): "some",
-}
+# source (definite, plural) -> source word
+DETERMINERS = {(True, False): "the", (True, True): "the", (False, False): "a", (False, True): "some"}
 TGT_DET = {  # (definite, plural, gender) -> target word
-    (True, False, "m"): "lo",
-    (True, False, "f"): "la",
-    (True, True, "m"): "los",
-    (True, True, "f"): "las",
-    (False, False, "m"): "uno",
-    (False, False, "f"): "una",
-    (False, True, "m"): "unos",
-    (False, True, "f"): "unas",
+    (True, False, "m"): "lo", (True, False, "f"): "la", (True, True, "m"): "los", (True, True, "f"): "las",
+    (False, False, "m"): "uno", (False, False, "f"): "una", (False, True, "m"): "unos", (False, True, "f"): "unas",
 }
-ADJ_SUFFIX = {("m", False): "o", ("f", False): "a", ("m", True): "os", ("f", True): "as"}
-NOUN_SUFFIX = {("m", False): "o", ("f", False): "a", ("m", True): "os", ("f", True): "as"}
+# fmt: on
+#: (gender, plural) -> the ending of a target noun and of its adjectives
+SUFFIX = {("m", False): "o", ("f", False): "a", ("m", True): "os", ("f", True): "as"}
 VERB_SUFFIX = {False: "e", True: "en"}
 
 
@@ -110,8 +66,8 @@ def _noun_phrase(rng: random.Random) -> Tuple[List[str], List[str], bool]:
     definite = rng.random() < 0.6
     adjs = rng.sample(sorted(ADJECTIVES), k=rng.choice([0, 0, 1, 1, 2]))
     src = [DETERMINERS[(definite, plural)], *adjs, noun + ("s" if plural else "")]
-    tgt = [TGT_DET[(definite, plural, gender)], stem + NOUN_SUFFIX[(gender, plural)]]
-    tgt += [ADJECTIVES[a] + ADJ_SUFFIX[(gender, plural)] for a in adjs]
+    tgt = [TGT_DET[(definite, plural, gender)], stem + SUFFIX[(gender, plural)]]
+    tgt += [ADJECTIVES[a] + SUFFIX[(gender, plural)] for a in adjs]
     return src, tgt, plural
 
 
@@ -142,38 +98,27 @@ def sentence_pair(rng: random.Random, max_depth: int = 2) -> Tuple[str, str]:
     return " ".join(src), " ".join(tgt)
 
 
-def generate(n: int, seed: int) -> List[Tuple[str, str]]:
-    rng = random.Random(seed)
-    return [sentence_pair(rng) for _ in range(n)]
-
-
 def write_corpus(
     out_dir: str, src: str = "en", tgt: str = "xx", sizes: Sequence[int] = (20000, 500, 500), seed: int = 1
 ) -> str:
-    """Write ``{train,valid,test}.{src,tgt}`` raw text to ``out_dir``.
-
-    Held-out splits exclude sentences seen in training, so BLEU measures
-    generalisation, not memorisation.
-    """
+    """Write ``{train,valid,test}.{src,tgt}`` raw text to ``out_dir``; the held-out splits leave out
+    the sentences of the training split, so BLEU measures generalisation, not memorisation."""
     os.makedirs(out_dir, exist_ok=True)
-    rng = random.Random(seed)
-    seen = set()
-    splits = {}
-    for split, n in zip(("train", "valid", "test"), sizes):
+    rng, seen = random.Random(seed), set()
+    splits = dict(zip(("train", "valid", "test"), sizes))
+    for split, n in splits.items():
         pairs = []
         while len(pairs) < n:
             pair = sentence_pair(rng)
-            if split != "train" and pair[0] in seen:
-                continue
             if split == "train":
                 seen.add(pair[0])
+            elif pair[0] in seen:
+                continue
             pairs.append(pair)
-        splits[split] = pairs
-    for split, pairs in splits.items():
         for side, lang in ((0, src), (1, tgt)):
             with open(os.path.join(out_dir, f"{split}.{lang}"), "w", encoding="utf-8") as f:
                 f.writelines(p[side] + "\n" for p in pairs)
-    logger.info("wrote synthetic corpus %s-%s to %s (%s)", src, tgt, out_dir, dict(zip(splits, sizes)))
+    logger.info("wrote synthetic corpus %s-%s to %s (%s)", src, tgt, out_dir, splits)
     return out_dir
 
 

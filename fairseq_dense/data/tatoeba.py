@@ -20,34 +20,23 @@ SRC, TGT = "de", "en"
 LINES: Dict[str, int] = {"train": 166438, "valid": 1672, "test": 852}
 
 
-def bundled_file(split: str, lang: str) -> str:
-    """Path of one compressed file, e.g. ``.../tatoeba-deu-eng/train.de.xz``."""
-    return os.path.join(BUNDLED_DIR, f"{split}.{lang}.xz")
-
-
 def extract(dest: str, max_lines: Optional[int] = None) -> str:
-    """Decompress the bundled split into ``dest``; returns ``dest``.
-
-    Args:
-        dest: output folder; reused when it already holds this extraction.
-        max_lines: keep only the first ``max_lines`` pairs of each split (a quick try, the
-            tests); ``None`` keeps all of them.
+    """Decompress the bundled split into ``dest`` (reused when it holds this extraction already),
+    the first ``max_lines`` pairs of each split or all of them; returns ``dest``.
 
     Raises:
         DataError: a bundled file is missing (an installation without the package data).
     """
     stamp = os.path.join(dest, ".extracted")
     want = f"{NAME} max_lines={max_lines}\n"
-    if os.path.isfile(stamp):
-        with open(stamp, encoding="utf-8") as f:
-            if f.read() == want:
-                return dest
+    if os.path.isfile(stamp) and open(stamp, encoding="utf-8").read() == want:
+        return dest
     tmp = dest.rstrip("/") + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     for split in SPLITS:
         for lang in (SRC, TGT):
-            path = bundled_file(split, lang)
+            path = os.path.join(BUNDLED_DIR, f"{split}.{lang}.xz")
             if not os.path.isfile(path):
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise DataError(f"{path}: bundled corpus file not found (reinstall fairseq-dense)")
