@@ -3,25 +3,17 @@
     python -m benchmarks.gpu_figures --device cuda --out OUT [--pairs wt_a deep_att ...] [--budget-s 270]
     python -m benchmarks.gpu_figures --device cpu --tiny --steps 1 ...     # the plumbing, on a CPU
 
-First a bfloat16 (and float16) GEMM peak of this device, timed here. Then for every pair of
-``PAPER_PAIRS`` (``counterparts.py``), both sides built as ``fairseq-train`` builds them, and
-per precision: ``amp`` is fairseq's ``--amp`` (float16 autocast inside the task's train step,
-fairseq's loss-scaling ``AMPOptimizer``), ``bf16`` bfloat16 autocast around the forward pass
-(fairseq's ``--bf16`` would mean torch_xla), both with float32 weights and the harness's
-criterion, Adam and clipping. On synthetic batches (``synthetic.py``; ``--max-tokens`` each,
-lengths from 4 quantiles of the distribution, cycled) it measures: target tokens/s over
-``--steps`` timed steps after ``--warmup`` steps, model FLOPs utilisation (matmul-class FLOPs
-of one step, counted once per side by ``op_counts.StepCounter``, per second, over the
-precision's GEMM peak measured here and over the datasheet's dense peak of the GPU; beside it the
-same with six times the model's matmul weights per token, the usual estimate), peak memory (each
-precision on a model of its own with its one optimizer), beam-5 sentences/s (fairseq's
-``SequenceGenerator``, every hypothesis forced to ``--decode-length`` tokens as the harness does,
-the model cast to the precision's dtype as ``fairseq-generate --fp16`` does), and, after every
-timing of every pair (the CUDA profiler stays active once started and would slow what follows),
-kernels per step (``torch.profiler``: every CUDA activity of one step; on a CPU the ATen calls
-instead) next to the proxies' convention count. Pairs run in the order ``--pairs`` gives.
-``gpu_figures.json`` and ``gpu_figures.md`` in ``--out`` are rewritten after every measurement, so
-that a time-out still leaves what was measured; ``--budget-s`` skips what no longer fits.
+First a float16 and bfloat16 GEMM peak of this device. Then, for every pair of ``PAPER_PAIRS``
+(in the order of ``--pairs``), both sides built as ``fairseq-train`` builds them, per precision
+(``amp``: fairseq's ``--amp``, float16 autocast with its loss-scaling ``AMPOptimizer``; ``bf16``:
+bfloat16 autocast around the forward pass, as fairseq's ``--bf16`` would need torch_xla), on
+synthetic batches (``synthetic.py``): target tokens/s, MFU (``op_counts`` matmul FLOPs, and six
+times the matmul weights, x tokens/s over the measured and the datasheet peak), peak memory (a
+model and optimizer of its own per precision), beam-5 sentences/s (hypotheses forced to
+``--decode-length``, the model cast to the precision's dtype as ``fairseq-generate --fp16``
+does); after every timing (the CUDA profiler stays active once started), kernels per step
+(``torch.profiler``) beside the proxies' convention count. ``gpu_figures.{json,md}`` are
+rewritten after every measurement; ``--budget-s`` skips what no longer fits.
 """
 
 import argparse
@@ -34,7 +26,8 @@ from typing import Dict, List
 
 import torch
 
-from benchmarks import counterparts, measure, op_counts, proxies, synthetic
+from benchmarks import counterparts, measure, op_counts, proxies, report, synthetic
+from benchmarks.measure import sync, timed
 
 logger = logging.getLogger("benchmarks.gpu_figures")
 DTYPES = {"amp": torch.float16, "bf16": torch.bfloat16}
@@ -50,24 +43,12 @@ def datasheet_peak(device_name: str):
     return None
 
 
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def gemm_peak(device: str, dtype, n: int, iters: int) -> float:
     """FLOP/s of an ``n x n x n`` matrix product in ``dtype``, best of ``iters`` timed calls."""
     a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
     for _ in range(3):
         a @ b
-    best = float("inf")
-    for _ in range(iters):
-        sync(device)
-        t0 = time.perf_counter()
-        a @ b
-        sync(device)
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n**3 / best
+    return 2 * n**3 / min(timed(lambda: a @ b, device) for _ in range(iters))
 
 
 def step(side, sample, precision: str, update: int) -> None:
@@ -147,11 +128,7 @@ def beam_speed(side, decode_sample, precision: str, length: int, device: str) ->
     try:
         with torch.no_grad():  # as fairseq-generate (inference_mode breaks the WT's weight cache, see docs)
             gen.generate([model], decode_sample)
-            sync(device)
-            t0 = time.perf_counter()
-            gen.generate([model], decode_sample)
-            sync(device)
-            seconds = time.perf_counter() - t0
+            seconds = timed(lambda: gen.generate([model], decode_sample), device)
     finally:
         model.float()
     return {"sentences": decode_sample["nsentences"], "sentences_per_s": decode_sample["nsentences"] / seconds}
@@ -165,15 +142,9 @@ def measure_precision(side, batches, decode_sample, precision: str, a, peaks: Di
         step(side, batches[i % len(batches)], precision, 1 + i)
     if a.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    sync(a.device)
-    t0 = time.perf_counter()
-    tokens = 0
-    for i in range(a.steps):
-        sample = batches[i % len(batches)]
-        step(side, sample, precision, 2 + i)
-        tokens += sample["ntokens"]
-    sync(a.device)
-    seconds = time.perf_counter() - t0
+    timed_batches = [batches[i % len(batches)] for i in range(a.steps)]
+    seconds = timed(lambda: [step(side, s, precision, 2 + i) for i, s in enumerate(timed_batches)], a.device)
+    tokens = sum(s["ntokens"] for s in timed_batches)
     out = {
         "target_tokens_per_s": tokens / seconds,
         "step_s": seconds / a.steps,
@@ -196,8 +167,7 @@ def measure_precision(side, batches, decode_sample, precision: str, a, peaks: Di
 
 
 def build_side(dict_dir: str, args: List[str], precision: str, device: str) -> tuple:
-    """A model of its own with its one optimizer (same initial weights for every precision): fairseq's
-    AMPOptimizer for ``amp``, plain Adam for ``bf16``; so that peak memory holds one optimizer's state."""
+    """A model and optimizer of its own (same initial weights for every precision; AMPOptimizer for ``amp``)."""
     return synthetic.build(dict_dir, args, amp=precision == "amp", device=device)
 
 
@@ -303,8 +273,7 @@ def markdown(r: Dict) -> str:
 
 
 def write(r: Dict, out: str) -> None:
-    """``gpu_figures.json`` and ``gpu_figures.md`` into ``out``."""
-    proxies.write(r, out, "gpu_figures", markdown)
+    report.write_results(r, out, "gpu_figures", markdown)
 
 
 def main(argv=None) -> int:

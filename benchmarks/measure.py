@@ -21,7 +21,7 @@ from typing import Dict, List, Optional
 
 import torch
 
-from benchmarks.counterparts import flags
+from fairseq_dense.baselines import flags
 from fairseq_dense.cli.plot import parse_log
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_train_child.py")
@@ -159,6 +159,21 @@ def loss_at_equal_updates(ours_curve, base_curve) -> Optional[Dict]:
     return {"updates": max(common), "ours": ours[max(common)], "baseline": base[max(common)]} if common else None
 
 
+def sync(device: str) -> None:
+    """Wait for the device's queued work (a no-op on the CPU), so that a clock read after it counts it."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device: str = "cpu") -> float:
+    """Wall-clock seconds of ``fn()``, the device's queued work included."""
+    sync(device)
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - t0
+
+
 def _timed_rounds(sides: Dict, items: list, rounds: int, step, device: str) -> Dict:
     """Run ``step(side, item)`` for every item, one side and then the other, ``rounds`` times.
 
@@ -176,12 +191,10 @@ def _timed_rounds(sides: Dict, items: list, rounds: int, step, device: str) -> D
         cpu = dict.fromkeys(sides, 0.0)
         for i, item in enumerate(items):
             for name in ("ours", "baseline") if r % 2 == 0 else ("baseline", "ours"):
-                if device == "cuda":
-                    torch.cuda.synchronize()
+                sync(device)
                 t0, c0 = time.perf_counter(), time.thread_time()
                 step(sides[name], item, i)
-                if device == "cuda":
-                    torch.cuda.synchronize()
+                sync(device)
                 seconds[name] += time.perf_counter() - t0
                 cpu[name] += time.thread_time() - c0
         per_round.append(
@@ -295,31 +308,8 @@ def _generator(model, task, beam: int, fixed_length: int = 0):
     return SequenceGenerator([model], task.target_dictionary, beam_size=beam, **length)
 
 
-def paired_decode_speed(
-    ours_ckpt: str,
-    baseline_ckpt: str,
-    data_bin: str,
-    *,
-    sentences: int,
-    rounds: int,
-    batch_size: int,
-    fixed_length: int,
-    device: str = "cpu",
-    bf16: bool = False,
-) -> Dict:
-    """Beam-5 sentences/s of both checkpoints, batch by batch on the same test sentences, interleaved;
-    every hypothesis forced to ``fixed_length`` tokens."""
-    models = {
-        name: load_checkpoint(ckpt, data_bin, device, bf16)
-        for name, ckpt in (("ours", ours_ckpt), ("baseline", baseline_ckpt))
-    }
-    return paired_decode(
-        models, sentences=sentences, rounds=rounds, batch_size=batch_size, fixed_length=fixed_length, device=device
-    )
-
-
 def paired_decode(
-    models: Dict, *, sentences: int, rounds: int, batch_size: int, fixed_length: int, device: str = "cpu"
+    models: Dict, *, sentences: int, rounds: int, batch_size: int, length: int, device: str = "cpu"
 ) -> Dict:
     """Beam-5 sentences/s of two models in eval mode on the same test sentences, interleaved.
 
@@ -327,9 +317,9 @@ def paired_decode(
         models: ``{"ours": (model, task), "baseline": (model, task)}``, the test split loaded
             in the tasks (the sentences come from the baseline's).
         sentences: test sentences, spread over the split.
-        fixed_length: every hypothesis forced to this many tokens.
+        length: every hypothesis forced to this many tokens.
     """
-    sides = {name: (model, _generator(model, task, 5, fixed_length)) for name, (model, task) in models.items()}
+    sides = {name: (model, _generator(model, task, 5, length)) for name, (model, task) in models.items()}
     dataset = models["baseline"][1].dataset("test")
     step = max(1, len(dataset) // max(1, sentences))
     batches = _batches(dataset, list(range(len(dataset)))[::step][:sentences], batch_size, device)
@@ -337,7 +327,7 @@ def paired_decode(
         for model, gen in sides.values():  # warm-up: allocator, thread pools
             gen.generate([model], batches[0])
         res = _timed_rounds(sides, batches, rounds, lambda side, s, i: side[1].generate([side[0]], s), device)
-    return {**res, "sentences": sum(len(b["id"]) for b in batches), "fixed_length": fixed_length}
+    return {**res, "sentences": sum(len(b["id"]) for b in batches), "fixed_length": length}
 
 
 def beam_bleu(

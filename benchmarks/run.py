@@ -20,7 +20,6 @@ import logging
 import os
 import platform
 import shlex
-import subprocess
 import sys
 import time
 from typing import Dict, List
@@ -28,6 +27,7 @@ from typing import Dict, List
 import torch
 
 from benchmarks import counterparts, measure, report
+from fairseq_dense import baselines
 
 logger = logging.getLogger("benchmarks.run")
 
@@ -74,14 +74,9 @@ def get_parser() -> argparse.ArgumentParser:
 
 def describe_machine(device: str, threads: int) -> Dict:
     import fairseq
-    import torch
 
-    cpu = platform.processor()
-    if os.path.isfile("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     return {
-        "cpu": cpu,
+        "cpu": report.cpu_name(),
         "logical_cpus": os.cpu_count(),
         "threads": threads,
         "load_average": os.getloadavg(),
@@ -139,9 +134,9 @@ def pair(a, data: Dict, family: str, ours_args: List[str]) -> Dict:
     if a.baseline:
         name, extra = counterparts.parse_spec(a.baseline)
         base_args = ["--arch", name, *extra]
-        ours, _ = counterparts.build_in_process(data["bin"], ours_args)
-        base, _ = counterparts.build_in_process(data["bin"], base_args)
-        n_ours, n_base = counterparts.count_params(ours), counterparts.count_params(base)
+        ours, _ = baselines.build_in_process(data["bin"], ours_args)
+        base, _ = baselines.build_in_process(data["bin"], base_args)
+        n_ours, n_base = baselines.count_params(ours), baselines.count_params(base)
         pairing = {
             "baseline_args": base_args,
             "baseline_width": None,
@@ -150,7 +145,7 @@ def pair(a, data: Dict, family: str, ours_args: List[str]) -> Dict:
             "param_gap": n_base / n_ours - 1,
         }
     else:
-        pairing, ours, base = counterparts.match_baseline(
+        pairing, ours, base = baselines.match_baseline(
             data["bin"], family, ours_args, a.param_tolerance, a.baseline_param_ratio
         )
     work = [counterparts.matmul_params(m, data["src_per_tgt"]) for m in (ours, base)]
@@ -185,19 +180,14 @@ def side_by_side(a, entry: Dict, data_bin: str) -> None:
     entry["train_paired"] = measure.paired_train_speed(
         *commands, batches=a.paired_train_batches, rounds=a.paired_rounds, device=a.device
     )
-    ckpts = [os.path.join(d, "checkpoint_best.pt") for d in dirs]
-    if all(os.path.isfile(c) for c in ckpts):
+    ckpts = {side: os.path.join(d, "checkpoint_best.pt") for side, d in zip(("ours", "baseline"), dirs)}
+    if all(os.path.isfile(c) for c in ckpts.values()):
         logger.info("decoding both side by side (%d sentences, %d rounds)", a.paired_sentences, a.paired_rounds)
-        entry["decode_paired"] = measure.paired_decode_speed(
-            *ckpts,
-            data_bin,
-            sentences=a.paired_sentences,
-            rounds=a.paired_rounds,
-            device=a.device,
-            bf16=a.bf16,
-            batch_size=a.decode_batch_size,
-            fixed_length=a.decode_length,
-        )
+        models = {side: measure.load_checkpoint(c, data_bin, a.device, a.bf16) for side, c in ckpts.items()}
+        entry["decode_paired"] = measure.paired_decode(
+            models, sentences=a.paired_sentences, rounds=a.paired_rounds, batch_size=a.decode_batch_size,
+            length=a.decode_length, device=a.device,
+        )  # fmt: skip
 
 
 def run_entry(a, data: Dict, family: str, ours_args: List[str], key: str, work: str, baselines: Dict) -> Dict:
@@ -239,11 +229,10 @@ def remeasure(a) -> int:
     with open(a.remeasure) as f:
         results = json.load(f)
     torch.set_num_threads(a.threads)
-    commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
     note = {
         "command": "python -m benchmarks.run " + shlex.join(sys.argv[1:] if a.argv is None else a.argv),
         "date": datetime.date.today().isoformat(),
-        "commit": commit or None,
+        "commit": report.git_commit(),
         "machine": describe_machine(a.device, a.threads),
     }
     for key, entry in results["families"].items():
@@ -304,10 +293,7 @@ def main(argv=None) -> int:
 
 def write(results: Dict, out: str) -> None:
     results["plots"] = report.plots(results, out)
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump(results, f, indent=1, default=str)
-    with open(os.path.join(out, "results.md"), "w") as f:
-        f.write(report.markdown(results))
+    report.write_results(results, out, "results", report.markdown)
 
 
 if __name__ == "__main__":
