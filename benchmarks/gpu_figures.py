@@ -22,7 +22,7 @@ import platform
 import sys
 import tempfile
 import time
-from typing import Dict, List
+from typing import Dict
 
 import torch
 
@@ -99,8 +99,8 @@ def count_kernels(side, sample, precision: str, device: str) -> Dict:
 
 
 def count_step(side, sample) -> Dict:
-    """Matmul-class FLOPs per target token and the proxies' convention launches of one bfloat16
-    step on ``sample`` (``op_counts``)."""
+    """Parameters, matmul-class FLOPs per target token and the proxies' convention launches of one
+    bfloat16 step on ``sample`` (``op_counts``)."""
     counter = op_counts.StepCounter(side[1])
     try:
         with counter:
@@ -111,6 +111,7 @@ def count_step(side, sample) -> Dict:
     src_per_tgt = sample["net_input"]["src_lengths"].sum().item() / sample["ntokens"]
     weights = counterparts.matmul_params(side[1], src_per_tgt)
     return {
+        "params": sum(p.numel() for p in side[1].parameters()),
         "matmul_flops_per_token": sum(counter.flops.values()) / sample["ntokens"],
         "matmul_weights": weights,
         "six_n_flops_per_token": 6 * weights,
@@ -164,11 +165,6 @@ def measure_precision(side, batches, decode_sample, precision: str, a, peaks: Di
         logger.exception("beam search failed")
         out["beam5"] = {"error": f"{type(ex).__name__}: {ex}"}
     return out
-
-
-def build_side(dict_dir: str, args: List[str], precision: str, device: str) -> tuple:
-    """A model and optimizer of its own (same initial weights for every precision; AMPOptimizer for ``amp``)."""
-    return synthetic.build(dict_dir, args, amp=precision == "amp", device=device)
 
 
 def release(device: str) -> None:
@@ -319,6 +315,21 @@ def main(argv=None) -> int:
         """Past the budget (the timed figures leave ``--kernels-s`` of it to the kernel counts)."""
         return time.time() - started > a.budget_s - (0 if kernels else a.kernels_s)
 
+    def guarded(what: str, args, precision: str, fn, *fn_args):
+        """``fn(side, *fn_args)`` on a side built for ``precision`` (one model on the device at a time),
+        or the error it raised: one failing model must not lose the others' figures."""
+        nonlocal failed
+        try:
+            return fn(synthetic.build(dict_dir, args, amp=precision == "amp", device=a.device), *fn_args)
+        except Exception as ex:
+            logger.exception("%s failed", what)
+            failed = True
+            return {"error": f"{type(ex).__name__}: {ex}"}
+        finally:
+            release(a.device)
+            write(r, a.out)
+
+    skipped = f"over --budget-s {a.budget_s:.0f}"
     with tempfile.TemporaryDirectory() as tmp:
         dict_dir = synthetic.write_dicts(tmp, a.vocab)
         # the timed figures of every pair first: no profiler has run in this process yet
@@ -328,53 +339,37 @@ def main(argv=None) -> int:
                 args = pair[f"tiny_{side_name}"] if a.tiny else pair[side_name]
                 e = entry[side_name] = {"arch_args": args}
                 if over_budget():
-                    e["skipped"] = f"over --budget-s {a.budget_s:.0f}"
+                    e["skipped"] = skipped
                     continue
-                try:
-                    # the counts first, on a model of their own (one model on the device at a time)
-                    counted = build_side(dict_dir, args, "bf16", a.device)
-                    e["params"] = sum(p.numel() for p in counted[1].parameters())
-                    e["counts"] = count_step(counted, batches[0])
-                    del counted
-                    release(a.device)
-                    for precision in a.precisions:
-                        if over_budget():
-                            e[precision] = f"skipped: over --budget-s {a.budget_s:.0f}"
-                            continue
-                        side = build_side(dict_dir, args, precision, a.device)
-                        logger.info("%s %s %s", name, side_name, precision)
-                        e[precision] = measure_precision(
-                            side, batches, decode_sample, precision, a, peaks[precision], e["counts"]
-                        )
-                        del side
-                        release(a.device)
-                        write(r, a.out)
-                except Exception as ex:  # one failing model must not lose the others' figures
-                    logger.exception("%s %s failed", name, side_name)
-                    e["error"] = f"{type(ex).__name__}: {ex}"
-                    failed = True
-                release(a.device)
-                write(r, a.out)
+                # the counts first, on a model of their own
+                counted = guarded(f"{name} {side_name}", args, "bf16", count_step, batches[0])
+                if "error" in counted:
+                    e["error"] = counted["error"]
+                    continue
+                e["params"], e["counts"] = counted.pop("params"), counted
+                for precision in a.precisions:
+                    if over_budget():
+                        e[precision] = f"skipped: {skipped}"
+                        continue
+                    logger.info("%s %s %s", name, side_name, precision)
+                    e[precision] = guarded(
+                        f"{name} {side_name} {precision}", args, precision, measure_precision,
+                        batches, decode_sample, precision, a, peaks[precision], e["counts"],
+                    )  # fmt: skip
+                    if "error" in e[precision]:
+                        e["error"] = e.pop(precision)["error"]
+                        break
         # then the kernels of one step of each, under the profiler (CUPTI stays active afterwards)
         for name, entry in r["pairs"].items():
             for side_name in ("ours", "counterpart"):
                 e = entry[side_name]
-                for precision in a.precisions:
-                    if not isinstance(e.get(precision), dict):
-                        continue
-                    if over_budget(kernels=True):
-                        e[precision]["kernels_per_step"] = {"skipped": f"over --budget-s {a.budget_s:.0f}"}
-                        continue
-                    try:
-                        side = build_side(dict_dir, e["arch_args"], precision, a.device)
-                        e[precision]["kernels_per_step"] = count_kernels(side, batches[0], precision, a.device)
-                        del side
-                    except Exception as ex:
-                        logger.exception("%s %s kernels failed", name, side_name)
-                        e[precision]["kernels_per_step"] = {"error": f"{type(ex).__name__}: {ex}"}
-                        failed = True
-                    release(a.device)
-                    write(r, a.out)
+                for precision in [p for p in a.precisions if isinstance(e.get(p), dict)]:
+                    e[precision]["kernels_per_step"] = (
+                        {"skipped": skipped} if over_budget(kernels=True) else guarded(
+                            f"{name} {side_name} kernels", e["arch_args"], precision, count_kernels,
+                            batches[0], precision, a.device,
+                        )
+                    )  # fmt: skip
     r["seconds"] = time.time() - started
     write(r, a.out)
     print(markdown(r))

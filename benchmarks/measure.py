@@ -21,7 +21,6 @@ from typing import Dict, List, Optional
 
 import torch
 
-from fairseq_dense.baselines import flags
 from fairseq_dense.cli.plot import parse_log
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_train_child.py")
@@ -40,33 +39,17 @@ def common_args(data_bin: str, save_dir: str, a) -> List[str]:
     """The ``fairseq-train`` arguments both models of a pair share (data, optimiser, schedule, budget)."""
     import fairseq_dense
 
-    args = [data_bin] + flags(
-        user_dir=os.path.dirname(os.path.abspath(fairseq_dense.__file__)),
-        task=default_task(),
-        source_lang=a.src,
-        target_lang=a.tgt,
-        criterion="label_smoothed_cross_entropy_with_stats",
-        label_smoothing=0.1,
-        optimizer="adam",
-        adam_betas="(0.9, 0.98)",
-        lr=a.lr,
-        clip_norm=1.0,
-        lr_scheduler="inverse_sqrt",
-        warmup_updates=a.warmup_updates,
-        warmup_init_lr=1e-7,
-        max_tokens=a.max_tokens,
-        max_epoch=100000,
-        seed=a.seed,
-        stop_time_hours=f"{a.budget_minutes / 60:.6f}",
-        log_format="json",
-        log_interval=a.log_interval,
-        validate_interval_updates=a.validate_interval_updates,
-        save_dir=save_dir,
-        no_epoch_checkpoints=True,
-        save_interval=100000,
-        num_workers=0,
-        skip_invalid_size_inputs_valid_test=True,
-    )
+    task, user_dir = default_task(), os.path.dirname(os.path.abspath(fairseq_dense.__file__))
+    args = [
+        *(data_bin, "--user-dir", user_dir, "--task", task, "--source-lang", a.src, "--target-lang", a.tgt),
+        *"--criterion label_smoothed_cross_entropy_with_stats --label-smoothing 0.1 --optimizer adam".split(),
+        *("--adam-betas", "(0.9, 0.98)"),
+        *f"--lr {a.lr} --clip-norm 1.0 --lr-scheduler inverse_sqrt --warmup-updates {a.warmup_updates}".split(),
+        *f"--warmup-init-lr 1e-07 --max-tokens {a.max_tokens} --max-epoch 100000 --seed {a.seed}".split(),
+        *f"--stop-time-hours {a.budget_minutes / 60:.6f} --log-format json --log-interval {a.log_interval}".split(),
+        *("--validate-interval-updates", str(a.validate_interval_updates), "--save-dir", save_dir),
+        *"--no-epoch-checkpoints --save-interval 100000 --num-workers 0 --skip-invalid-size-inputs-valid-test".split(),
+    ]
     if a.max_update:
         args += ["--max-update", str(a.max_update)]
     if a.device == "cpu":

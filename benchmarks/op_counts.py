@@ -161,13 +161,11 @@ def _tensors(obj):
             yield from _tensors(x)
 
 
-def unit_launches(module: nn.Module):
-    """``(forward, backward)`` CUDA kernels of one call of a fused recurrent unit (:data:`UNIT_LAUNCHES`)."""
-    if isinstance(module, RNN_UNITS):
-        fwd, bwd = UNIT_LAUNCHES["rnn_per_layer_direction"]
-        n = module.num_layers * (2 if module.bidirectional else 1)
-        return fwd * n, bwd * n
-    return UNIT_LAUNCHES["cell"]
+def rnn_launches(num_layers: int, bidirectional: bool):
+    """``(forward, backward)`` CUDA kernels of one cuDNN RNN call (:data:`UNIT_LAUNCHES`)."""
+    fwd, bwd = UNIT_LAUNCHES["rnn_per_layer_direction"]
+    n = num_layers * (2 if bidirectional else 1)
+    return fwd * n, bwd * n
 
 
 class StepCounter(TorchDispatchMode):
@@ -254,10 +252,7 @@ class StepCounter(TorchDispatchMode):
         finally:
             self._depth -= 1
         first = 2 if torch.is_tensor(args[1]) else 1  # packed: (data, batch_sizes, hx, params, ...)
-        num_layers, bidirectional = args[first + 3], args[first + 6]
-        fwd, bwd = UNIT_LAUNCHES["rnn_per_layer_direction"]
-        n = num_layers * (2 if bidirectional else 1)
-        self._close_unit(boundary, out, (fwd * n, bwd * n), "lstm")
+        self._close_unit(boundary, out, rnn_launches(args[first + 3], args[first + 6]), "lstm")
         return out
 
     def _enter(self, module, args):
@@ -266,7 +261,8 @@ class StepCounter(TorchDispatchMode):
 
     def _leave(self, module, args, output):
         self._depth -= 1
-        self._close_unit(self._boundary.pop(), output, unit_launches(module), type(module).__name__)
+        launches = rnn_launches(module.num_layers, module.bidirectional) if isinstance(module, RNN_UNITS) else None
+        self._close_unit(self._boundary.pop(), output, launches or UNIT_LAUNCHES["cell"], type(module).__name__)
 
     def _close_unit(self, boundary, output, launches, name: str, nodes=None) -> bool:
         """Take the autograd nodes a unit's call created (their backward is the unit's) and count
