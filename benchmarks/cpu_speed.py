@@ -40,10 +40,9 @@ def quickstart_data(work_dir: str) -> str:
 
 def _decode_models(data_bin: str, arch_args: List[str]):
     """``(model, task)`` built as ``fairseq-train`` builds it, in eval mode, the test split loaded."""
-    from benchmarks import measure, synthetic
+    from benchmarks import synthetic
 
-    torch.manual_seed(1)
-    task, model, _, _, _ = measure._build_trainable(synthetic.train_args(data_bin, arch_args, max_tokens=MAX_TOKENS))
+    task, model = synthetic.build(data_bin, arch_args)[:2]
     task.load_dataset("test")
     return model.eval(), task
 
@@ -56,15 +55,8 @@ def measure_family(family: str, data_bin: str, a) -> Dict:
     ours = ["--arch", f"{family}_small"]
     pairing, _, _ = baselines.match_baseline(data_bin, family, ours)
     base = pairing["baseline_args"]
-    entry: Dict = {
-        "family": family,
-        "ours": ours,
-        "baseline": base,
-        "ours_params": pairing["ours_params"],
-        "baseline_params": pairing["baseline_params"],
-        "baseline_width": pairing["baseline_width"],
-        "load_before": os.getloadavg(),
-    }
+    entry: Dict = {"family": family, "ours": ours, "baseline": base, "load_before": os.getloadavg()}
+    entry.update((k, pairing[k]) for k in ("ours_params", "baseline_params", "baseline_width"))
     if a.train_batches:
         torch.manual_seed(1)
         entry["train"] = measure.paired_train_speed(

@@ -17,6 +17,7 @@ rewritten after every measurement; ``--budget-s`` skips what no longer fits.
 """
 
 import argparse
+import collections
 import logging
 import platform
 import sys
@@ -82,31 +83,26 @@ def count_kernels(side, sample, precision: str, device: str) -> Dict:
         kernels = [(name, ns) for name, kind, ns in events if kind == torch.autograd.DeviceType.CUDA]
     else:
         kernels = [(name, ns) for name, kind, ns in events if name.startswith("aten::")]
-    count: Dict[str, int] = {}
-    busy: Dict[str, float] = {}
+    count, busy = collections.Counter(), collections.Counter()
     for name, ns in kernels:
-        count[name[:80]] = count.get(name[:80], 0) + 1
-        busy[name[:80]] = busy.get(name[:80], 0.0) + ns / 1e6
+        count[name[:80]] += 1
+        busy[name[:80]] += ns / 1e6
     return {
         "kernels": len(kernels),
         "what": "CUDA activities" if device == "cuda" else "aten calls",
-        "top": dict(sorted(count.items(), key=lambda kv: -kv[1])[:10]),
+        "top": dict(count.most_common(10)),
         # where the GPU's time goes: the device's busy milliseconds of the step and the longest kernels;
         # the step's wall time less the busy time is launch gaps and host work
         "busy_ms": sum(busy.values()) if device == "cuda" else None,
-        "top_ms": {k: round(v, 3) for k, v in sorted(busy.items(), key=lambda kv: -kv[1])[:8]},
+        "top_ms": {k: round(v, 3) for k, v in busy.most_common(8)},
     }
 
 
 def count_step(side, sample) -> Dict:
     """Parameters, matmul-class FLOPs per target token and the proxies' convention launches of one
     bfloat16 step on ``sample`` (``op_counts``)."""
-    counter = op_counts.StepCounter(side[1])
-    try:
-        with counter:
-            proxies.train_step(side, sample, autocast=True, counter=counter, update=4)
-    finally:
-        counter.close()
+    with op_counts.counting(side[1]) as counter:
+        proxies.train_step(side, sample, autocast=True, counter=counter, update=4)
     # encoder weights once per source token: per target token, times the batch's source/target ratio
     src_per_tgt = sample["net_input"]["src_lengths"].sum().item() / sample["ntokens"]
     weights = counterparts.matmul_params(side[1], src_per_tgt)

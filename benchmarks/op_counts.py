@@ -168,6 +168,17 @@ def rnn_launches(num_layers: int, bidirectional: bool):
     return fwd * n, bwd * n
 
 
+@contextlib.contextmanager
+def counting(model: nn.Module, saved=None):
+    """A :class:`StepCounter` active inside (``with counting(model) as counter:``), closed afterwards."""
+    counter = StepCounter(model, saved)
+    try:
+        with counter:
+            yield counter
+    finally:
+        counter.close()
+
+
 class StepCounter(TorchDispatchMode):
     """Counts kernel launches per phase and matmul-class FLOPs per dtype while active.
 

@@ -67,13 +67,9 @@ def measure_side(dict_dir: str, arch_args: List[str], sample: Dict) -> Dict:
     train_step(side, sample, autocast=False)
     for mode, autocast in (("fp32", False), ("bf16", True)):
         saved = saved_tensors.SavedBytes(model)
-        counter = op_counts.StepCounter(model, saved)
         t0 = time.perf_counter()
-        try:
-            with counter:
-                loss = train_step(side, sample, autocast=autocast, counter=counter, saved=saved, update=2)
-        finally:
-            counter.close()
+        with op_counts.counting(model, saved) as counter:
+            loss = train_step(side, sample, autocast=autocast, counter=counter, saved=saved, update=2)
         out[mode] = {
             "launches": dict(counter.launches),
             "launches_total": sum(counter.launches.values()),
@@ -95,19 +91,12 @@ def measure_side(dict_dir: str, arch_args: List[str], sample: Dict) -> Dict:
 
 def ratios(ours: Dict, base: Dict) -> Dict:
     """ours / counterpart of each proxy, the low-precision shares, and which targets are met."""
-    r = {
-        "launches_fp32": ours["fp32"]["launches_total"] / base["fp32"]["launches_total"],
-        "launches_bf16": ours["bf16"]["launches_total"] / base["bf16"]["launches_total"],
-        "saved_bytes_fp32": ours["fp32"]["saved_bytes"] / base["fp32"]["saved_bytes"],
-        "saved_bytes_bf16": ours["bf16"]["saved_bytes"] / base["bf16"]["saved_bytes"],
-        "low_precision_ours": ours["bf16"]["low_precision_share"] or 0.0,
-        "low_precision_counterpart": base["bf16"]["low_precision_share"] or 0.0,
-    }
-    r["meets"] = {
-        "launches": max(r["launches_fp32"], r["launches_bf16"]) <= TARGETS["launches"],
-        "saved_bytes": max(r["saved_bytes_fp32"], r["saved_bytes_bf16"]) <= TARGETS["saved_bytes"],
-        "low_precision": r["low_precision_ours"] >= TARGETS["low_precision"],
-    }
+    kinds = (("launches", "launches_total"), ("saved_bytes", "saved_bytes"))
+    r = {f"{name}_{m}": ours[m][key] / base[m][key] for name, key in kinds for m in ("fp32", "bf16")}
+    r["low_precision_ours"] = ours["bf16"]["low_precision_share"] or 0.0
+    r["low_precision_counterpart"] = base["bf16"]["low_precision_share"] or 0.0
+    r["meets"] = {name: max(r[f"{name}_fp32"], r[f"{name}_bf16"]) <= TARGETS[name] for name, _ in kinds}
+    r["meets"]["low_precision"] = r["low_precision_ours"] >= TARGETS["low_precision"]
     return r
 
 

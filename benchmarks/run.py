@@ -92,7 +92,8 @@ def prepare_data(a, work: str) -> Dict:
     """The first N lines of each split, tokenised, BPE'd and binarised once (reused by later runs)."""
     from fairseq_dense.data.prepare import prepare
 
-    subset = f"{a.train_lines or 'all'}-{a.valid_lines or 'all'}-{a.test_lines or 'all'}"
+    sizes = [a.train_lines or "all", a.valid_lines or "all", a.test_lines or "all"]
+    subset = "-".join(map(str, sizes))
     raw = os.path.join(work, f"raw-{subset}")
     os.makedirs(raw, exist_ok=True)
     for split, n in (("train", a.train_lines), ("valid", a.valid_lines), ("test", a.test_lines)):
@@ -108,14 +109,8 @@ def prepare_data(a, work: str) -> Dict:
             if not (os.path.isfile(dest) and open(dest, encoding="utf-8").readlines() == lines):
                 with open(dest, "w", encoding="utf-8") as f:  # unchanged files keep their mtime: reuse
                     f.writelines(lines)
-    prep = prepare(
-        raw,
-        os.path.join(work, f"data-{subset}-bpe{a.bpe_merges}"),
-        a.src,
-        a.tgt,
-        merges=a.bpe_merges,
-        workers=max(1, min(8, a.threads)),
-    )
+    dest = os.path.join(work, f"data-{subset}-bpe{a.bpe_merges}")
+    prep = prepare(raw, dest, a.src, a.tgt, merges=a.bpe_merges, workers=max(1, min(8, a.threads)))
     counts = {}
     for lang in (a.src, a.tgt):
         with open(os.path.join(prep, "bpe", f"train.{lang}"), encoding="utf-8") as f:
@@ -124,8 +119,8 @@ def prepare_data(a, work: str) -> Dict:
         "bin": os.path.join(prep, "bin"),
         "raw": raw,
         "src_per_tgt": counts[a.src] / counts[a.tgt],
-        "summary": f"{a.train_lines or 'all'} train / {a.valid_lines or 'all'} valid / {a.test_lines or 'all'} test "
-        f"pairs, joint BPE {a.bpe_merges} merges, {counts[a.tgt]:,} target training tokens",
+        "summary": "{} train / {} valid / {} test pairs".format(*sizes)
+        + f", joint BPE {a.bpe_merges} merges, {counts[a.tgt]:,} target training tokens",
     }
 
 

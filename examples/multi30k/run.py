@@ -410,9 +410,14 @@ def evaluate(pair: str, side: str, lr: float, threads: int) -> dict:
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
     with open(os.path.join(LOGS, pair, side, "test.hyp.de"), "w", encoding="utf-8") as f:
         f.writelines(h + "\n" for h in detok)
-    with open(out_path + ".tmp", "w") as f:
+    return write_json(out_path, result)
+
+
+def write_json(path: str, result: dict) -> dict:
+    """Write ``result`` to ``path`` whole or not at all (a temporary file renamed); returns it."""
+    with open(path + ".tmp", "w") as f:
         json.dump(result, f, indent=2)
-    os.replace(out_path + ".tmp", out_path)
+    os.replace(path + ".tmp", path)
     return result
 
 
@@ -446,12 +451,8 @@ def score(pair: str, side: str, src: str, ref: str, name: str, threads: int) -> 
     cmd = [
         *("fairseq-preprocess", "--source-lang", SRC, "--target-lang", TGT, "--workers", "1"),
         *("--testpref", os.path.join(folder, "bpe", "test"), "--destdir", os.path.join(folder, "bin")),
-        *(
-            "--srcdict",
-            os.path.join(data_bin(), f"dict.{SRC}.txt"),
-            "--tgtdict",
-            os.path.join(data_bin(), f"dict.{TGT}.txt"),
-        ),
+        *("--srcdict", os.path.join(data_bin(), f"dict.{SRC}.txt")),
+        *("--tgtdict", os.path.join(data_bin(), f"dict.{TGT}.txt")),
     ]
     run(cmd)
     cmd, tok, detok = generate(pair, side, chosen["lr"], "test", chosen["lenpen"], threads, os.path.join(folder, "bin"))
@@ -467,11 +468,7 @@ def score(pair: str, side: str, src: str, ref: str, name: str, threads: int) -> 
         "generate_command": shlex.join(cmd),
         "machine": machine(),
     }
-    out_path = os.path.join(LOGS, pair, side, f"score-{name}.json")
-    with open(out_path + ".tmp", "w") as f:
-        json.dump(result, f, indent=2)
-    os.replace(out_path + ".tmp", out_path)
-    return result
+    return write_json(os.path.join(LOGS, pair, side, f"score-{name}.json"), result)
 
 
 def machine() -> str:

@@ -194,8 +194,12 @@ def bleu(variant: str, lr: float, seed: int) -> float:
         line = [x for x in out.splitlines() if "BLEU4 =" in x][-1]
         with open(path, "w") as f:
             f.write(line + "\n")
-    with open(path) as f:
-        return float(re.search(r"BLEU4 = ([\d.]+)", f.read()).group(1))
+    return float(bleu_of(path))
+
+
+def bleu_of(path: str) -> str:
+    """The BLEU4 figure of a ``.bleu`` file (fairseq-generate's last line), "-" where there is none."""
+    return re.search(r"BLEU4 = ([\d.]+)", open(path).read()).group(1) if os.path.isfile(path) else "-"
 
 
 def sweep(loss_at) -> dict:
@@ -210,7 +214,7 @@ def sweep(loss_at) -> dict:
         losses[lr] = loss_at(lr)
         if losses[lr] is None:
             return {k: v for k, v in losses.items() if v is not None}
-    while min(losses, key=losses.get) == max(losses) and 2 * max(losses) <= MAX_RATE:
+    while doubling_due(losses):
         lr = 2 * max(losses)
         losses[lr] = loss_at(lr)
         if losses[lr] is None:
@@ -219,11 +223,14 @@ def sweep(loss_at) -> dict:
     return losses
 
 
+def doubling_due(losses: dict) -> bool:
+    """Whether the largest rate tried is the best and twice it is within MAX_RATE."""
+    return min(losses, key=losses.get) == max(losses) and 2 * max(losses) <= MAX_RATE
+
+
 def sweep_finished(losses: dict) -> bool:
     """Whether ``sweep`` has nothing left to try after ``losses`` (every grid rate, no doubling due)."""
-    if not all(lr in losses for lr in RATES):
-        return False
-    return not (min(losses, key=losses.get) == max(losses) and 2 * max(losses) <= MAX_RATE)
+    return all(lr in losses for lr in RATES) and not doubling_due(losses)
 
 
 def sweep_log_loss(variant: str, lr: float):
@@ -270,8 +277,7 @@ def full_runs(variant: str, lr: float) -> str:
         log = os.path.join(LOGS, variant, f"lr{lr:g}-seed{seed}-{UPDATES}.log")
         losses = valid_losses(log)
         curves.append(" / ".join(f"{losses[u]:.3f}" if u in losses else "-" for u in (500, 1000, 1500)))
-        path = log[: -len(".log")] + ".bleu"
-        bleus.append(re.search(r"BLEU4 = ([\d.]+)", open(path).read()).group(1) if os.path.isfile(path) else "-")
+        bleus.append(bleu_of(log[: -len(".log")] + ".bleu"))
         wps += [r["wps"] for r in parse_log(log)["train"]] if os.path.isfile(log) else []
     speed = f"{sum(wps) / len(wps):,.0f}" if wps else "-"
     return f"{'; '.join(curves)} | {'; '.join(bleus)} | {speed}"
