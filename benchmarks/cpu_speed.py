@@ -59,12 +59,8 @@ def measure_family(family: str, data_bin: str, a) -> Dict:
     entry.update((k, pairing[k]) for k in ("ours_params", "baseline_params", "baseline_width"))
     if a.train_batches:
         torch.manual_seed(1)
-        entry["train"] = measure.paired_train_speed(
-            synthetic.train_args(data_bin, ours, max_tokens=MAX_TOKENS),
-            synthetic.train_args(data_bin, base, max_tokens=MAX_TOKENS),
-            batches=a.train_batches,
-            rounds=a.rounds,
-        )
+        commands = [synthetic.train_args(data_bin, args, max_tokens=MAX_TOKENS) for args in (ours, base)]
+        entry["train"] = measure.paired_train_speed(*commands, batches=a.train_batches, rounds=a.rounds)
     if a.decode_sentences:
         models = {"ours": _decode_models(data_bin, ours), "baseline": _decode_models(data_bin, base)}
         entry["decode"] = measure.paired_decode(

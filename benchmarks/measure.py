@@ -313,25 +313,17 @@ def paired_decode(
     return {**res, "sentences": sum(len(b["id"]) for b in batches), "fixed_length": length}
 
 
-def beam_bleu(
-    ckpt: str,
-    data_bin: str,
-    raw_test_tgt: str,
-    tgt_lang: str,
-    *,
-    sentences: int = 0,
-    batch_size: int = 32,
-    device: str = "cpu",
-    bf16: bool = False,
-) -> Dict:
-    """Beam-5 decoding of the test split (its first ``sentences``; 0: all): sentences/s and sacreBLEU
-    of the detokenised output against the raw references."""
+def beam_bleu(ckpt: str, data_bin: str, raw_test_tgt: str, a) -> Dict:
+    """Beam-5 decoding of the test split (its first ``a.decode_sentences``; 0: all) in batches of
+    ``a.decode_batch_size``: sentences/s and sacreBLEU of the detokenised output against the raw
+    references (``a``: the harness's options, also ``tgt``, ``device`` and ``bf16``)."""
     import sacrebleu
     from sacremoses import MosesDetokenizer
 
     from fairseq_dense.data.prepare import moses_lang
 
-    model, task = load_checkpoint(ckpt, data_bin, device, bf16)
+    sentences, batch_size, device, tgt_lang = a.decode_sentences, a.decode_batch_size, a.device, a.tgt
+    model, task = load_checkpoint(ckpt, data_bin, device, a.bf16)
     n = len(task.dataset("test"))
     gen, hyps, seconds = _generator(model, task, 5), {}, 0.0
     with torch.inference_mode():

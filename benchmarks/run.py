@@ -200,16 +200,7 @@ def run_entry(a, data: Dict, family: str, ours_args: List[str], key: str, work: 
         ckpt = os.path.join(train["run_dir"], "checkpoint_best.pt")
         if os.path.isfile(ckpt):
             logger.info("decoding %s", entry[side]["arch"])
-            entry[side]["decode"] = measure.beam_bleu(
-                ckpt,
-                data["bin"],
-                os.path.join(data["raw"], f"test.{a.tgt}"),
-                a.tgt,
-                sentences=a.decode_sentences,
-                batch_size=a.decode_batch_size,
-                device=a.device,
-                bf16=a.bf16,
-            )
+            entry[side]["decode"] = measure.beam_bleu(ckpt, data["bin"], os.path.join(data["raw"], f"test.{a.tgt}"), a)
     side_by_side(a, entry, data["bin"])
     curves = [entry[side]["train"]["valid_curve"] for side in ("ours", "baseline")]
     target = entry["baseline"]["train"]["best_valid_loss"]

@@ -299,18 +299,14 @@ def converge(pair: str, side: str, lr: float, threads: int, deadline=None) -> No
     os.makedirs(side_dir(pair, side), exist_ok=True)  # another seed's run has no sweep to make it
     with open(os.path.join(side_dir(pair, side), "chosen_lr"), "w") as f:
         f.write(f"{lr:g}\n")
-    stop = []
+    stop = ["--patience", str(PATIENCE), "--max-epoch", str(MAX_EPOCH)]
     if deadline is not None:
         from fairseq_dense.cli.quickstart_steps import checkpoint_state
 
         done = checkpoint_state(os.path.join(side_dir(pair, side), f"lr{lr:g}"))[1]
         hours = (done + max(deadline - time.time(), 60.0)) / 3600
-        stop = ["--stop-time-hours", f"{hours:.4f}"]
-    run(
-        train_args(pair, side, lr) + ["--patience", str(PATIENCE), "--max-epoch", str(MAX_EPOCH), *stop],
-        log=log,
-        threads=threads,
-    )
+        stop += ["--stop-time-hours", f"{hours:.4f}"]
+    run(train_args(pair, side, lr) + stop, log=log, threads=threads)
     copy_log(log, f"{pair}/{side}/train.log")
 
 
