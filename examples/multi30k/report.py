@@ -37,7 +37,7 @@ from run import (
     trained_lr,
 )
 
-from fairseq_dense.cli import quickstart_report
+from fairseq_dense.cli import quickstart
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -298,7 +298,7 @@ def compare(a, b, better: int = 1) -> dict:
     1: higher is better, -1: lower), "not confirmed" or "within noise"."""
     from scipy.stats import t
 
-    diff, two_se, _ = quickstart_report.verdict(a, b, better > 0)
+    diff, two_se, _ = quickstart.verdict(a, b, better > 0)
     if math.isnan(two_se):
         return {"diff": diff, "band": None, "verdict": "one seed each: no spread to judge by"}
     band = t.ppf(0.975, len(a) + len(b) - 2) * two_se / 2
@@ -313,7 +313,7 @@ def spread(runs, key: str, spec: str) -> str:
     """``mean +- sd`` of the runs' ``key`` (the value alone for one run; "-" for none)."""
     if not runs:
         return "-"
-    mean, sd = quickstart_report.mean_sd([value(r, key) for r in runs])
+    mean, sd = quickstart.mean_sd([value(r, key) for r in runs])
     return format(mean, spec) + ("" if math.isnan(sd) else f" ± {sd:{spec}}")
 
 

@@ -56,6 +56,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from pairs import PAIRS, SIDES  # noqa: E402
 
+from fairseq_dense.data.prepare import write_json  # noqa: E402
+
 RAW = os.environ.get("MULTI30K_RAW", os.path.join(ROOT, "..", "shared", "data", "multi30k"))
 WORK = os.environ.get("MULTI30K_WORK", os.path.join(ROOT, "multi30k-work"))
 LOGS = os.path.join(HERE, "logs")
@@ -406,14 +408,7 @@ def evaluate(pair: str, side: str, lr: float, threads: int) -> dict:
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
     with open(os.path.join(LOGS, pair, side, "test.hyp.de"), "w", encoding="utf-8") as f:
         f.writelines(h + "\n" for h in detok)
-    return write_json(out_path, result)
-
-
-def write_json(path: str, result: dict) -> dict:
-    """Write ``result`` to ``path`` whole or not at all (a temporary file renamed); returns it."""
-    with open(path + ".tmp", "w") as f:
-        json.dump(result, f, indent=2)
-    os.replace(path + ".tmp", path)
+    write_json(out_path, result)
     return result
 
 
@@ -464,7 +459,8 @@ def score(pair: str, side: str, src: str, ref: str, name: str, threads: int) -> 
         "generate_command": shlex.join(cmd),
         "machine": machine(),
     }
-    return write_json(os.path.join(LOGS, pair, side, f"score-{name}.json"), result)
+    write_json(os.path.join(LOGS, pair, side, f"score-{name}.json"), result)
+    return result
 
 
 def machine() -> str:
