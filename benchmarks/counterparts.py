@@ -1,26 +1,12 @@
-"""Which models the harness runs, and how much matmul work each does per token.
+"""Which models the harness runs, the paper-size pairs, and how much matmul work each does per token.
 
-The pairing of each family with its parameter-matched fairseq counterpart lives in the
-package (:mod:`fairseq_dense.baselines`, also used by the quick-start's ``--baseline``);
-its names are re-exported here for the harness.
+The pairing of each family with its parameter-matched fairseq counterpart is
+:mod:`fairseq_dense.baselines` (also the quick-start's ``--baseline``).
 """
 
 from typing import Dict, List, Optional, Tuple
 
-from fairseq_dense.baselines import (  # noqa: F401  (the harness's names)
-    BASELINE_TEMPLATES,
-    BASELINES,
-    build_in_process,
-    count_params,
-    fconv_args,
-    flags,
-    lstm_args,
-    match_baseline,
-    our_families,
-    same_dropout,
-    same_embeddings,
-    transformer_args,
-)
+from fairseq_dense.baselines import count_params, flags, our_families
 
 
 def parse_spec(spec: str) -> Tuple[str, List[str]]:
@@ -84,29 +70,27 @@ def matmul_params(model, src_per_tgt: float) -> float:
 
 
 def _lstm(layers: int, enc_hidden: int, dec_hidden: int, embed: int, out: int, dropout: float) -> List[str]:
-    return flags(
-        arch="lstm",
-        encoder_layers=layers,
-        decoder_layers=layers,
-        encoder_bidirectional=True,
-        encoder_hidden_size=enc_hidden,
-        decoder_hidden_size=dec_hidden,
-        encoder_embed_dim=embed,
-        decoder_embed_dim=embed,
-        decoder_out_embed_dim=out,
-        dropout=dropout,
-    )
+    return (
+        f"--arch lstm --encoder-layers {layers} --decoder-layers {layers} --encoder-bidirectional "
+        f"--encoder-hidden-size {enc_hidden} --decoder-hidden-size {dec_hidden} --encoder-embed-dim {embed} "
+        f"--decoder-embed-dim {embed} --decoder-out-embed-dim {out} --dropout {dropout}"
+    ).split()
+
+
+def _pair(family: str, ours: List[str], counterpart: List[str], tiny: List[str], tiny_counterpart: List[str]) -> Dict:
+    return {"family": family, "ours": ours, "counterpart": counterpart, "tiny_ours": ours + tiny,
+            "tiny_counterpart": tiny_counterpart}  # fmt: skip
 
 
 _TINY_TRANSFORMER = flags(
     encoder_embed_dim=32, decoder_embed_dim=32, encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64
 )
 _TINY_FCONV = flags(encoder_embed_dim=32, decoder_embed_dim=32, decoder_out_embed_dim=32)
-_FIXED = ["--fixed-kappa", "--fixed-alpha"]
 _WT_A = ["--arch", "weighted_transformer_a"]
 _TRANSFORMER = ["--arch", "transformer", "--dropout", "0.1", "--attention-dropout", "0.1"]
 _WMT_SIZES = str([8] * 9 + [16] * 4 + [32] * 2)
 _WMT_LAYERS = "[(32, 3)] * 9 + [(64, 3)] * 4 + [(128, 1)] * 2"
+_WMT, _IWSLT = ["--arch", "fconv_wmt_en_de"], ["--arch", "fconv_iwslt_de_en"]
 
 #: Each family at its paper's base size against fairseq's built-in at the paper's size
 #: (``proxies.py``, ``gpu_figures.py``): name -> family, ours' and the counterpart's arch
@@ -115,70 +99,53 @@ _WMT_LAYERS = "[(32, 3)] * 9 + [(64, 3)] * 4 + [(128, 1)] * 2"
 #: layer's output (a bidirectional encoder layer: two directions of half of it, as DenseRNN's;
 #: Deep-Att's columns and the GRU's directions are each of the full width).
 PAPER_PAIRS: Dict[str, Dict] = {
-    "wt_a": {
-        "family": "weighted_transformer",
-        "ours": _WT_A,
-        "counterpart": _TRANSFORMER,
-        "tiny_ours": _WT_A + _TINY_TRANSFORMER,
-        "tiny_counterpart": _TRANSFORMER + _TINY_TRANSFORMER,
-    },
+    "wt_a": _pair("weighted_transformer", _WT_A, _TRANSFORMER, _TINY_TRANSFORMER, _TRANSFORMER + _TINY_TRANSFORMER),
     # configuration (A) learns kappa and alpha (the paper's); the project's fixed form beside it
-    "wt_a_fixed": {
-        "family": "weighted_transformer",
-        "ours": _WT_A + _FIXED,
-        "counterpart": _TRANSFORMER,
-        "tiny_ours": _WT_A + _FIXED + _TINY_TRANSFORMER,
-        "tiny_counterpart": _TRANSFORMER + _TINY_TRANSFORMER,
-    },
-    "densenmt_wmt": {
-        "family": "densenmt",
-        "ours": ["--arch", "densenmt_wmt_en_de_15"],
-        "counterpart": ["--arch", "fconv_wmt_en_de"],
-        "tiny_ours": ["--arch", "densenmt_wmt_en_de_15"]
-        + _TINY_FCONV
-        + flags(attention_dim=16, encoder_hidden_sizes=_WMT_SIZES, decoder_hidden_sizes=_WMT_SIZES),
-        "tiny_counterpart": ["--arch", "fconv_wmt_en_de"]
-        + _TINY_FCONV
-        + flags(encoder_layers=_WMT_LAYERS, decoder_layers=_WMT_LAYERS),
-    },
-    "densenmt_iwslt": {
-        "family": "densenmt",
-        "ours": ["--arch", "densenmt_4l_2"],
-        "counterpart": ["--arch", "fconv_iwslt_de_en"],
-        "tiny_ours": ["--arch", "densenmt_4l_2"]
-        + _TINY_FCONV
-        + flags(encoder_hidden_size=16, decoder_hidden_size=16, attention_dim=16),
-        "tiny_counterpart": ["--arch", "fconv_iwslt_de_en"]
-        + _TINY_FCONV
-        + flags(encoder_layers="[(32, 3)] * 4", decoder_layers="[(32, 3)] * 3"),
-    },
-    "dense_rnn": {
-        "family": "dense_lstm",
-        "ours": ["--arch", "dense_lstm_6l"],
-        "counterpart": _lstm(6, enc_hidden=128, dec_hidden=256, embed=512, out=512, dropout=0.2),
-        "tiny_ours": ["--arch", "dense_lstm_6l"]
-        + flags(encoder_embed_dim=32, decoder_embed_dim=32, decoder_out_embed_dim=32)
-        + flags(encoder_hidden_size=16, decoder_hidden_size=16),
-        "tiny_counterpart": _lstm(6, enc_hidden=8, dec_hidden=16, embed=32, out=32, dropout=0.2),
-    },
-    "deep_att": {
-        "family": "fast_forward_lstm",
-        "ours": ["--arch", "deep_att"],
-        "counterpart": _lstm(8, enc_hidden=512, dec_hidden=512, embed=256, out=512, dropout=0.1),
-        "tiny_ours": ["--arch", "deep_att"]
-        + flags(encoder_embed_dim=16, decoder_embed_dim=16, encoder_hidden_size=16)
-        + flags(decoder_hidden_size=16, encoder_fc_dim=16, attention_dim=16),
-        "tiny_counterpart": _lstm(8, enc_hidden=16, dec_hidden=16, embed=16, out=16, dropout=0.1),
-    },
-    "gru": {
-        "family": "gru_attention",
-        "ours": ["--arch", "gru_attention"],
-        "counterpart": _lstm(1, enc_hidden=512, dec_hidden=512, embed=512, out=512, dropout=0.5),
-        "tiny_ours": ["--arch", "gru_attention"]
-        + flags(encoder_embed_dim=16, decoder_embed_dim=16, encoder_hidden_size=16)
-        + flags(decoder_hidden_size=16, attention_dim=16, readout_dim=16),
-        "tiny_counterpart": _lstm(1, enc_hidden=16, dec_hidden=16, embed=16, out=16, dropout=0.5),
-    },
+    "wt_a_fixed": _pair(
+        "weighted_transformer",
+        [*_WT_A, "--fixed-kappa", "--fixed-alpha"],
+        _TRANSFORMER,
+        _TINY_TRANSFORMER,
+        _TRANSFORMER + _TINY_TRANSFORMER,
+    ),
+    "densenmt_wmt": _pair(
+        "densenmt",
+        ["--arch", "densenmt_wmt_en_de_15"],
+        _WMT,
+        _TINY_FCONV + flags(attention_dim=16, encoder_hidden_sizes=_WMT_SIZES, decoder_hidden_sizes=_WMT_SIZES),
+        _WMT + _TINY_FCONV + flags(encoder_layers=_WMT_LAYERS, decoder_layers=_WMT_LAYERS),
+    ),
+    "densenmt_iwslt": _pair(
+        "densenmt",
+        ["--arch", "densenmt_4l_2"],
+        _IWSLT,
+        _TINY_FCONV + flags(encoder_hidden_size=16, decoder_hidden_size=16, attention_dim=16),
+        _IWSLT + _TINY_FCONV + flags(encoder_layers="[(32, 3)] * 4", decoder_layers="[(32, 3)] * 3"),
+    ),
+    "dense_rnn": _pair(
+        "dense_lstm",
+        ["--arch", "dense_lstm_6l"],
+        _lstm(6, enc_hidden=128, dec_hidden=256, embed=512, out=512, dropout=0.2),
+        "--encoder-embed-dim 32 --decoder-embed-dim 32 --decoder-out-embed-dim 32 --encoder-hidden-size 16 "
+        "--decoder-hidden-size 16".split(),
+        _lstm(6, enc_hidden=8, dec_hidden=16, embed=32, out=32, dropout=0.2),
+    ),
+    "deep_att": _pair(
+        "fast_forward_lstm",
+        ["--arch", "deep_att"],
+        _lstm(8, enc_hidden=512, dec_hidden=512, embed=256, out=512, dropout=0.1),
+        "--encoder-embed-dim 16 --decoder-embed-dim 16 --encoder-hidden-size 16 --decoder-hidden-size 16 "
+        "--encoder-fc-dim 16 --attention-dim 16".split(),
+        _lstm(8, enc_hidden=16, dec_hidden=16, embed=16, out=16, dropout=0.1),
+    ),
+    "gru": _pair(
+        "gru_attention",
+        ["--arch", "gru_attention"],
+        _lstm(1, enc_hidden=512, dec_hidden=512, embed=512, out=512, dropout=0.5),
+        "--encoder-embed-dim 16 --decoder-embed-dim 16 --encoder-hidden-size 16 --decoder-hidden-size 16 "
+        "--attention-dim 16 --readout-dim 16".split(),
+        _lstm(1, enc_hidden=16, dec_hidden=16, embed=16, out=16, dropout=0.5),
+    ),
 }
 
 

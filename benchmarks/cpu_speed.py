@@ -2,32 +2,25 @@
 
     python -m benchmarks.cpu_speed --out benchmarks/out/cpu-speed [--families weighted_transformer ...]
 
-Each family's ``<family>_small`` arch (what ``--all-families`` of the quick-start trains) and the
-counterpart the quick-start's ``--baseline`` pairs it with (:func:`fairseq_dense.baselines.match_baseline`
-on the quick-start's own data: the bundled Tatoeba De-En, 4000 joint BPE merges, prepared as the
-quick-start prepares it and shared with it in ``--work-dir``). Both are built from the quick-start's
-training recipe (2,048 tokens per batch) and timed in one process, one thread, on the same batches,
-the order alternating per round (:mod:`benchmarks.measure`):
-
-- training: forward, backward, clipping and Adam step on the first ``--train-batches`` batches of
-  a shuffled epoch; ratio = ours' target tokens/s / the counterpart's, median over ``--rounds``;
-- decoding: beam 5 on ``--decode-sentences`` test sentences, every hypothesis forced to
-  ``--decode-length`` tokens (untrained models: the length must not decide it); ratio of
-  sentences/s, median over the rounds.
-
-Only ratios are reported, of thread CPU time (the work of one thread, what a shared machine's
-load changes least) and of the wall clock: absolute times belong to the machine and its load (recorded as the
-load average before and after each family).
+Each family's ``<family>_small`` arch against the counterpart the quick-start's ``--baseline``
+pairs it with, on the quick-start's own data (bundled Tatoeba De-En, 4000 joint BPE merges,
+shared with it in ``--work-dir``) and training recipe, timed in one process, one thread, on the
+same batches, the order alternating per round (:mod:`benchmarks.measure`): training steps on
+``--train-batches`` batches (ratio of target tokens/s) and beam 5 on ``--decode-sentences``
+test sentences forced to ``--decode-length`` tokens (ratio of sentences/s), median over
+``--rounds``. Only ratios are reported, of thread CPU time (what a shared machine's load
+changes least) and of the wall clock; the load average is recorded before and after each family.
 """
 
 import argparse
-import json
 import logging
 import os
 import time
 from typing import Dict, List
 
 import torch
+
+from benchmarks import report
 
 logger = logging.getLogger("benchmarks.cpu_speed")
 
@@ -47,10 +40,9 @@ def quickstart_data(work_dir: str) -> str:
 
 def _decode_models(data_bin: str, arch_args: List[str]):
     """``(model, task)`` built as ``fairseq-train`` builds it, in eval mode, the test split loaded."""
-    from benchmarks import measure, synthetic
+    from benchmarks import synthetic
 
-    torch.manual_seed(1)
-    task, model, _, _, _ = measure._build_trainable(synthetic.train_args(data_bin, arch_args, max_tokens=MAX_TOKENS))
+    task, model = synthetic.build(data_bin, arch_args)[:2]
     task.load_dataset("test")
     return model.eval(), task
 
@@ -63,23 +55,12 @@ def measure_family(family: str, data_bin: str, a) -> Dict:
     ours = ["--arch", f"{family}_small"]
     pairing, _, _ = baselines.match_baseline(data_bin, family, ours)
     base = pairing["baseline_args"]
-    entry: Dict = {
-        "family": family,
-        "ours": ours,
-        "baseline": base,
-        "ours_params": pairing["ours_params"],
-        "baseline_params": pairing["baseline_params"],
-        "baseline_width": pairing["baseline_width"],
-        "load_before": os.getloadavg(),
-    }
+    entry: Dict = {"family": family, "ours": ours, "baseline": base, "load_before": os.getloadavg()}
+    entry.update((k, pairing[k]) for k in ("ours_params", "baseline_params", "baseline_width"))
     if a.train_batches:
         torch.manual_seed(1)
-        entry["train"] = measure.paired_train_speed(
-            synthetic.train_args(data_bin, ours, max_tokens=MAX_TOKENS),
-            synthetic.train_args(data_bin, base, max_tokens=MAX_TOKENS),
-            batches=a.train_batches,
-            rounds=a.rounds,
-        )
+        commands = [synthetic.train_args(data_bin, args, max_tokens=MAX_TOKENS) for args in (ours, base)]
+        entry["train"] = measure.paired_train_speed(*commands, batches=a.train_batches, rounds=a.rounds)
     if a.decode_sentences:
         models = {"ours": _decode_models(data_bin, ours), "baseline": _decode_models(data_bin, base)}
         entry["decode"] = measure.paired_decode(
@@ -87,7 +68,7 @@ def measure_family(family: str, data_bin: str, a) -> Dict:
             sentences=a.decode_sentences,
             rounds=a.rounds,
             batch_size=a.decode_batch_size,
-            fixed_length=a.decode_length,
+            length=a.decode_length,
         )
     entry["load_after"] = os.getloadavg()
     return entry
@@ -143,16 +124,13 @@ def main(argv=None) -> int:
 
     families = a.families or list(our_families())
     data_bin = quickstart_data(a.work_dir)
-    os.makedirs(a.out, exist_ok=True)
     entries = []
     for family in families:
         t0 = time.time()
         entries.append(measure_family(family, data_bin, a))
         logger.info("%s (%.0f s)\n%s", family, time.time() - t0, table(entries[-1:]))
-        with open(os.path.join(a.out, "results.json"), "w") as f:
-            json.dump({"options": vars(a), "torch": torch.__version__, "entries": entries}, f, indent=1)
-        with open(os.path.join(a.out, "results.md"), "w") as f:
-            f.write(table(entries) + "\n")
+        results = {"options": vars(a), "torch": torch.__version__, "entries": entries}
+        report.write_results(results, a.out, "results", lambda r: table(r["entries"]) + "\n")
     print(table(entries))
     return 0
 

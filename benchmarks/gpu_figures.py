@@ -3,38 +3,32 @@
     python -m benchmarks.gpu_figures --device cuda --out OUT [--pairs wt_a deep_att ...] [--budget-s 270]
     python -m benchmarks.gpu_figures --device cpu --tiny --steps 1 ...     # the plumbing, on a CPU
 
-First a bfloat16 (and float16) GEMM peak of this device, timed here. Then for every pair of
-``PAPER_PAIRS`` (``counterparts.py``), both sides built as ``fairseq-train`` builds them, and
-per precision: ``amp`` is fairseq's ``--amp`` (float16 autocast inside the task's train step,
-fairseq's loss-scaling ``AMPOptimizer``), ``bf16`` bfloat16 autocast around the forward pass
-(fairseq's ``--bf16`` would mean torch_xla), both with float32 weights and the harness's
-criterion, Adam and clipping. On synthetic batches (``synthetic.py``; ``--max-tokens`` each,
-lengths from 4 quantiles of the distribution, cycled) it measures: target tokens/s over
-``--steps`` timed steps after ``--warmup`` steps, model FLOPs utilisation (matmul-class FLOPs
-of one step, counted once per side by ``op_counts.StepCounter``, per second, over the
-precision's GEMM peak measured here and over the datasheet's dense peak of the GPU; beside it the
-same with six times the model's matmul weights per token, the usual estimate), peak memory (each
-precision on a model of its own with its one optimizer), beam-5 sentences/s (fairseq's
-``SequenceGenerator``, every hypothesis forced to ``--decode-length`` tokens as the harness does,
-the model cast to the precision's dtype as ``fairseq-generate --fp16`` does), and, after every
-timing of every pair (the CUDA profiler stays active once started and would slow what follows),
-kernels per step (``torch.profiler``: every CUDA activity of one step; on a CPU the ATen calls
-instead) next to the proxies' convention count. Pairs run in the order ``--pairs`` gives.
-``gpu_figures.json`` and ``gpu_figures.md`` in ``--out`` are rewritten after every measurement, so
-that a time-out still leaves what was measured; ``--budget-s`` skips what no longer fits.
+First a float16 and bfloat16 GEMM peak of this device. Then, for every pair of ``PAPER_PAIRS``
+(in the order of ``--pairs``), both sides built as ``fairseq-train`` builds them, per precision
+(``amp``: fairseq's ``--amp``, float16 autocast with its loss-scaling ``AMPOptimizer``; ``bf16``:
+bfloat16 autocast around the forward pass, as fairseq's ``--bf16`` would need torch_xla), on
+synthetic batches (``synthetic.py``): target tokens/s, MFU (``op_counts`` matmul FLOPs, and six
+times the matmul weights, x tokens/s over the measured and the datasheet peak), peak memory (a
+model and optimizer of its own per precision), beam-5 sentences/s (hypotheses forced to
+``--decode-length``, the model cast to the precision's dtype as ``fairseq-generate --fp16``
+does); after every timing (the CUDA profiler stays active once started), kernels per step
+(``torch.profiler``) beside the proxies' convention count. ``gpu_figures.{json,md}`` are
+rewritten after every measurement; ``--budget-s`` skips what no longer fits.
 """
 
 import argparse
+import collections
 import logging
 import platform
 import sys
 import tempfile
 import time
-from typing import Dict, List
+from typing import Dict
 
 import torch
 
-from benchmarks import counterparts, measure, op_counts, proxies, synthetic
+from benchmarks import counterparts, measure, op_counts, proxies, report, synthetic
+from benchmarks.measure import sync, timed
 
 logger = logging.getLogger("benchmarks.gpu_figures")
 DTYPES = {"amp": torch.float16, "bf16": torch.bfloat16}
@@ -50,24 +44,12 @@ def datasheet_peak(device_name: str):
     return None
 
 
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def gemm_peak(device: str, dtype, n: int, iters: int) -> float:
     """FLOP/s of an ``n x n x n`` matrix product in ``dtype``, best of ``iters`` timed calls."""
     a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
     for _ in range(3):
         a @ b
-    best = float("inf")
-    for _ in range(iters):
-        sync(device)
-        t0 = time.perf_counter()
-        a @ b
-        sync(device)
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n**3 / best
+    return 2 * n**3 / min(timed(lambda: a @ b, device) for _ in range(iters))
 
 
 def step(side, sample, precision: str, update: int) -> None:
@@ -101,35 +83,31 @@ def count_kernels(side, sample, precision: str, device: str) -> Dict:
         kernels = [(name, ns) for name, kind, ns in events if kind == torch.autograd.DeviceType.CUDA]
     else:
         kernels = [(name, ns) for name, kind, ns in events if name.startswith("aten::")]
-    count: Dict[str, int] = {}
-    busy: Dict[str, float] = {}
+    count, busy = collections.Counter(), collections.Counter()
     for name, ns in kernels:
-        count[name[:80]] = count.get(name[:80], 0) + 1
-        busy[name[:80]] = busy.get(name[:80], 0.0) + ns / 1e6
+        count[name[:80]] += 1
+        busy[name[:80]] += ns / 1e6
     return {
         "kernels": len(kernels),
         "what": "CUDA activities" if device == "cuda" else "aten calls",
-        "top": dict(sorted(count.items(), key=lambda kv: -kv[1])[:10]),
+        "top": dict(count.most_common(10)),
         # where the GPU's time goes: the device's busy milliseconds of the step and the longest kernels;
         # the step's wall time less the busy time is launch gaps and host work
         "busy_ms": sum(busy.values()) if device == "cuda" else None,
-        "top_ms": {k: round(v, 3) for k, v in sorted(busy.items(), key=lambda kv: -kv[1])[:8]},
+        "top_ms": {k: round(v, 3) for k, v in busy.most_common(8)},
     }
 
 
 def count_step(side, sample) -> Dict:
-    """Matmul-class FLOPs per target token and the proxies' convention launches of one bfloat16
-    step on ``sample`` (``op_counts``)."""
-    counter = op_counts.StepCounter(side[1])
-    try:
-        with counter:
-            proxies.train_step(side, sample, autocast=True, counter=counter, update=4)
-    finally:
-        counter.close()
+    """Parameters, matmul-class FLOPs per target token and the proxies' convention launches of one
+    bfloat16 step on ``sample`` (``op_counts``)."""
+    with op_counts.counting(side[1]) as counter:
+        proxies.train_step(side, sample, autocast=True, counter=counter, update=4)
     # encoder weights once per source token: per target token, times the batch's source/target ratio
     src_per_tgt = sample["net_input"]["src_lengths"].sum().item() / sample["ntokens"]
     weights = counterparts.matmul_params(side[1], src_per_tgt)
     return {
+        "params": sum(p.numel() for p in side[1].parameters()),
         "matmul_flops_per_token": sum(counter.flops.values()) / sample["ntokens"],
         "matmul_weights": weights,
         "six_n_flops_per_token": 6 * weights,
@@ -147,11 +125,7 @@ def beam_speed(side, decode_sample, precision: str, length: int, device: str) ->
     try:
         with torch.no_grad():  # as fairseq-generate (inference_mode breaks the WT's weight cache, see docs)
             gen.generate([model], decode_sample)
-            sync(device)
-            t0 = time.perf_counter()
-            gen.generate([model], decode_sample)
-            sync(device)
-            seconds = time.perf_counter() - t0
+            seconds = timed(lambda: gen.generate([model], decode_sample), device)
     finally:
         model.float()
     return {"sentences": decode_sample["nsentences"], "sentences_per_s": decode_sample["nsentences"] / seconds}
@@ -165,15 +139,9 @@ def measure_precision(side, batches, decode_sample, precision: str, a, peaks: Di
         step(side, batches[i % len(batches)], precision, 1 + i)
     if a.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    sync(a.device)
-    t0 = time.perf_counter()
-    tokens = 0
-    for i in range(a.steps):
-        sample = batches[i % len(batches)]
-        step(side, sample, precision, 2 + i)
-        tokens += sample["ntokens"]
-    sync(a.device)
-    seconds = time.perf_counter() - t0
+    timed_batches = [batches[i % len(batches)] for i in range(a.steps)]
+    seconds = timed(lambda: [step(side, s, precision, 2 + i) for i, s in enumerate(timed_batches)], a.device)
+    tokens = sum(s["ntokens"] for s in timed_batches)
     out = {
         "target_tokens_per_s": tokens / seconds,
         "step_s": seconds / a.steps,
@@ -193,12 +161,6 @@ def measure_precision(side, batches, decode_sample, precision: str, a, peaks: Di
         logger.exception("beam search failed")
         out["beam5"] = {"error": f"{type(ex).__name__}: {ex}"}
     return out
-
-
-def build_side(dict_dir: str, args: List[str], precision: str, device: str) -> tuple:
-    """A model of its own with its one optimizer (same initial weights for every precision): fairseq's
-    AMPOptimizer for ``amp``, plain Adam for ``bf16``; so that peak memory holds one optimizer's state."""
-    return synthetic.build(dict_dir, args, amp=precision == "amp", device=device)
 
 
 def release(device: str) -> None:
@@ -303,8 +265,7 @@ def markdown(r: Dict) -> str:
 
 
 def write(r: Dict, out: str) -> None:
-    """``gpu_figures.json`` and ``gpu_figures.md`` into ``out``."""
-    proxies.write(r, out, "gpu_figures", markdown)
+    report.write_results(r, out, "gpu_figures", markdown)
 
 
 def main(argv=None) -> int:
@@ -350,6 +311,21 @@ def main(argv=None) -> int:
         """Past the budget (the timed figures leave ``--kernels-s`` of it to the kernel counts)."""
         return time.time() - started > a.budget_s - (0 if kernels else a.kernels_s)
 
+    def guarded(what: str, args, precision: str, fn, *fn_args):
+        """``fn(side, *fn_args)`` on a side built for ``precision`` (one model on the device at a time),
+        or the error it raised: one failing model must not lose the others' figures."""
+        nonlocal failed
+        try:
+            return fn(synthetic.build(dict_dir, args, amp=precision == "amp", device=a.device), *fn_args)
+        except Exception as ex:
+            logger.exception("%s failed", what)
+            failed = True
+            return {"error": f"{type(ex).__name__}: {ex}"}
+        finally:
+            release(a.device)
+            write(r, a.out)
+
+    skipped = f"over --budget-s {a.budget_s:.0f}"
     with tempfile.TemporaryDirectory() as tmp:
         dict_dir = synthetic.write_dicts(tmp, a.vocab)
         # the timed figures of every pair first: no profiler has run in this process yet
@@ -359,53 +335,37 @@ def main(argv=None) -> int:
                 args = pair[f"tiny_{side_name}"] if a.tiny else pair[side_name]
                 e = entry[side_name] = {"arch_args": args}
                 if over_budget():
-                    e["skipped"] = f"over --budget-s {a.budget_s:.0f}"
+                    e["skipped"] = skipped
                     continue
-                try:
-                    # the counts first, on a model of their own (one model on the device at a time)
-                    counted = build_side(dict_dir, args, "bf16", a.device)
-                    e["params"] = sum(p.numel() for p in counted[1].parameters())
-                    e["counts"] = count_step(counted, batches[0])
-                    del counted
-                    release(a.device)
-                    for precision in a.precisions:
-                        if over_budget():
-                            e[precision] = f"skipped: over --budget-s {a.budget_s:.0f}"
-                            continue
-                        side = build_side(dict_dir, args, precision, a.device)
-                        logger.info("%s %s %s", name, side_name, precision)
-                        e[precision] = measure_precision(
-                            side, batches, decode_sample, precision, a, peaks[precision], e["counts"]
-                        )
-                        del side
-                        release(a.device)
-                        write(r, a.out)
-                except Exception as ex:  # one failing model must not lose the others' figures
-                    logger.exception("%s %s failed", name, side_name)
-                    e["error"] = f"{type(ex).__name__}: {ex}"
-                    failed = True
-                release(a.device)
-                write(r, a.out)
+                # the counts first, on a model of their own
+                counted = guarded(f"{name} {side_name}", args, "bf16", count_step, batches[0])
+                if "error" in counted:
+                    e["error"] = counted["error"]
+                    continue
+                e["params"], e["counts"] = counted.pop("params"), counted
+                for precision in a.precisions:
+                    if over_budget():
+                        e[precision] = f"skipped: {skipped}"
+                        continue
+                    logger.info("%s %s %s", name, side_name, precision)
+                    e[precision] = guarded(
+                        f"{name} {side_name} {precision}", args, precision, measure_precision,
+                        batches, decode_sample, precision, a, peaks[precision], e["counts"],
+                    )  # fmt: skip
+                    if "error" in e[precision]:
+                        e["error"] = e.pop(precision)["error"]
+                        break
         # then the kernels of one step of each, under the profiler (CUPTI stays active afterwards)
         for name, entry in r["pairs"].items():
             for side_name in ("ours", "counterpart"):
                 e = entry[side_name]
-                for precision in a.precisions:
-                    if not isinstance(e.get(precision), dict):
-                        continue
-                    if over_budget(kernels=True):
-                        e[precision]["kernels_per_step"] = {"skipped": f"over --budget-s {a.budget_s:.0f}"}
-                        continue
-                    try:
-                        side = build_side(dict_dir, e["arch_args"], precision, a.device)
-                        e[precision]["kernels_per_step"] = count_kernels(side, batches[0], precision, a.device)
-                        del side
-                    except Exception as ex:
-                        logger.exception("%s %s kernels failed", name, side_name)
-                        e[precision]["kernels_per_step"] = {"error": f"{type(ex).__name__}: {ex}"}
-                        failed = True
-                    release(a.device)
-                    write(r, a.out)
+                for precision in [p for p in a.precisions if isinstance(e.get(p), dict)]:
+                    e[precision]["kernels_per_step"] = (
+                        {"skipped": skipped} if over_budget(kernels=True) else guarded(
+                            f"{name} {side_name} kernels", e["arch_args"], precision, count_kernels,
+                            batches[0], precision, a.device,
+                        )
+                    )  # fmt: skip
     r["seconds"] = time.time() - started
     write(r, a.out)
     print(markdown(r))

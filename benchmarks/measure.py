@@ -21,7 +21,6 @@ from typing import Dict, List, Optional
 
 import torch
 
-from benchmarks.counterparts import flags
 from fairseq_dense.cli.plot import parse_log
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_train_child.py")
@@ -40,33 +39,17 @@ def common_args(data_bin: str, save_dir: str, a) -> List[str]:
     """The ``fairseq-train`` arguments both models of a pair share (data, optimiser, schedule, budget)."""
     import fairseq_dense
 
-    args = [data_bin] + flags(
-        user_dir=os.path.dirname(os.path.abspath(fairseq_dense.__file__)),
-        task=default_task(),
-        source_lang=a.src,
-        target_lang=a.tgt,
-        criterion="label_smoothed_cross_entropy_with_stats",
-        label_smoothing=0.1,
-        optimizer="adam",
-        adam_betas="(0.9, 0.98)",
-        lr=a.lr,
-        clip_norm=1.0,
-        lr_scheduler="inverse_sqrt",
-        warmup_updates=a.warmup_updates,
-        warmup_init_lr=1e-7,
-        max_tokens=a.max_tokens,
-        max_epoch=100000,
-        seed=a.seed,
-        stop_time_hours=f"{a.budget_minutes / 60:.6f}",
-        log_format="json",
-        log_interval=a.log_interval,
-        validate_interval_updates=a.validate_interval_updates,
-        save_dir=save_dir,
-        no_epoch_checkpoints=True,
-        save_interval=100000,
-        num_workers=0,
-        skip_invalid_size_inputs_valid_test=True,
-    )
+    task, user_dir = default_task(), os.path.dirname(os.path.abspath(fairseq_dense.__file__))
+    args = [
+        *(data_bin, "--user-dir", user_dir, "--task", task, "--source-lang", a.src, "--target-lang", a.tgt),
+        *"--criterion label_smoothed_cross_entropy_with_stats --label-smoothing 0.1 --optimizer adam".split(),
+        *("--adam-betas", "(0.9, 0.98)"),
+        *f"--lr {a.lr} --clip-norm 1.0 --lr-scheduler inverse_sqrt --warmup-updates {a.warmup_updates}".split(),
+        *f"--warmup-init-lr 1e-07 --max-tokens {a.max_tokens} --max-epoch 100000 --seed {a.seed}".split(),
+        *f"--stop-time-hours {a.budget_minutes / 60:.6f} --log-format json --log-interval {a.log_interval}".split(),
+        *("--validate-interval-updates", str(a.validate_interval_updates), "--save-dir", save_dir),
+        *"--no-epoch-checkpoints --save-interval 100000 --num-workers 0 --skip-invalid-size-inputs-valid-test".split(),
+    ]
     if a.max_update:
         args += ["--max-update", str(a.max_update)]
     if a.device == "cpu":
@@ -159,6 +142,21 @@ def loss_at_equal_updates(ours_curve, base_curve) -> Optional[Dict]:
     return {"updates": max(common), "ours": ours[max(common)], "baseline": base[max(common)]} if common else None
 
 
+def sync(device: str) -> None:
+    """Wait for the device's queued work (a no-op on the CPU), so that a clock read after it counts it."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device: str = "cpu") -> float:
+    """Wall-clock seconds of ``fn()``, the device's queued work included."""
+    sync(device)
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - t0
+
+
 def _timed_rounds(sides: Dict, items: list, rounds: int, step, device: str) -> Dict:
     """Run ``step(side, item)`` for every item, one side and then the other, ``rounds`` times.
 
@@ -176,12 +174,10 @@ def _timed_rounds(sides: Dict, items: list, rounds: int, step, device: str) -> D
         cpu = dict.fromkeys(sides, 0.0)
         for i, item in enumerate(items):
             for name in ("ours", "baseline") if r % 2 == 0 else ("baseline", "ours"):
-                if device == "cuda":
-                    torch.cuda.synchronize()
+                sync(device)
                 t0, c0 = time.perf_counter(), time.thread_time()
                 step(sides[name], item, i)
-                if device == "cuda":
-                    torch.cuda.synchronize()
+                sync(device)
                 seconds[name] += time.perf_counter() - t0
                 cpu[name] += time.thread_time() - c0
         per_round.append(
@@ -295,31 +291,8 @@ def _generator(model, task, beam: int, fixed_length: int = 0):
     return SequenceGenerator([model], task.target_dictionary, beam_size=beam, **length)
 
 
-def paired_decode_speed(
-    ours_ckpt: str,
-    baseline_ckpt: str,
-    data_bin: str,
-    *,
-    sentences: int,
-    rounds: int,
-    batch_size: int,
-    fixed_length: int,
-    device: str = "cpu",
-    bf16: bool = False,
-) -> Dict:
-    """Beam-5 sentences/s of both checkpoints, batch by batch on the same test sentences, interleaved;
-    every hypothesis forced to ``fixed_length`` tokens."""
-    models = {
-        name: load_checkpoint(ckpt, data_bin, device, bf16)
-        for name, ckpt in (("ours", ours_ckpt), ("baseline", baseline_ckpt))
-    }
-    return paired_decode(
-        models, sentences=sentences, rounds=rounds, batch_size=batch_size, fixed_length=fixed_length, device=device
-    )
-
-
 def paired_decode(
-    models: Dict, *, sentences: int, rounds: int, batch_size: int, fixed_length: int, device: str = "cpu"
+    models: Dict, *, sentences: int, rounds: int, batch_size: int, length: int, device: str = "cpu"
 ) -> Dict:
     """Beam-5 sentences/s of two models in eval mode on the same test sentences, interleaved.
 
@@ -327,9 +300,9 @@ def paired_decode(
         models: ``{"ours": (model, task), "baseline": (model, task)}``, the test split loaded
             in the tasks (the sentences come from the baseline's).
         sentences: test sentences, spread over the split.
-        fixed_length: every hypothesis forced to this many tokens.
+        length: every hypothesis forced to this many tokens.
     """
-    sides = {name: (model, _generator(model, task, 5, fixed_length)) for name, (model, task) in models.items()}
+    sides = {name: (model, _generator(model, task, 5, length)) for name, (model, task) in models.items()}
     dataset = models["baseline"][1].dataset("test")
     step = max(1, len(dataset) // max(1, sentences))
     batches = _batches(dataset, list(range(len(dataset)))[::step][:sentences], batch_size, device)
@@ -337,28 +310,20 @@ def paired_decode(
         for model, gen in sides.values():  # warm-up: allocator, thread pools
             gen.generate([model], batches[0])
         res = _timed_rounds(sides, batches, rounds, lambda side, s, i: side[1].generate([side[0]], s), device)
-    return {**res, "sentences": sum(len(b["id"]) for b in batches), "fixed_length": fixed_length}
+    return {**res, "sentences": sum(len(b["id"]) for b in batches), "fixed_length": length}
 
 
-def beam_bleu(
-    ckpt: str,
-    data_bin: str,
-    raw_test_tgt: str,
-    tgt_lang: str,
-    *,
-    sentences: int = 0,
-    batch_size: int = 32,
-    device: str = "cpu",
-    bf16: bool = False,
-) -> Dict:
-    """Beam-5 decoding of the test split (its first ``sentences``; 0: all): sentences/s and sacreBLEU
-    of the detokenised output against the raw references."""
+def beam_bleu(ckpt: str, data_bin: str, raw_test_tgt: str, a) -> Dict:
+    """Beam-5 decoding of the test split (its first ``a.decode_sentences``; 0: all) in batches of
+    ``a.decode_batch_size``: sentences/s and sacreBLEU of the detokenised output against the raw
+    references (``a``: the harness's options, also ``tgt``, ``device`` and ``bf16``)."""
     import sacrebleu
     from sacremoses import MosesDetokenizer
 
     from fairseq_dense.data.prepare import moses_lang
 
-    model, task = load_checkpoint(ckpt, data_bin, device, bf16)
+    sentences, batch_size, device, tgt_lang = a.decode_sentences, a.decode_batch_size, a.device, a.tgt
+    model, task = load_checkpoint(ckpt, data_bin, device, a.bf16)
     n = len(task.dataset("test"))
     gen, hyps, seconds = _generator(model, task, 5), {}, 0.0
     with torch.inference_mode():

@@ -45,22 +45,10 @@ CELL_UNITS = (nn.LSTMCell, nn.GRUCell, nn.RNNCell)
 UNIT_LAUNCHES = {"rnn_per_layer_direction": (2, 3), "cell": (3, 5), "attention": (1, 2)}
 
 #: operator names that run no kernel on a GPU although they are not views
-NO_KERNEL = {
-    "empty",
-    "empty_like",
-    "empty_strided",
-    "new_empty",
-    "new_empty_strided",
-    "_unsafe_view",
-    "lift_fresh",
-    "detach",
-    "alias",
-    "resize_",
-    "set_",
-    "is_same_size",
-    "_has_compatible_shallow_copy_type",
-    "record_stream",
-}
+NO_KERNEL = set(
+    "empty empty_like empty_strided new_empty new_empty_strided _unsafe_view lift_fresh detach alias resize_ set_ "
+    "is_same_size _has_compatible_shallow_copy_type record_stream".split()
+)
 
 #: names that look like matmul-class work; such a call with no FLOP formula is reported
 MATMUL_LIKE = re.compile(r"mm|conv|linear|matmul|rnn|attention|einsum|(?<!_fused_)lstm|(?<!_fused_)gru")
@@ -106,18 +94,13 @@ def _registry(name):
 
 #: operator name -> (FLOPs of a call from (args, kwargs, out), index of the operand whose dtype counts)
 FLOPS = {
-    "mm": (lambda a, k, o: _mm(a[0], a[1]), 0),
-    "addmm": (lambda a, k, o: _mm(a[1], a[2]), 1),
-    "addmm_": (lambda a, k, o: _mm(a[1], a[2]), 1),
-    "_addmm_activation": (lambda a, k, o: _mm(a[1], a[2]), 1),
-    "bmm": (lambda a, k, o: _mm(a[0], a[1]), 0),
-    "baddbmm": (lambda a, k, o: _mm(a[1], a[2]), 1),
-    "baddbmm_": (lambda a, k, o: _mm(a[1], a[2]), 1),
-    "addbmm": (lambda a, k, o: _mm(a[1], a[2]), 1),
-    "addbmm_": (lambda a, k, o: _mm(a[1], a[2]), 1),
+    **dict.fromkeys(("mm", "bmm"), (lambda a, k, o: _mm(a[0], a[1]), 0)),
+    **dict.fromkeys(
+        ("addmm", "addmm_", "_addmm_activation", "baddbmm", "baddbmm_", "addbmm", "addbmm_"),
+        (lambda a, k, o: _mm(a[1], a[2]), 1),
+    ),
     "mv": (lambda a, k, o: 2 * a[0].numel(), 0),
-    "addmv": (lambda a, k, o: 2 * a[1].numel(), 1),
-    "addmv_": (lambda a, k, o: 2 * a[1].numel(), 1),
+    **dict.fromkeys(("addmv", "addmv_"), (lambda a, k, o: 2 * a[1].numel(), 1)),
     "linear": (lambda a, k, o: 2 * a[0].numel() * a[1].shape[0], 0),
     "convolution": (_registry("convolution"), 0),
     "_convolution": (_registry("_convolution"), 0),
@@ -131,15 +114,12 @@ FLOPS = {
     "_scaled_dot_product_flash_attention_for_cpu": (lambda a, k, o: _sdpa(a[0], a[1], a[2]), 0),
     "_scaled_dot_product_flash_attention_for_cpu_backward": (lambda a, k, o: 2 * _sdpa(a[1], a[2], a[3]), 1),
 }
-for _name in (
-    "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_flash_attention_backward",
-    "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_efficient_attention_backward",
-    "_scaled_dot_product_cudnn_attention",
-    "_scaled_dot_product_cudnn_attention_backward",
-):
-    FLOPS[_name] = (_registry(_name), 1 if _name.endswith("backward") else 0)
+for _kind in ("flash", "efficient", "cudnn"):  # CUDA's fused attention kernels, forward and backward
+    for _name, _operand in (
+        (f"_scaled_dot_product_{_kind}_attention", 0),
+        (f"_scaled_dot_product_{_kind}_attention_backward", 1),
+    ):
+        FLOPS[_name] = (_registry(_name), _operand)
 
 LOW = (torch.bfloat16, torch.float16)
 
@@ -181,13 +161,22 @@ def _tensors(obj):
             yield from _tensors(x)
 
 
-def unit_launches(module: nn.Module):
-    """``(forward, backward)`` CUDA kernels of one call of a fused recurrent unit (:data:`UNIT_LAUNCHES`)."""
-    if isinstance(module, RNN_UNITS):
-        fwd, bwd = UNIT_LAUNCHES["rnn_per_layer_direction"]
-        n = module.num_layers * (2 if module.bidirectional else 1)
-        return fwd * n, bwd * n
-    return UNIT_LAUNCHES["cell"]
+def rnn_launches(num_layers: int, bidirectional: bool):
+    """``(forward, backward)`` CUDA kernels of one cuDNN RNN call (:data:`UNIT_LAUNCHES`)."""
+    fwd, bwd = UNIT_LAUNCHES["rnn_per_layer_direction"]
+    n = num_layers * (2 if bidirectional else 1)
+    return fwd * n, bwd * n
+
+
+@contextlib.contextmanager
+def counting(model: nn.Module, saved=None):
+    """A :class:`StepCounter` active inside (``with counting(model) as counter:``), closed afterwards."""
+    counter = StepCounter(model, saved)
+    try:
+        with counter:
+            yield counter
+    finally:
+        counter.close()
 
 
 class StepCounter(TorchDispatchMode):
@@ -274,10 +263,7 @@ class StepCounter(TorchDispatchMode):
         finally:
             self._depth -= 1
         first = 2 if torch.is_tensor(args[1]) else 1  # packed: (data, batch_sizes, hx, params, ...)
-        num_layers, bidirectional = args[first + 3], args[first + 6]
-        fwd, bwd = UNIT_LAUNCHES["rnn_per_layer_direction"]
-        n = num_layers * (2 if bidirectional else 1)
-        self._close_unit(boundary, out, (fwd * n, bwd * n), "lstm")
+        self._close_unit(boundary, out, rnn_launches(args[first + 3], args[first + 6]), "lstm")
         return out
 
     def _enter(self, module, args):
@@ -286,7 +272,8 @@ class StepCounter(TorchDispatchMode):
 
     def _leave(self, module, args, output):
         self._depth -= 1
-        self._close_unit(self._boundary.pop(), output, unit_launches(module), type(module).__name__)
+        launches = rnn_launches(module.num_layers, module.bidirectional) if isinstance(module, RNN_UNITS) else None
+        self._close_unit(self._boundary.pop(), output, launches or UNIT_LAUNCHES["cell"], type(module).__name__)
 
     def _close_unit(self, boundary, output, launches, name: str, nodes=None) -> bool:
         """Take the autograd nodes a unit's call created (their backward is the unit's) and count

@@ -15,12 +15,10 @@ ratios ours / counterpart against :data:`TARGETS`).
 """
 
 import argparse
+import contextlib
 import datetime
-import json
 import logging
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +26,7 @@ from typing import Dict, List
 
 import torch
 
-from benchmarks import counterparts, op_counts, saved_tensors, synthetic
+from benchmarks import counterparts, op_counts, report, saved_tensors, synthetic
 
 logger = logging.getLogger("benchmarks.proxies")
 
@@ -44,12 +42,12 @@ def train_step(
     it. Autocast runs on the batch's device in ``dtype`` (CPU LSTMs on the kernel ``op_counts.cpu_lstm_kernel``
     picks for it). Returns the loss."""
     task, model, criterion, optimizer, cfg = side
-    phase = counter.phase if counter else lambda name: _null()
+    phase = counter.phase if counter else lambda name: contextlib.nullcontext()
     model.train()
     criterion.train()
     device = sample["target"].device.type
     with op_counts.cpu_lstm_kernel(dtype if autocast else torch.float32):
-        with phase("forward"), saved or _null(), torch.autocast(device, dtype=dtype, enabled=autocast):
+        with phase("forward"), saved or contextlib.nullcontext(), torch.autocast(device, dtype=dtype, enabled=autocast):
             loss, sample_size, _ = criterion(model, sample)
         with phase("backward"):
             loss.backward()
@@ -61,14 +59,6 @@ def train_step(
     return float(loss.detach())
 
 
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 def measure_side(dict_dir: str, arch_args: List[str], sample: Dict) -> Dict:
     """The proxies of one model: a warm-up step, then a counted step in float32 and one under autocast."""
     side = synthetic.build(dict_dir, arch_args)
@@ -77,13 +67,9 @@ def measure_side(dict_dir: str, arch_args: List[str], sample: Dict) -> Dict:
     train_step(side, sample, autocast=False)
     for mode, autocast in (("fp32", False), ("bf16", True)):
         saved = saved_tensors.SavedBytes(model)
-        counter = op_counts.StepCounter(model, saved)
         t0 = time.perf_counter()
-        try:
-            with counter:
-                loss = train_step(side, sample, autocast=autocast, counter=counter, saved=saved, update=2)
-        finally:
-            counter.close()
+        with op_counts.counting(model, saved) as counter:
+            loss = train_step(side, sample, autocast=autocast, counter=counter, saved=saved, update=2)
         out[mode] = {
             "launches": dict(counter.launches),
             "launches_total": sum(counter.launches.values()),
@@ -105,27 +91,20 @@ def measure_side(dict_dir: str, arch_args: List[str], sample: Dict) -> Dict:
 
 def ratios(ours: Dict, base: Dict) -> Dict:
     """ours / counterpart of each proxy, the low-precision shares, and which targets are met."""
-    r = {
-        "launches_fp32": ours["fp32"]["launches_total"] / base["fp32"]["launches_total"],
-        "launches_bf16": ours["bf16"]["launches_total"] / base["bf16"]["launches_total"],
-        "saved_bytes_fp32": ours["fp32"]["saved_bytes"] / base["fp32"]["saved_bytes"],
-        "saved_bytes_bf16": ours["bf16"]["saved_bytes"] / base["bf16"]["saved_bytes"],
-        "low_precision_ours": ours["bf16"]["low_precision_share"] or 0.0,
-        "low_precision_counterpart": base["bf16"]["low_precision_share"] or 0.0,
-    }
-    r["meets"] = {
-        "launches": max(r["launches_fp32"], r["launches_bf16"]) <= TARGETS["launches"],
-        "saved_bytes": max(r["saved_bytes_fp32"], r["saved_bytes_bf16"]) <= TARGETS["saved_bytes"],
-        "low_precision": r["low_precision_ours"] >= TARGETS["low_precision"],
-    }
+    kinds = (("launches", "launches_total"), ("saved_bytes", "saved_bytes"))
+    r = {f"{name}_{m}": ours[m][key] / base[m][key] for name, key in kinds for m in ("fp32", "bf16")}
+    r["low_precision_ours"] = ours["bf16"]["low_precision_share"] or 0.0
+    r["low_precision_counterpart"] = base["bf16"]["low_precision_share"] or 0.0
+    r["meets"] = {name: max(r[f"{name}_fp32"], r[f"{name}_bf16"]) <= TARGETS[name] for name, _ in kinds}
+    r["meets"]["low_precision"] = r["low_precision_ours"] >= TARGETS["low_precision"]
     return r
 
 
 def measure_pair(dict_dir: str, pair: Dict, sample: Dict, tiny: bool = False) -> Dict:
     """Both sides of one ``PAPER_PAIRS`` entry (``tiny``: with its tiny widths) and their ratios."""
     sides = {}
-    for side, key in (("ours", "ours"), ("counterpart", "counterpart")):
-        args = pair[f"tiny_{key}"] if tiny else pair[key]
+    for side in ("ours", "counterpart"):
+        args = pair[f"tiny_{side}"] if tiny else pair[side]
         logger.info("%s: %s", side, " ".join(args))
         sides[side] = measure_side(dict_dir, args, sample)
     return {"family": pair["family"], **sides, "ratios": ratios(sides["ours"], sides["counterpart"])}
@@ -193,28 +172,17 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
-def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
-    if os.path.isfile("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
 def run(a) -> Dict:
     """Measure the pairs of ``a`` (parsed :func:`get_parser` options); returns the results."""
     pairs = counterparts.paper_pairs(a.pairs)
     torch.set_num_threads(a.threads)
     lengths = synthetic.batch_lengths(a.max_tokens, a.max_len)
     sample = synthetic.make_batch(lengths, a.vocab)
-    commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
     results = {
         "command": "python -m benchmarks.proxies " + " ".join(a.argv),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": commit or None,
-        "machine": f"{cpu_name()}, {os.cpu_count()} logical CPUs, {a.threads} thread(s)",
+        "commit": report.git_commit(),
+        "machine": f"{report.cpu_name()}, {os.cpu_count()} logical CPUs, {a.threads} thread(s)",
         "bf16_lstm_kernel": "oneDNN" if op_counts.onednn_lstm_runs(torch.bfloat16) else "PyTorch's per-step GEMMs",
         "torch": torch.__version__,
         "vocab": a.vocab,
@@ -238,20 +206,8 @@ def run(a) -> Dict:
                 logger.exception("pair %s failed", name)
                 results["pairs"][name] = {"family": pair["family"], "error": f"{type(e).__name__}: {e}"}
             if a.out:
-                write(results, a.out)
+                report.write_results(results, a.out, "proxies", markdown)
     return results
-
-
-def write(results: Dict, out: str, stem: str = "proxies", to_markdown=markdown) -> None:
-    """``<stem>.json`` (``results``) and ``<stem>.md`` (``to_markdown(results)``) into ``out``.
-
-    Also writes :mod:`benchmarks.gpu_figures`' files.
-    """
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, f"{stem}.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    with open(os.path.join(out, f"{stem}.md"), "w") as f:
-        f.write(to_markdown(results))
 
 
 def main(argv=None) -> int:

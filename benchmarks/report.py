@@ -1,7 +1,11 @@
-"""``results.md`` (ratios ours / counterpart) and the loss plots written next to it."""
+"""Writing results: ``<stem>.json`` + ``<stem>.md`` of every harness, the machine and commit they
+ran on, and ``benchmarks.run``'s ``results.md`` (ratios ours / counterpart) and loss plots."""
 
+import json
 import os
-from typing import Dict, List
+import platform
+import subprocess
+from typing import Callable, Dict, List
 
 from fairseq_dense.cli.plot import parse_log, plot_loss_curves
 
@@ -17,6 +21,31 @@ source/target token ratio): at equal parameters one model may do more arithmetic
 `VmHWM` of each training process (CUDA: the allocator's peak). "Equal updates" compares validation losses
 at the last update both runs validated at; "reached" is when ours first validated at or below the
 counterpart's best loss (updates / seconds of fairseq's log clock)."""
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+    if os.path.isfile("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def git_commit():
+    """``git describe --always --dirty`` of the checkout, or None."""
+    out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout
+    return out.strip() or None
+
+
+def write_results(results: Dict, out: str, stem: str, to_markdown: Callable[[Dict], str]) -> None:
+    """``<stem>.json`` (``results``) and ``<stem>.md`` (``to_markdown(results)``) into ``out``."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"{stem}.json"), "w") as f:
+        json.dump(results, f, indent=1, default=str)
+    with open(os.path.join(out, f"{stem}.md"), "w") as f:
+        f.write(to_markdown(results))
 
 
 def file_stem(key: str) -> str:

@@ -20,7 +20,6 @@ import logging
 import os
 import platform
 import shlex
-import subprocess
 import sys
 import time
 from typing import Dict, List
@@ -28,6 +27,7 @@ from typing import Dict, List
 import torch
 
 from benchmarks import counterparts, measure, report
+from fairseq_dense import baselines
 
 logger = logging.getLogger("benchmarks.run")
 
@@ -74,14 +74,9 @@ def get_parser() -> argparse.ArgumentParser:
 
 def describe_machine(device: str, threads: int) -> Dict:
     import fairseq
-    import torch
 
-    cpu = platform.processor()
-    if os.path.isfile("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     return {
-        "cpu": cpu,
+        "cpu": report.cpu_name(),
         "logical_cpus": os.cpu_count(),
         "threads": threads,
         "load_average": os.getloadavg(),
@@ -97,7 +92,8 @@ def prepare_data(a, work: str) -> Dict:
     """The first N lines of each split, tokenised, BPE'd and binarised once (reused by later runs)."""
     from fairseq_dense.data.prepare import prepare
 
-    subset = f"{a.train_lines or 'all'}-{a.valid_lines or 'all'}-{a.test_lines or 'all'}"
+    sizes = [a.train_lines or "all", a.valid_lines or "all", a.test_lines or "all"]
+    subset = "-".join(map(str, sizes))
     raw = os.path.join(work, f"raw-{subset}")
     os.makedirs(raw, exist_ok=True)
     for split, n in (("train", a.train_lines), ("valid", a.valid_lines), ("test", a.test_lines)):
@@ -113,14 +109,8 @@ def prepare_data(a, work: str) -> Dict:
             if not (os.path.isfile(dest) and open(dest, encoding="utf-8").readlines() == lines):
                 with open(dest, "w", encoding="utf-8") as f:  # unchanged files keep their mtime: reuse
                     f.writelines(lines)
-    prep = prepare(
-        raw,
-        os.path.join(work, f"data-{subset}-bpe{a.bpe_merges}"),
-        a.src,
-        a.tgt,
-        merges=a.bpe_merges,
-        workers=max(1, min(8, a.threads)),
-    )
+    dest = os.path.join(work, f"data-{subset}-bpe{a.bpe_merges}")
+    prep = prepare(raw, dest, a.src, a.tgt, merges=a.bpe_merges, workers=max(1, min(8, a.threads)))
     counts = {}
     for lang in (a.src, a.tgt):
         with open(os.path.join(prep, "bpe", f"train.{lang}"), encoding="utf-8") as f:
@@ -129,8 +119,8 @@ def prepare_data(a, work: str) -> Dict:
         "bin": os.path.join(prep, "bin"),
         "raw": raw,
         "src_per_tgt": counts[a.src] / counts[a.tgt],
-        "summary": f"{a.train_lines or 'all'} train / {a.valid_lines or 'all'} valid / {a.test_lines or 'all'} test "
-        f"pairs, joint BPE {a.bpe_merges} merges, {counts[a.tgt]:,} target training tokens",
+        "summary": "{} train / {} valid / {} test pairs".format(*sizes)
+        + f", joint BPE {a.bpe_merges} merges, {counts[a.tgt]:,} target training tokens",
     }
 
 
@@ -139,9 +129,9 @@ def pair(a, data: Dict, family: str, ours_args: List[str]) -> Dict:
     if a.baseline:
         name, extra = counterparts.parse_spec(a.baseline)
         base_args = ["--arch", name, *extra]
-        ours, _ = counterparts.build_in_process(data["bin"], ours_args)
-        base, _ = counterparts.build_in_process(data["bin"], base_args)
-        n_ours, n_base = counterparts.count_params(ours), counterparts.count_params(base)
+        ours, _ = baselines.build_in_process(data["bin"], ours_args)
+        base, _ = baselines.build_in_process(data["bin"], base_args)
+        n_ours, n_base = baselines.count_params(ours), baselines.count_params(base)
         pairing = {
             "baseline_args": base_args,
             "baseline_width": None,
@@ -150,7 +140,7 @@ def pair(a, data: Dict, family: str, ours_args: List[str]) -> Dict:
             "param_gap": n_base / n_ours - 1,
         }
     else:
-        pairing, ours, base = counterparts.match_baseline(
+        pairing, ours, base = baselines.match_baseline(
             data["bin"], family, ours_args, a.param_tolerance, a.baseline_param_ratio
         )
     work = [counterparts.matmul_params(m, data["src_per_tgt"]) for m in (ours, base)]
@@ -185,19 +175,14 @@ def side_by_side(a, entry: Dict, data_bin: str) -> None:
     entry["train_paired"] = measure.paired_train_speed(
         *commands, batches=a.paired_train_batches, rounds=a.paired_rounds, device=a.device
     )
-    ckpts = [os.path.join(d, "checkpoint_best.pt") for d in dirs]
-    if all(os.path.isfile(c) for c in ckpts):
+    ckpts = {side: os.path.join(d, "checkpoint_best.pt") for side, d in zip(("ours", "baseline"), dirs)}
+    if all(os.path.isfile(c) for c in ckpts.values()):
         logger.info("decoding both side by side (%d sentences, %d rounds)", a.paired_sentences, a.paired_rounds)
-        entry["decode_paired"] = measure.paired_decode_speed(
-            *ckpts,
-            data_bin,
-            sentences=a.paired_sentences,
-            rounds=a.paired_rounds,
-            device=a.device,
-            bf16=a.bf16,
-            batch_size=a.decode_batch_size,
-            fixed_length=a.decode_length,
-        )
+        models = {side: measure.load_checkpoint(c, data_bin, a.device, a.bf16) for side, c in ckpts.items()}
+        entry["decode_paired"] = measure.paired_decode(
+            models, sentences=a.paired_sentences, rounds=a.paired_rounds, batch_size=a.decode_batch_size,
+            length=a.decode_length, device=a.device,
+        )  # fmt: skip
 
 
 def run_entry(a, data: Dict, family: str, ours_args: List[str], key: str, work: str, baselines: Dict) -> Dict:
@@ -215,16 +200,7 @@ def run_entry(a, data: Dict, family: str, ours_args: List[str], key: str, work: 
         ckpt = os.path.join(train["run_dir"], "checkpoint_best.pt")
         if os.path.isfile(ckpt):
             logger.info("decoding %s", entry[side]["arch"])
-            entry[side]["decode"] = measure.beam_bleu(
-                ckpt,
-                data["bin"],
-                os.path.join(data["raw"], f"test.{a.tgt}"),
-                a.tgt,
-                sentences=a.decode_sentences,
-                batch_size=a.decode_batch_size,
-                device=a.device,
-                bf16=a.bf16,
-            )
+            entry[side]["decode"] = measure.beam_bleu(ckpt, data["bin"], os.path.join(data["raw"], f"test.{a.tgt}"), a)
     side_by_side(a, entry, data["bin"])
     curves = [entry[side]["train"]["valid_curve"] for side in ("ours", "baseline")]
     target = entry["baseline"]["train"]["best_valid_loss"]
@@ -239,11 +215,10 @@ def remeasure(a) -> int:
     with open(a.remeasure) as f:
         results = json.load(f)
     torch.set_num_threads(a.threads)
-    commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
     note = {
         "command": "python -m benchmarks.run " + shlex.join(sys.argv[1:] if a.argv is None else a.argv),
         "date": datetime.date.today().isoformat(),
-        "commit": commit or None,
+        "commit": report.git_commit(),
         "machine": describe_machine(a.device, a.threads),
     }
     for key, entry in results["families"].items():
@@ -304,10 +279,7 @@ def main(argv=None) -> int:
 
 def write(results: Dict, out: str) -> None:
     results["plots"] = report.plots(results, out)
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump(results, f, indent=1, default=str)
-    with open(os.path.join(out, "results.md"), "w") as f:
-        f.write(report.markdown(results))
+    report.write_results(results, out, "results", report.markdown)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ that holds only the two dictionary files (``write_dicts``): enough for fairseq's
 translation task to build a model, a criterion and an optimiser.
 """
 
-import argparse
 import math
 import os
 from typing import Dict, List, Optional
@@ -90,35 +89,18 @@ def make_batch(lengths: List[tuple], vocab: int, *, seed: int = 1, device: str =
         },
         "target": tgt,
     }
-    return _to(sample, device)
+    from fairseq.utils import apply_to_sample
 
-
-def _to(obj, device: str):
-    if torch.is_tensor(obj):
-        return obj.to(device)
-    if isinstance(obj, dict):
-        return {k: _to(v, device) for k, v in obj.items()}
-    return obj
+    return apply_to_sample(lambda t: t.to(device), sample)
 
 
 def train_args(dict_dir: str, arch_args: List[str], *, max_tokens: int = 4096, amp: bool = False) -> List[str]:
     """``fairseq-train`` arguments of the harness (task, criterion, Adam, clipping) on ``dict_dir``."""
-    from benchmarks import measure
+    from benchmarks import measure, run
 
-    a = argparse.Namespace(
-        src="de",
-        tgt="en",
-        lr=1e-3,
-        warmup_updates=50,
-        max_tokens=max_tokens,
-        seed=1,
-        budget_minutes=600,
-        log_interval=10,
-        validate_interval_updates=0,
-        max_update=0,
-        device="cuda" if amp else "cpu",
-        amp=amp,
-    )
+    options = ["--max-tokens", str(max_tokens), "--budget-minutes", "600", "--log-interval", "10"]
+    options += ["--validate-interval-updates", "0"] + (["--device", "cuda", "--amp"] if amp else [])
+    a = run.get_parser().parse_args(options)  # the harness's recipe (rate, warm-up, seed, languages)
     return measure.common_args(dict_dir, os.path.join(dict_dir, "unused-save-dir"), a) + list(arch_args)
 
 

@@ -11,6 +11,7 @@ import torch
 
 from benchmarks import counterparts, cpu_speed, measure, report
 from benchmarks import run as bench_run
+from fairseq_dense import baselines
 from fairseq_dense.cli import plot
 from tests.helpers import write_copy_corpus
 
@@ -75,7 +76,7 @@ def test_plot_cli(tmp_path):
 
 
 def test_resolve_models_errors_and_defaults():
-    fams = counterparts.our_families()
+    fams = baselines.our_families()
     assert "gru_attention" in fams and "gru_attention_tiny" in fams["gru_attention"]
     assert counterparts.resolve_models(["gru_attention"], "tiny")[0][:2] == ("gru_attention", "gru_attention_tiny")
     assert counterparts.resolve_models(["gru_attention_small:--dropout=0.2"], "tiny") == [
@@ -131,7 +132,7 @@ def _parsed(args):
 def test_counterpart_trains_with_ours_dropout(ours, baseline):
     """The fairseq counterpart gets ours' dropout rates, not its own defaults (same config, same kernels)."""
     ours_ns = _parsed(ours)
-    make_args, _ = counterparts.BASELINE_TEMPLATES[baseline]
+    make_args, _ = baselines.BASELINE_TEMPLATES[baseline]
     base_ns = _parsed(make_args(64, ours_ns))
     assert base_ns.arch == baseline
     keys = ("dropout", "attention_dropout", "activation_dropout") if baseline == "transformer" else ("dropout",)
@@ -155,7 +156,7 @@ def test_lstm_counterpart_has_ours_embedding_layout(ours, embed, out_dim, tied):
     """The ``lstm`` counterpart's width sets its recurrent sizes only; its embedding tables and
     softmax sharing follow ours, so equal parameters means equal recurrent work."""
     ours_ns = _parsed(ours)
-    base_ns = _parsed(counterparts.lstm_args(77, ours_ns))
+    base_ns = _parsed(baselines.lstm_args(77, ours_ns))
     assert base_ns.encoder_hidden_size == base_ns.decoder_hidden_size == 77
     assert base_ns.encoder_embed_dim == (embed or ours_ns.encoder_embed_dim)
     assert base_ns.decoder_embed_dim == (embed or ours_ns.decoder_embed_dim)
@@ -170,7 +171,7 @@ def test_matched_lstm_counterpart_does_the_same_matmul_work(tmp_path):
         (tmp_path / f"dict.{lang}.txt").write_text("".join(f"w{i} 1\n" for i in range(8000)))
     (tmp_path / "train.de-en.de.idx").touch()  # names the language pair for the counterpart's build
     ours_args = ["--arch", "dense_lstm_small", "-s", "de", "-t", "en"]
-    pairing, ours, base = counterparts.match_baseline(str(tmp_path), "dense_lstm", ours_args)
+    pairing, ours, base = baselines.match_baseline(str(tmp_path), "dense_lstm", ours_args)
     assert abs(pairing["param_gap"]) <= 0.05
     ratio = counterparts.matmul_params(ours, 1.0) / counterparts.matmul_params(base, 1.0)
     assert 0.9 <= ratio <= 1.1, ratio

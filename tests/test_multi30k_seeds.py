@@ -201,7 +201,11 @@ def test_the_verdict_by_hand():
     assert one["band"] is None and one["verdict"] == "one seed each: no spread to judge by"
     # one seed against three: the three give the spread (2 degrees of freedom)
     assert report.compare([37.19], [36.7, 36.9, 37.1])["band"] == pytest.approx(4.303 * 0.2 * (4 / 3) ** 0.5, 1e-3)
-    assert report.mean_sd([1.0, 2.0, 3.0]) == (2.0, 1.0) and report.mean_sd([5.0]) == (5.0, None)
+    runs = [{"eval": {"test": {"sacrebleu": v}}} for v in (1.0, 2.0, 3.0)]
+    assert (
+        report.spread(runs, "sacrebleu", ".2f") == "2.00 ± 1.00"
+        and report.spread(runs[:1], "sacrebleu", ".1f") == "1.0"
+    )
 
 
 def _write_run(logs, side, lr, seed, losses, bleu, end=EARLY_STOP):

@@ -39,13 +39,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", type=int, default=4, help="depth of the stack (default 4, the Multi30k pair's)")
     parser.add_argument("--size", type=int, default=192, help="input and hidden size H (default 192)")
-    parser.add_argument(
-        "--stds",
-        type=float,
-        nargs="+",
-        default=[0.07, 0.2],
-        help="init stds to compare (default: 0.07, the paper's, and 0.2)",
-    )
+    stds_help = "init stds to compare (default: 0.07, the paper's, and 0.2)"
+    parser.add_argument("--stds", type=float, nargs="+", default=[0.07, 0.2], help=stds_help)
     args = parser.parse_args()
     print("| init std | FF | f std by layer | h std by layer | share of gate inputs beyond +-3 |")
     print("|---|---|---|---|---|")

@@ -1,15 +1,12 @@
 """The five Multi30k pairs: each plugin family beside the model its paper claims to beat.
 
-One entry per pair: the plugin side and the baseline side are lists of
-``fairseq-train`` options (architecture and sizes only); everything else (data,
-optimiser, schedule, loss, batch size, stopping) is common and lives in ``run.py``.
-A pair may add ``variants``: runs that answer a question the pair raises, named
-``<side>.<label>``, each with its own options and sweep rates; they appear in the
-table and the plot beside the pair but not in the README's front table. A variant that
-names a side under ``against`` gets a verdict against it (``report.verdicts``), as the
-model side does against the baseline.
-Sizes are CPU-sized, about 5-10M parameters with the 8k joint BPE vocabulary (7,964
-types): one converged pair takes about two hours on two cores, a core each.
+One entry per pair: the plugin side and the baseline side are lists of ``fairseq-train``
+options (architecture and sizes only); everything else (data, optimiser, schedule, loss,
+batch size, stopping) is common and lives in ``run.py``. ``variants`` are runs that answer
+a question the pair raises, named ``<side>.<label>``, each with its own options and sweep
+rates; they appear in the table and the plot but not in the README's front table. A
+variant that names a side under ``against`` gets a verdict against it (``report.verdicts``).
+Sizes are CPU-sized, about 5-10M parameters with the 8k joint BPE vocabulary (7,964 types).
 """
 
 # the two sides of every pair: the plugin family and the model its paper claims to beat
@@ -27,45 +24,15 @@ PAIRS = {
         "claim": "the report's design is a sound baseline (BLEU on par)",
         "rates": RNN_RATES,
         "warmup": 200,
-        "model": [
-            "--arch",
-            "gru_attention_iwslt_de_en",
-            "--encoder-embed-dim",
-            "192",
-            "--encoder-hidden-size",
-            "192",
-            "--decoder-embed-dim",
-            "192",
-            "--decoder-hidden-size",
-            "192",
-            "--attention-dim",
-            "192",
-            "--readout-dim",
-            "192",
-            "--dropout",
-            "0.3",
-        ],
-        "baseline": [
-            "--arch",
-            "lstm",
-            "--encoder-embed-dim",
-            "192",
-            "--encoder-hidden-size",
-            "192",
-            "--encoder-layers",
-            "1",
-            "--encoder-bidirectional",
-            "--decoder-embed-dim",
-            "192",
-            "--decoder-hidden-size",
-            "192",
-            "--decoder-layers",
-            "1",
-            "--decoder-out-embed-dim",
-            "192",
-            "--dropout",
-            "0.3",
-        ],
+        "model": (
+            "--arch gru_attention_iwslt_de_en --encoder-embed-dim 192 --encoder-hidden-size 192 "
+            "--decoder-embed-dim 192 --decoder-hidden-size 192 --attention-dim 192 --readout-dim 192 --dropout 0.3"
+        ).split(),
+        "baseline": (
+            "--arch lstm --encoder-embed-dim 192 --encoder-hidden-size 192 --encoder-layers 1 --encoder-bidirectional "
+            "--decoder-embed-dim 192 --decoder-hidden-size 192 --decoder-layers 1 --decoder-out-embed-dim 192 "
+            "--dropout 0.3"
+        ).split(),
     },
 }
 
@@ -77,20 +44,8 @@ PAIRS["densenmt"] = {
     "warmup": 200,
     "model": ["--arch", "densenmt_4l_2", "--dropout", "0.2"],
     "baseline": [
-        "--arch",
-        "fconv",
-        "--encoder-embed-dim",
-        "256",
-        "--decoder-embed-dim",
-        "256",
-        "--decoder-out-embed-dim",
-        "256",
-        "--encoder-layers",
-        "[(256, 3)] * 4",
-        "--decoder-layers",
-        "[(256, 3)] * 4",
-        "--dropout",
-        "0.2",
+        *"--arch fconv --encoder-embed-dim 256 --decoder-embed-dim 256 --decoder-out-embed-dim 256".split(),
+        *("--encoder-layers", "[(256, 3)] * 4", "--decoder-layers", "[(256, 3)] * 4", "--dropout", "0.2"),
     ],
 }
 
@@ -102,28 +57,19 @@ PAIRS["dense_lstm"] = {
     # both sides chose the top of RNN_RATES (4e-3): the line search goes one rate further
     "rates": (*RNN_RATES, 8e-3),
     "warmup": 200,
-    "model": [
-        "--arch",
-        "dense_lstm_small",
-        "--encoder-layers",
-        "4",
-        "--decoder-layers",
-        "4",
-        "--encoder-hidden-size",
-        "128",
-        "--decoder-hidden-size",
-        "128",
-    ],
+    "model": (
+        "--arch dense_lstm_small --encoder-layers 4 --decoder-layers 4 --encoder-hidden-size 128 "
+        "--decoder-hidden-size 128"
+    ).split(),
     "baseline": ["--arch", "dense_lstm_baseline_small"],  # hidden 384
 }
 
 # Deep-Att with fast-forward connections at 4+4 layers, against the same model without them
 # (the fast-forward inputs widen each layer's input: 10.2M against 7.3M parameters)
-_DEEP_ATT = [
-    "--arch", "fast_forward_lstm_small", "--encoder-layers", "4", "--decoder-layers", "4",
-    "--encoder-hidden-size", "192", "--decoder-hidden-size", "192", "--encoder-fc-dim", "192",
-    "--attention-dim", "192", "--dropout", "0.2",
-]  # fmt: skip
+_DEEP_ATT = (
+    "--arch fast_forward_lstm_small --encoder-layers 4 --decoder-layers 4 --encoder-hidden-size 192 "
+    "--decoder-hidden-size 192 --encoder-fc-dim 192 --attention-dim 192 --dropout 0.2"
+).split()
 PAIRS["deep_att"] = {
     "claim": "fast-forward connections make the deeper model train better",
     "rates": RNN_RATES,
@@ -144,31 +90,11 @@ PAIRS["deep_att"] = {
 # and the Weighted Transformer of the same shape (4 branches; 2M more weights per block);
 # attention dropout set for both (the Weighted Transformer's default is --dropout,
 # fairseq's transformer's is 0)
-_TRANSFORMER_SHAPE = [
-    "--encoder-layers",
-    "3",
-    "--decoder-layers",
-    "3",
-    "--encoder-embed-dim",
-    "256",
-    "--decoder-embed-dim",
-    "256",
-    "--encoder-ffn-embed-dim",
-    "1024",
-    "--decoder-ffn-embed-dim",
-    "1024",
-    "--encoder-attention-heads",
-    "4",
-    "--decoder-attention-heads",
-    "4",
-    "--share-all-embeddings",
-    "--dropout",
-    "0.3",
-    "--attention-dropout",
-    "0.1",
-    "--activation-dropout",
-    "0.0",
-]
+_TRANSFORMER_SHAPE = (
+    "--encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 256 --decoder-embed-dim 256 "
+    "--encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 --encoder-attention-heads 4 "
+    "--decoder-attention-heads 4 --share-all-embeddings --dropout 0.3 --attention-dropout 0.1 --activation-dropout 0.0"
+).split()
 PAIRS["weighted_transformer"] = {
     "claim": "better BLEU and 15-40% fewer updates",
     "rates": TRANSFORMER_RATES,
@@ -180,8 +106,8 @@ PAIRS["weighted_transformer"] = {
     ],
     "baseline": ["--arch", "transformer", *_TRANSFORMER_SHAPE],
     "variants": {
-        # the family's default since issue 28 (chosen on Tatoeba at d_model 128): kappa = alpha = 1
-        # fixed, the paper's Table 3 form; everything else as the model side, its own sweep
+        # the family's default (kappa = alpha = 1 fixed, the paper's Table 3 form); everything
+        # else as the model side, its own sweep
         "model.fixed": {
             "options": [
                 *("--arch", "weighted_transformer", "--fixed-kappa", "--fixed-alpha"),

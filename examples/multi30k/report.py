@@ -9,13 +9,11 @@ each side's mean and standard deviation over its seeds; the verdicts computed fr
 and of the README's results section, and draws one plot per pair (validation loss against
 updates and against seconds, every run in each panel).
 
-The verdict rule (``compare``): a side's metric against the side it is compared with, over
-the seeds each has trained to early stopping and scored. The gap of the means is "within
-noise" when it is no larger than the half-width of its 95% interval under a two-sample
-Student t with the pooled standard deviation: ``t(0.975, n_a + n_b - 2) * s_p * sqrt(1/n_a +
-1/n_b)`` (2.27 s_p with three seeds a side); beyond it, "confirmed" where the side is
-better (higher BLEU or chrF, lower loss, fewer epochs) and "not confirmed" where it is
-worse. With one seed on each side there is no spread to pool, and the row says so.
+The verdict rule (``compare``), over the seeds each side trained to early stopping and scored:
+the gap of the means is "within noise" when no larger than ``t(0.975, n_a + n_b - 2) * s_p *
+sqrt(1/n_a + 1/n_b)`` (s_p the pooled standard deviation; 2.27 s_p with three seeds a side);
+beyond it "confirmed" where the side is better (higher BLEU or chrF, lower loss, fewer epochs),
+else "not confirmed". One seed on each side has no spread to pool, and the row says so.
 """
 
 import glob
@@ -23,7 +21,6 @@ import json
 import math
 import os
 import re
-import statistics
 
 from pairs import PAIRS, SIDES
 from run import (
@@ -39,6 +36,8 @@ from run import (
     split_run,
     trained_lr,
 )
+
+from fairseq_dense.cli import quickstart
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -71,10 +70,8 @@ def params(log: str):
 def walls(logs) -> dict:
     """``{epoch: wall seconds of training up to the end of that epoch}`` over ``logs`` in order.
 
-    fairseq's cumulative wall (``train_wall`` of an epoch record) starts at 0 in every
-    process, and each process begins with its ``# command`` line in our logs (the sweep
-    run, the continued run, each resume after an interruption): each one continues from
-    where the one before it ended. The part of an epoch cut by an interruption is not
+    fairseq's ``train_wall`` starts at 0 in every process (each begins with its ``# command``
+    line): each continues where the one before ended; an epoch cut by an interruption is not
     counted (it is trained again).
     """
     out, offset, last = {}, 0.0, 0.0
@@ -90,12 +87,8 @@ def walls(logs) -> dict:
 
 
 def trained_on(logs):
-    """Where a run trained, when not on one kind of device: e.g. "GPU, then CPU from epoch 50".
-
-    Each process's ``# command`` line says it: ``--cpu`` in it is the CPU, none the GPU. A run
-    cut by a time limit on a GPU machine and continued on the CPU machine has both; its hours
-    to best and tokens/s then mix the two machines. None when every process ran on one kind.
-    """
+    """Where a run trained when not on one kind of device (e.g. "GPU, then CPU from epoch 50",
+    by ``--cpu`` in each process's ``# command`` line), else None."""
     parts = []  # [device, first epoch it logged]
     for log in logs:
         with open(log) as f:
@@ -112,12 +105,8 @@ def trained_on(logs):
 
 
 def patience_out(valid, patience: int = PATIENCE):
-    """The epoch at which an uninterrupted run's early stopping fires: the ``patience``-th in a
-    row without a better validation loss (``valid``: ``(epoch, loss)`` in order), or None.
-
-    fairseq keeps this count in the process: a resumed run starts it again from its first
-    validation, so it can stop later than this, never earlier.
-    """
+    """The epoch at which an uninterrupted run's early stopping fires (``valid``: ``(epoch, loss)``
+    in order), or None; a resumed run restarts fairseq's count, so it may stop later, never earlier."""
     best, since = None, 0
     for epoch, loss in valid:
         if best is None or loss < best:
@@ -194,10 +183,8 @@ def fmt(value, spec):
 
 
 def stopped(row) -> str:
-    """How the row's converging run ended: early stopping ("yes"; with how many epochs after an
-    uninterrupted run's it fired, where a resume restarted fairseq's count), the epoch cap
-    ("no"), a time limit, or not at all in its committed log: the run was stopped by hand, or
-    its log was copied while it trained ("interrupted")."""
+    """How the row's converging run ended: early stopping ("yes", and how late where a resume
+    restarted fairseq's count), the epoch cap ("no"), a time limit, or not in its log ("interrupted")."""
     if row.get("early_stopped"):
         out = row.get("patience_out")
         return f"yes ({row['epochs'] - out} epochs late: resumed)" if out and row["epochs"] > out else "yes"
@@ -304,26 +291,17 @@ def groups(rows) -> dict:
     return out
 
 
-def mean_sd(values):
-    """The mean and the sample standard deviation (None for one value)."""
-    values = list(values)
-    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else None)
-
-
 def compare(a, b, better: int = 1) -> dict:
-    """The verdict on side ``a``'s values against side ``b``'s (one value per seed each): the
-    difference of the means (a - b), the noise band it must leave (the half-width of its 95%
-    interval under a two-sample Student t with the pooled standard deviation), and "confirmed"
-    (``a`` better beyond it; ``better`` 1: higher is better, -1: lower), "not confirmed" (worse
-    beyond it) or "within noise". With one value on each side there is no spread: no band."""
+    """The verdict on side ``a``'s values against side ``b``'s (one per seed): the difference of the
+    means (a - b), its noise band (the quick-start's pooled standard error times t(0.975, n_a + n_b
+    - 2): the half-width of its 95% interval), and "confirmed" (``a`` better beyond it; ``better``
+    1: higher is better, -1: lower), "not confirmed" or "within noise"."""
     from scipy.stats import t
 
-    (mean_a, _), (mean_b, _) = mean_sd(a), mean_sd(b)
-    diff, dof = mean_a - mean_b, len(a) + len(b) - 2
-    if dof < 1:
+    diff, two_se, _ = quickstart.verdict(a, b, better > 0)
+    if math.isnan(two_se):
         return {"diff": diff, "band": None, "verdict": "one seed each: no spread to judge by"}
-    squares = sum((x - mean_a) ** 2 for x in a) + sum((x - mean_b) ** 2 for x in b)
-    band = t.ppf(0.975, dof) * math.sqrt(squares / dof) * math.sqrt(1 / len(a) + 1 / len(b))
+    band = t.ppf(0.975, len(a) + len(b) - 2) * two_se / 2
     if abs(diff) <= band:
         verdict = "within noise"
     else:
@@ -335,8 +313,8 @@ def spread(runs, key: str, spec: str) -> str:
     """``mean +- sd`` of the runs' ``key`` (the value alone for one run; "-" for none)."""
     if not runs:
         return "-"
-    mean, sd = mean_sd(value(r, key) for r in runs)
-    return format(mean, spec) + ("" if sd is None else f" ± {sd:{spec}}")
+    mean, sd = quickstart.mean_sd([value(r, key) for r in runs])
+    return format(mean, spec) + ("" if math.isnan(sd) else f" ± {sd:{spec}}")
 
 
 def seeds(group) -> str:
@@ -438,15 +416,8 @@ def front_table(rows) -> str:
 
 
 def sides(pair: str):
-    """The pair's run folders: the model, the baseline, then the runs kept beside them, each
-    side's seeds after it.
-
-    ``<side>.<label>`` is one of the pair's variants (``pairs.py``) or an earlier run of a
-    side (e.g. ``baseline.gpu-0.3h``, a run stopped by a time limit and then trained again
-    to convergence on another machine); ``<side>.seedN`` is seed N of a side. Each keeps its
-    row in the table and its curve in the plot (dashed); the README's front table reads the
-    two sides only.
-    """
+    """The pair's run folders: the model, the baseline, then the runs kept beside them (variants of
+    ``pairs.py`` or earlier runs such as ``baseline.gpu-0.3h``), each side's seeds after it."""
     folder = os.path.join(LOGS, pair)
     runs = [s for s in (sorted(os.listdir(folder)) if os.path.isdir(folder) else []) if s.split(".")[0] in SIDES]
     named = {split_run(s)[0] for s in runs}

@@ -18,39 +18,29 @@
     examples/multi30k/gpu_seeds.sh launch              # issue 49's seeds, all at once on one GPU
                                                        #   (RESULTS.md, "Seeds on one GPU")
 
-``--train-hours H`` stops the converging run cleanly (fairseq's ``--stop-time-hours``)
-once the command has trained for H hours, its sweep included (a continued run: H hours
-more than its checkpoint carries); the best checkpoint is then
-evaluated as usual and the table says the run was stopped by time, not by early stopping.
-The side's command run again continues such a run from its last checkpoint (on any
-machine: fairseq's checkpoints load on the CPU) until early stopping, and scores it again.
+``--train-hours H`` stops the converging run cleanly (fairseq's ``--stop-time-hours``) once the
+command has trained for H hours, its sweep included; its best checkpoint is evaluated and the
+table says it was stopped by time. The side's command run again continues it until early stopping.
 
-Every stage is resumable: a finished sweep point or evaluation is kept as a JSON file
-and skipped when the command is run again, and the converging training continues from
-its ``checkpoint_last.pt``. A side trained again (its work folder's training log has
-another best validation loss than the committed scores) is scored again. Data and
-checkpoints go to ``multi30k-work/`` (ignored by git); the logs that the report reads
-are copied to ``examples/multi30k/logs/`` after every stage, so the table regenerates
-from what is committed.
+Every stage is resumable: a finished sweep point or evaluation is kept (JSON) and skipped when the
+command runs again; the converging run continues from its ``checkpoint_last.pt``; a side trained
+again (another best validation loss than its committed scores) is scored again. Data and
+checkpoints go to ``multi30k-work/``; the logs the report reads are copied to
+``examples/multi30k/logs/`` after every stage.
 
-The recipe common to both sides of every pair: Adam (0.9, 0.98), inverse-sqrt
-schedule (warm-up per pair, ``pairs.py``), the peak rate chosen per model by a short
-sweep on validation loss (SWEEP_EPOCHS epochs per rate; the chosen run is continued),
-label smoothing 0.1, clip-norm 1.0, 4096 tokens per batch, seed 1, early stopping after
-PATIENCE epochs without a better validation loss. The best checkpoint is decoded with
-beam 5; the length penalty is chosen on valid.
+The recipe both sides of every pair share: Adam (0.9, 0.98), inverse-sqrt schedule (warm-up per
+pair, ``pairs.py``), the peak rate chosen per model by a short sweep on validation loss
+(SWEEP_EPOCHS epochs per rate; the chosen run is continued), label smoothing 0.1, clip-norm 1.0,
+4096 tokens per batch, early stopping after PATIENCE epochs without a better validation loss;
+beam 5, the length penalty chosen on valid.
 
-Seeds: ``--seed N`` (N > 1) trains the side again with fairseq's ``--seed N`` (its batches,
-dropout and initialisation), from update 0 at the rate seed 1's sweep chose, to early
-stopping, and evaluates it the same way; its work and log folder is ``<side>.seedN`` (seed 1
-keeps ``<side>``). Seed 1's sweep must be complete first (its work folder or its committed
-logs): a seed never sweeps. The report gives each side's mean and standard deviation over
-its seeds and the verdicts computed from them (``report.py``). A finished run (early
-stopping or the epoch cap) keeps its best checkpoint without optimizer state and drops its
-last checkpoint: small, scored again with ``score``, not trained further.
+Seeds: ``--seed N`` (N > 1) trains the side from update 0 with fairseq's ``--seed N`` at the rate
+seed 1's sweep chose (a seed never sweeps), in ``<side>.seedN``. A finished run keeps its best
+checkpoint without optimizer state and drops its last checkpoint.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -66,6 +56,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from pairs import PAIRS, SIDES  # noqa: E402
 
+from fairseq_dense.data.prepare import write_json  # noqa: E402
+
 RAW = os.environ.get("MULTI30K_RAW", os.path.join(ROOT, "..", "shared", "data", "multi30k"))
 WORK = os.environ.get("MULTI30K_WORK", os.path.join(ROOT, "multi30k-work"))
 LOGS = os.path.join(HERE, "logs")
@@ -80,32 +72,9 @@ SWEEP_EPOCHS = 4  # 528 updates: well past the warm-up, so the sweep does not ju
 SEED_SUFFIX = re.compile(r"^(?P<side>.+)\.seed(?P<seed>[0-9]+)$")
 LENPENS = (0.6, 1.0, 1.4)
 COMMON = [
-    "--task",
-    "translation",
-    "-s",
-    SRC,
-    "-t",
-    TGT,
-    "--optimizer",
-    "adam",
-    "--adam-betas",
-    "(0.9, 0.98)",
-    "--clip-norm",
-    "1.0",
-    "--lr-scheduler",
-    "inverse_sqrt",
-    "--warmup-init-lr",
-    "1e-07",
-    "--criterion",
-    "label_smoothed_cross_entropy",
-    "--label-smoothing",
-    "0.1",
-    "--max-tokens",
-    "4096",
-    "--log-format",
-    "json",
-    "--log-interval",
-    "50",
+    *("--task", "translation", "-s", SRC, "-t", TGT, "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)"),
+    *"--clip-norm 1.0 --lr-scheduler inverse_sqrt --warmup-init-lr 1e-07 --criterion".split(),
+    *"label_smoothed_cross_entropy --label-smoothing 0.1 --max-tokens 4096 --log-format json --log-interval 50".split(),
 ]
 
 
@@ -125,48 +94,33 @@ def prepare() -> None:
             link = os.path.join(raw, f"{split}.{lang}")
             if not os.path.islink(link):
                 os.symlink(os.path.abspath(path), link)
-    run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "examples", "translation", "prepare.py"),
-            "--raw",
-            raw,
-            "--src",
-            SRC,
-            "--tgt",
-            TGT,
-            "--dest",
-            os.path.join(WORK, "data"),
-            "--bpe-merges",
-            str(MERGES),
-        ]
-    )
+    from fairseq_dense.data.prepare import DataError
+    from fairseq_dense.data.prepare import prepare as prepare_corpus
+    from fairseq_dense.logging_setup import configure_logging
+
+    configure_logging("%(asctime)s | %(message)s", datefmt="%H:%M:%S")
+    try:
+        prepare_corpus(raw, os.path.join(WORK, "data"), SRC, TGT, MERGES)
+    except DataError as e:
+        sys.exit(f"error: {e}")
 
 
 def run(cmd, log=None, threads=None) -> None:
-    if log is None:
-        print("+", shlex.join(cmd), flush=True)
-        subprocess.run(cmd, check=True, env=_env(threads))
-        return
+    """Run ``cmd`` to its end (see ``start``); raise when it fails."""
     code = start(cmd, log, threads).wait()
     if code:
         raise subprocess.CalledProcessError(code, cmd)
 
 
-def start(cmd, log: str, threads=None) -> subprocess.Popen:
-    """Start ``cmd`` with its output appended to ``log`` (after a ``# command`` line)."""
+def start(cmd, log=None, threads=None) -> subprocess.Popen:
+    """Start ``cmd``, its output appended to ``log`` when given (after a ``# command`` line)."""
     print("+", shlex.join(cmd), flush=True)
-    with open(log, "a") as f:
-        f.write("# " + shlex.join(cmd) + "\n")
-        f.flush()
-        return subprocess.Popen(cmd, env=_env(threads), stdout=f, stderr=subprocess.STDOUT)
-
-
-def _env(threads=None) -> dict:
-    env = dict(os.environ)
-    if threads:
-        env["OMP_NUM_THREADS"] = str(threads)
-    return env
+    env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
+    with open(log, "a") if log else contextlib.nullcontext() as f:
+        if f:
+            f.write("# " + shlex.join(cmd) + "\n")
+            f.flush()
+        return subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT if f else None)
 
 
 def user_dir() -> str:
@@ -189,14 +143,9 @@ def records(log: str, kind: str):
 
 def trained_lr(log: str):
     """The peak rate of the first ``# fairseq-train`` command in ``log`` (None without one)."""
-    if not os.path.isfile(log):
-        return None
-    with open(log) as f:
-        for line in f:
-            m = re.match(r"# .* --lr (\S+)", line)
-            if m:
-                return float(m.group(1))
-    return None
+    with open(log) if os.path.isfile(log) else contextlib.nullcontext(None) as f:
+        m = f and re.search(r"^# .* --lr (\S+)", f.read(), re.M)
+    return float(m.group(1)) if m else None
 
 
 def copy_log(src: str, name: str) -> None:
@@ -245,41 +194,23 @@ def train_args(pair: str, side: str, lr: float):
     """The whole ``fairseq-train`` command of one run of a side (``side`` or ``side.seedN``) at
     peak rate ``lr`` (without stopping options)."""
     return [
-        "fairseq-train",
-        data_bin(),
-        "--user-dir",
-        user_dir(),
-        *COMMON,
-        *("--seed", str(split_run(side)[1])),
+        *("fairseq-train", data_bin(), "--user-dir", user_dir(), *COMMON, "--seed", str(split_run(side)[1])),
         *(["--cpu"] if DEVICE == "cpu" else []),
         *options(pair, side),  # after COMMON: a pair's own options (e.g. its --task) win
-        "--warmup-updates",
-        str(PAIRS[pair]["warmup"]),
-        "--lr",
-        f"{lr:g}",
-        "--save-dir",
-        os.path.join(side_dir(pair, side), f"lr{lr:g}"),
-        "--no-epoch-checkpoints",
+        *("--warmup-updates", str(PAIRS[pair]["warmup"]), "--lr", f"{lr:g}"),
+        *("--save-dir", os.path.join(side_dir(pair, side), f"lr{lr:g}"), "--no-epoch-checkpoints"),
     ]
 
 
 def sweep(pair: str, side: str, threads: int, parallel: bool = False, train: bool = True) -> float:
     """Train SWEEP_EPOCHS epochs at each candidate rate; return the rate with the best valid loss.
 
-    Rates are tried from the smallest up; once a rate does worse than the one before it,
-    the larger ones are not tried (a line search: they would do worse still). With
-    ``parallel`` every rate is trained at once (on a GPU with cores to spare) and the
-    same rule picks among them, so the choice is the one the line search makes.
-
-    Each sweep run keeps its last checkpoint: the chosen one is continued to convergence
-    (the same run as one started with the final stopping options, since neither the
-    schedule nor the batches depend on them). A sweep point whose committed log
-    (``logs/<pair>/<side>/``) is complete is not trained again when the work folder has
-    lost it: if it wins, the converging run starts from update 0 at its rate, with the
-    same seed, schedule and batches.
-
-    With ``train`` false (another seed's run asks for the rate), nothing is trained: a sweep
-    point the choice needs that is not complete ends the command with what to run first.
+    A line search from the smallest rate up (``_choice``); with ``parallel`` every rate trains at
+    once and the same rule picks. Each sweep run keeps its last checkpoint, which the converging
+    run continues (neither schedule nor batches depend on the stopping options). A point whose
+    committed log is complete is not trained again (if it wins, the converging run starts at
+    update 0). With ``train`` false (another seed asks for the rate) nothing is trained: a missing
+    point ends the command with what to run first.
     """
     logs = {}
     for lr in rates(pair, side):
@@ -351,23 +282,16 @@ def last_command(log: str) -> str:
 
 
 def _finished(log: str) -> bool:
-    """Whether the converging run of ``log`` has ended for good: early stopping or the epoch cap.
-
-    A run stopped by ``--train-hours`` has not: its side run again continues it from its last
-    checkpoint (with no time limit, or with the new one). Only the log's last command counts.
-    """
+    """Whether the converging run of ``log`` has ended for good (early stopping or the epoch cap, not
+    ``--train-hours``), by the log's last command."""
     last = last_command(log)
     return "done training" in last and TIME_STOP not in last
 
 
 def converge(pair: str, side: str, lr: float, threads: int, deadline=None) -> None:
-    """Train at the chosen rate until PATIENCE epochs bring no better validation loss.
-
-    With a ``deadline`` (a ``time.time()``), the run also stops cleanly at it: fairseq's
-    ``--stop-time-hours`` counts the training time the checkpoint it continues carries (the
-    sweep run's, or this run's own from earlier processes) plus this process's. The logs
-    cannot give it: their ``train_wall`` restarts in each process and leaves out validation.
-    """
+    """Train at the chosen rate until PATIENCE epochs bring no better validation loss; with a
+    ``deadline`` (``time.time()``) also stop cleanly there (fairseq's ``--stop-time-hours`` counts
+    the training time the continued checkpoint carries, which the logs cannot give)."""
     log = os.path.join(side_dir(pair, side), "train.log")
     logged_lr = trained_lr(log)
     if logged_lr is not None and logged_lr != lr:  # a wider sweep chose another rate: that run's log is set aside
@@ -377,18 +301,14 @@ def converge(pair: str, side: str, lr: float, threads: int, deadline=None) -> No
     os.makedirs(side_dir(pair, side), exist_ok=True)  # another seed's run has no sweep to make it
     with open(os.path.join(side_dir(pair, side), "chosen_lr"), "w") as f:
         f.write(f"{lr:g}\n")
-    stop = []
+    stop = ["--patience", str(PATIENCE), "--max-epoch", str(MAX_EPOCH)]
     if deadline is not None:
         from fairseq_dense.cli.quickstart_steps import checkpoint_state
 
         done = checkpoint_state(os.path.join(side_dir(pair, side), f"lr{lr:g}"))[1]
         hours = (done + max(deadline - time.time(), 60.0)) / 3600
-        stop = ["--stop-time-hours", f"{hours:.4f}"]
-    run(
-        train_args(pair, side, lr) + ["--patience", str(PATIENCE), "--max-epoch", str(MAX_EPOCH), *stop],
-        log=log,
-        threads=threads,
-    )
+        stop += ["--stop-time-hours", f"{hours:.4f}"]
+    run(train_args(pair, side, lr) + stop, log=log, threads=threads)
     copy_log(log, f"{pair}/{side}/train.log")
 
 
@@ -397,11 +317,8 @@ def _sweep_log(pair: str, side: str, lr: float) -> str:
 
 
 def continues_sweep(train_log: str) -> bool:
-    """Whether the converging run of ``train_log`` continued its sweep run's checkpoint.
-
-    It does unless the work folder had lost that checkpoint (a sweep point reused from its
-    committed log): then the run starts at update 0, and its log's first epoch is 1.
-    """
+    """Whether the converging run of ``train_log`` continued its sweep run's checkpoint (else it
+    started at update 0 and its first epoch is 1)."""
     epochs = [int(r["epoch"]) for r in records(train_log, "train")]
     return not epochs or epochs[0] > 1
 
@@ -411,28 +328,10 @@ def generate(pair: str, side: str, lr: float, subset: str, lenpen: float, thread
     (the command, tokenised hypotheses, detokenised hypotheses)."""
     ckpt = os.path.join(side_dir(pair, side), f"lr{lr:g}", "checkpoint_best.pt")
     cmd = [
-        "fairseq-generate",
-        data or data_bin(),
-        "--user-dir",
-        user_dir(),
-        "--path",
-        ckpt,
-        "-s",
-        SRC,
-        "-t",
-        TGT,
+        *("fairseq-generate", data or data_bin(), "--user-dir", user_dir(), "--path", ckpt, "-s", SRC, "-t", TGT),
         *(["--cpu"] if DEVICE == "cpu" else []),
-        "--gen-subset",
-        subset,
-        "--beam",
-        "5",
-        "--lenpen",
-        f"{lenpen:g}",
-        "--batch-size",
-        "64",
-        "--required-batch-size-multiple",
-        "1",
-        "--remove-bpe",
+        *("--gen-subset", subset, "--beam", "5", "--lenpen", f"{lenpen:g}", "--batch-size", "64"),
+        *("--required-batch-size-multiple", "1", "--remove-bpe"),
     ]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     out = subprocess.run(cmd, check=True, env=env, capture_output=True, text=True).stdout
@@ -478,14 +377,8 @@ def best_loss(log: str):
 
 
 def evaluate(pair: str, side: str, lr: float, threads: int) -> dict:
-    """Score the side's best checkpoint (``eval.json``), unless its scores are committed.
-
-    Committed scores are reused only for the run they scored: when the work folder holds a
-    training of the side whose best validation loss is not the one the scores record (the
-    side was trained again), the new checkpoint is scored and the old scores are replaced.
-    Scores that record no loss (written before this check) are reused only where the work
-    folder holds no training to compare them with.
-    """
+    """Score the side's best checkpoint (``eval.json``), unless its committed scores record the
+    best validation loss of the training in the work folder (or there is none to compare with)."""
     out_path = os.path.join(LOGS, pair, side, "eval.json")
     best = best_loss(os.path.join(side_dir(pair, side), "train.log"))  # None: the work folder is gone
     if os.path.isfile(out_path):
@@ -515,20 +408,14 @@ def evaluate(pair: str, side: str, lr: float, threads: int) -> dict:
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
     with open(os.path.join(LOGS, pair, side, "test.hyp.de"), "w", encoding="utf-8") as f:
         f.writelines(h + "\n" for h in detok)
-    with open(out_path + ".tmp", "w") as f:
-        json.dump(result, f, indent=2)
-    os.replace(out_path + ".tmp", out_path)
+    write_json(out_path, result)
     return result
 
 
 def score(pair: str, side: str, src: str, ref: str, name: str, threads: int) -> dict:
-    """Score a side's best checkpoint on another test set of the corpus (raw source and reference).
-
-    The set is Moses-tokenised and split with the prepared BPE codes, binarised with the
-    training dictionaries, and decoded as the side's evaluation decoded test 2016 (its rate's
-    checkpoint, beam 5, the length penalty chosen on valid: ``eval.json``). The scores go to
-    ``logs/<pair>/<side>/score-<name>.json``.
-    """
+    """Score a side's best checkpoint on another test set (raw source and reference), prepared with
+    the corpus's BPE codes and dictionaries and decoded as ``eval.json`` chose (rate, length
+    penalty); written to ``logs/<pair>/<side>/score-<name>.json``."""
     from fairseq_dense.data.prepare import DataError, apply_bpe_file, read_lines, tokenize_file
 
     evaluated = os.path.join(LOGS, pair, side, "eval.json")
@@ -552,25 +439,13 @@ def score(pair: str, side: str, src: str, ref: str, name: str, threads: int) -> 
         tokenize_file(path, tok, lang, False, 1)
         apply_bpe_file(os.path.join(WORK, "data", "bpecodes"), tok, os.path.join(folder, "bpe", f"test.{lang}"))
     shutil.rmtree(os.path.join(folder, "bin"), ignore_errors=True)
-    run(
-        [
-            "fairseq-preprocess",
-            "--source-lang",
-            SRC,
-            "--target-lang",
-            TGT,
-            "--testpref",
-            os.path.join(folder, "bpe", "test"),
-            "--destdir",
-            os.path.join(folder, "bin"),
-            "--srcdict",
-            os.path.join(data_bin(), f"dict.{SRC}.txt"),
-            "--tgtdict",
-            os.path.join(data_bin(), f"dict.{TGT}.txt"),
-            "--workers",
-            "1",
-        ]  # fmt: skip
-    )
+    cmd = [
+        *("fairseq-preprocess", "--source-lang", SRC, "--target-lang", TGT, "--workers", "1"),
+        *("--testpref", os.path.join(folder, "bpe", "test"), "--destdir", os.path.join(folder, "bin")),
+        *("--srcdict", os.path.join(data_bin(), f"dict.{SRC}.txt")),
+        *("--tgtdict", os.path.join(data_bin(), f"dict.{TGT}.txt")),
+    ]
+    run(cmd)
     cmd, tok, detok = generate(pair, side, chosen["lr"], "test", chosen["lenpen"], threads, os.path.join(folder, "bin"))
     result = {
         "pair": pair,
@@ -584,10 +459,7 @@ def score(pair: str, side: str, src: str, ref: str, name: str, threads: int) -> 
         "generate_command": shlex.join(cmd),
         "machine": machine(),
     }
-    out_path = os.path.join(LOGS, pair, side, f"score-{name}.json")
-    with open(out_path + ".tmp", "w") as f:
-        json.dump(result, f, indent=2)
-    os.replace(out_path + ".tmp", out_path)
+    write_json(os.path.join(LOGS, pair, side, f"score-{name}.json"), result)
     return result
 
 
@@ -691,16 +563,9 @@ def progress(pairs) -> None:
 
 def count_params(pair: str, which: str) -> int:
     """Parameters of one side, built in-process exactly as ``fairseq-train`` builds it."""
-    from fairseq import options, tasks
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq_dense import baselines
 
-    import fairseq_dense  # noqa: F401  (registers the plugin's architectures)
-
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [data_bin(), *COMMON, *options(pair, which), "--lr", "1e-3"])
-    cfg = convert_namespace_to_omegaconf(args)
-    task = tasks.setup_task(cfg.task)
-    return sum(p.numel() for p in task.build_model(cfg.model).parameters())
+    return baselines.count_params(baselines.build_in_process(data_bin(), [*COMMON, *options(pair, which)])[0])
 
 
 def pair(name: str, options=()) -> None:
@@ -722,13 +587,8 @@ def main() -> None:
     s = sub.add_parser("side")
     s.add_argument("name", choices=sorted(PAIRS))
     s.add_argument("which", help="model, baseline, or one of the pair's variants (pairs.py)")
-    s.add_argument(
-        "--threads",
-        type=int,
-        default=2,
-        help="torch threads of this side; keep the sum over the runs at once within the cores "
-        "(a 2-thread run beside a 1-thread one on 2 cores ran 12x slower, measured)",
-    )
+    # keep the threads of the runs at once within the cores (2 + 1 threads on 2 cores ran 12x slower)
+    s.add_argument("--threads", type=int, default=2, help="torch threads of this side")
     sc = sub.add_parser("score", help="score a side's best checkpoint on another test set of the corpus")
     sc.add_argument("name", choices=sorted(PAIRS))
     sc.add_argument("which", help="model, baseline, or one of the pair's variants")
@@ -740,12 +600,7 @@ def main() -> None:
         q.add_argument("--parallel-sweep", action="store_true", help="train the sweep's rates at once")
         q.add_argument("--train-hours", type=float, help="stop the converging run after this much training")
     for q in (p, s, sc):
-        q.add_argument(
-            "--seed",
-            type=int,
-            default=1,
-            help="fairseq's --seed of the run (default 1); N > 1: in <side>.seedN, at the rate seed 1's sweep chose",
-        )
+        q.add_argument("--seed", type=int, default=1, help="fairseq's --seed (N > 1: in <side>.seedN, seed 1's rate)")
     sub.add_parser("report")
     pr = sub.add_parser("progress", help="each run's state in the work folder; its logs copied to logs/")
     pr.add_argument("names", nargs="*", choices=sorted(PAIRS))

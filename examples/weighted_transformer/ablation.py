@@ -19,13 +19,14 @@ copied to ``examples/weighted_transformer/ablation-logs/``.
 """
 
 import argparse
-import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+
+from fairseq_dense.cli.plot import parse_log
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -39,45 +40,16 @@ SWEEP_UPDATES, UPDATES, SEEDS = 500, 1500, (1, 2)
 # the quick-start's size: 2+2 layers, d_model 128, d_ff 512, 4 heads, separate embedding
 # tables (2,529,280 parameters for the Transformer); both architectures drop attention
 # probabilities at 0.1, the Weighted Transformer's default (fairseq's transformer: 0)
-SHAPE = [
-    "--encoder-layers",
-    "2",
-    "--decoder-layers",
-    "2",
-    "--encoder-embed-dim",
-    "128",
-    "--decoder-embed-dim",
-    "128",
-    "--encoder-ffn-embed-dim",
-    "512",
-    "--decoder-ffn-embed-dim",
-    "512",
-    "--encoder-attention-heads",
-    "4",
-    "--decoder-attention-heads",
-    "4",
-    "--dropout",
-    "0.1",
-    "--attention-dropout",
-    "0.1",
-    "--activation-dropout",
-    "0.0",
-]
+SHAPE = (
+    "--encoder-layers 2 --decoder-layers 2 --encoder-embed-dim 128 --decoder-embed-dim 128 --encoder-ffn-embed-dim 512 "
+    "--decoder-ffn-embed-dim 512 --encoder-attention-heads 4 --decoder-attention-heads 4 --dropout 0.1 "
+    "--attention-dropout 0.1 --activation-dropout 0.0"
+).split()
 DEEP = ["--encoder-layers", "4", "--decoder-layers", "4"]
-WIDE = [
-    "--encoder-embed-dim",
-    "256",
-    "--decoder-embed-dim",
-    "256",
-    "--encoder-ffn-embed-dim",
-    "1024",
-    "--decoder-ffn-embed-dim",
-    "1024",
-    "--encoder-attention-heads",
-    "8",
-    "--decoder-attention-heads",
-    "8",
-]
+WIDE = (
+    "--encoder-embed-dim 256 --decoder-embed-dim 256 --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 "
+    "--encoder-attention-heads 8 --decoder-attention-heads 8"
+).split()
 # the Weighted Transformer as first built (the rows named wt*): kappa/alpha learned (the
 # paper), branch matrices Xavier for their own shape, residual dropout on the heads; a
 # variant's own options come after these
@@ -146,77 +118,24 @@ def prepare() -> None:
 def command(variant: str, lr: float, seed: int, updates: int, save: str):
     if variant in GROUPED:  # lr_g(u) = scale_g * min(u^-0.5, u W_g^-1.5): peak scale_g / sqrt(W_g)
         scale = lr * 100**0.5
-        sched = [
-            "--lr-scheduler",
-            "grouped",
-            "--group-lr-scale",
-            f"default={scale:g},branch={scale * 2**0.5:g}",
-            "--group-warmup-updates",
-            "default=100,branch=10",
-            "--group-freeze-last",
-            f"branch={updates // 10}",
-        ]
+        sched = ["--lr-scheduler", "grouped", "--group-lr-scale", f"default={scale:g},branch={scale * 2**0.5:g}"]
+        sched += ["--group-warmup-updates", "default=100,branch=10", "--group-freeze-last", f"branch={updates // 10}"]
     else:
-        sched = ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100", "--warmup-init-lr", "1e-4"]
+        sched = "--lr-scheduler inverse_sqrt --warmup-updates 100 --warmup-init-lr 1e-4".split()
     return [
-        "fairseq-train",
-        data_bin(),
-        "--user-dir",
-        os.path.join(ROOT, "user_dir"),
-        *VARIANTS[variant],
-        "--task",
-        "translation_weighted",
-        "-s",
-        "de",
-        "-t",
-        "en",
-        *(["--cpu"] if DEVICE == "cpu" else []),
-        "--optimizer",
-        "adam",
-        "--adam-betas",
-        "(0.9, 0.98)",
-        "--lr",
-        f"{lr:g}",
-        *sched,
-        "--clip-norm",
-        "1.0",
-        "--criterion",
-        "label_smoothed_cross_entropy_with_stats",
-        "--label-smoothing",
-        "0.1",
-        "--max-tokens",
-        "2048",
-        "--max-update",
-        str(updates),
-        "--validate-interval-updates",
-        "500",
-        "--save-interval-updates",
-        "500",
-        "--keep-interval-updates",
-        "1",
-        "--no-epoch-checkpoints",
-        "--seed",
-        str(seed),
-        "--save-dir",
-        save,
-        "--log-format",
-        "json",
-        "--log-interval",
-        "50",
+        *("fairseq-train", data_bin(), "--user-dir", os.path.join(ROOT, "user_dir"), *VARIANTS[variant]),
+        *("--task", "translation_weighted", "-s", "de", "-t", "en", *(["--cpu"] if DEVICE == "cpu" else [])),
+        *("--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", f"{lr:g}", *sched, "--clip-norm", "1.0"),
+        *"--criterion label_smoothed_cross_entropy_with_stats --label-smoothing 0.1 --max-tokens 2048".split(),
+        *("--max-update", str(updates), "--validate-interval-updates", "500", "--save-interval-updates", "500"),
+        *("--keep-interval-updates", "1", "--no-epoch-checkpoints", "--seed", str(seed), "--save-dir", save),
+        *"--log-format json --log-interval 50".split(),
     ]
 
 
 def valid_losses(log: str):
     """``{updates: validation loss}`` from a fairseq json log."""
-    out = {}
-    if os.path.isfile(log):
-        with open(log) as f:
-            for line in f:
-                m = re.search(r"\| valid \| (\{.*\})$", line.rstrip("\n"))
-                if m:
-                    r = json.loads(m.group(1))
-                    out[int(r["valid_num_updates"])] = float(r["valid_loss"])
-    return out
+    return {int(r["num_updates"]): r["loss"] for r in parse_log(log)["valid"]} if os.path.isfile(log) else {}
 
 
 def continue_sweep_run(variant: str, lr: float, seed: int, updates: int, save: str) -> str:
@@ -267,29 +186,20 @@ def bleu(variant: str, lr: float, seed: int) -> float:
     if not os.path.isfile(path):
         ckpt = os.path.join(WORK, variant, f"lr{lr:g}-seed{seed}-{UPDATES}", "checkpoint_last.pt")
         cmd = [
-            "fairseq-generate",
-            data_bin(),
-            "--user-dir",
-            os.path.join(ROOT, "user_dir"),
-            "--path",
-            ckpt,
+            *("fairseq-generate", data_bin(), "--user-dir", os.path.join(ROOT, "user_dir"), "--path", ckpt),
             *(["--cpu"] if DEVICE == "cpu" else []),
-            "--gen-subset",
-            "test",
-            "--beam",
-            "5",
-            "--batch-size",
-            "64",
-            "--required-batch-size-multiple",
-            "1",
-            "--remove-bpe",
+            *"--gen-subset test --beam 5 --batch-size 64 --required-batch-size-multiple 1 --remove-bpe".split(),
         ]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         line = [x for x in out.splitlines() if "BLEU4 =" in x][-1]
         with open(path, "w") as f:
             f.write(line + "\n")
-    with open(path) as f:
-        return float(re.search(r"BLEU4 = ([\d.]+)", f.read()).group(1))
+    return float(bleu_of(path))
+
+
+def bleu_of(path: str) -> str:
+    """The BLEU4 figure of a ``.bleu`` file (fairseq-generate's last line), "-" where there is none."""
+    return re.search(r"BLEU4 = ([\d.]+)", open(path).read()).group(1) if os.path.isfile(path) else "-"
 
 
 def sweep(loss_at) -> dict:
@@ -304,7 +214,7 @@ def sweep(loss_at) -> dict:
         losses[lr] = loss_at(lr)
         if losses[lr] is None:
             return {k: v for k, v in losses.items() if v is not None}
-    while min(losses, key=losses.get) == max(losses) and 2 * max(losses) <= MAX_RATE:
+    while doubling_due(losses):
         lr = 2 * max(losses)
         losses[lr] = loss_at(lr)
         if losses[lr] is None:
@@ -313,11 +223,14 @@ def sweep(loss_at) -> dict:
     return losses
 
 
+def doubling_due(losses: dict) -> bool:
+    """Whether the largest rate tried is the best and twice it is within MAX_RATE."""
+    return min(losses, key=losses.get) == max(losses) and 2 * max(losses) <= MAX_RATE
+
+
 def sweep_finished(losses: dict) -> bool:
     """Whether ``sweep`` has nothing left to try after ``losses`` (every grid rate, no doubling due)."""
-    if not all(lr in losses for lr in RATES):
-        return False
-    return not (min(losses, key=losses.get) == max(losses) and 2 * max(losses) <= MAX_RATE)
+    return all(lr in losses for lr in RATES) and not doubling_due(losses)
 
 
 def sweep_log_loss(variant: str, lr: float):
@@ -364,10 +277,8 @@ def full_runs(variant: str, lr: float) -> str:
         log = os.path.join(LOGS, variant, f"lr{lr:g}-seed{seed}-{UPDATES}.log")
         losses = valid_losses(log)
         curves.append(" / ".join(f"{losses[u]:.3f}" if u in losses else "-" for u in (500, 1000, 1500)))
-        path = log[: -len(".log")] + ".bleu"
-        bleus.append(re.search(r"BLEU4 = ([\d.]+)", open(path).read()).group(1) if os.path.isfile(path) else "-")
-        if os.path.isfile(log):
-            wps += [float(m) for m in re.findall(r'"train_wps": "([\d.]+)"', open(log).read())]
+        bleus.append(bleu_of(log[: -len(".log")] + ".bleu"))
+        wps += [r["wps"] for r in parse_log(log)["train"]] if os.path.isfile(log) else []
     speed = f"{sum(wps) / len(wps):,.0f}" if wps else "-"
     return f"{'; '.join(curves)} | {'; '.join(bleus)} | {speed}"
 

@@ -1,61 +1,22 @@
 """Micro-benchmark: one branched block vs. a Transformer attention + FFN layer pair.
 
 Times forward + backward of :class:`~fairseq_dense.modules.branched_attention.BranchedAttention`
-against an equivalent post-norm Transformer encoder layer (same parameters up to
-2M, same dropout) built from the same torch primitives fairseq uses (fused
-``F.multi_head_attention_forward``-style projections, SDPA, ``nn.Linear`` FFN).
-Runs without fairseq installed (it stubs the few fairseq helpers the block uses),
-so it also runs on a bare GPU machine::
+against an equivalent post-norm Transformer encoder layer (same parameters up to 2M, same
+dropout) built from the torch primitives fairseq uses (fused input projection, SDPA,
+``nn.Linear`` FFN). On the GPU machine fairseq comes from the wheels ``benchmarks/gpu_install.sh``
+installs::
 
     python examples/weighted_transformer/block_benchmark.py --device cuda --dtype bf16
 """
 
 import argparse
-import importlib.util
-import os
-import sys
 import time
-import types
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def load_block():
-    """Import branched_attention.py, with stand-ins for fairseq where it is missing."""
-    try:
-        import fairseq  # noqa: F401
-    except ImportError:
-        fs = types.ModuleType("fairseq")
-        utils = types.ModuleType("fairseq.utils")
-        utils.softmax = lambda x, dim: F.softmax(x.float(), dim=dim)
-        utils.get_activation_fn = lambda name: F.relu
-        inc = types.ModuleType("fairseq.incremental_decoding_utils")
-        inc.with_incremental_state = lambda cls: cls
-        mods = types.ModuleType("fairseq.modules")
-        mods.LayerNorm = nn.LayerNorm
-
-        class FairseqDropout(nn.Dropout):
-            def __init__(self, p, module_name=None):
-                super().__init__(p)
-
-        mods.FairseqDropout = FairseqDropout
-        fs.utils = utils
-        sys.modules.update(
-            {"fairseq": fs, "fairseq.utils": utils, "fairseq.modules": mods, "fairseq.incremental_decoding_utils": inc}
-        )
-    for name in ("fairseq_dense", "fairseq_dense.modules"):
-        sys.modules.setdefault(name, types.ModuleType(name))
-    for name in ("simplex", "branched_attention"):
-        path = os.path.join(ROOT, "fairseq_dense", "modules", name + ".py")
-        spec = importlib.util.spec_from_file_location(f"fairseq_dense.modules.{name}", path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["fairseq_dense.modules.branched_attention"].BranchedAttention
+from fairseq_dense.modules.branched_attention import BranchedAttention
 
 
 class TransformerLayer(nn.Module):
@@ -109,10 +70,9 @@ def main():
     ap.add_argument("--dropout", type=float, default=0.1)
     ap.add_argument("--iters", type=int, default=30)
     a = ap.parse_args()
-    Block = load_block()
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[a.dtype]
     torch.manual_seed(0)
-    wt = Block(a.dim, a.heads, a.heads, a.ffn, dropout=a.dropout).to(a.device, dtype).train()
+    wt = BranchedAttention(a.dim, a.heads, a.heads, a.ffn, dropout=a.dropout).to(a.device, dtype).train()
     tf = TransformerLayer(a.dim, a.heads, a.ffn, a.dropout).to(a.device, dtype).train()
     x = torch.randn(a.len, a.batch, a.dim, device=a.device, dtype=dtype, requires_grad=True)
     n_wt, n_tf = (sum(p.numel() for p in m.parameters()) for m in (wt, tf))
