@@ -86,9 +86,8 @@ class WeightedEncoderLayer(nn.Module):
 class WeightedTransformerEncoder(TransformerEncoderBase):
     """fairseq's :class:`TransformerEncoderBase` whose layers are branched blocks.
 
-    :meth:`build_encoder_layer` differs; embeddings, positions, padding and the
-    ``encoder_out`` dict are fairseq's. :meth:`reorder_encoder_out` is fairseq's,
-    skipped when beam search only moves rows among a sentence's identical copies.
+    Only :meth:`build_encoder_layer` differs; embeddings, positions, padding, the
+    ``encoder_out`` dict and its reordering are fairseq's.
 
     Args:
         cfg: fairseq :class:`~fairseq.models.transformer.TransformerConfig`.
