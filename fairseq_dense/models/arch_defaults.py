@@ -1,17 +1,14 @@
 """Named architectures as tables: one function registers a family's presets.
 
-fairseq builds a model from an ``argparse.Namespace`` as well as from a dataclass config
-(``options.parse_args_and_arch`` then ``task.build_model(args)``: fairseq's own scripts,
-older tooling). On that path the parser holds only the flags given on the command line,
-and the named architecture function must set every other option the model reads. The
-dataclass defaults *are* the base architecture, so a preset sets only what differs and
-takes the rest from there.
-
-A paper preset's docstring carries a ``Paper:`` claim (and ``Project choices:``), checked
-against the built model by tests/test_paper_presets.py; the project's own sizes say
-``Project:`` instead.
+On fairseq's ``argparse.Namespace`` path (``options.parse_args_and_arch`` then
+``task.build_model(args)``) only the flags given are set, so the architecture function must
+set every other option the model reads. The dataclass defaults *are* the base architecture:
+a preset sets what differs and fills the rest from there. A paper preset's docstring carries a
+``Paper:`` claim (and ``Project choices:``) that tests/test_paper_presets.py checks against the
+built model; the project's own sizes say ``Project:``.
 """
 
+import copy
 import dataclasses
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -32,10 +29,8 @@ def set_defaults(cfg, values: Dict[str, Any]) -> None:
     functions on both); values already set are kept, except switches given as :class:`On`.
     """
     for k, v in values.items():
-        current = safe_getattr(cfg, k, None)
-        if v is On or current is None:
-            current = True if v is On else (list(v) if isinstance(v, list) else v)  # a preset's lists stay its own
-        setattr(cfg, k, current)
+        if v is On or safe_getattr(cfg, k, None) is None:
+            setattr(cfg, k, True if v is On else copy.copy(v))  # a copy: a preset's lists stay its own
 
 
 def both_sides(**values) -> Dict[str, Any]:

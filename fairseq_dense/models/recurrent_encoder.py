@@ -9,11 +9,9 @@ from fairseq_dense.modules.encoder_decoder import Encoder, right_to_left_padding
 
 
 class RecurrentEncoder(Encoder):
-    """A source embedding and recurrences that run on right-padded batches.
-
-    fairseq pads sources on the left by default; :meth:`forward` hands :meth:`encode` the
-    batch right-padded and moves its time-major outputs back to the caller's layout, so
-    attention columns match ``src_tokens``.
+    """A source embedding and recurrences that run on right-padded batches (fairseq pads sources on
+    the left by default): :meth:`encode` gets the batch right-padded, and its time-major outputs are
+    moved back to the caller's layout, so attention columns match ``src_tokens``.
 
     Args:
         dictionary: source dictionary.
