@@ -5,23 +5,19 @@ from typing import Iterable, Optional, Tuple
 from fairseq.utils import safe_getattr
 
 
+def sides(*keys: str) -> Tuple[str, ...]:
+    """``encoder_<key>`` for every key, then ``decoder_<key>`` (``sides("layers")``: both layer counts)."""
+    return tuple(f"{side}_{k}" for side in ("encoder", "decoder") for k in keys)
+
+
 def flag(name: str) -> str:
     """The command-line flag of a config field: ``encoder_embed_dim`` -> ``--encoder-embed-dim``."""
     return "--" + name.replace("_", "-")
 
 
 def require_positive(cfg, names: Iterable[str], optional: Iterable[str] = (), when: str = "") -> None:
-    """Every field in ``names`` is a positive integer; every field in ``optional`` is one or unset.
-
-    Args:
-        cfg: the model config (dataclass, ``DictConfig`` or ``Namespace``).
-        names: required positive integer fields.
-        optional: fields that may also be None.
-        when: appended to the message, e.g. ``" with --interface deep_att"``.
-
-    Raises:
-        ValueError: naming the first offending flag.
-    """
+    """Every field in ``names`` is a positive integer, every one in ``optional`` one or unset; else a
+    ``ValueError`` naming the first offending flag (``when`` appended, e.g. ``" with --interface deep_att"``)."""
     for name in names:
         value = safe_getattr(cfg, name)
         if value is None or int(value) <= 0:
@@ -33,11 +29,7 @@ def require_positive(cfg, names: Iterable[str], optional: Iterable[str] = (), wh
 
 
 def require_probability(cfg, names: Iterable[str]) -> None:
-    """Every field in ``names`` (dropout rates) is in ``[0, 1)``.
-
-    Raises:
-        ValueError: naming the first offending flag.
-    """
+    """Every field in ``names`` (dropout rates) is in ``[0, 1)``, else a ``ValueError`` naming the flag."""
     for name in names:
         value = float(safe_getattr(cfg, name, 0.0))
         if not 0.0 <= value < 1.0:
@@ -55,15 +47,11 @@ def embedding_sharing(cfg, task, out_dim: Optional[str]) -> Tuple[bool, bool]:
     Args:
         cfg: the model config; fields it lacks count as False.
         task: gives ``source_dictionary`` and ``target_dictionary``.
-        out_dim: the field holding the softmax input size, or None where it always
-            equals the embedding size.
+        out_dim: the field holding the softmax input size, or None where it always equals the embedding size.
 
     Returns:
-        ``(share_all, tie_output)``: the decoder takes the encoder's embedding table;
-        the softmax weight is the decoder's embedding table.
-
-    Raises:
-        ValueError: one line naming the flags and their values.
+        ``(share_all, tie_output)``: the decoder takes the encoder's embedding table; the softmax weight
+        is the decoder's embedding table. A bad combination raises a one-line ``ValueError``.
     """
     share_all = bool(safe_getattr(cfg, "share_all_embeddings", False))
     tie_output = share_all or bool(safe_getattr(cfg, "share_decoder_input_output_embed", False))

@@ -1,10 +1,4 @@
-"""Configuration of the densely connected stacked LSTM (DenseRNN).
-
-The dataclass defaults are the paper's stacked-LSTM baseline for machine
-translation (4+4 layers, hidden 1024, embeddings 512, no dense connections);
-named architectures in :mod:`.model` turn on ``--dense-connections`` and
-``--dense-attention`` for the DenseRNN variants.
-"""
+"""Configuration of DenseRNN; the defaults are the paper's stacked-LSTM baseline (``dense_lstm_baseline_4l``)."""
 
 from dataclasses import dataclass, field
 from typing import Optional

@@ -1,17 +1,18 @@
 """Dense (or plain) stacked bidirectional LSTM encoder of DenseRNN."""
 
-from typing import Dict, List
+from functools import partial
+from typing import Dict
 
 import torch
 import torch.nn as nn
 from fairseq.modules import FairseqDropout
 from torch import Tensor
 
+from fairseq_dense.models.recurrent_encoder import RecurrentEncoder
 from fairseq_dense.modules.dense_lstm_layer import DenseLSTMEncoderLayer
-from fairseq_dense.modules.encoder_decoder import Encoder, right_to_left_padding, to_right_padding
 
 
-class DenseLSTMEncoder(Encoder):
+class DenseLSTMEncoder(RecurrentEncoder):
     """Stacked LSTM encoder with optional dense connections (DenseRNN, Eq. 6).
 
     Densely Connected Recurrent Neural Network for Sequence-to-Sequence Learning
@@ -43,14 +44,9 @@ class DenseLSTMEncoder(Encoder):
         dropout: float = 0.0,
         max_positions: int = 1024,
     ):
-        super().__init__(dictionary)
-        self.padding_idx = dictionary.pad()
+        super().__init__(dictionary, embed_dim, max_positions, partial(nn.init.uniform_, a=-0.1, b=0.1))
         self.hidden_size = hidden_size
         self.num_layers = num_layers
-        self.max_source_positions = max_positions
-        self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=self.padding_idx)
-        nn.init.uniform_(self.embed_tokens.weight, -0.1, 0.1)
-        nn.init.zeros_(self.embed_tokens.weight[self.padding_idx])
         self.dropout = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.layers = nn.ModuleList(
             DenseLSTMEncoderLayer(
@@ -65,23 +61,9 @@ class DenseLSTMEncoder(Encoder):
         # sizes of the encoder layers h^1..h^{L_e}, as the decoder's attention sees them
         self.layer_dims = [hidden_size] * num_layers
 
-    def forward(self, src_tokens: Tensor, src_lengths: Tensor, **unused) -> Dict[str, List[Tensor]]:
-        """Encode a batch.
-
-        Args:
-            src_tokens: ``(batch, src_len)``, left- or right-padded.
-            src_lengths: ``(batch,)``.
-
-        Returns:
-            dict with
-              * ``encoder_out``: ``[(src_len, batch, hidden)]`` top layer ``h^{L_e}``;
-              * ``encoder_layers``: ``[(src_len, batch, L_e * hidden)]`` all layers
-                ``[h^1; ...; h^{L_e}]`` (= ``o^{L_e}`` without the embedding);
-              * ``encoder_padding_mask``: ``[(batch, src_len)]``, True at padding;
-              * ``src_lengths``: ``[(batch,)]``.
-        """
-        padding_mask = src_tokens.eq(self.padding_idx)
-        src_tokens, left_padded = to_right_padding(src_tokens, self.padding_idx)  # the layers want it
+    def encode(self, src_tokens: Tensor, src_lengths: Tensor) -> Dict[str, Tensor]:
+        """``encoder_out``: ``(src_len, batch, hidden)`` top layer ``h^{L_e}``; ``encoder_layers``:
+        ``(src_len, batch, L_e * hidden)`` all layers ``[h^1; ...; h^{L_e}]`` (``o^{L_e}`` without the embedding)."""
         pad_tbc = src_tokens.eq(self.padding_idx).t().unsqueeze(-1)  # T x B x 1
         x = self.dropout(self.embed_tokens(src_tokens)).transpose(0, 1)  # B x T x C -> T x B x C
         x = x.masked_fill(pad_tbc, 0.0)
@@ -95,11 +77,4 @@ class DenseLSTMEncoder(Encoder):
                 dense_input = torch.cat([dense_input, h], dim=-1)
             x = h
         all_layers = torch.cat(outputs, dim=-1)  # T x B x (L_e * hidden)
-        if left_padded:  # back to the caller's layout, so attention columns match src_tokens
-            all_layers = right_to_left_padding(all_layers, src_lengths)
-        return {
-            "encoder_out": [all_layers[..., -self.hidden_size :]],
-            "encoder_layers": [all_layers],
-            "encoder_padding_mask": [padding_mask],
-            "src_lengths": [src_lengths],
-        }
+        return {"encoder_out": all_layers[..., -self.hidden_size :], "encoder_layers": all_layers}

@@ -111,12 +111,6 @@ class DenseNMTEncoder(Encoder):
             self.fc2 = None
             self.output_dims = since
 
-    def _embed(self, src_tokens: Tensor) -> Tensor:
-        x = self.embed_tokens(src_tokens)
-        if self.embed_factor is not None:
-            x = self.embed_factor(x)
-        return x + self.embed_positions(src_tokens)  # B x T x C
-
     def forward(self, src_tokens: Tensor, src_lengths: Tensor, **unused) -> Dict[str, List[Tensor]]:
         """Encode a batch.
 
@@ -135,8 +129,10 @@ class DenseNMTEncoder(Encoder):
         padding_mask = src_tokens.eq(self.padding_idx)  # B x T
         bsz, t = src_tokens.shape
         keep = (~padding_mask).t().unsqueeze(0).type_as(self.embed_positions.weight)  # 1 x T x B
-        x0 = self._embed(src_tokens)
-        x0 = self.dropout_module(x0)
+        x0 = self.embed_tokens(src_tokens)
+        if self.embed_factor is not None:
+            x0 = self.embed_factor(x0)
+        x0 = self.dropout_module(x0 + self.embed_positions(src_tokens))  # B x T x C
         x0 = x0.permute(2, 1, 0) * keep  # B x T x C -> C x T x B
         plen = self.pad_left
         if self.dense:

@@ -1,11 +1,12 @@
 """DenseNMT encoder-decoder: model registration and named architectures."""
 
+from functools import partial
 from typing import List, Optional
 
-from fairseq.models import FairseqEncoderDecoderModel, register_model, register_model_architecture
+from fairseq.models import FairseqEncoderDecoderModel, register_model
 from fairseq.utils import safe_getattr
 
-from fairseq_dense.models.arch_defaults import fill_defaults
+from fairseq_dense.models.arch_defaults import both_sides, fill_defaults, register_presets
 from fairseq_dense.models.densenmt.config import DenseNMTConfig
 from fairseq_dense.models.densenmt.decoder import DenseNMTDecoder
 from fairseq_dense.models.densenmt.encoder import DenseNMTEncoder
@@ -38,11 +39,7 @@ class DenseNMTModel(FairseqEncoderDecoderModel):
 
     @classmethod
     def build_model(cls, cfg: DenseNMTConfig, task):
-        """Build the model, validating option combinations.
-
-        Raises:
-            ValueError: naming the offending flags.
-        """
+        """Build the model; a bad option combination raises ``ValueError`` naming the flags."""
         require_positive(cfg, ("encoder_layers", "decoder_layers"))
         enc_hidden = _layer_spec(cfg, "encoder", "hidden_size")
         dec_hidden = _layer_spec(cfg, "decoder", "hidden_size")
@@ -109,241 +106,156 @@ class DenseNMTModel(FairseqEncoderDecoderModel):
         return cls(encoder, decoder)
 
 
-# ---------------------------------------------------------------- named architectures
-
-
-def _set(cfg, **values):
-    for k, v in values.items():
-        setattr(cfg, k, safe_getattr(cfg, k, v))
-
-
-def _fill_defaults(cfg):
-    """Every remaining field from the dataclass defaults (DenseNMT-4L-2)."""
-    fill_defaults(cfg, DenseNMTConfig)
-
-
-def _four_layer(cfg, enc, dec, att, enc_hidden, dec_hidden, attention_dim):
-    _set(
-        cfg,
+def _four_layer(enc: str, dec: str, attention: str, enc_hidden: int, dec_hidden: int, attention_dim: int):
+    return dict(
         encoder_connections=enc,
         decoder_connections=dec,
-        attention=att,
+        attention=attention,
         encoder_hidden_size=enc_hidden,
         decoder_hidden_size=dec_hidden,
         attention_dim=attention_dim,
-        encoder_layers=4,
-        decoder_layers=4,
-        encoder_embed_dim=256,
-        decoder_embed_dim=256,
+        **both_sides(layers=4, embed_dim=256, kernel_size=3),
         decoder_out_embed_dim=256,
-        encoder_kernel_size=3,
-        decoder_kernel_size=3,
     )
-    _fill_defaults(cfg)
 
 
-@register_model_architecture("densenmt", "densenmt_base_4l")
-def densenmt_base_4l(cfg):
-    """BASE-4L, the ConvS2S baseline of Tables 1-2 (IWSLT14 De-En, Tr-En).
-
-    Paper: Shen et al. 2018, Sec. 4.2 and Table 1, BASE-4L: layers=4+4, embed=256, hidden=256,
-    encoder=residual, decoder=residual, attention=multistep
-
-    Project choices: kernel=3, attention_dim=256, sumlen=none, dropout=0.2
-    """
-    _four_layer(cfg, "residual", "residual", "multistep", 256, 256, 256)
-
-
-@register_model_architecture("densenmt", "densenmt_enc_4l")
-def densenmt_enc_4l(cfg):
-    """DenseENC-4L of Table 2 (ablation): BASE-4L with a dense encoder.
-
-    Paper: Shen et al. 2018, Sec. 4.2 and Table 2, DenseENC-4L: layers=4+4, embed=256,
-    encoder_hidden=128, encoder=dense, decoder=residual, attention=multistep, sumlen=none
-
-    Project choices: decoder_hidden=256, kernel=3, attention_dim=256, dropout=0.2 (the paper gives
-    "hidden size 128" for the dense side only; the residual decoder keeps BASE-4L's 256)
-    """
-    _four_layer(cfg, "dense", "residual", "multistep", 128, 256, 256)
-
-
-@register_model_architecture("densenmt", "densenmt_dec_4l")
-def densenmt_dec_4l(cfg):
-    """DenseDEC-4L of Table 2 (ablation): BASE-4L with a dense decoder.
-
-    Paper: Shen et al. 2018, Sec. 4.2 and Table 2, DenseDEC-4L: layers=4+4, embed=256,
-    decoder_hidden=128, encoder=residual, decoder=dense, attention=multistep, sumlen=none
-
-    Project choices: encoder_hidden=256, kernel=3, attention_dim=128, dropout=0.2 (the paper gives
-    "hidden size 128" for the dense side only; the residual encoder keeps BASE-4L's 256)
-    """
-    _four_layer(cfg, "residual", "dense", "multistep", 256, 128, 128)
-
-
-@register_model_architecture("densenmt", "densenmt_att_4l")
-def densenmt_att_4l(cfg):
-    """DenseAtt-4L of Table 2 (ablation): BASE-4L with DenseAtt-2.
-
-    Paper: Shen et al. 2018, Sec. 4.2 and Table 2, DenseAtt-4L: layers=4+4, embed=256, hidden=256,
-    encoder=residual, decoder=residual, attention=dense2, sumlen=none
-
-    Project choices: kernel=3, attention_dim=256, dropout=0.2
-    """
-    _four_layer(cfg, "residual", "residual", "dense2", 256, 256, 256)
-
-
-@register_model_architecture("densenmt", "densenmt_4l_1")
-def densenmt_4l_1(cfg):
-    """DenseNMT-4L-1 of Tables 1-2.
-
-    Paper: Shen et al. 2018, Sec. 4.2 and Tables 1-2, DenseNMT-4L-1: layers=4+4, embed=256, hidden=128,
-    encoder=dense, decoder=dense, attention=dense1, sumlen=none
-
-    Project choices: kernel=3, attention_dim=128, dropout=0.2
-    """
-    _four_layer(cfg, "dense", "dense", "dense1", 128, 128, 128)
-
-
-@register_model_architecture("densenmt", "densenmt_4l_2")
-def densenmt_4l_2(cfg):
-    """DenseNMT-4L-2 of Tables 1-2 (the dataclass defaults).
-
-    Paper: Shen et al. 2018, Sec. 4.2 and Tables 1-2, DenseNMT-4L-2: layers=4+4, embed=256, hidden=128,
-    encoder=dense, decoder=dense, attention=dense2, sumlen=none
-
-    Project choices: kernel=3, attention_dim=128, dropout=0.2
-    """
-    _four_layer(cfg, "dense", "dense", "dense2", 128, 128, 128)
-
-
-def _eight_layer(cfg, enc, att, hidden, sumlen):
-    _set(
-        cfg,
-        encoder_connections=enc,
-        decoder_connections=enc,
-        attention=att,
-        encoder_hidden_size=hidden,
-        decoder_hidden_size=hidden,
-        attention_dim=hidden if enc == "dense" else 256,
+def _eight_layer(connections: str, attention: str, hidden: int, sumlen: Optional[int]):
+    return dict(
+        **both_sides(connections=connections, hidden_size=hidden, layers=8, embed_dim=256),
+        attention=attention,
+        attention_dim=hidden if connections == "dense" else 256,
         sumlen=sumlen,
-        encoder_layers=8,
-        decoder_layers=8,
-        encoder_embed_dim=256,
-        decoder_embed_dim=256,
         decoder_out_embed_dim=256,
     )
-    _fill_defaults(cfg)
 
 
-@register_model_architecture("densenmt", "densenmt_base_8l")
-def densenmt_base_8l(cfg):
-    """BASE-8L of Table 1: the 8-layer ConvS2S baseline.
+_SUMLEN_8L = (
+    'sumlen=5, kernel=3, attention_dim=96, dropout=0.2 (the paper sets sumlen "5 or 6" without saying which for 8L; '
+    "5 puts one summary layer after the first 4 layers)"
+)
 
-    Paper: Shen et al. 2018, Sec. 4.2 and Table 1, BASE-8L: layers=8+8, embed=256, hidden=192,
-    encoder=residual, decoder=residual, attention=multistep
+register_presets(
+    "densenmt",
+    {
+        "densenmt_base_4l": (
+            """BASE-4L, the ConvS2S baseline of Tables 1-2 (IWSLT14 De-En, Tr-En).
 
-    Project choices: kernel=3, attention_dim=256, sumlen=none, dropout=0.2
-    """
-    _eight_layer(cfg, "residual", "multistep", 192, None)
+            Paper: Shen et al. 2018, Sec. 4.2 and Table 1, BASE-4L: layers=4+4, embed=256, hidden=256,
+            encoder=residual, decoder=residual, attention=multistep
 
+            Project choices: kernel=3, attention_dim=256, sumlen=none, dropout=0.2""",
+            _four_layer("residual", "residual", "multistep", 256, 256, 256),
+        ),
+        "densenmt_enc_4l": (
+            """DenseENC-4L of Table 2 (ablation): BASE-4L with a dense encoder.
 
-@register_model_architecture("densenmt", "densenmt_8l_1")
-def densenmt_8l_1(cfg):
-    """DenseNMT-8L-1 of Tables 1 and 4.
+            Paper: Shen et al. 2018, Sec. 4.2 and Table 2, DenseENC-4L: layers=4+4, embed=256,
+            encoder_hidden=128, encoder=dense, decoder=residual, attention=multistep, sumlen=none
 
-    Paper: Shen et al. 2018, Sec. 4.2 and Table 1, DenseNMT-8L-1: layers=8+8, embed=256, hidden=96,
-    encoder=dense, decoder=dense, attention=dense1
+            Project choices: decoder_hidden=256, kernel=3, attention_dim=256, dropout=0.2 (the paper gives
+            "hidden size 128" for the dense side only; the residual decoder keeps BASE-4L's 256)""",
+            _four_layer("dense", "residual", "multistep", 128, 256, 256),
+        ),
+        "densenmt_dec_4l": (
+            """DenseDEC-4L of Table 2 (ablation): BASE-4L with a dense decoder.
 
-    Project choices: sumlen=5, kernel=3, attention_dim=96, dropout=0.2 (the paper sets sumlen "5 or
-    6" without saying which for 8L; 5 puts one summary layer after the first 4 layers)
-    """
-    _eight_layer(cfg, "dense", "dense1", 96, 5)
+            Paper: Shen et al. 2018, Sec. 4.2 and Table 2, DenseDEC-4L: layers=4+4, embed=256,
+            decoder_hidden=128, encoder=residual, decoder=dense, attention=multistep, sumlen=none
 
+            Project choices: encoder_hidden=256, kernel=3, attention_dim=128, dropout=0.2 (the paper gives
+            "hidden size 128" for the dense side only; the residual encoder keeps BASE-4L's 256)""",
+            _four_layer("residual", "dense", "multistep", 256, 128, 128),
+        ),
+        "densenmt_att_4l": (
+            """DenseAtt-4L of Table 2 (ablation): BASE-4L with DenseAtt-2.
 
-@register_model_architecture("densenmt", "densenmt_8l_2")
-def densenmt_8l_2(cfg):
-    """DenseNMT-8L-2 of Tables 1, 3 and 4.
+            Paper: Shen et al. 2018, Sec. 4.2 and Table 2, DenseAtt-4L: layers=4+4, embed=256, hidden=256,
+            encoder=residual, decoder=residual, attention=dense2, sumlen=none
 
-    Paper: Shen et al. 2018, Sec. 4.2 and Table 1, DenseNMT-8L-2: layers=8+8, embed=256, hidden=96,
-    encoder=dense, decoder=dense, attention=dense2
+            Project choices: kernel=3, attention_dim=256, dropout=0.2""",
+            _four_layer("residual", "residual", "dense2", 256, 256, 256),
+        ),
+        **{
+            f"densenmt_4l_{k}": (
+                f"""DenseNMT-4L-{k} of Tables 1-2{" (the dataclass defaults)" if k == 2 else ""}.
 
-    Project choices: sumlen=5, kernel=3, attention_dim=96, dropout=0.2 (the paper sets sumlen "5 or
-    6" without saying which for 8L; 5 puts one summary layer after the first 4 layers)
-    """
-    _eight_layer(cfg, "dense", "dense2", 96, 5)
+                Paper: Shen et al. 2018, Sec. 4.2 and Tables 1-2, DenseNMT-4L-{k}: layers=4+4, embed=256,
+                hidden=128, encoder=dense, decoder=dense, attention=dense{k}, sumlen=none
 
+                Project choices: kernel=3, attention_dim=128, dropout=0.2""",
+                _four_layer("dense", "dense", f"dense{k}", 128, 128, 128),
+            )
+            for k in (1, 2)
+        },
+        "densenmt_base_8l": (
+            """BASE-8L of Table 1: the 8-layer ConvS2S baseline.
 
-@register_model_architecture("densenmt", "densenmt_wmt_en_de_15")
-def densenmt_wmt_en_de_15(cfg):
-    """DenseNMT-En-De-15 of Table 5: the WMT'14 En-De ConvS2S of Gehring et al. 2017 (15+15
-    layers: 9 x 512 kernel 3, 4 x 1024 kernel 3, 2 x 2048 kernel 1; embed 768, output 512) with 1/4
-    of its hidden sizes and the same kernels.
+            Paper: Shen et al. 2018, Sec. 4.2 and Table 1, BASE-8L: layers=8+8, embed=256, hidden=192,
+            encoder=residual, decoder=residual, attention=multistep
 
-    Paper: Shen et al. 2018, Sec. 4.2 and Table 5, DenseNMT-En-De-15: layers=15+15, embed=768,
-    out_embed=512, hidden=9x128+4x256+2x512, kernel=13x3+2x1, encoder=dense, decoder=dense,
-    attention=dense2, sumlen=6
+            Project choices: kernel=3, attention_dim=256, sumlen=none, dropout=0.2""",
+            _eight_layer("residual", "multistep", 192, None),
+        ),
+        "densenmt_8l_1": (
+            f"""DenseNMT-8L-1 of Tables 1 and 4.
 
-    Project choices: attention_dim=128, dropout=0.1
-    """
-    hidden = [128] * 9 + [256] * 4 + [512] * 2
-    kernels = [3] * 13 + [1] * 2
-    _set(
-        cfg,
-        encoder_connections="dense",
-        decoder_connections="dense",
-        attention="dense2",
-        sumlen=6,
-        encoder_layers=15,
-        decoder_layers=15,
-        encoder_hidden_sizes=hidden,
-        decoder_hidden_sizes=hidden,
-        encoder_kernel_sizes=kernels,
-        decoder_kernel_sizes=kernels,
-        encoder_embed_dim=768,
-        decoder_embed_dim=768,
-        decoder_out_embed_dim=512,
-        attention_dim=128,
-        dropout=0.1,
-    )
-    _fill_defaults(cfg)
+            Paper: Shen et al. 2018, Sec. 4.2 and Table 1, DenseNMT-8L-1: layers=8+8, embed=256, hidden=96,
+            encoder=dense, decoder=dense, attention=dense1
 
+            Project choices: {_SUMLEN_8L}""",
+            _eight_layer("dense", "dense1", 96, 5),
+        ),
+        "densenmt_8l_2": (
+            f"""DenseNMT-8L-2 of Tables 1, 3 and 4.
 
-@register_model_architecture("densenmt", "densenmt_small")
-def densenmt_small(cfg):
-    """CPU-sized (the quick-start's DenseNMT): DenseNMT-4L-2 at half width, embed 128, growth
-    64, DenseAtt-2 dim 64; 2.9M parameters with the quick-start's Tatoeba vocabularies (4000
-    BPE merges).
+            Paper: Shen et al. 2018, Sec. 4.2 and Table 1, DenseNMT-8L-2: layers=8+8, embed=256, hidden=96,
+            encoder=dense, decoder=dense, attention=dense2
 
-    Project: CPU size, not a paper configuration.
-    """
-    _set(
-        cfg,
-        encoder_embed_dim=128,
-        decoder_embed_dim=128,
-        decoder_out_embed_dim=128,
-        encoder_hidden_size=64,
-        decoder_hidden_size=64,
-        attention_dim=64,
-    )
-    _fill_defaults(cfg)
+            Project choices: {_SUMLEN_8L}""",
+            _eight_layer("dense", "dense2", 96, 5),
+        ),
+        "densenmt_wmt_en_de_15": (
+            """DenseNMT-En-De-15 of Table 5: the WMT'14 En-De ConvS2S of Gehring et al. 2017 (15+15
+            layers: 9 x 512 kernel 3, 4 x 1024 kernel 3, 2 x 2048 kernel 1; embed 768, output 512) with 1/4
+            of its hidden sizes and the same kernels.
 
+            Paper: Shen et al. 2018, Sec. 4.2 and Table 5, DenseNMT-En-De-15: layers=15+15, embed=768,
+            out_embed=512, hidden=9x128+4x256+2x512, kernel=13x3+2x1, encoder=dense, decoder=dense,
+            attention=dense2, sumlen=6
 
-@register_model_architecture("densenmt", "densenmt_tiny")
-def densenmt_tiny(cfg):
-    """Tiny sizes for tests: 2+2 dense layers, embed 32, growth 16, DenseAtt-2.
+            Project choices: attention_dim=128, dropout=0.1""",
+            dict(
+                **both_sides(connections="dense"),
+                attention="dense2",
+                sumlen=6,
+                **both_sides(
+                    layers=15, hidden_sizes=[128] * 9 + [256] * 4 + [512] * 2, kernel_sizes=[3] * 13 + [1] * 2
+                ),
+                **both_sides(embed_dim=768),
+                decoder_out_embed_dim=512,
+                attention_dim=128,
+                dropout=0.1,
+            ),
+        ),
+        "densenmt_small": (
+            """CPU-sized (the quick-start's DenseNMT): DenseNMT-4L-2 at half width, embed 128, growth
+            64, DenseAtt-2 dim 64; 2.9M parameters with the quick-start's Tatoeba vocabularies (4000
+            BPE merges).
 
-    Project: test size, not a paper configuration.
-    """
-    _set(
-        cfg,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_embed_dim=32,
-        decoder_embed_dim=32,
-        decoder_out_embed_dim=32,
-        encoder_hidden_size=16,
-        decoder_hidden_size=16,
-        attention_dim=16,
-        dropout=0.1,
-    )
-    _fill_defaults(cfg)
+            Project: CPU size, not a paper configuration.""",
+            dict(**both_sides(embed_dim=128, hidden_size=64), decoder_out_embed_dim=128, attention_dim=64),
+        ),
+        "densenmt_tiny": (
+            """Tiny sizes for tests: 2+2 dense layers, embed 32, growth 16, DenseAtt-2.
+
+            Project: test size, not a paper configuration.""",
+            dict(
+                **both_sides(layers=2, embed_dim=32, hidden_size=16),
+                decoder_out_embed_dim=32,
+                attention_dim=16,
+                dropout=0.1,
+            ),
+        ),
+    },
+    partial(fill_defaults, config_class=DenseNMTConfig),
+)

@@ -1,9 +1,4 @@
-"""Configuration of Deep-Att / Deep-ED (Zhou et al. 2016).
-
-The dataclass defaults are the paper's deepest Deep-Att model (``deep_att``):
-n_e = 9 encoder layers in two interleaved columns, n_d = 7 decoder layers,
-embeddings 256, LSTM 512, dropout 0.1.
-"""
+"""Configuration of Deep-Att / Deep-ED (Zhou et al. 2016); the defaults are its deepest Deep-Att (``deep_att``)."""
 
 from dataclasses import dataclass, field
 from typing import Optional

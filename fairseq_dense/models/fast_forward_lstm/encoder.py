@@ -1,16 +1,16 @@
 """Interleaved bidirectional two-column encoder of Deep-Att / Deep-ED."""
 
-from typing import Dict, List
+from typing import Dict
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
-from fairseq_dense.modules.encoder_decoder import Encoder, right_to_left_padding, to_right_padding
+from fairseq_dense.models.recurrent_encoder import RecurrentEncoder
 from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTM
 
 
-class FastForwardLSTMEncoder(Encoder):
+class FastForwardLSTMEncoder(RecurrentEncoder):
     """Encoder of Zhou et al. (2016), https://arxiv.org/abs/1606.04199, Sec. 3.2.
 
     One or two columns of :class:`FastForwardLSTM` with no links between them;
@@ -54,14 +54,9 @@ class FastForwardLSTMEncoder(Encoder):
         init_std: float = 0.07,
         max_positions: int = 1024,
     ):
-        super().__init__(dictionary)
-        self.padding_idx = dictionary.pad()
+        super().__init__(dictionary, embed_dim, max_positions, lambda w: nn.init.normal_(w, 0.0, init_std))
         self.interface = interface
         self.fast_forward = fast_forward
-        self.max_source_positions = max_positions
-        self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=self.padding_idx)
-        nn.init.normal_(self.embed_tokens.weight, 0.0, init_std)
-        nn.init.zeros_(self.embed_tokens.weight[self.padding_idx])
         self.columns = nn.ModuleList(
             FastForwardLSTM(
                 embed_dim,
@@ -85,39 +80,17 @@ class FastForwardLSTMEncoder(Encoder):
             self.fc = None
             self.output_dim = num_columns * per_column
 
-    def forward(self, src_tokens: Tensor, src_lengths: Tensor, **unused) -> Dict[str, List[Tensor]]:
-        """Encode a batch.
-
-        Args:
-            src_tokens: ``(batch, src_len)``, left- or right-padded.
-            src_lengths: ``(batch,)``.
-
-        Returns:
-            dict with
-              * ``encoder_out``: ``deep_att``: ``[(src_len, batch, fc_dim)]`` keys/values
-                aligned with ``src_tokens``; ``deep_ed``: ``[(batch, output_dim)]``;
-              * ``encoder_padding_mask``: ``[(batch, src_len)]``, True at padding;
-              * ``src_lengths``: ``[(batch,)]``.
-        """
-        padding_mask = src_tokens.eq(self.padding_idx)
-        src_tokens, left_padded = to_right_padding(src_tokens, self.padding_idx)  # the columns want it
+    def encode(self, src_tokens: Tensor, src_lengths: Tensor) -> Dict[str, Tensor]:
+        """``encoder_out``: ``deep_att``: ``(src_len, batch, fc_dim)`` keys/values; ``deep_ed``:
+        ``(batch, output_dim)``."""
         lengths = src_lengths.to(src_tokens.device)
         x = self.embed_tokens(src_tokens).transpose(0, 1)  # B x T x C -> T x B x C
         # per column (f, h): T x B x 4H (T x B x 0 without FF), T x B x H
         outs = [column(x, lengths, last_f=self.fast_forward)[:2] for column in self.columns]
-        if self.interface == "deep_att":
-            parts = [torch.cat([f, h], dim=-1) if self.fast_forward else h for f, h in outs]
-            e = self.fc(torch.cat(parts, dim=-1))  # T x B x fc_dim
-            if left_padded:  # back to the caller's layout, so attention columns match src_tokens
-                e = right_to_left_padding(e, lengths)
-            encoder_out = e
-        else:
-            encoder_out = self._fixed_vector(outs, lengths)
-        return {
-            "encoder_out": [encoder_out],
-            "encoder_padding_mask": [padding_mask],
-            "src_lengths": [src_lengths],
-        }
+        if self.interface == "deep_ed":
+            return {"encoder_out": self._fixed_vector(outs, lengths)}
+        parts = [torch.cat([f, h], dim=-1) if self.fast_forward else h for f, h in outs]
+        return {"encoder_out": self.fc(torch.cat(parts, dim=-1))}  # T x B x fc_dim
 
     def _fixed_vector(self, outs, lengths: Tensor) -> Tensor:
         """Deep-ED: ``[h^1_last; max_t h^2; f^1_last; max_t f^2]`` (``(B, output_dim)``)."""

@@ -1,15 +1,16 @@
 """Deep-Att / Deep-ED: model registration and named architectures."""
 
+from functools import partial
 from typing import Dict
 
-from fairseq.models import FairseqEncoderDecoderModel, register_model, register_model_architecture
+from fairseq.models import FairseqEncoderDecoderModel, register_model
 from fairseq.utils import safe_getattr
 
-from fairseq_dense.models.arch_defaults import fill_defaults
+from fairseq_dense.models.arch_defaults import both_sides, fill_defaults, register_presets
 from fairseq_dense.models.fast_forward_lstm.config import FastForwardLSTMConfig
 from fairseq_dense.models.fast_forward_lstm.decoder import FastForwardLSTMDecoder
 from fairseq_dense.models.fast_forward_lstm.encoder import FastForwardLSTMEncoder
-from fairseq_dense.models.option_checks import embedding_sharing, require_positive, require_probability
+from fairseq_dense.models.option_checks import embedding_sharing, require_positive, require_probability, sides
 from fairseq_dense.modules.fast_forward_lstm import RECURRENT
 
 
@@ -31,23 +32,8 @@ class FastForwardLSTMModel(FairseqEncoderDecoderModel):
 
     @classmethod
     def build_model(cls, cfg: FastForwardLSTMConfig, task):
-        """Build the model, validating option combinations.
-
-        Raises:
-            ValueError: naming the offending flags.
-        """
-        require_positive(
-            cfg,
-            (
-                "encoder_embed_dim",
-                "encoder_hidden_size",
-                "encoder_layers",
-                "decoder_embed_dim",
-                "decoder_hidden_size",
-                "decoder_layers",
-            ),
-            optional=("decoder_out_embed_dim",),
-        )
+        """Build the model; a bad option combination raises ``ValueError`` naming the flags."""
+        require_positive(cfg, sides("embed_dim", "hidden_size", "layers"), optional=("decoder_out_embed_dim",))
         if int(cfg.encoder_columns) not in (1, 2):
             raise ValueError(f"--encoder-columns must be 1 or 2 (got {cfg.encoder_columns})")
         if str(cfg.interface) not in ("deep_att", "deep_ed"):
@@ -103,193 +89,131 @@ class FastForwardLSTMModel(FairseqEncoderDecoderModel):
         return {"recurrent_norm": float(sum(norms)) ** 0.5} if norms else {}
 
 
-def _sizes(cfg, enc_layers: int, dec_layers: int, embed: int = 256, hidden: int = 512):
-    cfg.encoder_layers = safe_getattr(cfg, "encoder_layers", enc_layers)
-    cfg.decoder_layers = safe_getattr(cfg, "decoder_layers", dec_layers)
-    for side in ("encoder", "decoder"):
-        setattr(cfg, f"{side}_embed_dim", safe_getattr(cfg, f"{side}_embed_dim", embed))
-        setattr(cfg, f"{side}_hidden_size", safe_getattr(cfg, f"{side}_hidden_size", hidden))
-    cfg.encoder_fc_dim = safe_getattr(cfg, "encoder_fc_dim", hidden)
-    cfg.attention_dim = safe_getattr(cfg, "attention_dim", hidden)
-    cfg.dropout = safe_getattr(cfg, "dropout", 0.1)
+def _deep_att(layers=(9, 7), embed: int = 256, hidden: int = 512, **more):
+    """Deep-Att's options (fc and attention as wide as the LSTM) with ``more`` changed."""
+    sizes = dict(encoder_layers=layers[0], decoder_layers=layers[1], **both_sides(embed_dim=embed, hidden_size=hidden))
+    base = dict(interface="deep_att", encoder_columns=2, encoder_fc_dim=hidden, attention_dim=hidden, dropout=0.1)
+    return {**base, **sizes, **more}
 
 
-# A paper preset's docstring ends in a "Paper:" claim, checked against the built model by
-# tests/test_paper_presets.py. Zhou et al. 2016 (TACL), https://arxiv.org/abs/1606.04199: the
-# seed copy lost its numbers; they are taken from the published paper (SPEC.md). The size of
-# Deep-Att's "fc" projection is not in the seed copy: the project uses the LSTM width (512).
+# Zhou et al. 2016 (TACL), https://arxiv.org/abs/1606.04199: the seed copy lost its numbers; they are
+# taken from the published paper (SPEC.md). The size of Deep-Att's "fc" projection is not in the seed
+# copy: the project uses the LSTM width (512).
+_TINY = "Project: test size, not a paper configuration."
 
+register_presets(
+    "fast_forward_lstm",
+    {
+        "deep_att": (
+            """The paper's deepest Deep-Att (Tables 1, 4, 5 and 6; the dataclass defaults).
 
-@register_model_architecture("fast_forward_lstm", "deep_att")
-def deep_att(cfg):
-    """The paper's deepest Deep-Att (Tables 1, 4, 5 and 6; the dataclass defaults).
+            Paper: Zhou et al. 2016, Table 5, Deep-Att n_e=9 n_d=7 (two columns): layers=9+7, columns=2,
+            embed=256, hidden=512, fast_forward=True, encoder=interleaved, interface=deep_att, dropout=0.1
 
-    Paper: Zhou et al. 2016, Table 5, Deep-Att n_e=9 n_d=7 (two columns): layers=9+7, columns=2,
-    embed=256, hidden=512, fast_forward=True, encoder=interleaved, interface=deep_att, dropout=0.1
+            Project choices: fc_dim=512""",
+            _deep_att(),
+        ),
+        "deep_ed": (
+            """The paper's Deep-ED: Deep-Att's sizes with the fixed-vector interface (Tables 1 and 4).
 
-    Project choices: fc_dim=512
-    """
-    cfg.interface = safe_getattr(cfg, "interface", "deep_att")
-    cfg.encoder_columns = safe_getattr(cfg, "encoder_columns", 2)
-    _sizes(cfg, 9, 7)
-    fill_defaults(cfg, FastForwardLSTMConfig)
+            Paper: Zhou et al. 2016, Table 4, Deep-ED n_e=9 n_d=7 (bidirectional): layers=9+7, columns=2,
+            embed=256, hidden=512, fast_forward=True, encoder=interleaved, interface=deep_ed, dropout=0.1""",
+            _deep_att(interface="deep_ed"),
+        ),
+        "deep_ed_uni": (
+            """Deep-ED with a unidirectional encoder (all layers forward, two columns).
 
+            Paper: Zhou et al. 2016, Table 4, Deep-ED n_e=9 n_d=7 (unidirectional): layers=9+7, columns=2,
+            embed=256, hidden=512, fast_forward=True, encoder=uni, interface=deep_ed, dropout=0.1""",
+            _deep_att(interface="deep_ed", no_interleave=True),
+        ),
+        "deep_att_1x1": (
+            """n_e = n_d = 1 with FF connections (one layer: the interface reads [f; h]).
 
-@register_model_architecture("fast_forward_lstm", "deep_ed")
-def deep_ed(cfg):
-    """The paper's Deep-ED: Deep-Att's sizes with the fixed-vector interface (Tables 1 and 4).
+            Paper: Zhou et al. 2016, Tables 2 and 5, Deep-Att FF n_e=1 n_d=1: layers=1+1, columns=2, embed=256,
+            hidden=512, fast_forward=True, interface=deep_att, dropout=0.1""",
+            _deep_att((1, 1)),
+        ),
+        "deep_att_1x1_no_ff": (
+            """n_e = n_d = 1 without FF connections: the paper's standard attention model (Bahdanau et al.).
 
-    Paper: Zhou et al. 2016, Table 4, Deep-ED n_e=9 n_d=7 (bidirectional): layers=9+7, columns=2,
-    embed=256, hidden=512, fast_forward=True, encoder=interleaved, interface=deep_ed, dropout=0.1
-    """
-    cfg.interface = safe_getattr(cfg, "interface", "deep_ed")
-    deep_att(cfg)
+            Paper: Zhou et al. 2016, Table 2, Deep-Att no FF n_e=1 n_d=1: layers=1+1, columns=2, embed=256,
+            hidden=512, fast_forward=False, interface=deep_att, dropout=0.1""",
+            _deep_att((1, 1), no_fast_forward=True),
+        ),
+        "deep_att_2x2": (
+            """n_e = n_d = 2 with FF connections.
 
+            Paper: Zhou et al. 2016, Tables 2, 3 and 5, Deep-Att FF n_e=2 n_d=2: layers=2+2, columns=2, embed=256,
+            hidden=512, fast_forward=True, encoder=interleaved, interface=deep_att, dropout=0.1""",
+            _deep_att((2, 2)),
+        ),
+        "deep_att_2x2_no_ff": (
+            """n_e = n_d = 2 without FF connections (stacked LSTMs).
 
-@register_model_architecture("fast_forward_lstm", "deep_ed_uni")
-def deep_ed_uni(cfg):
-    """Deep-ED with a unidirectional encoder (all layers forward, two columns).
+            Paper: Zhou et al. 2016, Tables 2 and 3, Deep-Att no FF n_e=2 n_d=2 width 512: layers=2+2, columns=2,
+            embed=256, hidden=512, fast_forward=False, encoder=interleaved, interface=deep_att, dropout=0.1""",
+            _deep_att((2, 2), no_fast_forward=True),
+        ),
+        "deep_att_2x2_no_ff_w1024": (
+            """n_e = n_d = 2 without FF connections at twice the LSTM width (Table 3's wider control).
 
-    Paper: Zhou et al. 2016, Table 4, Deep-ED n_e=9 n_d=7 (unidirectional): layers=9+7, columns=2,
-    embed=256, hidden=512, fast_forward=True, encoder=uni, interface=deep_ed, dropout=0.1
-    """
-    cfg.no_interleave = safe_getattr(cfg, "no_interleave", True)
-    deep_ed(cfg)
+            Paper: Zhou et al. 2016, Table 3, Deep-Att no FF n_e=2 n_d=2 width 1024: layers=2+2, columns=2,
+            embed=256, hidden=1024, fast_forward=False, encoder=interleaved, interface=deep_att, dropout=0.1
 
+            Project choices: fc_dim=1024""",
+            _deep_att((2, 2), hidden=1024, no_fast_forward=True),
+        ),
+        "deep_att_5x3": (
+            """n_e = 5, n_d = 3.
 
-@register_model_architecture("fast_forward_lstm", "deep_att_1x1")
-def deep_att_1x1(cfg):
-    """n_e = n_d = 1 with FF connections (one layer: the interface reads [f; h]).
+            Paper: Zhou et al. 2016, Table 5, Deep-Att n_e=5 n_d=3: layers=5+3, columns=2, embed=256, hidden=512,
+            fast_forward=True, encoder=interleaved, interface=deep_att, dropout=0.1""",
+            _deep_att((5, 3)),
+        ),
+        "deep_att_1col": (
+            """n_e = 9, n_d = 7 with a single encoder column.
 
-    Paper: Zhou et al. 2016, Tables 2 and 5, Deep-Att FF n_e=1 n_d=1: layers=1+1, columns=2, embed=256,
-    hidden=512, fast_forward=True, interface=deep_att, dropout=0.1
-    """
-    _sizes(cfg, 1, 1)
-    deep_att(cfg)
+            Paper: Zhou et al. 2016, Tables 5 and 6, Deep-Att n_e=9 n_d=7 one column width 512: layers=9+7,
+            columns=1, embed=256, hidden=512, fast_forward=True, encoder=interleaved, interface=deep_att,
+            dropout=0.1""",
+            _deep_att(encoder_columns=1),
+        ),
+        "deep_att_1col_w1024": (
+            """n_e = 9, n_d = 7, a single encoder column at twice the LSTM width (Table 6).
 
+            Paper: Zhou et al. 2016, Table 6, Deep-Att n_e=9 n_d=7 one column width 1024: layers=9+7, columns=1,
+            embed=256, hidden=1024, fast_forward=True, encoder=interleaved, interface=deep_att, dropout=0.1
 
-@register_model_architecture("fast_forward_lstm", "deep_att_1x1_no_ff")
-def deep_att_1x1_no_ff(cfg):
-    """n_e = n_d = 1 without FF connections: the paper's standard attention model (Bahdanau et al.).
+            Project choices: fc_dim=1024""",
+            _deep_att(hidden=1024, encoder_columns=1),
+        ),
+        "deep_att_uni": (
+            """n_e = 9, n_d = 7 with a unidirectional encoder (all layers forward, two columns).
 
-    Paper: Zhou et al. 2016, Table 2, Deep-Att no FF n_e=1 n_d=1: layers=1+1, columns=2, embed=256,
-    hidden=512, fast_forward=False, interface=deep_att, dropout=0.1
-    """
-    cfg.no_fast_forward = safe_getattr(cfg, "no_fast_forward", True)
-    deep_att_1x1(cfg)
+            Paper: Zhou et al. 2016, Table 4, Deep-Att n_e=9 n_d=7 (unidirectional): layers=9+7, columns=2,
+            embed=256, hidden=512, fast_forward=True, encoder=uni, interface=deep_att, dropout=0.1""",
+            _deep_att(no_interleave=True),
+        ),
+        "fast_forward_lstm_small": (
+            """A CPU-sized Deep-Att (2x2, embed 128, LSTM 128) for the Tatoeba recipe.
 
+            Project: CPU size, not a paper configuration.""",
+            _deep_att((2, 2), embed=128, hidden=128),
+        ),
+        "fast_forward_lstm_tiny": (
+            f"""Tiny Deep-Att for tests: 2x2 layers, embed 32, LSTM 32.
 
-@register_model_architecture("fast_forward_lstm", "deep_att_2x2")
-def deep_att_2x2(cfg):
-    """n_e = n_d = 2 with FF connections.
+            ``init_std`` 0.15: at width 32 the paper's 0.07 (chosen for width 512) leaves
+            the copy task unlearned after 300 updates in our runs, 0.3 diverges.
 
-    Paper: Zhou et al. 2016, Tables 2, 3 and 5, Deep-Att FF n_e=2 n_d=2: layers=2+2, columns=2, embed=256,
-    hidden=512, fast_forward=True, encoder=interleaved, interface=deep_att, dropout=0.1
-    """
-    _sizes(cfg, 2, 2)
-    deep_att(cfg)
-
-
-@register_model_architecture("fast_forward_lstm", "deep_att_2x2_no_ff")
-def deep_att_2x2_no_ff(cfg):
-    """n_e = n_d = 2 without FF connections (stacked LSTMs).
-
-    Paper: Zhou et al. 2016, Tables 2 and 3, Deep-Att no FF n_e=2 n_d=2 width 512: layers=2+2, columns=2,
-    embed=256, hidden=512, fast_forward=False, encoder=interleaved, interface=deep_att, dropout=0.1
-    """
-    cfg.no_fast_forward = safe_getattr(cfg, "no_fast_forward", True)
-    deep_att_2x2(cfg)
-
-
-@register_model_architecture("fast_forward_lstm", "deep_att_2x2_no_ff_w1024")
-def deep_att_2x2_no_ff_w1024(cfg):
-    """n_e = n_d = 2 without FF connections at twice the LSTM width (Table 3's wider control).
-
-    Paper: Zhou et al. 2016, Table 3, Deep-Att no FF n_e=2 n_d=2 width 1024: layers=2+2, columns=2,
-    embed=256, hidden=1024, fast_forward=False, encoder=interleaved, interface=deep_att, dropout=0.1
-
-    Project choices: fc_dim=1024
-    """
-    _sizes(cfg, 2, 2, hidden=1024)
-    deep_att_2x2_no_ff(cfg)
-
-
-@register_model_architecture("fast_forward_lstm", "deep_att_5x3")
-def deep_att_5x3(cfg):
-    """n_e = 5, n_d = 3.
-
-    Paper: Zhou et al. 2016, Table 5, Deep-Att n_e=5 n_d=3: layers=5+3, columns=2, embed=256, hidden=512,
-    fast_forward=True, encoder=interleaved, interface=deep_att, dropout=0.1
-    """
-    _sizes(cfg, 5, 3)
-    deep_att(cfg)
-
-
-@register_model_architecture("fast_forward_lstm", "deep_att_1col")
-def deep_att_1col(cfg):
-    """n_e = 9, n_d = 7 with a single encoder column.
-
-    Paper: Zhou et al. 2016, Tables 5 and 6, Deep-Att n_e=9 n_d=7 one column width 512: layers=9+7,
-    columns=1, embed=256, hidden=512, fast_forward=True, encoder=interleaved, interface=deep_att,
-    dropout=0.1
-    """
-    cfg.encoder_columns = safe_getattr(cfg, "encoder_columns", 1)
-    deep_att(cfg)
-
-
-@register_model_architecture("fast_forward_lstm", "deep_att_1col_w1024")
-def deep_att_1col_w1024(cfg):
-    """n_e = 9, n_d = 7, a single encoder column at twice the LSTM width (Table 6).
-
-    Paper: Zhou et al. 2016, Table 6, Deep-Att n_e=9 n_d=7 one column width 1024: layers=9+7, columns=1,
-    embed=256, hidden=1024, fast_forward=True, encoder=interleaved, interface=deep_att, dropout=0.1
-
-    Project choices: fc_dim=1024
-    """
-    _sizes(cfg, 9, 7, hidden=1024)
-    deep_att_1col(cfg)
-
-
-@register_model_architecture("fast_forward_lstm", "deep_att_uni")
-def deep_att_uni(cfg):
-    """n_e = 9, n_d = 7 with a unidirectional encoder (all layers forward, two columns).
-
-    Paper: Zhou et al. 2016, Table 4, Deep-Att n_e=9 n_d=7 (unidirectional): layers=9+7, columns=2,
-    embed=256, hidden=512, fast_forward=True, encoder=uni, interface=deep_att, dropout=0.1
-    """
-    cfg.no_interleave = safe_getattr(cfg, "no_interleave", True)
-    deep_att(cfg)
-
-
-@register_model_architecture("fast_forward_lstm", "fast_forward_lstm_small")
-def fast_forward_lstm_small(cfg):
-    """A CPU-sized Deep-Att (2x2, embed 128, LSTM 128) for the Tatoeba recipe.
-
-    Project: CPU size, not a paper configuration.
-    """
-    _sizes(cfg, 2, 2, embed=128, hidden=128)
-    deep_att(cfg)
-
-
-@register_model_architecture("fast_forward_lstm", "fast_forward_lstm_tiny")
-def fast_forward_lstm_tiny(cfg):
-    """Tiny Deep-Att for tests: 2x2 layers, embed 32, LSTM 32.
-
-    ``init_std`` 0.15: at width 32 the paper's 0.07 (chosen for width 512) leaves
-    the copy task unlearned after 300 updates in our runs, 0.3 diverges.
-
-    Project: test size, not a paper configuration.
-    """
-    cfg.init_std = safe_getattr(cfg, "init_std", 0.15)
-    _sizes(cfg, 2, 2, embed=32, hidden=32)
-    deep_att(cfg)
-
-
-@register_model_architecture("fast_forward_lstm", "fast_forward_lstm_tiny_ed")
-def fast_forward_lstm_tiny_ed(cfg):
-    """Tiny Deep-ED for tests: 2x2 layers, embed 32, LSTM 32.
-
-    Project: test size, not a paper configuration.
-    """
-    cfg.interface = safe_getattr(cfg, "interface", "deep_ed")
-    fast_forward_lstm_tiny(cfg)
+            {_TINY}""",
+            _deep_att((2, 2), embed=32, hidden=32, init_std=0.15),
+        ),
+        "fast_forward_lstm_tiny_ed": (
+            f"Tiny Deep-ED for tests: 2x2 layers, embed 32, LSTM 32.\n\n{_TINY}",
+            _deep_att((2, 2), embed=32, hidden=32, init_std=0.15, interface="deep_ed"),
+        ),
+    },
+    partial(fill_defaults, config_class=FastForwardLSTMConfig),
+)

@@ -1,7 +1,4 @@
-"""Configuration of the attentional GRU baseline.
-
-The dataclass defaults are the report's IWSLT14 De-En sizes.
-"""
+"""Configuration of the attentional GRU baseline; the defaults are the report's IWSLT14 De-En sizes."""
 
 from dataclasses import dataclass, field
 

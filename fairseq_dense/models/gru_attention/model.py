@@ -1,13 +1,14 @@
 """Attentional GRU encoder-decoder: model registration and named architectures."""
 
-from fairseq.models import FairseqEncoderDecoderModel, register_model, register_model_architecture
-from fairseq.utils import safe_getattr
+from functools import partial
 
-from fairseq_dense.models.arch_defaults import fill_defaults
+from fairseq.models import FairseqEncoderDecoderModel, register_model
+
+from fairseq_dense.models.arch_defaults import both_sides, fill_defaults, register_presets
 from fairseq_dense.models.gru_attention.config import GRUAttentionConfig
 from fairseq_dense.models.gru_attention.decoder import GRUAttentionDecoder
 from fairseq_dense.models.gru_attention.encoder import GRUAttentionEncoder
-from fairseq_dense.models.option_checks import embedding_sharing, require_positive, require_probability
+from fairseq_dense.models.option_checks import embedding_sharing, require_positive, require_probability, sides
 
 
 @register_model("gru_attention", dataclass=GRUAttentionConfig)
@@ -23,22 +24,8 @@ class GRUAttentionModel(FairseqEncoderDecoderModel):
 
     @classmethod
     def build_model(cls, cfg: GRUAttentionConfig, task):
-        """Build the model, validating option combinations.
-
-        Raises:
-            ValueError: naming the offending flags.
-        """
-        require_positive(
-            cfg,
-            (
-                "encoder_embed_dim",
-                "encoder_hidden_size",
-                "decoder_embed_dim",
-                "decoder_hidden_size",
-                "attention_dim",
-                "readout_dim",
-            ),
-        )
+        """Build the model; a bad option combination raises ``ValueError`` naming the flags."""
+        require_positive(cfg, sides("embed_dim", "hidden_size") + ("attention_dim", "readout_dim"))
         require_probability(cfg, ("dropout", "embed_dropout"))
         share_all, tie_output = embedding_sharing(cfg, task, "readout_dim")
         encoder = GRUAttentionEncoder(
@@ -65,50 +52,37 @@ class GRUAttentionModel(FairseqEncoderDecoderModel):
         return cls(encoder, decoder)
 
 
-@register_model_architecture("gru_attention", "gru_attention_iwslt_de_en")
-def gru_attention_iwslt_de_en(cfg):
-    """The report's IWSLT14 De-En configuration (the dataclass defaults, stated explicitly).
-
-    Paper: Yin and Hu, attentional NMT report, Sec. 3.1 (Configuration): embed=512, hidden=512,
-    bidirectional=True, attention_dim=256, readout=512, dropout=0.5
-    """
-    cfg.encoder_embed_dim = safe_getattr(cfg, "encoder_embed_dim", 512)
-    cfg.encoder_hidden_size = safe_getattr(cfg, "encoder_hidden_size", 512)
-    cfg.decoder_embed_dim = safe_getattr(cfg, "decoder_embed_dim", 512)
-    cfg.decoder_hidden_size = safe_getattr(cfg, "decoder_hidden_size", 512)
-    cfg.attention_dim = safe_getattr(cfg, "attention_dim", 256)
-    cfg.readout_dim = safe_getattr(cfg, "readout_dim", 512)
-    cfg.dropout = safe_getattr(cfg, "dropout", 0.5)
-    fill_defaults(cfg, GRUAttentionConfig)
+def _sizes(embed: int, hidden: int, decoder_hidden: int, attention: int, readout: int, dropout: float):
+    return dict(
+        **both_sides(embed_dim=embed),
+        encoder_hidden_size=hidden,
+        decoder_hidden_size=decoder_hidden,
+        attention_dim=attention,
+        readout_dim=readout,
+        dropout=dropout,
+    )
 
 
-@register_model_architecture("gru_attention", "gru_attention_small")
-def gru_attention_small(cfg):
-    """A CPU-sized model (about 3.9M parameters with an 8k joint vocabulary) for the quick-start.
+register_presets(
+    "gru_attention",
+    {
+        "gru_attention_iwslt_de_en": (
+            """The report's IWSLT14 De-En configuration (the dataclass defaults, stated explicitly).
 
-    Project: CPU size, not a paper configuration.
-    """
-    cfg.encoder_embed_dim = safe_getattr(cfg, "encoder_embed_dim", 128)
-    cfg.encoder_hidden_size = safe_getattr(cfg, "encoder_hidden_size", 128)
-    cfg.decoder_embed_dim = safe_getattr(cfg, "decoder_embed_dim", 128)
-    cfg.decoder_hidden_size = safe_getattr(cfg, "decoder_hidden_size", 256)
-    cfg.attention_dim = safe_getattr(cfg, "attention_dim", 128)
-    cfg.readout_dim = safe_getattr(cfg, "readout_dim", 128)
-    cfg.dropout = safe_getattr(cfg, "dropout", 0.3)
-    gru_attention_iwslt_de_en(cfg)
+            Paper: Yin and Hu, attentional NMT report, Sec. 3.1 (Configuration): embed=512, hidden=512,
+            bidirectional=True, attention_dim=256, readout=512, dropout=0.5""",
+            _sizes(512, 512, 512, 256, 512, 0.5),
+        ),
+        "gru_attention_small": (
+            """A CPU-sized model (about 3.9M parameters with an 8k joint vocabulary) for the quick-start.
 
-
-@register_model_architecture("gru_attention", "gru_attention_tiny")
-def gru_attention_tiny(cfg):
-    """Tiny sizes for tests.
-
-    Project: test size, not a paper configuration.
-    """
-    cfg.encoder_embed_dim = safe_getattr(cfg, "encoder_embed_dim", 32)
-    cfg.encoder_hidden_size = safe_getattr(cfg, "encoder_hidden_size", 32)
-    cfg.decoder_embed_dim = safe_getattr(cfg, "decoder_embed_dim", 32)
-    cfg.decoder_hidden_size = safe_getattr(cfg, "decoder_hidden_size", 32)
-    cfg.attention_dim = safe_getattr(cfg, "attention_dim", 32)
-    cfg.readout_dim = safe_getattr(cfg, "readout_dim", 32)
-    cfg.dropout = safe_getattr(cfg, "dropout", 0.1)
-    gru_attention_iwslt_de_en(cfg)
+            Project: CPU size, not a paper configuration.""",
+            _sizes(128, 128, 256, 128, 128, 0.3),
+        ),
+        "gru_attention_tiny": (
+            "Tiny sizes for tests.\n\nProject: test size, not a paper configuration.",
+            _sizes(32, 32, 32, 32, 32, 0.1),
+        ),
+    },
+    partial(fill_defaults, config_class=GRUAttentionConfig),
+)

@@ -15,12 +15,8 @@ RESIDUAL_DROPOUT_CHOICES = ChoiceEnum(list(RESIDUAL_DROPOUT_SITES))
 
 @dataclass
 class WeightedTransformerConfig(FairseqDataclass):
-    """Branch options; every fairseq ``transformer`` option applies as well.
-
-    The model is registered the way fairseq registers ``transformer`` (argparse
-    options generated from :class:`~fairseq.models.transformer.TransformerConfig`
-    plus these fields), so that all of fairseq's transformer flags keep working.
-    """
+    """Branch options; every fairseq ``transformer`` option applies as well (the model is registered
+    as fairseq registers ``transformer``: argparse options from ``TransformerConfig`` plus these)."""
 
     encoder_branches: int = field(
         default=0,
@@ -49,9 +45,7 @@ class WeightedTransformerConfig(FairseqDataclass):
         default=False,
         metadata={"help": "do not project kappa/alpha onto the simplex (Table 3 ablation)"},
     )
-    # None: not given; the architecture decides (True for the paper's configurations, False for the
-    # CPU-sized weighted_transformer_small / _tiny). Configurations saved between issue 28 (fixed
-    # weights for every preset) and this change hold an explicit False: their weights stay fixed.
+    # None: not given, the architecture decides; older saved configurations hold an explicit value
     learned_branch_weights: Optional[bool] = field(
         default=None,
         metadata={
@@ -61,8 +55,7 @@ class WeightedTransformerConfig(FairseqDataclass):
             "--fixed-kappa / --fixed-alpha fix one or both to 1 (Table 3)"
         },
     )
-    # None: not given (learned_branch_weights decides). Configurations saved before issue 28 hold an
-    # explicit False and no learned_branch_weights: their weights stay learned.
+    # None: not given, learned_branch_weights decides
     fixed_kappa: Optional[bool] = field(
         default=None, metadata={"help": "kappa fixed to 1, not learned (Table 3 ablation)"}
     )

@@ -60,21 +60,14 @@ def wrap_layer(layer: nn.Module, cfg) -> nn.Module:
 
 
 class WeightedEncoderLayer(nn.Module):
-    """One encoder layer: self-attention + FFN as one branched block (Eq. 5-7).
-
-    Args: see :class:`~fairseq_dense.modules.branched_attention.BranchedAttention`.
-    """
+    """One encoder layer: self-attention + FFN as one branched block (Eq. 5-7; arguments of
+    :class:`~fairseq_dense.modules.branched_attention.BranchedAttention`)."""
 
     def __init__(self, **block_kwargs):
         super().__init__()
         self.branched = BranchedAttention(self_attention=True, **block_kwargs)
 
-    def forward(
-        self,
-        x: Tensor,
-        encoder_padding_mask: Optional[Tensor],
-        attn_mask: Optional[Tensor] = None,
-    ) -> Tensor:
+    def forward(self, x: Tensor, encoder_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor] = None) -> Tensor:
         """``(T, B, C)`` -> ``(T, B, C)``; ``encoder_padding_mask`` is ``(B, T)``, True at pads."""
         x, _ = self.branched(x, key_padding_mask=encoder_padding_mask, attn_mask=attn_mask)
         return x
@@ -86,9 +79,8 @@ class WeightedEncoderLayer(nn.Module):
 class WeightedTransformerEncoder(TransformerEncoderBase):
     """fairseq's :class:`TransformerEncoderBase` whose layers are branched blocks.
 
-    :meth:`build_encoder_layer` differs; embeddings, positions, padding and the
-    ``encoder_out`` dict are fairseq's. :meth:`reorder_encoder_out` is fairseq's,
-    skipped when beam search only moves rows among a sentence's identical copies.
+    Only :meth:`build_encoder_layer` differs; embeddings, positions, padding, the
+    ``encoder_out`` dict and its reordering are fairseq's.
 
     Args:
         cfg: fairseq :class:`~fairseq.models.transformer.TransformerConfig`.

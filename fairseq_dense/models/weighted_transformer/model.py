@@ -14,6 +14,8 @@ from fairseq.models.transformer import TransformerConfig, TransformerModel
 from fairseq.models.transformer.transformer_legacy import base_architecture as fairseq_transformer_base
 from fairseq.utils import safe_getattr
 
+from fairseq_dense.models.arch_defaults import both_sides, register_presets, set_defaults
+from fairseq_dense.models.option_checks import flag
 from fairseq_dense.models.weighted_transformer.config import WeightedTransformerConfig
 from fairseq_dense.models.weighted_transformer.decoder import WeightedTransformerDecoder
 from fairseq_dense.models.weighted_transformer.encoder import BranchOptions, WeightedTransformerEncoder
@@ -28,14 +30,8 @@ class SimplexTaskError(ValueError, RuntimeError):
 
 
 def learns(cfg, weight: str) -> bool:
-    """Whether ``weight`` ('kappa' or 'alpha') is learned.
-
-    ``--fixed-kappa``/``--fixed-alpha`` decide when given. Not given (None), the weight is
-    learned when ``learned_branch_weights`` is true: the architecture sets it (True for the
-    paper's configurations, False for ``weighted_transformer_small``/``_tiny``) unless
-    ``--learned-branch-weights`` is given; a saved configuration keeps the value it was
-    trained with. A configuration saved before issue 28 holds ``fixed_* = False``: learned.
-    """
+    """Whether ``weight`` ('kappa' or 'alpha') is learned: ``--fixed-<weight>`` when given (older saved
+    configurations hold False), else ``learned_branch_weights`` (the architecture's default unless given)."""
     fixed = getattr(cfg, f"fixed_{weight}", None)
     if fixed is None:
         return bool(getattr(cfg, "learned_branch_weights", False))
@@ -74,18 +70,10 @@ def validate(args) -> None:
             raise ValueError(f"--{side}-embed-dim must be divisible by --{side}-attention-heads")
         if getattr(args, f"{side}_ffn_embed_dim") % m:
             raise ValueError(f"--{side}-ffn-embed-dim must be divisible by --{side}-branches ({m})")
-    unsupported = {
-        "cross_self_attention": "--cross-self-attention",
-        "quant_noise_pq": "--quant-noise-pq",
-        "scale_attn": "--scale-attn",
-        "scale_fc": "--scale-fc",
-        "scale_heads": "--scale-heads",
-        "scale_resids": "--scale-resids",
-        "no_decoder_final_norm": "--no-decoder-final-norm",
-    }
-    for key, flag in unsupported.items():
+    unsupported = ("cross_self_attention", "quant_noise_pq", "scale_attn", "scale_fc", "scale_heads", "scale_resids")
+    for key in (*unsupported, "no_decoder_final_norm"):
         if safe_getattr(args, key, None):
-            raise ValueError(f"{flag} is not supported by --arch weighted_transformer*")
+            raise ValueError(f"{flag(key)} is not supported by --arch weighted_transformer*")
     if safe_getattr(args, "decoder_plain_cross_attn", False) and args.decoder_branched_self_attn:
         raise ValueError(
             "--decoder-plain-cross-attn already makes the decoder self-attention branched; "
@@ -99,10 +87,9 @@ def validate(args) -> None:
 class WeightedTransformerModel(TransformerModel):
     """Transformer whose attention + FFN sub-layers are weighted branches (Ahmed et al., 2017).
 
-    https://arxiv.org/abs/1711.02132. Built on fairseq's transformer through its
-    hooks: :meth:`build_encoder`/:meth:`build_decoder` return fairseq's encoder and
-    decoder whose ``build_encoder_layer``/``build_decoder_layer`` make branched
-    layers (:class:`~fairseq_dense.modules.branched_attention.BranchedAttention`).
+    https://arxiv.org/abs/1711.02132. fairseq's transformer whose ``build_encoder_layer``/
+    ``build_decoder_layer`` make branched layers
+    (:class:`~fairseq_dense.modules.branched_attention.BranchedAttention`).
     Every encoder layer is one branched block; every decoder layer keeps masked
     multi-head self-attention and makes encoder-decoder attention + FFN one block
     (``--decoder-branched-self-attn`` makes the self-attention branched as well).
@@ -148,13 +135,9 @@ class WeightedTransformerModel(TransformerModel):
         return WeightedTransformerDecoder(cfg, tgt_dict, embed_tokens, branch_options(args))
 
     def state_dict_mismatch_hint(self, missing, unexpected) -> Optional[str]:
-        """Why a checkpoint does not load, when only kappa/alpha names differ; else None.
-
-        Called on the failure path by the project's checkpoint-mismatch message
-        (:func:`fairseq_dense.fairseq_compat.explain_state_dict_mismatch`): a checkpoint
-        that learned the branch weights this model fixes (e.g. a paper configuration's
-        training resumed as ``weighted_transformer_small``), or the other way round.
-        """
+        """Why a checkpoint does not load when only kappa/alpha names differ (a checkpoint that learned
+        the branch weights this model fixes, or the other way round), else None; read by
+        :func:`fairseq_dense.fairseq_compat.explain_state_dict_mismatch`."""
         names = (".kappa", ".alpha")
         if not all(k.endswith(names) for k in [*missing, *unexpected]):
             return None
@@ -197,17 +180,13 @@ class WeightedTransformerModel(TransformerModel):
         return any(getattr(p, "on_simplex", False) for p in self.parameters() if p.requires_grad)
 
     def set_num_updates(self, num_updates):
-        """fairseq calls this before every training forward and when loading a checkpoint.
+        """Called by fairseq before every training forward and when loading a checkpoint.
 
-        kappa/alpha are projected right after every optimizer step: by the task under
-        ``translation_weighted`` (which reaches fp32 master weights), else by the
-        optimizer-step hook of :func:`~fairseq_dense.modules.simplex.install_step_hook`
-        on the weights the optimizer holds. Under another task, half-precision weights
-        (``--fp16``, ``--bf16``: the optimizer updates fp32 master copies the hook
-        cannot find) are refused here at once, before the first update. As a last
-        safety net (weights changed outside an optimizer), vectors found off the simplex
-        are projected here once per update number, with a warning. A trained model
-        loaded for generation is on the simplex: nothing happens.
+        kappa/alpha are projected after every optimizer step by ``translation_weighted`` (which
+        reaches fp32 master weights) or else by :func:`~fairseq_dense.modules.simplex.install_step_hook`.
+        Half-precision weights under another task (the hook cannot find their fp32 master copies) are
+        refused here, before the first update; vectors found off the simplex (changed outside an
+        optimizer) are projected here once per update number, with a warning.
         """
         super().set_num_updates(num_updates)
         self._logging_stats = None
@@ -254,26 +233,19 @@ class WeightedTransformerModel(TransformerModel):
         weights = self.branch_weights()
         if not weights:
             return {}
-        names, rows = [], []
-        for name, w in weights.items():
+        rows = []
+        for w in weights.values():
             p = w.float().clamp_min(0)
             p = p / p.sum().clamp_min(1e-12)
-            ent = -(p * p.clamp_min(1e-12).log()).sum()
-            rows.append(torch.stack([ent, w.float().max()]))
-            names.append(name)
-        values = torch.stack(rows).tolist()
-        stats = {}
-        for name, (ent, mx) in zip(names, values):
-            stats[f"{name}_ent"] = ent
-            stats[f"{name}_max"] = mx
+            rows.append(torch.stack([-(p * p.clamp_min(1e-12).log()).sum(), w.float().max()]))
+        values = torch.stack(rows).tolist()  # one device sync
+        stats = {f"{name}_{kind}": v for name, row in zip(weights, values) for kind, v in zip(("ent", "max"), row)}
         self._logging_stats = stats
         return stats
 
 
 # ------------------------------------------------------------------ architectures
-# A paper preset's docstring ends in a "Paper:" claim (read by tests/test_paper_presets.py, which
-# checks the built model against it); the project's own sizes say "Project:" instead. Paper
-# presets learn kappa and alpha on the simplex (the paper's defining feature; the recipes'
+# Paper presets learn kappa and alpha on the simplex (the paper's defining feature; the recipes'
 # grouped schedule freezes them for the last 10k updates, as the paper does). Tied embeddings
 # (the paper's shared BPE vocabulary) are the recipes' --share-all-embeddings: they need a joined
 # dictionary, so no preset forces them.
@@ -286,113 +258,89 @@ def weighted_transformer_base(args):
     Paper: Ahmed et al. 2017, Table 2, Weighted Transformer (A): layers=6+6, d_model=512, ffn=2048,
     heads=8, branches=8, dropout=0.1, learned_branch_weights=True
     """
-    args.encoder_branches = safe_getattr(args, "encoder_branches", 0)
-    args.decoder_branches = safe_getattr(args, "decoder_branches", 0)
-    args.decoder_branched_self_attn = safe_getattr(args, "decoder_branched_self_attn", False)
-    args.no_simplex = safe_getattr(args, "no_simplex", False)
-    _default_learned(args, True)
+    set_defaults(
+        args,
+        dict(
+            encoder_branches=0,
+            decoder_branches=0,
+            decoder_branched_self_attn=False,
+            no_simplex=False,
+            learned_branch_weights=True,
+            branch_weights_at_inference="learned",
+            branch_random_seed=1,
+            branch_init="transformer",
+            branch_residual_dropout="outputs",
+            dropout=0.1,
+        ),
+    )
     args.fixed_kappa = getattr(args, "fixed_kappa", None)  # None: learned_branch_weights decides (learns())
     args.fixed_alpha = getattr(args, "fixed_alpha", None)
-    args.branch_weights_at_inference = safe_getattr(args, "branch_weights_at_inference", "learned")
-    args.branch_random_seed = safe_getattr(args, "branch_random_seed", 1)
-    args.branch_init = safe_getattr(args, "branch_init", "transformer")
-    args.branch_residual_dropout = safe_getattr(args, "branch_residual_dropout", "outputs")
-    args.dropout = safe_getattr(args, "dropout", 0.1)
     # the paper drops attention probabilities with the residual dropout rate
-    args.attention_dropout = safe_getattr(args, "attention_dropout", args.dropout)
+    set_defaults(args, {"attention_dropout": args.dropout})
     fairseq_transformer_base(args)
 
 
-def _paper_size(args, layers: int, dim: int, ffn: int, heads: int, dropout: float, learned: bool = True):
-    """Sizes and the branch-weight default (``learned``) unless given; M = heads (one head a branch)."""
-    args.encoder_layers = safe_getattr(args, "encoder_layers", layers)
-    args.decoder_layers = safe_getattr(args, "decoder_layers", layers)
-    args.encoder_embed_dim = safe_getattr(args, "encoder_embed_dim", dim)
-    args.decoder_embed_dim = safe_getattr(args, "decoder_embed_dim", dim)
-    args.encoder_ffn_embed_dim = safe_getattr(args, "encoder_ffn_embed_dim", ffn)
-    args.decoder_ffn_embed_dim = safe_getattr(args, "decoder_ffn_embed_dim", ffn)
-    args.encoder_attention_heads = safe_getattr(args, "encoder_attention_heads", heads)
-    args.decoder_attention_heads = safe_getattr(args, "decoder_attention_heads", heads)
-    args.dropout = safe_getattr(args, "dropout", dropout)
-    _default_learned(args, learned)
-    weighted_transformer_base(args)
+def _sizes(layers: int, dim: int, ffn: int, heads: int, dropout: float, learned: bool = True):
+    """Both sides' sizes (M = heads: one head a branch) and the branch-weight default."""
+    sizes = both_sides(layers=layers, embed_dim=dim, ffn_embed_dim=ffn, attention_heads=heads)
+    return dict(sizes, dropout=dropout, learned_branch_weights=learned)
 
 
-def _default_learned(args, learned: bool) -> None:
-    """``learned_branch_weights`` unless given (None or absent: not given; ``safe_getattr``
-    returns a Namespace's None as it is)."""
-    if getattr(args, "learned_branch_weights", None) is None:
-        args.learned_branch_weights = learned
+register_presets(
+    "weighted_transformer",
+    {
+        "weighted_transformer_tiny": (
+            """For tests: N=2, d_model 64, d_ff 256, 4 heads = 4 branches, kappa/alpha fixed to 1 unless
+            ``--learned-branch-weights``.
 
+            Project: test size, not a paper configuration.""",
+            _sizes(2, 64, 256, 4, 0.1, learned=False),
+        ),
+        "weighted_transformer_small": (
+            """CPU-sized (the quick-start's default): N=2, d_model 128, d_ff 512, 4 heads = 4 branches,
+            kappa and alpha fixed to 1 (the paper's Table 3 "alpha, kappa both fixed to 1" form, measured
+            better than learned weights at this size on Tatoeba: docs/weighted_transformer.md;
+            ``--learned-branch-weights`` learns them); 2.5M parameters with the quick-start's Tatoeba
+            vocabularies (4000 BPE merges), 4.0M with 8000.
 
-@register_model_architecture("weighted_transformer", "weighted_transformer_tiny")
-def weighted_transformer_tiny(args):
-    """For tests: N=2, d_model 64, d_ff 256, 4 heads = 4 branches, kappa/alpha fixed to 1 unless
-    ``--learned-branch-weights``.
+            Project: the project's measured CPU-scale variant, not a paper configuration.""",
+            _sizes(2, 128, 512, 4, 0.1, learned=False),
+        ),
+        "weighted_transformer_c": (
+            """Configuration (C), the one of the paper's Tables 3-4 ablations.
 
-    Project: test size, not a paper configuration.
-    """
-    _paper_size(args, layers=2, dim=64, ffn=256, heads=4, dropout=0.1, learned=False)
+            Paper: Ahmed et al. 2017, Table 2, Weighted Transformer (C): layers=2+2, d_model=512, ffn=2048,
+            heads=8, branches=8, dropout=0.1, learned_branch_weights=True""",
+            _sizes(2, 512, 2048, 8, 0.1),
+        ),
+        "weighted_transformer_n4": (
+            """The N=4 row of Table 2.
 
+            Paper: Ahmed et al. 2017, Table 2, Weighted Transformer N=4: layers=4+4, d_model=512, ffn=2048,
+            heads=8, branches=8, dropout=0.1, learned_branch_weights=True""",
+            _sizes(4, 512, 2048, 8, 0.1),
+        ),
+        "weighted_transformer_a": (
+            """Configuration (A), the paper's "small" model of Table 1 (same as ``weighted_transformer``).
 
-@register_model_architecture("weighted_transformer", "weighted_transformer_small")
-def weighted_transformer_small(args):
-    """CPU-sized (the quick-start's default): N=2, d_model 128, d_ff 512, 4 heads = 4 branches,
-    kappa and alpha fixed to 1 (the paper's Table 3 "alpha, kappa both fixed to 1" form, measured
-    better than learned weights at this size on Tatoeba: docs/weighted_transformer.md;
-    ``--learned-branch-weights`` learns them); 2.5M parameters with the quick-start's Tatoeba
-    vocabularies (4000 BPE merges), 4.0M with 8000.
+            Paper: Ahmed et al. 2017, Table 2, Weighted Transformer (A): layers=6+6, d_model=512, ffn=2048,
+            heads=8, branches=8, dropout=0.1, learned_branch_weights=True""",
+            _sizes(6, 512, 2048, 8, 0.1),
+        ),
+        "weighted_transformer_n8": (
+            """The N=8 row of Table 2 (P_drop 0.3 for the Weighted Transformer, 0.1 for its Transformer).
 
-    Project: the project's measured CPU-scale variant, not a paper configuration.
-    """
-    _paper_size(args, layers=2, dim=128, ffn=512, heads=4, dropout=0.1, learned=False)
+            Paper: Ahmed et al. 2017, Table 2, Weighted Transformer N=8: layers=8+8, d_model=512, ffn=2048,
+            heads=8, branches=8, dropout=0.3, learned_branch_weights=True""",
+            _sizes(8, 512, 2048, 8, 0.3),
+        ),
+        "weighted_transformer_b": (
+            """Configuration (B), the paper's "large" model of Table 1.
 
-
-@register_model_architecture("weighted_transformer", "weighted_transformer_c")
-def weighted_transformer_c(args):
-    """Configuration (C), the one of the paper's Tables 3-4 ablations.
-
-    Paper: Ahmed et al. 2017, Table 2, Weighted Transformer (C): layers=2+2, d_model=512, ffn=2048,
-    heads=8, branches=8, dropout=0.1, learned_branch_weights=True
-    """
-    _paper_size(args, layers=2, dim=512, ffn=2048, heads=8, dropout=0.1)
-
-
-@register_model_architecture("weighted_transformer", "weighted_transformer_n4")
-def weighted_transformer_n4(args):
-    """The N=4 row of Table 2.
-
-    Paper: Ahmed et al. 2017, Table 2, Weighted Transformer N=4: layers=4+4, d_model=512, ffn=2048,
-    heads=8, branches=8, dropout=0.1, learned_branch_weights=True
-    """
-    _paper_size(args, layers=4, dim=512, ffn=2048, heads=8, dropout=0.1)
-
-
-@register_model_architecture("weighted_transformer", "weighted_transformer_a")
-def weighted_transformer_a(args):
-    """Configuration (A), the paper's "small" model of Table 1 (same as ``weighted_transformer``).
-
-    Paper: Ahmed et al. 2017, Table 2, Weighted Transformer (A): layers=6+6, d_model=512, ffn=2048,
-    heads=8, branches=8, dropout=0.1, learned_branch_weights=True
-    """
-    _paper_size(args, layers=6, dim=512, ffn=2048, heads=8, dropout=0.1)
-
-
-@register_model_architecture("weighted_transformer", "weighted_transformer_n8")
-def weighted_transformer_n8(args):
-    """The N=8 row of Table 2 (P_drop 0.3 for the Weighted Transformer, 0.1 for its Transformer).
-
-    Paper: Ahmed et al. 2017, Table 2, Weighted Transformer N=8: layers=8+8, d_model=512, ffn=2048,
-    heads=8, branches=8, dropout=0.3, learned_branch_weights=True
-    """
-    _paper_size(args, layers=8, dim=512, ffn=2048, heads=8, dropout=0.3)
-
-
-@register_model_architecture("weighted_transformer", "weighted_transformer_b")
-def weighted_transformer_b(args):
-    """Configuration (B), the paper's "large" model of Table 1.
-
-    Paper: Ahmed et al. 2017, Table 2, Weighted Transformer (B): layers=6+6, d_model=1024, ffn=4096,
-    heads=16, branches=16, dropout=0.3, learned_branch_weights=True
-    """
-    _paper_size(args, layers=6, dim=1024, ffn=4096, heads=16, dropout=0.3)
+            Paper: Ahmed et al. 2017, Table 2, Weighted Transformer (B): layers=6+6, d_model=1024, ffn=4096,
+            heads=16, branches=16, dropout=0.3, learned_branch_weights=True""",
+            _sizes(6, 1024, 4096, 16, 0.3),
+        ),
+    },
+    weighted_transformer_base,
+)

@@ -1,0 +1,57 @@
+"""What the recurrent encoders (DenseRNN, Deep-Att/Deep-ED, attentional GRU) share."""
+
+from typing import Callable, Dict, List
+
+import torch.nn as nn
+from torch import Tensor
+
+from fairseq_dense.modules.encoder_decoder import Encoder, right_to_left_padding, to_right_padding
+
+
+class RecurrentEncoder(Encoder):
+    """A source embedding and recurrences that run on right-padded batches (fairseq pads sources on
+    the left by default): :meth:`encode` gets the batch right-padded, and its time-major outputs are
+    moved back to the caller's layout, so attention columns match ``src_tokens``.
+
+    Args:
+        dictionary: source dictionary.
+        embed_dim: embedding size.
+        max_positions: longest source accepted.
+        init_embedding: initialises the embedding weight in place (the padding row is then zeroed).
+    """
+
+    def __init__(self, dictionary, embed_dim: int, max_positions: int, init_embedding: Callable[[Tensor], None]):
+        super().__init__(dictionary)
+        self.padding_idx = dictionary.pad()
+        self.max_source_positions = max_positions
+        self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=self.padding_idx)
+        init_embedding(self.embed_tokens.weight)
+        nn.init.zeros_(self.embed_tokens.weight[self.padding_idx])
+
+    def encode(self, src_tokens: Tensor, src_lengths: Tensor) -> Dict[str, Tensor]:
+        """The encoder's outputs for a right-padded ``(batch, src_len)`` batch; ``(src_len, batch, dim)``
+        tensors are right-padded too."""
+        raise NotImplementedError
+
+    def forward(self, src_tokens: Tensor, src_lengths: Tensor, **unused) -> Dict[str, List[Tensor]]:
+        """Encode a batch.
+
+        Args:
+            src_tokens: ``(batch, src_len)``, left- or right-padded.
+            src_lengths: ``(batch,)``.
+
+        Returns:
+            dict with what :meth:`encode` returns (each in a list, aligned with ``src_tokens``) and
+              * ``encoder_padding_mask``: ``[(batch, src_len)]``, True at padding;
+              * ``src_lengths``: ``[(batch,)]``.
+        """
+        padding_mask = src_tokens.eq(self.padding_idx)
+        src_tokens, left_padded = to_right_padding(src_tokens, self.padding_idx)
+        out = self.encode(src_tokens, src_lengths)
+        if left_padded:
+            out = {k: right_to_left_padding(v, src_lengths) if v.dim() == 3 else v for k, v in out.items()}
+        return {
+            **{k: [v] for k, v in out.items()},
+            "encoder_padding_mask": [padding_mask],
+            "src_lengths": [src_lengths],
+        }
