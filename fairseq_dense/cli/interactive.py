@@ -95,7 +95,8 @@ def fairseq_config(args):
     """
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-    from fairseq_dense.hub.text import MOSES_OPTIONS, read_record
+    from fairseq_dense.hub.schema import MOSES_OPTIONS
+    from fairseq_dense.hub.text import read_record
 
     record = read_record(Path(args.data.split(os.pathsep)[0])) if args.tokenizer == "moses" and args.data else {}
     if record:
