@@ -1,26 +1,15 @@
-"""The model directory format: its files, ``SHA256SUMS``, what ``config.json`` may say, and the one error.
+"""The model directory format: file names, ``SHA256SUMS``, what ``config.json`` may say, the one error.
 
-A model directory comes from strangers, and fairseq turns option values into code
-and file reads in places (``fconv`` and ``wav2vec2`` ``eval()`` layer specs,
-``utils.eval_str_list`` evaluates strings, ``*_embed_path`` reads a file, an
-unknown task name ends the program through argparse). :func:`check_config`
-therefore accepts only:
-
-- ``arch``: an architecture registered by fairseq-dense itself (their code has no ``eval``);
-- ``model``: options that architecture declares (its dataclass fields, or the flags
-  of an argparse-style model's ``add_args``), each of the declared type. Free-text
-  options (paths, JSON strings) must be ``null``;
-- ``task``: a translation task, its languages and :data:`TASK_OPTIONS`;
-- ``dictionaries``: ``dict.<lang>.txt`` with their sizes;
-- ``tokenizer`` (``moses`` or ``null``), ``bpe`` (``subword_nmt`` or ``null``),
-  ``weights_dtype`` and a few informational strings.
-
-Messages name the file, the key (or line, or tensor) and what was expected, and
-never quote a file: a refused value is described by its kind (:func:`describe`), a
-name spelled out only when plain (:func:`safe_name`), paths escaped and cut (:func:`shown`).
-
-``SHA256SUMS`` is in ``sha256sum -c`` format. It detects files changed or mixed up
-after the export; it is not a signature, so no other check relies on it.
+fairseq turns some option values into code or file reads (``fconv``'s ``eval()``,
+``eval_str_list``, ``*_embed_path``, argparse ending the program on an unknown
+task), so :func:`check_config` accepts only fairseq-dense's own architectures, the
+options they declare with values of the declared type (free text only as ``null``),
+a translation task with its languages and :data:`TASK_OPTIONS`, the dictionaries,
+``moses``/``subword_nmt`` or ``null``, and the weight dtype. Messages name the file
+and the key, line or tensor, and never quote a file: values are described by kind
+(:func:`describe`), names spelled out only when plain (:func:`safe_name`), paths
+escaped and cut (:func:`shown`). ``SHA256SUMS`` (``sha256sum -c`` format) detects
+files changed after the export; it is not a signature, and no other check relies on it.
 """
 
 import argparse
@@ -188,8 +177,12 @@ def translation_tasks() -> Tuple[str, ...]:
     from fairseq.tasks import TASK_REGISTRY
     from fairseq.tasks.translation import TranslationTask
 
-    own = [n for n, c in TASK_REGISTRY.items() if c.__module__.startswith("fairseq_dense.")]
-    return ("translation", *sorted(n for n in own if issubclass(TASK_REGISTRY[n], TranslationTask)))
+    own = [
+        n
+        for n, c in TASK_REGISTRY.items()
+        if c.__module__.startswith("fairseq_dense.") and issubclass(c, TranslationTask)
+    ]
+    return ("translation", *sorted(own))
 
 
 @dataclasses.dataclass(frozen=True)
