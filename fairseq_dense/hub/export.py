@@ -1,14 +1,10 @@
 """Export fairseq checkpoints to a self-contained, pickle-free model directory, with its model card.
 
-Checkpoints are read with torch's ``weights_only`` loader and their configuration as
-plain values; the config to write is checked with the loader's rules
-(:func:`~fairseq_dense.hub.schema.check_config`) before any model is built. The
-directory is written to a temporary sibling with its ``SHA256SUMS``, loaded back with
-:func:`~fairseq_dense.hub.loading.load_model`, and only then moved into place
-(``force`` swaps it with the old export in one step, :func:`swap_paths`; the next
-export removes what a killed one left). The text preparation of the training data
-is recorded from ``fairseq-dense-prepare``'s record beside the dictionaries and the
-options given.
+Checkpoints are read with torch's ``weights_only`` loader, their configuration as plain
+values; the config is checked with the loader's rules before any model is built. The
+directory is written to a temporary sibling, loaded back with
+:func:`~fairseq_dense.hub.loading.load_model`, and only then moved (or with ``force``
+swapped, :func:`swap_paths`) into place.
 """
 
 import argparse
@@ -61,6 +57,22 @@ logger = logging.getLogger(__name__)
 
 #: in the names of an export's temporary folders (``.<out>.export-*`` beside ``--out``)
 EXPORT_TMP_MARK = ".export-"
+
+
+@dataclasses.dataclass
+class ModelCardInfo:
+    """What the model card says beyond what the checkpoint knows."""
+
+    model_name: Optional[str] = None
+    license: str = "other"
+    dataset: Optional[str] = None
+    training_data: Optional[str] = None
+    bleu: Optional[float] = None
+    bleu_signature: Optional[str] = None
+    test_set: Optional[str] = None
+    intended_use: Optional[str] = None
+    paper: Optional[str] = None
+    languages: Optional[List[str]] = None
 
 
 def read_checkpoint(path: Path) -> Dict[str, Any]:
@@ -163,7 +175,7 @@ def export_checkpoint(
     average_last: Optional[int] = None,
     update_based: bool = False,
     write_pickle: bool = False,
-    card: Optional["ModelCardInfo"] = None,
+    card: Optional[ModelCardInfo] = None,
     force: bool = False,
 ) -> Path:
     """Write a self-contained model directory from fairseq checkpoint(s); returns ``out_dir``.
@@ -348,22 +360,6 @@ def _write_weights(tmp: Path, config, dictionaries, states, paths):
 
 
 # ---------------------------------------------------------------- the model card (README.md)
-
-
-@dataclasses.dataclass
-class ModelCardInfo:
-    """What the model card says beyond what the checkpoint knows."""
-
-    model_name: Optional[str] = None
-    license: str = "other"
-    dataset: Optional[str] = None
-    training_data: Optional[str] = None
-    bleu: Optional[float] = None
-    bleu_signature: Optional[str] = None
-    test_set: Optional[str] = None
-    intended_use: Optional[str] = None
-    paper: Optional[str] = None
-    languages: Optional[List[str]] = None
 
 
 def model_card(config: Dict[str, Any], n_params: int, info: ModelCardInfo, has_pickle: bool) -> str:

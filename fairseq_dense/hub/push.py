@@ -66,25 +66,14 @@ def push_to_hub(
     dry_run: bool = False,
     announce: Optional[Callable[[str], None]] = None,
 ) -> Optional[str]:
-    """Upload a model directory's export files to a hub repository (created when missing).
+    """Upload :func:`upload_files` to hub repository ``repo_id`` (created when missing); the commit's URL.
 
     Args:
-        model_dir: a directory written by ``fairseq-dense-export`` (checked first).
-        repo_id: ``owner/name``.
-        private: create the repository as private.
-        commit_message: hub commit message.
         revision: branch to commit to (default: the main branch).
-        include_pickle: also upload ``model.pt`` when the directory has one.
         token: hub token (default: huggingface_hub's environment/config lookup).
-        dry_run: list the files and upload nothing (the hub is not contacted).
+        dry_run: list the files and upload nothing (the hub is not contacted); returns ``None``.
         announce: called with one line per file to upload (name, size, sha256),
             before anything is uploaded (default: the log, at INFO level).
-
-    Returns:
-        The URL of the commit, or ``None`` for a dry run.
-
-    Raises:
-        PretrainedModelError: see :func:`upload_files`.
     """
     upload = upload_files(model_dir, include_pickle)
     for item in upload:
