@@ -62,10 +62,7 @@ _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def hub_models() -> Dict[str, Union[str, Dict[str, str]]]:
-    """Named published models: the union of ``hub_models()`` of every model class.
-
-    Each value is a hub repository id or a local directory, or a dict with ``"path"`` (and ``"revision"``).
-    """
+    """Named published models of every model class: a hub id, a directory, or ``{"path", "revision"}``."""
     named: Dict[str, Union[str, Dict[str, str]]] = {}
     for cls in dict.fromkeys(dense_architectures().values()):
         named.update(cls.hub_models() or {})
@@ -194,11 +191,7 @@ class ModelDirectory:
         raise PretrainedModelError(f"{self.where(name)}: resolves outside the model directory")
 
     def read(self, name: str, limit: Optional[int] = None, own: bool = False) -> bytes:
-        """The content of file ``name``, a regular file of at most ``limit`` bytes.
-
-        Args:
-            own: the file must be the directory's own: not a link, one hard link (what push uploads).
-        """
+        """File ``name``, a regular file of at most ``limit`` bytes (``own``: no link, one hard link, as push needs)."""
         try:
             with os.fdopen(self._open(name, own), "rb") as f:
                 reason = _refusal(os.fstat(f.fileno()), own)
@@ -348,12 +341,8 @@ def fairseq_config(config: Dict[str, Any], overrides: Optional[Dict[str, Any]] =
 
 
 def build_model(config: Dict[str, Any], dictionaries, overrides: Optional[Dict[str, Any]] = None, where=CONFIG_NAME):
-    """``(cfg, task, model)`` from a checked config and its parsed ``(source, target)`` dictionaries.
-
-    The task is given the dictionaries (what its ``setup_task`` does after reading
-    them from a data directory), and the model is built as fairseq's inference loads
-    build it: ``task.build_model(cfg.model, from_checkpoint=True)``.
-    """
+    """``(cfg, task, model)``: the task given the parsed dictionaries, the model built as fairseq's inference
+    loads build it (``task.build_model(cfg.model, from_checkpoint=True)``: no training-time work)."""
     from fairseq.tasks import TASK_REGISTRY
 
     cfg = fairseq_config(config, overrides, where)
@@ -417,9 +406,8 @@ def tied_names(model) -> Dict[str, str]:
 def load_weights(model, where: str, config: Dict[str, Any], weights, model_cfg) -> None:
     """Load ``weights`` (from :func:`parse_weights`) into ``model`` after checking every tensor.
 
-    Names exactly the model's; each alias ties two tensors the architecture ties and
-    every tie of the architecture is stored once; floating-point tensors stored as
-    ``weights_dtype``; no NaN or infinity. Shapes are torch's ``load_state_dict``'s check.
+    Names exactly the model's; each alias ties two tensors the architecture ties and every tie is
+    stored once; ``weights_dtype``; no NaN or infinity. Shapes: the model's own ``load_state_dict``.
     """
     import torch
 
@@ -481,11 +469,7 @@ class LoadedModel:
 
 
 def load_model(model_dir: Union[str, Path], overrides: Optional[Dict[str, Any]] = None) -> LoadedModel:
-    """Load a directory written by ``fairseq-dense-export`` (see the module docstring).
-
-    Args:
-        model_dir: the model directory.
-        overrides: fairseq options to set (e.g. ``beam``, ``max_len_b``, ``dropout``).
+    """Load a directory of ``fairseq-dense-export`` with fairseq options ``overrides`` (``beam``, ``dropout``).
 
     Raises:
         PretrainedModelError: naming the file (and key, line or tensor) at fault.
