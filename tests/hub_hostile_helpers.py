@@ -34,7 +34,7 @@ import torch
 import fairseq_dense
 from fairseq_dense import hub
 from fairseq_dense.hub import PretrainedModelError
-from fairseq_dense.hub.files import parse_manifest, write_manifest
+from fairseq_dense.hub.schema import parse_manifest, write_manifest
 from tests import helpers, test_hub
 
 GRU, TRANSFORMER = "gru_attention_tiny", "weighted_transformer_tiny"

@@ -21,7 +21,7 @@ import torch
 
 from fairseq_dense import hub
 from fairseq_dense.hub import PretrainedModelError
-from fairseq_dense.hub.files import ModelDirectory
+from fairseq_dense.hub.loading import ModelDirectory
 from tests.hub_hostile_helpers import (
     SECRET,
     assert_refused,

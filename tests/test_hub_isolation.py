@@ -218,7 +218,7 @@ def test_any_directory_name_loads_its_own_files(gru, reference, tmp_path, monkey
 @pytest.mark.parametrize("name", ODD_NAMES, ids=ascii)
 def test_any_directory_name_fails_in_one_line_naming_it(tmp_path, monkeypatch, name):
     """An empty directory of any name: one line that names it (non-printable characters escaped)."""
-    from fairseq_dense.hub.errors import printable
+    from fairseq_dense.hub.schema import printable
 
     (tmp_path / name).mkdir()
     monkeypatch.chdir(tmp_path)

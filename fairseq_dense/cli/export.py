@@ -14,6 +14,8 @@ checked with the loader's rules (see docs/hub.md) before any model is built.
 """
 
 import argparse
+import dataclasses
+import inspect
 import logging
 import sys
 from typing import List, Optional
@@ -41,21 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", choices=["moses", "none"], default="moses", help="text tokenizer")
     p.add_argument("--moses-source-lang", help="sacremoses language of the input (default: --source-lang)")
     p.add_argument("--moses-target-lang", help="sacremoses language of the output (default: --target-lang)")
-    p.add_argument(
-        "--moses-no-escape",
-        action="store_true",
-        help="the data was tokenized without escaping (fairseq's option): the model does the same",
-    )
-    p.add_argument(
-        "--moses-no-dash-splits",
-        action="store_true",
-        help="the data was tokenized without splitting hyphens (fairseq's option): the model does the same",
-    )
-    p.add_argument(
-        "--moses-normalize-punctuation",
-        action="store_true",
-        help="the data was punctuation-normalised (Moses) before tokenizing: the model does the same",
-    )
+    for flag, what in (
+        ("--moses-no-escape", "tokenized without escaping (fairseq's option)"),
+        ("--moses-no-dash-splits", "tokenized without splitting hyphens (fairseq's option)"),
+        ("--moses-normalize-punctuation", "punctuation-normalised (Moses) before tokenizing"),
+    ):
+        p.add_argument(flag, action="store_true", help=f"the data was {what}: the model does the same")
     p.add_argument(
         "--moses-lowercase",
         action="store_true",
@@ -97,40 +90,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     import fairseq_dense  # noqa: F401  (registers the architectures)
     from fairseq_dense.hub import ModelCardInfo, PretrainedModelError, export_checkpoint
 
-    card = ModelCardInfo(
-        model_name=args.model_name,
-        license=args.license,
-        dataset=args.dataset,
-        training_data=args.training_data,
-        bleu=args.bleu,
-        bleu_signature=args.bleu_signature,
-        test_set=args.test_set,
-        intended_use=args.intended_use,
-        paper=args.paper,
-        languages=args.languages,
-    )
+    card = ModelCardInfo(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ModelCardInfo)})
+    options = {k: v for k, v in vars(args).items() if k in inspect.signature(export_checkpoint).parameters}
+    options["tokenizer"] = None if args.tokenizer == "none" else args.tokenizer
     try:
-        out = export_checkpoint(
-            args.checkpoints,
-            args.out,
-            data=args.data,
-            source_lang=args.source_lang,
-            target_lang=args.target_lang,
-            bpe_codes=args.bpe_codes,
-            tokenizer=None if args.tokenizer == "none" else args.tokenizer,
-            moses_source_lang=args.moses_source_lang,
-            moses_target_lang=args.moses_target_lang,
-            moses_no_escape=args.moses_no_escape,
-            moses_no_dash_splits=args.moses_no_dash_splits,
-            moses_normalize_punctuation=args.moses_normalize_punctuation,
-            moses_lowercase=args.moses_lowercase,
-            fp16=args.fp16,
-            average_last=args.average_last,
-            update_based=args.update_based,
-            write_pickle=args.pickle_checkpoint,
-            card=card,
-            force=args.force,
-        )
+        out = export_checkpoint(out_dir=args.out, write_pickle=args.pickle_checkpoint, card=card, **options)
     except PretrainedModelError as err:
         print(f"fairseq-dense-export: error: {err}", file=sys.stderr)
         return 1

@@ -1,23 +1,13 @@
 """``fairseq-dense-interactive``: ``fairseq-interactive`` that refuses empty input lines.
 
-fairseq-interactive strips each input line and translates an empty or
-whitespace-only line as an empty source sentence (EOS only): the model emits
-*something*, silently. fairseq has no hook on its input loop, so this wrapper
-feeds fairseq's own ``fairseq_cli.interactive`` (run in this process, all its
-options apply) through a checking reader: at the first empty/whitespace-only or
+fairseq-interactive translates an empty or whitespace-only line as an empty
+sentence, silently. This runs fairseq's own ``fairseq_cli.interactive`` in this
+process (all its options apply) on a checking reader: at the first empty or
 non-UTF-8 line it stops with one line ``fairseq-dense-interactive: error:
-<source>:<line>: ...`` and exit status 1 (lines before it are translated).
-``--allow-empty-lines`` restores fairseq's behaviour. Quiet by default: fairseq's and
-torch's warnings about optional packages and deprecated calls, and fairseq's INFO lines
-(its whole configuration first), are hidden; ``-v`` shows them. Log lines go to stderr,
-translations to stdout. The thread count is chosen for the machine
-(:mod:`fairseq_dense.threads`) and said in the first log line.
-
-With ``--tokenizer moses`` on data prepared by ``fairseq-dense-prepare``, the text
-steps recorded beside its dictionaries (``bin/text_preparation.json``: Moses'
-punctuation normaliser, no escaping, no dash splits, lower-casing) are applied as
-they were to the training data (fairseq-dense's ``dense_moses`` tokenizer); one
-line on stderr says so.
+<source>:<line>: ...`` and exit status 1 (``--allow-empty-lines``: fairseq's
+behaviour). Quiet unless ``-v``; logs on stderr, translations on stdout. With
+``--tokenizer moses`` on data of ``fairseq-dense-prepare``, the text steps recorded
+beside its dictionaries are applied (``dense_moses``), said in one line on stderr.
 
 Usage::
 
@@ -89,13 +79,12 @@ def _pop_option(argv: List[str], flag: str, default: Optional[str]) -> Optional[
 def fairseq_config(args):
     """fairseq's configuration of ``args``; ``--tokenizer moses`` becomes ``dense_moses`` with the data's record.
 
-    The record beside the data's dictionaries gives the steps and the Moses
-    languages (``--source-lang`` names the task's languages, which the data's
-    preparation mapped to Moses' codes).
+    The record gives the steps and the Moses languages (the data's preparation mapped the task's to Moses' codes).
     """
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-    from fairseq_dense.hub.text import MOSES_OPTIONS, read_record
+    from fairseq_dense.hub.schema import MOSES_OPTIONS
+    from fairseq_dense.hub.text import read_record
 
     record = read_record(Path(args.data.split(os.pathsep)[0])) if args.tokenizer == "moses" and args.data else {}
     if record:

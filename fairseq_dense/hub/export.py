@@ -1,97 +1,85 @@
-"""Export a fairseq checkpoint to a self-contained, pickle-free model directory.
+"""Export fairseq checkpoints to a self-contained, pickle-free model directory, with its model card.
 
-The directory layout is described in :mod:`fairseq_dense.hub`. Reading the
-training checkpoint uses torch's ``weights_only`` loader (never arbitrary
-unpickling) and reads its configuration as plain values; the config to write is
-checked with the loader's rules (:func:`fairseq_dense.hub.schema.check_config`)
-before any model is built. The directory is written to a temporary sibling with
-its ``SHA256SUMS``, verified by loading it back with
-:func:`fairseq_dense.hub.loading.load_model`, and only then moved into place, so
-nothing half-written is left behind; ``force`` swaps it with the old export in one
-step (:func:`swap_paths`), and the next export removes what a killed one left. The text preparation of the training data
-(Moses options, punctuation normalisation, lower-casing) is recorded in the
-config: from ``fairseq-dense-prepare``'s record beside the dictionaries
-(``text_preparation.json``) and the options given.
+Checkpoints are read with torch's ``weights_only`` loader, their configuration as plain
+values; the config is checked with the loader's rules before any model is built. The
+directory is written to a temporary sibling, loaded back with
+:func:`~fairseq_dense.hub.loading.load_model`, and only then moved (or with ``force``
+swapped, :func:`swap_paths`) into place.
 """
 
+import argparse
 import ctypes
+import dataclasses
 import enum
 import errno
 import glob
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import torch
 
 import fairseq_dense
 from fairseq_dense import checkpoints
-from fairseq_dense.hub.errors import PretrainedModelError, describe, one_line, safe_name, shown
-from fairseq_dense.hub.files import (
+from fairseq_dense.hub.loading import build_model, load_model, tied_names
+from fairseq_dense.hub.schema import (
     BPE_CODES_NAME,
     CARD_NAME,
     CONFIG_NAME,
-    PICKLE_NAME,
-    WEIGHTS_NAME,
-    model_files,
-    write_manifest,
-)
-from fairseq_dense.hub.loading import build_model, load_model
-from fairseq_dense.hub.model_card import ModelCardInfo, model_card, paper_of
-from fairseq_dense.hub.schema import (
     FORMAT_NAME,
     FORMAT_VERSION,
     LANG_RE,
+    MANIFEST_NAME,
+    MOSES_OPTIONS,
+    PICKLE_NAME,
     TASK_OPTIONS,
+    WEIGHTS_NAME,
+    PretrainedModelError,
     check_config,
     declared_model_options,
     dense_architectures,
+    describe,
+    model_files,
+    one_line,
+    safe_name,
+    shown,
     translation_tasks,
+    write_manifest,
 )
-from fairseq_dense.hub.text import MOSES_OPTIONS, parse_bpe_codes, parse_dictionary, read_record
-from fairseq_dense.hub.weights import tied_names
+from fairseq_dense.hub.text import parse_bpe_codes, parse_dictionary, read_record
 
 logger = logging.getLogger(__name__)
 
+#: in the names of an export's temporary folders (``.<out>.export-*`` beside ``--out``)
+EXPORT_TMP_MARK = ".export-"
 
-def select_checkpoints(
-    paths: Sequence[Union[str, Path]], average_last: Optional[int] = None, update_based: bool = False
-) -> List[Path]:
-    """The checkpoint files to export (several are averaged).
 
-    Args:
-        paths: checkpoint files, or with ``average_last`` one checkpoint directory.
-        average_last: average the last N epoch checkpoints (``checkpointE.pt``) of the directory.
-        update_based: with ``average_last``, use update checkpoints (``checkpoint_E_U.pt``).
-    """
-    paths = [Path(p) for p in paths]
-    if average_last is None:
-        for p in paths:
-            if not p.is_file():
-                raise PretrainedModelError(f"{p}: no such checkpoint file")
-        return paths
-    if len(paths) != 1 or not paths[0].is_dir():
-        raise PretrainedModelError(f"--average-last needs one checkpoint directory, got {[str(p) for p in paths]}")
-    try:
-        return [Path(p) for p in checkpoints.last_checkpoints(str(paths[0]), average_last, update_based)]
-    except checkpoints.CheckpointError as err:
-        raise PretrainedModelError(f"--average-last {average_last} needs {average_last} checkpoints: {err}") from None
+@dataclasses.dataclass
+class ModelCardInfo:
+    """What the model card says beyond what the checkpoint knows."""
+
+    model_name: Optional[str] = None
+    license: str = "other"
+    dataset: Optional[str] = None
+    training_data: Optional[str] = None
+    bleu: Optional[float] = None
+    bleu_signature: Optional[str] = None
+    test_set: Optional[str] = None
+    intended_use: Optional[str] = None
+    paper: Optional[str] = None
+    languages: Optional[List[str]] = None
 
 
 def read_checkpoint(path: Path) -> Dict[str, Any]:
-    """Load a fairseq checkpoint with torch's safe ``weights_only`` loader.
+    """A fairseq checkpoint read with torch's ``weights_only`` loader, plus ``"plain_cfg"``.
 
-    The configuration is read as plain values (no OmegaConf interpolation, no
-    hydra composition): the model and task options go through the same checks as
-    a loaded ``config.json`` before anything is built from them.
-
-    Returns:
-        The raw state plus ``"plain_cfg"``: ``{"model": {...}, "task": {...}}``,
-        each a flat dict of option values.
+    ``"plain_cfg"`` is ``{"model": {...}, "task": {...}}``, each a flat dict of option
+    values (no OmegaConf interpolation, no hydra composition).
     """
     try:
         state = checkpoints.read_state(str(path))
@@ -100,29 +88,24 @@ def read_checkpoint(path: Path) -> Dict[str, Any]:
     for name, value in state["model"].items():
         if not isinstance(name, str) or not isinstance(value, torch.Tensor):
             raise PretrainedModelError(f"{path}: 'model' entry '{safe_name(name)}' is not a named tensor")
+
+    def plain(node, key: str) -> Dict[str, Any]:
+        node = vars(node) if isinstance(node, argparse.Namespace) else node  # argparse-style models
+        if not isinstance(node, dict):
+            raise PretrainedModelError(f"{path}: checkpoint configuration '{key}' is not a mapping")
+        return dict(node)
+
     if state.get("args") is not None:  # checkpoints of fairseq < 0.10: one flat Namespace
-        flat = _plain(state["args"], path, "args")
-        plain = {"model": dict(flat, _name=flat.get("arch")), "task": dict(flat, _name=flat.get("task"))}
+        flat = plain(state["args"], "args")
+        state["plain_cfg"] = {"model": dict(flat, _name=flat.get("arch")), "task": dict(flat, _name=flat.get("task"))}
     elif state.get("cfg") is not None:
-        cfg = _plain(state["cfg"], path, "cfg")
-        plain = {key: _plain(cfg.get(key), path, f"cfg.{key}") for key in ("model", "task")}
-        if not plain["model"].get("_name"):
-            plain["model"]["_name"] = plain["model"].get("arch")
+        cfg = plain(state["cfg"], "cfg")
+        state["plain_cfg"] = model_task = {key: plain(cfg.get(key), f"cfg.{key}") for key in ("model", "task")}
+        if not model_task["model"].get("_name"):
+            model_task["model"]["_name"] = model_task["model"].get("arch")
     else:
         raise PretrainedModelError(f"{path}: the checkpoint holds no configuration ('cfg' or 'args')")
-    state["plain_cfg"] = plain
     return state
-
-
-def _plain(node, path: Path, key: str) -> Dict[str, Any]:
-    """A configuration node (dict, or the ``argparse.Namespace`` of argparse-style models) as a dict."""
-    import argparse
-
-    if isinstance(node, argparse.Namespace):
-        node = vars(node)
-    if not isinstance(node, dict):
-        raise PretrainedModelError(f"{path}: checkpoint configuration '{key}' is not a mapping")
-    return dict(node)
 
 
 def _jsonable(value):
@@ -135,26 +118,25 @@ def _jsonable(value):
 
 
 def model_options(model_cfg: Dict[str, Any], arch: str) -> Dict[str, Any]:
-    """Every option the architecture declares that the checkpoint sets, as JSON values.
-
-    Options are the fields of the model's dataclass config, or for argparse-style
-    models the flags of its ``add_args`` (:func:`~fairseq_dense.hub.schema.declared_model_options`).
-    """
+    """Every option the architecture declares that the checkpoint sets, as JSON values."""
     return {name: _jsonable(model_cfg[name]) for name in declared_model_options(arch) if name in model_cfg}
 
 
-def _dictionary_dir(data: Optional[Union[str, Path]], task_cfg: Dict[str, Any], path: Path) -> Path:
-    if data is None:
-        data = task_cfg.get("data")
-        if not isinstance(data, str) or not data:
-            raise PretrainedModelError(f"{path}: the checkpoint names no data directory; pass --data")
-        data = data.split(os.pathsep)[0]
-    return Path(data)
+def _checkpoint_paths(paths: Sequence[Union[str, Path]], average_last: Optional[int], update_based: bool) -> List[Path]:
+    """The checkpoint files to export: ``paths``, or with ``average_last`` the directory's last N."""
+    paths = [Path(p) for p in paths]
+    if average_last is None:
+        return paths
+    if len(paths) != 1 or not paths[0].is_dir():
+        raise PretrainedModelError(f"--average-last needs one checkpoint directory, got {[str(p) for p in paths]}")
+    try:
+        return [Path(p) for p in checkpoints.last_checkpoints(str(paths[0]), average_last, update_based)]
+    except checkpoints.CheckpointError as err:
+        raise PretrainedModelError(f"--average-last {average_last} needs {average_last} checkpoints: {err}") from None
 
 
-def _task_options(
-    task_cfg: Dict[str, Any], src: Optional[str], tgt: Optional[str], data_dir: Path, path: Path
-) -> Dict[str, Any]:
+def _task_options(task_cfg: Dict[str, Any], src, tgt, data_dir: Path, path: Path) -> Dict[str, Any]:
+    """The task of ``config.json``: its name, languages (checked before they name files) and :data:`TASK_OPTIONS`."""
     from fairseq.data import data_utils
 
     name = task_cfg.get("_name")
@@ -168,14 +150,11 @@ def _task_options(
         src, tgt = data_utils.infer_language_pair(str(data_dir))
     if src is None or tgt is None:
         raise PretrainedModelError(f"{data_dir}: cannot infer the language pair; pass --source-lang/--target-lang")
-    for key, lang in (("source_lang", src), ("target_lang", tgt)):  # before they name files
+    for key, lang in (("source_lang", src), ("target_lang", tgt)):
         if not isinstance(lang, str) or not LANG_RE.fullmatch(lang):
             raise PretrainedModelError(f"{path}: key 'task.{key}' must be a language code, not {describe(lang)}")
     options = {"_name": name, "source_lang": src, "target_lang": tgt}
-    for key in TASK_OPTIONS:
-        if key in task_cfg:
-            options[key] = _jsonable(task_cfg[key])
-    return options
+    return {**options, **{key: _jsonable(task_cfg[key]) for key in TASK_OPTIONS if key in task_cfg}}
 
 
 def export_checkpoint(
@@ -199,32 +178,23 @@ def export_checkpoint(
     card: Optional[ModelCardInfo] = None,
     force: bool = False,
 ) -> Path:
-    """Write a self-contained model directory from fairseq checkpoint(s).
+    """Write a self-contained model directory from fairseq checkpoint(s); returns ``out_dir``.
 
     Args:
-        checkpoints: checkpoint file(s); several are averaged. With ``average_last``
-            one checkpoint directory.
-        out_dir: the model directory to create.
+        checkpoints: checkpoint file(s), averaged when several; with ``average_last``
+            one checkpoint directory (its last N ``checkpointE.pt``, or with
+            ``update_based`` ``checkpoint_E_U.pt``).
+        out_dir: the model directory to create (``force``: replace it).
         data: directory holding ``dict.<lang>.txt`` (default: the checkpoint's data dir).
         source_lang, target_lang: default: the checkpoint's (or inferred from ``data``).
         bpe_codes: subword-nmt codes file; the model then applies BPE to its input.
-        tokenizer: ``"moses"`` or ``None``.
-        moses_source_lang, moses_target_lang: sacremoses languages (default: the task's).
-        moses_no_escape, moses_no_dash_splits: fairseq's Moses options of the same names,
-            as the training data was tokenized (recorded only when set; loading applies them).
-        moses_normalize_punctuation, moses_lowercase: the training data was
-            punctuation-normalised before / lower-cased after tokenising (recorded
-            only when set; loading applies them). ``data``'s record of
-            ``fairseq-dense-prepare`` sets these four and the Moses languages too.
+        tokenizer: ``"moses"`` or ``None``; ``moses_*``: its languages (default: the
+            task's) and the steps the training data went through (recorded only when
+            set; loading applies them). ``data``'s record of ``fairseq-dense-prepare``
+            sets the steps and the languages too.
         fp16: store the weights as float16 (half the size; loading casts to float32).
-        average_last: average the last N checkpoints of the directory.
-        update_based: with ``average_last``, average update checkpoints.
         write_pickle: also write ``model.pt`` (pickle-based, for ``fairseq-generate --path``).
         card: model card fields.
-        force: replace an existing ``out_dir``.
-
-    Returns:
-        ``out_dir``.
 
     Raises:
         PretrainedModelError: naming the file or option at fault.
@@ -236,12 +206,11 @@ def export_checkpoint(
         raise PretrainedModelError(f"{shown(out_dir)}: exists and is not a folder")
     if out_dir.exists() and any(out_dir.iterdir()) and not force:
         raise PretrainedModelError(f"{out_dir}: exists and is not empty (use --force to replace it)")
-    paths = select_checkpoints(checkpoints, average_last, update_based)
+    paths = _checkpoint_paths(checkpoints, average_last, update_based)
     states = [read_checkpoint(p) for p in paths]
     for state in states:  # optimizer state is neither exported nor needed: free it early
         state.pop("last_optimizer_state", None)
-    last = states[-1]
-    plain = last["plain_cfg"]
+    last, plain = states[-1], states[-1]["plain_cfg"]
     arch = plain["model"].get("_name")
     if not isinstance(arch, str) or arch not in dense_architectures():
         raise PretrainedModelError(
@@ -253,11 +222,16 @@ def export_checkpoint(
             raise PretrainedModelError(
                 f"{path}: architecture '{safe_name(other)}' differs from '{arch}' of {paths[-1]}"
             )
-    data_dir = _dictionary_dir(data, plain["task"], paths[-1])
+    if data is None:
+        data = plain["task"].get("data")
+        if not isinstance(data, str) or not data:
+            raise PretrainedModelError(f"{paths[-1]}: the checkpoint names no data directory; pass --data")
+        data = data.split(os.pathsep)[0]
+    data_dir = Path(data)
     task = _task_options(plain["task"], source_lang, target_lang, data_dir, paths[-1])
     dict_files, dictionaries = {}, {}
-    for side, lang in (("source", task["source_lang"]), ("target", task["target_lang"])):
-        dict_files[side] = data_dir / f"dict.{lang}.txt"
+    for side in ("source", "target"):
+        dict_files[side] = data_dir / f"dict.{task[side + '_lang']}.txt"
         if not dict_files[side].is_file():
             raise PretrainedModelError(f"{dict_files[side]}: missing (pass --data, the binarized data directory)")
         dictionaries[side] = parse_dictionary(str(dict_files[side]), dict_files[side].read_bytes())  # the loader's
@@ -269,30 +243,29 @@ def export_checkpoint(
         raise PretrainedModelError(f"--tokenizer {tokenizer}: only 'moses' or 'none' are supported")
     record = read_record(data_dir)  # what fairseq-dense-prepare did to the text
     given = (moses_no_dash_splits, moses_no_escape, moses_normalize_punctuation, moses_lowercase)
-    moses_flags = {key: flag or record.get(key, False) for key, flag in zip(MOSES_OPTIONS, given)}
     if tokenizer is None and any(given):
         set_flags = ", ".join("--" + k.replace("_", "-") for k, v in zip(MOSES_OPTIONS, given) if v)
         raise PretrainedModelError(f"{set_flags}: Moses options need --tokenizer moses, not none")
+    import fairseq
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
     config = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "package_version": fairseq_dense.__version__,
-        "fairseq_version": _fairseq_version(),
+        "fairseq_version": getattr(fairseq, "__version__", "unknown"),
         "arch": arch,
-        "model_name": _model_name(arch),
+        "model_name": ARCH_MODEL_NAME_REGISTRY[arch],
         "model": model_options(plain["model"], arch),
         "task": task,
-        "dictionaries": {
-            side: {"file": path.name, "size": len(dictionaries[side])} for side, path in dict_files.items()
-        },
+        "dictionaries": {side: {"file": p.name, "size": len(dictionaries[side])} for side, p in dict_files.items()},
         "tokenizer": None
         if tokenizer is None
         else {
             "_name": "moses",
             "source_lang": moses_source_lang or record.get("source_lang") or task["source_lang"],
             "target_lang": moses_target_lang or record.get("target_lang") or task["target_lang"],
-            **{k: True for k, v in moses_flags.items() if v},
+            **{k: True for k, flag in zip(MOSES_OPTIONS, given) if flag or record.get(k, False)},
         },
         "bpe": None if bpe_codes is None else {"_name": "subword_nmt", "bpe_separator": "@@"},
         "weights_dtype": "float16" if fp16 else "float32",
@@ -309,17 +282,18 @@ def export_checkpoint(
         if bpe_codes is not None:
             shutil.copyfile(bpe_codes, tmp / BPE_CODES_NAME)
         (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        pair = (dictionaries["source"], dictionaries["target"])
-        weights, n_params = _write_weights(tmp, config, pair, states, paths, fp16)
+        model, weights = _write_weights(tmp, config, (dictionaries["source"], dictionaries["target"]), states, paths)
         write_manifest(tmp, model_files(config))
         load_model(tmp)  # verification: the directory loads on its own, checksums and all
-        text = model_card(
-            config, n_params, card or ModelCardInfo(), paper_of(dense_architectures()[arch]), write_pickle
-        )
-        (tmp / CARD_NAME).write_text(text, encoding="utf-8")
-        if write_pickle:
-            _write_pickle(tmp / PICKLE_NAME, last, weights)
-        _make_readable(tmp)
+        n_params = sum(p.numel() for p in model.parameters())
+        (tmp / CARD_NAME).write_text(model_card(config, n_params, card or ModelCardInfo(), write_pickle), "utf-8")
+        if write_pickle:  # a plain fairseq checkpoint for fairseq-generate --path: no optimizer state
+            state = {k: v for k, v in last.items() if k not in ("plain_cfg", "criterion")}
+            torch.save({**state, "model": weights}, tmp / PICKLE_NAME)
+        umask = os.umask(0)  # mkdtemp creates a private directory: give it the usual permissions
+        os.umask(umask)
+        for path in [tmp, *tmp.iterdir()]:
+            os.chmod(path, (0o777 if path == tmp else 0o666) & ~umask)
         if out_dir.exists():
             swap_paths(tmp, out_dir)  # the old export is now at tmp, removed below
         else:
@@ -330,17 +304,12 @@ def export_checkpoint(
     return out_dir
 
 
-#: in the names of an export's temporary folders (``.<out>.export-*`` beside ``--out``)
-EXPORT_TMP_MARK = ".export-"
-
-
 def swap_paths(a: Path, b: Path) -> None:
     """Exchange ``a`` and ``b`` so that ``b`` is at every moment the old or the new one.
 
-    Linux's ``renameat2(RENAME_EXCHANGE)`` swaps them in one step. Where the system or
-    the file system does not offer it, ``b`` is moved aside and ``a`` renamed in (for
-    a moment ``b`` is missing; the moved-aside folder carries the temporary mark, so
-    the next export removes it if a kill came in between), then the old one goes to ``a``.
+    Linux's ``renameat2(RENAME_EXCHANGE)`` swaps them in one step. Elsewhere ``b`` is
+    moved aside (under the temporary mark, so the next export removes it after a
+    kill) and ``a`` renamed in (for a moment ``b`` is missing), then the old one goes to ``a``.
     """
     renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
     if renameat2 is not None:
@@ -356,36 +325,12 @@ def swap_paths(a: Path, b: Path) -> None:
     os.replace(aside, a)
 
 
-def _make_readable(directory: Path) -> None:
-    """``mkdtemp`` creates a private directory: give it the usual permissions (umask)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(directory, 0o777 & ~umask)
-    for path in directory.iterdir():
-        os.chmod(path, 0o666 & ~umask)
+def _write_weights(tmp: Path, config, dictionaries, states, paths):
+    """Save the (averaged) weights, loaded into a model built as the loader builds it; returns it and its state.
 
-
-def _fairseq_version() -> str:
-    import fairseq
-
-    return getattr(fairseq, "__version__", "unknown")
-
-
-def _model_name(arch: str) -> str:
-    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
-
-    return ARCH_MODEL_NAME_REGISTRY[arch]
-
-
-def _write_weights(tmp: Path, config, dictionaries, states, paths, fp16: bool) -> Tuple[Dict[str, torch.Tensor], int]:
-    """Load the (averaged) weights into a freshly built model and save its state dict.
-
-    The model is built as the loader builds it (:func:`fairseq_dense.hub.loading.build_model`:
-    from the checked config and the parsed dictionaries, no task recovery).
-    Going through the model applies fairseq's state-dict upgrades and proves that
-    names and shapes match the dictionaries. Tied weights are stored once and
-    listed in the safetensors metadata. Returns the full state dict as written and
-    the number of (distinct) parameters.
+    Going through the model applies fairseq's state-dict upgrades and checks names
+    and shapes against the dictionaries. Tied weights are stored once and listed in
+    the safetensors metadata.
     """
     from safetensors.torch import save_file
 
@@ -394,43 +339,109 @@ def _write_weights(tmp: Path, config, dictionaries, states, paths, fp16: bool) -
     except checkpoints.CheckpointError as err:
         raise PretrainedModelError(one_line(err, 300)) from None
     cfg, _, model = build_model(config, dictionaries, where=shown(paths[-1]))
-    expected = model.state_dict()
-    for name, tensor in averaged.items():
-        if name in expected and tuple(tensor.shape) != tuple(expected[name].shape):
-            sizes = ", ".join("{file}: {size} symbols".format(**d) for d in config["dictionaries"].values())
-            raise PretrainedModelError(
-                f"{paths[-1]}: tensor '{name}' has shape {tuple(tensor.shape)}, but the model built from the "
-                f"dictionaries ({sizes}) expects {tuple(expected[name].shape)} (wrong --data?)"
-            )
     try:
         model.load_state_dict(averaged, strict=True, model_cfg=cfg.model)
     except (Exception, SystemExit) as err:
         raise PretrainedModelError(
-            f"{paths[-1]}: weights do not fit architecture '{config['arch']}' ({one_line(err, 160)})"
+            f"{paths[-1]}: weights do not fit architecture '{config['arch']}' with the dictionaries of --data "
+            f"({one_line(err, 300)})"
         ) from None
     full = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    if fp16:
+    if config["weights_dtype"] == "float16":
         full = {k: v.half() if torch.is_floating_point(v) else v for k, v in full.items()}
     for name, tensor in full.items():
         if torch.is_floating_point(tensor) and not bool(torch.isfinite(tensor).all()):
             raise PretrainedModelError(f"{paths[-1]}: tensor '{name}' holds non-finite values (NaN or infinity)")
     aliases = tied_names(model)
-    tensors = {k: v.contiguous() for k, v in full.items() if k not in aliases}
-    save_file(
-        tensors,
-        str(tmp / WEIGHTS_NAME),
-        metadata={
-            "format": "pt",
-            "tied_weights": json.dumps(aliases),
-            "arch": config["arch"],
-            "fairseq_dense_version": fairseq_dense.__version__,
-        },
+    metadata = {"format": "pt", "tied_weights": json.dumps(aliases), "arch": config["arch"]}
+    metadata["fairseq_dense_version"] = fairseq_dense.__version__
+    save_file({k: v.contiguous() for k, v in full.items() if k not in aliases}, str(tmp / WEIGHTS_NAME), metadata)
+    return model, full
+
+
+# ---------------------------------------------------------------- the model card (README.md)
+
+
+def model_card(config: Dict[str, Any], n_params: int, info: ModelCardInfo, has_pickle: bool) -> str:
+    """The ``README.md`` model card: the metadata block hubs read (huggingface_hub's ``ModelCardData``), the text."""
+    from huggingface_hub import EvalResult, ModelCardData
+
+    link = re.search(r"https?://[^\s,;)>\]]+", dense_architectures()[config["arch"]].__doc__ or "")  # cited paper
+    paper = info.paper or (link.group(0).rstrip(".") if link else None)
+    src, tgt = config["task"]["source_lang"], config["task"]["target_lang"]
+    name = info.model_name or f"{config['arch']}-{src}-{tgt}"
+    test_set = info.test_set or info.dataset
+    evals = bleu = None
+    if info.bleu is not None:
+        evals = [
+            EvalResult(
+                task_type="translation",
+                task_name=f"Translation {src}-{tgt}",
+                dataset_type=info.dataset or "custom",
+                dataset_name=test_set or "custom",
+                metric_type="bleu",
+                metric_name="sacreBLEU",
+                metric_value=float(info.bleu),
+                verified=False,
+                metric_config=info.bleu_signature,
+            )
+        ]
+        bleu = f"{info.bleu:.2f} on {test_set or 'the test set'}"
+        bleu += f" (signature `{info.bleu_signature}`)" if info.bleu_signature else ""
+    data = ModelCardData(
+        language=info.languages or [src, tgt],
+        license=info.license,
+        library_name="fairseq",
+        pipeline_tag="translation",
+        tags=["translation", "fairseq", "fairseq-dense", config["model_name"]],
+        datasets=[info.dataset] if info.dataset else None,
+        model_name=name,
+        eval_results=evals,
     )
-    return full, sum(p.numel() for p in model.parameters())
-
-
-def _write_pickle(path: Path, last: Dict[str, Any], weights: Dict[str, torch.Tensor]) -> None:
-    """A plain fairseq checkpoint (pickle) for ``fairseq-generate --path``: no optimizer state."""
-    state = {k: v for k, v in last.items() if k not in ("plain_cfg", "criterion")}
-    state["model"] = weights
-    torch.save(state, path)
+    tok = config["tokenizer"]
+    steps = [key for key in MOSES_OPTIONS if tok and tok.get(key)]
+    tok_text = (tok["_name"] + (f" ({', '.join(steps)})" if steps else "")) if tok else "none"
+    rows = {
+        "Architecture": f"`{config['arch']}` (fairseq-dense model `{config['model_name']}`)",
+        "Paper": paper or "see the fairseq-dense documentation",
+        "Parameters": f"{n_params:,}",
+        "Languages": f"{src} → {tgt}",
+        "Training data": info.training_data or info.dataset or "not given",
+        "sacreBLEU": bleu or "not given",
+        "Weights": f"`model.safetensors` ({config['weights_dtype']}), averaged over {len(config['checkpoints'])} "
+        f"checkpoint(s): {', '.join(config['checkpoints'])}",
+        "Pre-/post-processing": f"tokenizer: {tok_text}, BPE: {(config['bpe'] or {}).get('_name', 'none')}",
+        "Licence": info.license,
+        "Exported with": f"fairseq-dense {config['package_version']}, fairseq {config['fairseq_version']}",
+    }
+    files = [
+        f"`{CONFIG_NAME}`: architecture, every model option, task, tokenizer and BPE settings",
+        f"`{WEIGHTS_NAME}`: weights (safetensors: no code runs when loading)",
+        *(f"`{d['file']}`: {side} dictionary ({d['size']} symbols)" for side, d in config["dictionaries"].items()),
+        *([f"`{BPE_CODES_NAME}`: subword-nmt BPE codes"] if config["bpe"] else []),
+        f"`{MANIFEST_NAME}`: sha256 of the files above, verified when loading (`sha256sum -c`)",
+        *(
+            [
+                f"`{PICKLE_NAME}`: **pickle-based** fairseq checkpoint for `fairseq-generate --path` / "
+                "`fairseq-interactive --path` (with `--user-dir`). Unpickling can run code: load it only if you "
+                "trust its author. `from_pretrained` never reads (or downloads) it."
+            ]
+            if has_pickle
+            else []
+        ),
+    ]
+    use = info.intended_use or (
+        f"Research on and demonstration of {src} → {tgt} machine translation. Not evaluated for "
+        "production use, other domains or languages; outputs can be wrong or fluent but unfaithful."
+    )
+    return (
+        f"---\n{data.to_yaml()}\n---\n\n# {name}\n\n"
+        f"A {config['model_name']} translation model ({src} → {tgt}) for fairseq, exported by fairseq-dense.\n\n"
+        "| | |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in rows.items()) + f"\n## Intended use\n\n{use}"
+        "\n\n## How to use\n\n```python\nimport fairseq_dense\n\n"
+        'model = fairseq_dense.from_pretrained("<this repository id or directory>")\n'
+        'print(model.translate("...", beam=5))\n```\n\n'
+        'or `torch.hub.load("<fairseq-dense repository>", "from_pretrained", "<this repository>")`.\n\n'
+        "## Files\n\n" + "".join(f"- {line}\n" for line in files) + "\n## Model options\n\n```json\n"
+        f"{json.dumps(config['model'], indent=2, sort_keys=True)}\n```\n"
+    )

@@ -1,59 +1,68 @@
-"""Loading pickle-free model directories, locally or from a model hub: one pipeline.
+"""Loading a model directory, local or from a model hub: :func:`load_model`, read top to bottom.
 
-:func:`load_model` reads top to bottom: open the directory once; read
-``SHA256SUMS`` and ``config.json``, verify and check the config; read and
-verify every file it names; parse the dictionaries, BPE codes and weights from
-those bytes; build fairseq's configuration from the checked values (from
-fairseq's dataclasses: no argument parser reads ``sys.argv``, no hydra state
-is shared between threads); build the task from the parsed dictionaries and the
-model as fairseq's inference loads build it; check and load the weights.
-:func:`from_pretrained` resolves a name to a directory first and adds the
-tokenizer and BPE of :mod:`fairseq_dense.hub.text`. Nothing on that path
-unpickles, and nothing outside the model directory is read or written.
+:func:`from_pretrained` resolves a name to a directory (:func:`resolve_model_dir`),
+then :func:`load_model` opens it once (:class:`ModelDirectory`), reads and verifies
+every file once and checks the config (:func:`read_files`), parses the dictionaries,
+BPE codes and weights from those bytes, builds fairseq's configuration from its
+dataclasses (no argument parser reads ``sys.argv``, no hydra state is shared
+between threads), the task from the parsed dictionaries and the model as fairseq's
+inference loads build it (:func:`build_model`), and checks and loads the weights
+(:func:`load_weights`). Nothing on that path unpickles, and nothing outside the
+model directory is read or written.
 """
 
 import argparse
 import contextlib
 import dataclasses
+import errno
+import hashlib
+import json
 import logging
 import os
 import re
+import stat
+import struct
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple, Union
 
 from fairseq.hub_utils import GeneratorHubInterface
 
 import fairseq_dense
-from fairseq_dense.hub.errors import PretrainedModelError, one_line, shown
-from fairseq_dense.hub.files import (
+from fairseq_dense.hub.schema import (
     BPE_CODES_NAME,
+    CARD_NAME,
     CONFIG_NAME,
-    HUB_ALLOW_PATTERNS,
+    FILE_NAME_RE,
     MANIFEST_NAME,
-    MAX_CONFIG_BYTES,
-    MAX_MANIFEST_BYTES,
     WEIGHTS_NAME,
-    ModelDirectory,
+    PretrainedModelError,
+    check_config,
+    dense_architectures,
     model_files,
+    one_line,
+    parse_json,
     parse_manifest,
-    verify,
+    safe_name,
+    shown,
 )
-from fairseq_dense.hub.schema import check_config, dense_architectures, parse_json
 from fairseq_dense.hub.text import VerifiedSubwordNMTBPE, parse_bpe_codes, parse_dictionary
-from fairseq_dense.hub.weights import load_weights, parse_weights
 
 logger = logging.getLogger(__name__)
 
+#: What is fetched from a hub repository: never ``*.pt`` or any other pickle.
+HUB_ALLOW_PATTERNS = [CONFIG_NAME, WEIGHTS_NAME, "dict.*.txt", BPE_CODES_NAME, MANIFEST_NAME, CARD_NAME]
+MAX_MANIFEST_BYTES = 64 * 1024
+MAX_CONFIG_BYTES = 1 << 20
 #: Keyword arguments of :func:`from_pretrained` that are not fairseq options.
 _LOAD_KWARGS = ("revision", "cache_dir", "local_files_only", "token")
+_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+# ---------------------------------------------------------------- resolve: a name -> a local directory
 
 
 def hub_models() -> Dict[str, Union[str, Dict[str, str]]]:
-    """Named published models: the union of ``hub_models()`` of every model class.
-
-    Each value is a hub repository id or a local directory, or a dict with
-    ``"path"`` (and optionally ``"revision"``).
-    """
+    """Named published models of every model class: a hub id, a directory, or ``{"path", "revision"}``."""
     named: Dict[str, Union[str, Dict[str, str]]] = {}
     for cls in dict.fromkeys(dense_architectures().values()):
         named.update(cls.hub_models() or {})
@@ -67,15 +76,11 @@ def resolve_model_dir(
     local_files_only: bool = False,
     token: Optional[str] = None,
 ) -> Path:
-    """Turn a model name, local directory or hub repository id into a local directory.
+    """A name from :func:`hub_models`, a local directory or a hub repository id (``owner/name``) as a directory.
 
-    Args:
-        name_or_path: a name from :func:`hub_models`, a directory written by
-            ``fairseq-dense-export``, or a hub repository id (``owner/name``).
-        revision: branch, tag or commit hash to pin (hub only).
-        cache_dir: huggingface_hub cache directory (default: its standard cache).
-        local_files_only: never touch the network (``HF_HUB_OFFLINE=1`` does the same).
-        token: hub token (default: huggingface_hub's usual environment/config lookup).
+    A hub repository is fetched with huggingface_hub into its standard cache (or
+    ``cache_dir``), at ``revision``, without the network when ``local_files_only``
+    or ``HF_HUB_OFFLINE=1``, with ``token`` (default: huggingface_hub's lookup).
     """
     entry = hub_models().get(str(name_or_path))
     if entry is not None:
@@ -101,11 +106,7 @@ def resolve_model_dir(
         raise PretrainedModelError(f"{shown(path)}: no such model directory")
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)?", text) or text.startswith("-"):
         raise PretrainedModelError(f"{shown(text)}: neither a model directory nor a hub repository id")
-    return _download(text, revision, cache_dir, local_files_only, token)
 
-
-def _download(repo_id: str, revision: Optional[str], cache_dir, local_files_only: bool, token) -> Path:
-    """Fetch a hub repository's model files into huggingface_hub's standard cache."""
     import huggingface_hub
     from huggingface_hub import constants
 
@@ -114,7 +115,7 @@ def _download(repo_id: str, revision: Optional[str], cache_dir, local_files_only
     try:
         return Path(
             huggingface_hub.snapshot_download(
-                repo_id,
+                text,
                 revision=revision,
                 cache_dir=cache_dir,
                 local_files_only=offline,
@@ -127,32 +128,134 @@ def _download(repo_id: str, revision: Optional[str], cache_dir, local_files_only
     except (Exception, SystemExit) as err:  # huggingface_hub raises many error types; report one message
         mode = " in offline mode (HF_HUB_OFFLINE / local_files_only)" if offline else ""
         raise PretrainedModelError(
-            f"{repo_id} (revision {revision or 'main'}): not a local directory, and cannot get it from the hub{mode}, "
+            f"{text} (revision {revision or 'main'}): not a local directory, and cannot get it from the hub{mode}, "
             f"cache {shown(cache_dir or constants.HF_HUB_CACHE)}: {type(err).__name__}: {one_line(err, 200)}"
         ) from None
+
+
+# ---------------------------------------------------------------- read and verify every file once
+
+
+class ModelDirectory:
+    """A model directory opened once; its files are read relative to it, never following a link.
+
+    A path component swapped for a link after the directory was opened changes
+    nothing. The only links read are a huggingface_hub snapshot's links into its
+    ``blobs`` folder (opened once too) and links to a plain name in the directory
+    itself. Use as a context manager.
+    """
+
+    def __init__(self, path: Union[str, Path]):
+        self.path = Path(path)
+        self._fd = self._blobs = None
+        try:
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            if Path(os.path.realpath(self.path)).parent.name == "snapshots":  # a huggingface_hub cache
+                self._blobs = os.open("../../blobs", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=self._fd)
+        except OSError as err:
+            self.__exit__()
+            reason = "no such model directory" if err.errno in (errno.ENOENT, errno.ENOTDIR) else _reason(err)
+            raise PretrainedModelError(f"{shown(self.path)}: {reason}") from None
+
+    def __enter__(self) -> "ModelDirectory":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for fd in (self._fd, self._blobs):
+            if fd is not None:
+                os.close(fd)
+        self._fd = self._blobs = None
+
+    def where(self, name: str) -> str:
+        """File ``name`` as messages name it (escaped, a very long path cut)."""
+        return shown(self.path / name)
+
+    def refusal(self, name: str) -> Optional[str]:
+        """Why file ``name`` is not the directory's own regular file, ``"missing"``, or ``None``."""
+        try:
+            return _refusal(os.stat(name, dir_fd=self._fd, follow_symlinks=False), own=True)
+        except OSError as err:
+            return _reason(err)
+
+    def _open(self, name: str, own: bool) -> int:
+        try:
+            return os.open(name, _OPEN, dir_fd=self._fd)
+        except OSError as err:
+            if err.errno != errno.ELOOP or own:
+                raise
+        head, _, blob = os.readlink(name, dir_fd=self._fd).rpartition("/")
+        if FILE_NAME_RE.fullmatch(blob) and not head:  # a link to a file beside it
+            return os.open(blob, _OPEN, dir_fd=self._fd)
+        if FILE_NAME_RE.fullmatch(blob) and head == "../../blobs" and self._blobs is not None:
+            return os.open(blob, _OPEN, dir_fd=self._blobs)
+        raise PretrainedModelError(f"{self.where(name)}: resolves outside the model directory")
+
+    def read(self, name: str, limit: Optional[int] = None, own: bool = False) -> bytes:
+        """File ``name``, a regular file of at most ``limit`` bytes (``own``: no link, one hard link, as push needs)."""
+        try:
+            with os.fdopen(self._open(name, own), "rb") as f:
+                reason = _refusal(os.fstat(f.fileno()), own)
+                if reason:
+                    raise PretrainedModelError(f"{self.where(name)}: {reason}")
+                data = f.read(-1 if limit is None else limit + 1)
+        except OSError as err:
+            reason = "a symbolic link" if own and err.errno == errno.ELOOP else _reason(err)
+            raise PretrainedModelError(f"{self.where(name)}: {reason}") from None
+        except MemoryError:
+            raise PretrainedModelError(f"{self.where(name)}: too large to read into memory") from None
+        if limit is not None and len(data) > limit:
+            raise PretrainedModelError(f"{self.where(name)}: larger than {limit} bytes")
+        return data
+
+
+def _refusal(info: os.stat_result, own: bool) -> Optional[str]:
+    if stat.S_ISLNK(info.st_mode):
+        return "a symbolic link"
+    if not stat.S_ISREG(info.st_mode):  # a FIFO or device would block or never end
+        return "not a regular file"
+    return f"{info.st_nlink} hard links" if own and info.st_nlink > 1 else None
+
+
+def _reason(err: OSError) -> str:
+    if err.errno == errno.ENOENT:
+        return "missing"
+    return f"cannot be read ({errno.errorcode.get(err.errno, err.errno)}: {os.strerror(err.errno or 0)})"
 
 
 def read_files(directory: ModelDirectory) -> Tuple[Dict[str, Any], Dict[str, bytes]]:
     """The checked ``config.json`` and the verified bytes of every file it names, each read once.
 
-    ``SHA256SUMS`` must list exactly those files; nothing else (``model.pt``,
-    ``README.md``) is opened.
+    ``SHA256SUMS`` must list exactly those files; nothing else (``model.pt``, ``README.md``) is opened.
+    A refusal gives the recorded hash only, never a file's own.
     """
-    if not directory.exists(CONFIG_NAME):
+    if directory.refusal(CONFIG_NAME) == "missing":
         raise PretrainedModelError(
             f"{directory.where(CONFIG_NAME)}: missing; a model directory must hold {CONFIG_NAME}, {WEIGHTS_NAME}, "
             f"dict.<lang>.txt, {MANIFEST_NAME} (see fairseq-dense-export)"
         )
-    if not directory.exists(MANIFEST_NAME):
+    if directory.refusal(MANIFEST_NAME) == "missing":
         raise PretrainedModelError(
             f"{directory.where(MANIFEST_NAME)}: missing; fairseq-dense loads only directories whose checksums it can "
             "verify (exports before format version 2 have none): re-export the training checkpoint with "
             "fairseq-dense-export CHECKPOINT --out DIR"
         )
     sums = parse_manifest(directory.where(MANIFEST_NAME), directory.read(MANIFEST_NAME, MAX_MANIFEST_BYTES))
+    data: Dict[str, bytes] = {}
+
+    def read_verified(name: str, limit: Optional[int] = None) -> None:
+        data[name] = directory.read(name, limit)
+        if name not in sums:
+            raise PretrainedModelError(
+                f"{directory.where(name)}: not listed in {MANIFEST_NAME}; the directory is incomplete or altered"
+            )
+        if hashlib.sha256(data[name]).hexdigest() != sums[name]:
+            raise PretrainedModelError(
+                f"{directory.where(name)}: sha256 differs from {MANIFEST_NAME} ({sums[name][:16]}...): the file was "
+                "changed or corrupted after export"
+            )
+
     where = directory.where(CONFIG_NAME)
-    data = {CONFIG_NAME: directory.read(CONFIG_NAME, MAX_CONFIG_BYTES)}
-    verify(where, CONFIG_NAME, sums, data[CONFIG_NAME])
+    read_verified(CONFIG_NAME, MAX_CONFIG_BYTES)
     config = parse_json(where, data[CONFIG_NAME])
     try:
         check_config(config, where)
@@ -168,30 +271,25 @@ def read_files(directory: ModelDirectory) -> Tuple[Dict[str, Any], Dict[str, byt
             "the directory is altered"
         )
     for name in names[1:]:
-        data[name] = directory.read(name)
-        verify(directory.where(name), name, sums, data[name])
+        read_verified(name)
     return config, data
 
 
-def _fairseq_error(where: str, what: str, err: BaseException) -> PretrainedModelError:
-    """A failure inside fairseq as one line naming the file (only checked values reached fairseq)."""
-    return PretrainedModelError(f"{where}: {what} ({type(err).__name__}: {one_line(err, 160)})")
+# ---------------------------------------------------------------- build
 
 
 def fairseq_config(config: Dict[str, Any], overrides: Optional[Dict[str, Any]] = None, where: str = CONFIG_NAME):
     """fairseq's whole configuration (generation defaults included) for a checked config.
 
-    Built from fairseq's dataclasses, as ``fairseq-generate`` would compose it,
-    without its argument parser (which reads ``sys.argv`` and imports any
-    ``--user-dir`` there) or hydra (whose state is global to the process).
-    Groups get their defaults, the task and the model the exact values of
-    ``config.json`` (the architecture's own function fills options it does not
-    give), ``overrides`` (the caller's fairseq options) every group with an option of
-    that name. An argparse-style model gets fairseq's flat ``Namespace``.
+    Built from fairseq's dataclasses as ``fairseq-generate`` would compose it, without
+    its argument parser (which reads ``sys.argv`` and imports any ``--user-dir`` there)
+    or hydra (whose state is global to the process). The task and the model get the
+    values of ``config.json`` (the architecture's own function fills options it does
+    not give), ``overrides`` every group with an option of that name. An
+    argparse-style model gets fairseq's flat ``Namespace``.
 
     Raises:
         TypeError: an override that is not a fairseq option.
-        PretrainedModelError: fairseq refuses the configuration (naming ``config.json``).
     """
     from fairseq.dataclass.configs import FairseqConfig
     from fairseq.dataclass.utils import _set_legacy_defaults
@@ -204,7 +302,7 @@ def fairseq_config(config: Dict[str, Any], overrides: Optional[Dict[str, Any]] =
     from fairseq.tasks import TASK_DATACLASS_REGISTRY
     from omegaconf import OmegaConf, open_dict
 
-    arch, task, overrides = config["arch"], config["task"].get("_name", "translation"), dict(overrides or {})
+    arch, task = config["arch"], config["task"].get("_name", "translation")
     model_dc = MODEL_DATACLASS_REGISTRY.get(ARCH_MODEL_NAME_REGISTRY[arch])
     try:
         model = argparse.Namespace(**config["model"])
@@ -216,7 +314,7 @@ def fairseq_config(config: Dict[str, Any], overrides: Optional[Dict[str, Any]] =
             root.model = OmegaConf.structured(model_dc) if model_dc else {}
             root.model.update({k: v for k, v in vars(model).items() if not model_dc or k in root.model})
         groups = [name for name in root if OmegaConf.is_dict(root[name])]
-        for key, value in overrides.items():
+        for key, value in (overrides or {}).items():
             owners = [name for name in groups if key in root[name]]
             if not owners:
                 raise TypeError(f"from_pretrained() got an unknown fairseq option '{key}'")
@@ -227,8 +325,7 @@ def fairseq_config(config: Dict[str, Any], overrides: Optional[Dict[str, Any]] =
             OmegaConf.to_container(root, resolve=True, enum_to_str=True), flags={"allow_objects": True}
         )
         with open_dict(cfg):
-            cfg.task._name = task
-            cfg.model._name = arch
+            cfg.task._name, cfg.model._name = task, arch
             if not model_dc:  # fairseq's flat Namespace, as its argument parser leaves it
                 flat = {k: v for name in groups for k, v in cfg[name].items()}
                 flat = argparse.Namespace(**{**flat, **cfg.model})  # the model's values over the task's
@@ -244,16 +341,8 @@ def fairseq_config(config: Dict[str, Any], overrides: Optional[Dict[str, Any]] =
 
 
 def build_model(config: Dict[str, Any], dictionaries, overrides: Optional[Dict[str, Any]] = None, where=CONFIG_NAME):
-    """``(cfg, task, model)`` from a checked config and its parsed ``(source, target)`` dictionaries.
-
-    The task is the registered class of ``task._name`` given the dictionaries
-    (what its ``setup_task`` does after reading them from a data directory), and
-    the model is built as fairseq's inference loads build it:
-    ``task.build_model(cfg.model, from_checkpoint=True)``.
-
-    Raises:
-        PretrainedModelError: fairseq or the model refuses the options (naming ``config.json``).
-    """
+    """``(cfg, task, model)``: the task given the parsed dictionaries, the model built as fairseq's inference
+    loads build it (``task.build_model(cfg.model, from_checkpoint=True)``: no training-time work)."""
     from fairseq.tasks import TASK_REGISTRY
 
     cfg = fairseq_config(config, overrides, where)
@@ -263,6 +352,109 @@ def build_model(config: Dict[str, Any], dictionaries, overrides: Optional[Dict[s
     except (Exception, SystemExit) as err:
         raise _fairseq_error(where, f"the options do not build '{config['arch']}'", err) from None
     return cfg, task, model
+
+
+def _fairseq_error(where: str, what: str, err: BaseException) -> PretrainedModelError:
+    """A failure inside fairseq as one line naming the file (only checked values reached fairseq)."""
+    return PretrainedModelError(f"{where}: {what} ({type(err).__name__}: {one_line(err, 160)})")
+
+
+# ---------------------------------------------------------------- weights
+
+
+def parse_weights(where: str, data: bytes) -> Tuple[Dict[str, Any], Dict[str, str]]:
+    """The tensors of ``model.safetensors`` (its bytes) and its tied-weight aliases ``{alias: stored name}``.
+
+    The header is read as strict JSON first: safetensors itself keeps the last of
+    two entries of one tensor name.
+    """
+    from safetensors.torch import load
+
+    (size,) = struct.unpack("<Q", data[:8]) if len(data) >= 8 else (0,)
+    try:
+        header = parse_json(where, data[8 : 8 + size])
+    except PretrainedModelError as err:
+        detail = "its header names a tensor twice" if "duplicate key" in str(err) else "its header is not JSON"
+        raise PretrainedModelError(f"{where}: corrupted or not a safetensors file ({detail})") from None
+    try:
+        aliases = json.loads((header.get("__metadata__") or {}).get("tied_weights", "{}"))
+        state = load(data)
+    except BaseException as err:  # a MemoryError too; pyo3's PanicException is not an Exception
+        if not isinstance(err, Exception) and type(err).__name__ != "PanicException":
+            raise
+        raise PretrainedModelError(f"{where}: corrupted or not a safetensors file ({type(err).__name__})") from None
+    if not isinstance(aliases, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and v in state and k not in state for k, v in aliases.items()
+    ):
+        raise PretrainedModelError(f"{where}: metadata 'tied_weights' is not a map of stored tensor names")
+    return state, aliases
+
+
+def tied_names(model) -> Dict[str, str]:
+    """``{name: first name}`` for every state-dict entry that shares its tensor with an earlier one."""
+    seen: Dict[Any, str] = {}
+    ties: Dict[str, str] = {}
+    for name, tensor in model.state_dict().items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride())
+        if key in seen and tensor.numel():
+            ties[name] = seen[key]
+        else:
+            seen.setdefault(key, name)
+    return ties
+
+
+def load_weights(model, where: str, config: Dict[str, Any], weights, model_cfg) -> None:
+    """Load ``weights`` (from :func:`parse_weights`) into ``model`` after checking every tensor.
+
+    Names exactly the model's; each alias ties two tensors the architecture ties and every tie is
+    stored once; ``weights_dtype``; no NaN or infinity. Shapes: the model's own ``load_state_dict``.
+    """
+    import torch
+
+    state, aliases = dict(weights[0]), weights[1]
+    arch = config["arch"]
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state) - set(aliases))
+    unexpected = sorted((set(state) | set(aliases)) - set(expected))
+    if missing or unexpected:
+        raise PretrainedModelError(
+            f"{where}: does not match architecture '{arch}' of config.json "
+            f"(missing tensors: {missing[:5]}, unexpected tensors: {[safe_name(n) for n in unexpected[:5]]})"
+        )
+    ties = tied_names(model)
+    for alias, source in sorted(aliases.items()):
+        if ties.get(alias, alias) != ties.get(source, source):
+            raise PretrainedModelError(
+                f"{where}: metadata 'tied_weights' makes tensor '{alias}' a copy of '{source}', which architecture "
+                f"'{arch}' does not tie"
+            )
+    stored: Dict[str, str] = {}
+    for name in sorted(state):
+        other = stored.setdefault(ties.get(name, name), name)
+        if other != name:
+            raise PretrainedModelError(
+                f"{where}: stores tensors '{other}' and '{name}' separately, but architecture '{arch}' ties them"
+            )
+    float_dtype = getattr(torch, config["weights_dtype"])
+    for name, tensor in state.items():
+        want = float_dtype if torch.is_floating_point(expected[name]) else expected[name].dtype
+        if tensor.dtype != want:
+            stored_as, wanted = (str(d).replace("torch.", "") for d in (tensor.dtype, want))
+            raise PretrainedModelError(
+                f"{where}: tensor '{name}' is stored as {stored_as}, but config.json says weights_dtype "
+                f"{config['weights_dtype']} (expected {wanted})"
+            )
+        if torch.is_floating_point(tensor) and not bool(torch.isfinite(tensor).all()):
+            raise PretrainedModelError(f"{where}: tensor '{name}' holds non-finite values (NaN or infinity)")
+    for alias, source in aliases.items():
+        state[alias] = state[source]
+    try:
+        model.load_state_dict(state, strict=True, model_cfg=model_cfg)
+    except (Exception, SystemExit) as err:
+        raise PretrainedModelError(f"{where}: the weights do not load into '{arch}' ({one_line(err, 300)})") from None
+
+
+# ---------------------------------------------------------------- the load
 
 
 @dataclasses.dataclass
@@ -277,11 +469,7 @@ class LoadedModel:
 
 
 def load_model(model_dir: Union[str, Path], overrides: Optional[Dict[str, Any]] = None) -> LoadedModel:
-    """The load pipeline (see the module docstring), from a directory written by ``fairseq-dense-export``.
-
-    Args:
-        model_dir: the model directory.
-        overrides: fairseq options to set (e.g. ``beam``, ``max_len_b``, ``dropout``).
+    """Load a directory of ``fairseq-dense-export`` with fairseq options ``overrides`` (``beam``, ``dropout``).
 
     Raises:
         PretrainedModelError: naming the file (and key, line or tensor) at fault.
@@ -321,23 +509,19 @@ def from_pretrained(name_or_path: Union[str, Path], **kwargs) -> TranslationHubI
 
     Args:
         name_or_path: a directory written by ``fairseq-dense-export`` (any name
-            the filesystem allows), a hub repository id (``owner/name``,
-            downloaded with huggingface_hub into its standard cache), or a name
-            from a model class's ``hub_models()``.
-        **kwargs: ``revision`` (branch, tag or commit to pin), ``cache_dir``,
-            ``local_files_only`` (also honoured: ``HF_HUB_OFFLINE=1``), ``token``;
-            ``tokenizer=None`` / ``bpe=None`` for input that is already tokenized /
-            BPE-split; every other keyword is a fairseq option (``beam=5``,
-            ``lenpen=0.6``, or a model option such as ``dropout``).
+            the filesystem allows), a hub repository id (``owner/name``), or a
+            name from a model class's ``hub_models()``.
+        **kwargs: ``revision``, ``cache_dir``, ``local_files_only``, ``token``
+            (:func:`resolve_model_dir`); ``tokenizer=None`` / ``bpe=None`` for input
+            that is already tokenized / BPE-split; every other keyword is a
+            fairseq option (``beam=5``, ``lenpen=0.6``, or a model option such as ``dropout``).
 
     Returns:
-        :class:`TranslationHubInterface` (fairseq's ``GeneratorHubInterface``):
-        ``.translate()``, ``.sample()``, ``.generate()`` with beam options. Its
-        tokenizer applies the text preparation the export recorded.
+        :class:`TranslationHubInterface`: ``.translate()``, ``.sample()``,
+        ``.generate()``; its tokenizer applies the text preparation the export recorded.
 
     Raises:
-        PretrainedModelError: every problem of the model directory, in one line
-            naming the file and key.
+        PretrainedModelError: every problem of the model directory, in one line naming the file and key.
         TypeError: a keyword that is not a fairseq option.
 
     Example::
@@ -369,7 +553,8 @@ def from_pretrained(name_or_path: Union[str, Path], **kwargs) -> TranslationHubI
                 hub_interface.bpe = VerifiedSubwordNMTBPE(loaded.bpe_codes, separator)
                 cfg.bpe = OmegaConf.create({"_name": "subword_nmt", "bpe_separator": separator})
     except (Exception, SystemExit) as err:
-        where = shown(model_dir / CONFIG_NAME)
-        raise _fairseq_error(where, "fairseq cannot set up its tokenizer or BPE", err) from None
+        raise _fairseq_error(
+            shown(model_dir / CONFIG_NAME), "fairseq cannot set up its tokenizer or BPE", err
+        ) from None
     logger.info("loaded %s (%s) from %s", loaded.model.__class__.__name__, config["arch"], shown(model_dir))
     return hub_interface

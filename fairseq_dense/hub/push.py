@@ -1,22 +1,20 @@
 """Upload an exported model directory to the Hugging Face Hub: exactly the export format's files.
 
-What is uploaded is decided here, not by the folder's content: the files
-``SHA256SUMS`` lists (checked as a load checks them), the model card
-``README.md``, and ``model.pt`` when asked. Each must be the directory's own
-file: a regular file, not a symbolic link, with one hard link (a link could
-publish a file from elsewhere, such as a private key); anything else in the
-folder (notes, ``.env``, stray files) stays local.
+The files ``SHA256SUMS`` lists (checked as a load checks them), the model card
+``README.md``, and ``model.pt`` when asked; each the directory's own regular file
+(not a link, one hard link: a link could publish a private key). Anything else in
+the folder stays local.
 """
 
 import dataclasses
+import hashlib
 import json
 import logging
 from pathlib import Path
 from typing import Callable, List, Optional, Union
 
-from fairseq_dense.hub.errors import PretrainedModelError, shown
-from fairseq_dense.hub.files import CARD_NAME, CONFIG_NAME, MANIFEST_NAME, PICKLE_NAME, ModelDirectory
-from fairseq_dense.hub.loading import read_files
+from fairseq_dense.hub.loading import ModelDirectory, read_files
+from fairseq_dense.hub.schema import CARD_NAME, CONFIG_NAME, MANIFEST_NAME, PICKLE_NAME, PretrainedModelError, shown
 
 logger = logging.getLogger(__name__)
 
@@ -30,13 +28,10 @@ class UploadFile:
 
 
 def upload_files(model_dir: Union[str, Path], include_pickle: bool = True) -> List[UploadFile]:
-    """The files ``push_to_hub`` uploads from ``model_dir``, checked and read.
+    """The files ``push_to_hub`` uploads from ``model_dir``, checked (:func:`read_files`) and read.
 
-    The directory is first checked as a load checks it
-    (:func:`~fairseq_dense.hub.loading.read_files`: config, ``SHA256SUMS``,
-    every file it names); then the upload is ``SHA256SUMS`` and the files it
-    lists, ``README.md`` when present, and ``model.pt`` when present and
-    ``include_pickle``, in that order. Every other file of the folder is left out.
+    ``SHA256SUMS`` and the files it lists, ``README.md`` when present, and ``model.pt``
+    when present and ``include_pickle``, in that order.
 
     Raises:
         PretrainedModelError: the directory does not load, or files to upload are
@@ -45,7 +40,8 @@ def upload_files(model_dir: Union[str, Path], include_pickle: bool = True) -> Li
     with ModelDirectory(model_dir) as directory:
         _, data = read_files(directory)
         names = [MANIFEST_NAME, *data]
-        names += [n for n in (CARD_NAME, PICKLE_NAME) if directory.exists(n) and (n != PICKLE_NAME or include_pickle)]
+        optional = (CARD_NAME, PICKLE_NAME) if include_pickle else (CARD_NAME,)
+        names += [n for n in optional if directory.refusal(n) != "missing"]
         refused = [f"{name} ({reason})" for name in names for reason in [directory.refusal(name)] if reason]
         if refused:
             raise PretrainedModelError(
@@ -70,28 +66,15 @@ def push_to_hub(
     dry_run: bool = False,
     announce: Optional[Callable[[str], None]] = None,
 ) -> Optional[str]:
-    """Upload a model directory's export files to a hub repository (created when missing).
+    """Upload :func:`upload_files` to hub repository ``repo_id`` (created when missing); the commit's URL.
 
     Args:
-        model_dir: a directory written by ``fairseq-dense-export`` (checked first).
-        repo_id: ``owner/name``.
-        private: create the repository as private.
-        commit_message: hub commit message.
         revision: branch to commit to (default: the main branch).
-        include_pickle: also upload ``model.pt`` when the directory has one.
         token: hub token (default: huggingface_hub's environment/config lookup).
-        dry_run: list the files and upload nothing (the hub is not contacted).
+        dry_run: list the files and upload nothing (the hub is not contacted); returns ``None``.
         announce: called with one line per file to upload (name, size, sha256),
             before anything is uploaded (default: the log, at INFO level).
-
-    Returns:
-        The URL of the commit, or ``None`` for a dry run.
-
-    Raises:
-        PretrainedModelError: see :func:`upload_files`.
     """
-    import hashlib
-
     upload = upload_files(model_dir, include_pickle)
     for item in upload:
         digest = hashlib.sha256(item.data).hexdigest()

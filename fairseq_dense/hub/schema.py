@@ -1,52 +1,48 @@
-"""What a shared model's ``config.json`` may say, checked before any model code runs.
+"""The model directory format: file names, ``SHA256SUMS``, what ``config.json`` may say, the one error.
 
-A model directory comes from strangers, and fairseq turns option values into code
-and file reads in places (``fconv`` and ``wav2vec2`` ``eval()`` layer specs,
-``utils.eval_str_list`` evaluates strings, ``*_embed_path`` reads a file, an
-unknown task name ends the program through argparse). :func:`check_config`
-therefore accepts only:
-
-- ``arch``: an architecture registered by fairseq-dense itself
-  (:func:`dense_architectures`; their code contains no ``eval``);
-- ``model``: options that architecture declares (its dataclass fields, or for an
-  argparse-style model the flags of its ``add_args``), each with a value of the
-  declared type: booleans, integers, finite numbers, one of the declared choices,
-  lists of numbers. Free-text options (paths, JSON strings) must be ``null``;
-- ``task``: the translation task (or one of fairseq-dense's translation tasks),
-  its languages and the inference options in :data:`TASK_OPTIONS`, never ``arch``,
-  ``data``, ``user_dir`` or a model option;
-- ``dictionaries``: ``dict.<lang>.txt`` in the model directory, with their sizes;
-- ``tokenizer`` (``moses`` or ``null``), ``bpe`` (``subword_nmt`` or ``null``),
-  ``weights_dtype`` and a few informational strings.
-
-Anything else is a one-line :class:`PretrainedModelError` naming the key.
+fairseq turns some option values into code or file reads (``fconv``'s ``eval()``,
+``eval_str_list``, ``*_embed_path``, argparse ending the program on an unknown
+task), so :func:`check_config` accepts only fairseq-dense's own architectures, the
+options they declare with values of the declared type (free text only as ``null``),
+a translation task with its languages and :data:`TASK_OPTIONS`, the dictionaries,
+``moses``/``subword_nmt`` or ``null``, and the weight dtype. Messages name the file
+and the key, line or tensor, and never quote a file: values are described by kind
+(:func:`describe`), names spelled out only when plain (:func:`safe_name`), paths
+escaped and cut (:func:`shown`). ``SHA256SUMS`` (``sha256sum -c`` format) detects
+files changed after the export; it is not a signature, and no other check relies on it.
 """
 
 import argparse
 import dataclasses
 import enum
+import hashlib
 import inspect
 import json
 import math
 import re
 import typing
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Tuple
 
-from fairseq_dense.hub.errors import PretrainedModelError, describe, safe_name
-from fairseq_dense.hub.files import FILE_NAME_RE
-from fairseq_dense.hub.text import MOSES_OPTIONS
-
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+PICKLE_NAME = "model.pt"
+BPE_CODES_NAME = "bpecodes"
+CARD_NAME = "README.md"
+MANIFEST_NAME = "SHA256SUMS"
 FORMAT_NAME = "fairseq-dense"
-#: 2: with the ``SHA256SUMS`` manifest and the checked schema (1: fairseq-dense 0.1.0 before it).
+#: 2: with ``SHA256SUMS`` and the checked schema (1: fairseq-dense 0.1.0 before it).
 FORMAT_VERSION = 2
 #: ``weights_dtype``: the torch dtype of every floating-point tensor of ``model.safetensors``.
 WEIGHTS_DTYPES = ("float32", "float16")
-#: Task options that change how a model reads or writes text, with their types.
+#: Task options that change how a model reads or writes text.
 TASK_OPTIONS = dict(left_pad_source=bool, left_pad_target=bool, truncate_source=bool)
 TASK_OPTIONS.update(max_source_positions=int, max_target_positions=int)
+#: The steps a model config records (tokenizer options besides its languages).
+MOSES_OPTIONS = ("moses_no_dash_splits", "moses_no_escape", "moses_normalize_punctuation", "moses_lowercase")
 REQUIRED_KEYS = ("format", "format_version", "arch", "model", "task", "dictionaries", "weights_dtype")
 TOP_LEVEL_KEYS = {*REQUIRED_KEYS, "package_version", "fairseq_version", "model_name", "tokenizer", "bpe", "checkpoints"}
+FILE_NAME_RE = re.compile(r"[A-Za-z0-9_.+-]{1,128}")
 #: Language codes name dictionary files and reach sacremoses: no leading ``-``, no path characters.
 LANG_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 INFO_RE = re.compile(r"[A-Za-z0-9_.+ -]{0,64}")
@@ -57,15 +53,118 @@ POSITIVE_OPTION_RE = re.compile(r".*(_positions|_dim|_size|_sizes|_heads|_column
 MAX_INT = 2**31
 MAX_LIST = 1024
 MAX_DICTIONARY = 2**24
+_PLAIN_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+_MANIFEST_LINE_RE = re.compile(rb"([0-9a-f]{64})  ([A-Za-z0-9_.+-]{1,128})")
+
+
+class PretrainedModelError(ValueError):
+    """A model directory, hub repository or checkpoint cannot be used: one line naming the file and key."""
+
+    def __init__(self, message: str):
+        super().__init__(printable(message))
+
+
+def printable(text: Any) -> str:
+    """``text`` with every non-printable character (newline, tab, escape) written as an escape."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text))
+
+
+def shown(path: Any, limit: int = 200) -> str:
+    """A path for a message or a log line: escaped, and cut in the middle when longer than ``limit``."""
+    text = printable(path)
+    return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-(limit // 2 - 3) :]}"
+
+
+def one_line(text: Any, limit: int = 200) -> str:
+    """``text`` as one line of at most ``limit`` characters (for messages of fairseq or torch)."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def safe_name(name: Any) -> str:
+    """``name`` when it is a plain name (letters, digits, ``_.-``, at most 128), else ``<not a plain name>``."""
+    return name if isinstance(name, str) and _PLAIN_NAME_RE.fullmatch(name) else "<not a plain name>"
+
+
+def describe(value: Any) -> str:
+    """What kind of value was found, without quoting text: numbers and booleans as such, others by kind."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value) if abs(value) < 10**12 else "a very large integer"
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else "a non-finite number"
+    if isinstance(value, str):
+        return f"a string of {len(value)} characters"
+    if isinstance(value, list):
+        return f"a list of {len(value)} items"
+    return "an object" if isinstance(value, dict) else f"a {type(value).__name__}"
+
+
+# ---------------------------------------------------------------- SHA256SUMS
+
+
+def write_manifest(model_dir: Path, names: Iterable[str]) -> Path:
+    """Write ``SHA256SUMS`` for the files ``names`` of ``model_dir`` (sorted)."""
+    path = model_dir / MANIFEST_NAME
+    sums = {n: hashlib.sha256((model_dir / n).read_bytes()).hexdigest() for n in sorted(set(names))}
+    path.write_bytes(b"".join(f"{digest}  {n}\n".encode() for n, digest in sums.items()))
+    return path
+
+
+def parse_manifest(where: str, data: bytes) -> Dict[str, str]:
+    """``{file name: sha256}`` from the bytes of ``SHA256SUMS``: exactly ``<hex>  <name>\\n`` lines."""
+    lines = data.split(b"\n")
+    if lines.pop() != b"":
+        raise PretrainedModelError(f"{where}: does not end with a newline; not a sha256sum file")
+    sums: Dict[str, str] = {}
+    for number, line in enumerate(lines, 1):
+        match = _MANIFEST_LINE_RE.fullmatch(line)
+        if not match:
+            raise PretrainedModelError(f"{where}: line {number} is not '<sha256>  <file name>'")
+        digest, name = (group.decode("ascii") for group in match.groups())
+        if name in sums:
+            raise PretrainedModelError(f"{where}: line {number} lists {name} twice")
+        sums[name] = digest
+    if not sums:
+        raise PretrainedModelError(f"{where}: lists no file; not a fairseq-dense manifest")
+    return sums
+
+
+def model_files(config: Dict[str, Any]) -> List[str]:
+    """The files a checked ``config.json`` loads from: itself, the weights, the dictionaries, the BPE codes."""
+    names = [CONFIG_NAME, WEIGHTS_NAME] + [config["dictionaries"][side]["file"] for side in ("source", "target")]
+    return names + ([BPE_CODES_NAME] if config.get("bpe") else [])
+
+
+def parse_json(where: str, data: bytes) -> Any:
+    """Strict JSON from UTF-8 bytes: no NaN/Infinity, no key twice in an object."""
+
+    def no_constants(name):
+        raise ValueError(f"{name} is not allowed")
+
+    def no_duplicates(pairs):
+        if len({k for k, _ in pairs}) != len(pairs):
+            raise ValueError("duplicate key in an object")
+        return dict(pairs)
+
+    try:
+        return json.loads(data.decode("utf-8"), parse_constant=no_constants, object_pairs_hook=no_duplicates)
+    except UnicodeDecodeError as err:
+        raise PretrainedModelError(f"{where}: not valid JSON (not UTF-8 at byte {err.start})") from None
+    except (ValueError, RecursionError) as err:  # json's messages give a position, never the text
+        detail = str(err).split(":")[0] if isinstance(err, json.JSONDecodeError) else str(err)
+        at = f", line {err.lineno} column {err.colno}" if isinstance(err, json.JSONDecodeError) else ""
+        raise PretrainedModelError(f"{where}: not valid JSON ({detail}{at})") from None
+
+
+# ---------------------------------------------------------------- what config.json may say
 
 
 def dense_architectures() -> Dict[str, type]:
-    """Every registered architecture whose model class lives in :mod:`fairseq_dense`.
-
-    Returns:
-        ``{arch name: model class}``, sorted by name. Families registered later
-        (new sub-packages) appear automatically.
-    """
+    """``{arch name: model class}`` of every registered architecture whose model lives in :mod:`fairseq_dense`."""
     from fairseq.models import ARCH_MODEL_REGISTRY
 
     return {
@@ -88,12 +187,7 @@ def translation_tasks() -> Tuple[str, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class OptionType:
-    """The declared type of one model option.
-
-    ``kind``: ``bool``, ``int``, ``float``, ``number`` (int or float), ``choice``,
-    ``number_list``, ``int_list``, or ``null`` (free text or an undeclared type:
-    only ``null`` is accepted).
-    """
+    """The declared type of one option: ``kind`` is a key of :data:`_CHECKS` or ``choice``."""
 
     kind: str
     nullable: bool = False
@@ -131,21 +225,14 @@ def _from_action(action: argparse.Action) -> OptionType:
 
 
 def declared_model_options(arch: str) -> Dict[str, OptionType]:
-    """The options architecture ``arch`` declares, with their types.
-
-    Options are the fields of the model's dataclass config, or for argparse-style
-    models the flags of its ``add_args``.
-    """
+    """The options architecture ``arch`` declares (dataclass fields, or ``add_args`` flags), with their types."""
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_DATACLASS_REGISTRY
 
     dc = MODEL_DATACLASS_REGISTRY.get(ARCH_MODEL_NAME_REGISTRY[arch])
     if dc is not None:
         hints = typing.get_type_hints(dc)
-        return {
-            f.name: _from_annotation(hints.get(f.name, f.type))
-            for f in dataclasses.fields(dc)
-            if not f.name.startswith("_")
-        }
+        fields = [f for f in dataclasses.fields(dc) if not f.name.startswith("_")]
+        return {f.name: _from_annotation(hints.get(f.name, f.type)) for f in fields}
     parser = argparse.ArgumentParser(add_help=False)
     ARCH_MODEL_REGISTRY[arch].add_args(parser)
     return {a.dest: _from_action(a) for a in parser._actions if not a.dest.startswith("_")}
@@ -159,130 +246,93 @@ def _is_number(value) -> bool:
     return _is_int(value) or isinstance(value, float) and math.isfinite(value)
 
 
-def _is_list(value, item: Callable[[Any], bool]) -> bool:
-    return isinstance(value, list) and len(value) <= MAX_LIST and all(item(v) for v in value)
-
-
 _CHECKS = {
     "bool": (lambda v: isinstance(v, bool), "a boolean"),
     "int": (_is_int, "an integer"),
     "float": (_is_number, "a finite number"),
     "number": (_is_number, "a finite number"),
-    "int_list": (lambda v: _is_list(v, _is_int), "a list of integers"),
-    "number_list": (lambda v: _is_list(v, _is_number), "a list of finite numbers"),
+    "int_list": (lambda v: isinstance(v, list) and len(v) <= MAX_LIST and all(map(_is_int, v)), "a list of integers"),
+    "number_list": (
+        lambda v: isinstance(v, list) and len(v) <= MAX_LIST and all(map(_is_number, v)),
+        "a list of finite numbers",
+    ),
     "null": (lambda v: False, "null (free-text options, such as paths, are not accepted from a shared model)"),
 }
 
 
-def value_error(value, otype: OptionType) -> Optional[str]:
-    """Why ``value`` is not of type ``otype``, or ``None`` when it is."""
+def _fail(where, key: str, reason: str):
+    raise PretrainedModelError(f"{where}: key '{key}' {reason}")
+
+
+def _mapping(where, key: str, value, allowed, required=()) -> Dict[str, Any]:
+    if not isinstance(value, dict):
+        _fail(where, key, f"must be an object, not {describe(value)}")
+    for k in value:
+        if k not in allowed:
+            _fail(
+                where,
+                f"{key}.{safe_name(k)}" if key else safe_name(k),
+                "is not accepted in a fairseq-dense model config",
+            )
+    for k in required:
+        if k not in value:
+            _fail(where, f"{key}.{k}" if key else k, "is missing")
+    return value
+
+
+def _match(where, key: str, value, pattern: "re.Pattern", what: str) -> str:
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        _fail(where, key, f"must be {what}, not {describe(value)}")
+    return value
+
+
+def _typed(where, key: str, value, otype: OptionType) -> None:
+    """``value`` is of type ``otype``; a size or position (or each item of a list of them) is at least 1."""
     if value is None:
-        return None if otype.nullable else "must not be null"
-    if otype.kind == "choice":
-        return None if value in otype.choices and isinstance(value, str) else f"must be one of {list(otype.choices)}"
-    check, expected = _CHECKS[otype.kind]
-    return None if check(value) else f"must be {expected}, not {describe(value)}"
+        reason = None if otype.nullable else "must not be null"
+    elif otype.kind == "choice":
+        reason = None if isinstance(value, str) and value in otype.choices else f"must be one of {list(otype.choices)}"
+    else:
+        check, expected = _CHECKS[otype.kind]
+        reason = None if check(value) else f"must be {expected}, not {describe(value)}"
+    if reason:
+        _fail(where, key, reason)
+    values = value if isinstance(value, list) else [value]
+    small = any(isinstance(v, (int, float)) and not isinstance(v, bool) and v < 1 for v in values)
+    if POSITIVE_OPTION_RE.fullmatch(key.rpartition(".")[2]) and small:
+        _fail(where, key, f"must be at least 1 (a size or position), not {describe(value)}")
 
 
-class _Checker:
-    """Raises errors naming ``config.json`` and the key."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def fail(self, key: str, reason: str):
-        raise PretrainedModelError(f"{self.path}: key '{key}' {reason}")
-
-    def mapping(self, key: str, value, allowed, required=()) -> Dict[str, Any]:
-        if not isinstance(value, dict):
-            self.fail(key, f"must be an object, not {describe(value)}")
-        for k in value:
-            if k not in allowed:
-                name = f"{key}.{safe_name(k)}" if key else safe_name(k)
-                self.fail(name, "is not accepted in a fairseq-dense model config")
-        for k in required:
-            if k not in value:
-                self.fail(f"{key}.{k}" if key else k, "is missing")
-        return value
-
-    def match(self, key: str, value, pattern: "re.Pattern", what: str) -> str:
-        if not isinstance(value, str) or not pattern.fullmatch(value):
-            self.fail(key, f"must be {what}, not {describe(value)}")
-        return value
-
-    def typed(self, key: str, value, otype: OptionType) -> None:
-        reason = value_error(value, otype)
-        if reason:
-            self.fail(key, reason)
-
-    def positive(self, key: str, value) -> None:
-        """A size or position (or each item of a list of them), already type-checked, is at least 1."""
-        values = value if isinstance(value, list) else [value]
-        if any(isinstance(v, (int, float)) and not isinstance(v, bool) and v < 1 for v in values):
-            self.fail(key, f"must be at least 1 (a size or position), not {describe(value)}")
-
-
-def parse_json(where: str, data: bytes) -> Any:
-    """Strict JSON from UTF-8 bytes: no NaN/Infinity, no key twice in an object (config, safetensors header)."""
-
-    def no_constants(name):
-        raise ValueError(f"{name} is not allowed")
-
-    def no_duplicates(pairs):
-        if len({k for k, _ in pairs}) != len(pairs):
-            raise ValueError("duplicate key in an object")
-        return dict(pairs)
-
-    try:
-        return json.loads(data.decode("utf-8"), parse_constant=no_constants, object_pairs_hook=no_duplicates)
-    except UnicodeDecodeError as err:
-        raise PretrainedModelError(f"{where}: not valid JSON (not UTF-8 at byte {err.start})") from None
-    except (ValueError, RecursionError) as err:
-        # json's messages give a position, never the text; ours name the constant or the problem
-        detail = str(err).split(":")[0] if isinstance(err, json.JSONDecodeError) else str(err)
-        at = f", line {err.lineno} column {err.colno}" if isinstance(err, json.JSONDecodeError) else ""
-        raise PretrainedModelError(f"{where}: not valid JSON ({detail}{at})") from None
-
-
-def check_config(config: Any, path: Path) -> None:
-    """Check a parsed ``config.json`` against what fairseq-dense accepts (see the module docstring).
-
-    Args:
-        config: the parsed JSON.
-        path: the file, for the messages.
-
-    Raises:
-        PretrainedModelError: one line naming the file and the key at fault.
-    """
+def check_config(config: Any, where: Any) -> None:
+    """Check a parsed ``config.json`` (see the module docstring); ``where`` names the file in messages."""
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY
 
     import fairseq_dense
 
-    c = _Checker(path)
     if not isinstance(config, dict) or config.get("format") != FORMAT_NAME:
-        raise PretrainedModelError(f'{path}: not a fairseq-dense model config (no "format": "{FORMAT_NAME}")')
+        raise PretrainedModelError(f'{where}: not a fairseq-dense model config (no "format": "{FORMAT_NAME}")')
     version = config.get("format_version")
     if not _is_int(version):
-        c.fail("format_version", f"must be an integer, not {describe(version)}")
+        _fail(where, "format_version", f"must be an integer, not {describe(version)}")
     if version > FORMAT_VERSION:
         raise PretrainedModelError(
-            f"{path}: format version {version} is newer than this fairseq-dense "
+            f"{where}: format version {version} is newer than this fairseq-dense "
             f"({fairseq_dense.__version__}) reads ({FORMAT_VERSION}); upgrade fairseq-dense"
         )
     if version < FORMAT_VERSION:
         raise PretrainedModelError(
-            f"{path}: format version {version} has no checksums and is no longer loaded; re-export the "
+            f"{where}: format version {version} has no checksums and is no longer loaded; re-export the "
             "training checkpoint with this fairseq-dense: fairseq-dense-export CHECKPOINT --out DIR"
         )
-    c.mapping("", config, TOP_LEVEL_KEYS, REQUIRED_KEYS)
+    _mapping(where, "", config, TOP_LEVEL_KEYS, REQUIRED_KEYS)
     for key in ("package_version", "fairseq_version", "model_name"):
         if key in config:
-            c.match(key, config[key], INFO_RE, "a short version or name string")
+            _match(where, key, config[key], INFO_RE, "a short version or name string")
     checkpoints = config.get("checkpoints", [])
     if not isinstance(checkpoints, list) or len(checkpoints) > MAX_LIST:
-        c.fail("checkpoints", "must be a list of file names")
+        _fail(where, "checkpoints", "must be a list of file names")
     for i, name in enumerate(checkpoints):
-        c.match(f"checkpoints[{i}]", name, FILE_NAME_RE, "a file name")
+        _match(where, f"checkpoints[{i}]", name, FILE_NAME_RE, "a file name")
 
     arch = config["arch"]
     if not isinstance(arch, str) or arch not in dense_architectures():
@@ -292,71 +342,61 @@ def check_config(config: Any, path: Path) -> None:
             version = "another" if config.get("package_version") != fairseq_dense.__version__ else "this"
             known = f"{describe(arch)}, not a registered architecture; exported with {version} fairseq-dense version"
         raise PretrainedModelError(
-            f"{path}: key 'arch': unknown architecture ({known}; this is fairseq-dense "
+            f"{where}: key 'arch': unknown architecture ({known}; this is fairseq-dense "
             f"{fairseq_dense.__version__}); only fairseq-dense's own architectures are loaded"
         )
     if "model_name" in config and config["model_name"] != ARCH_MODEL_NAME_REGISTRY[arch]:
-        c.fail("model_name", f"must be '{ARCH_MODEL_NAME_REGISTRY[arch]}' (the model of '{arch}')")
+        _fail(where, "model_name", f"must be '{ARCH_MODEL_NAME_REGISTRY[arch]}' (the model of '{arch}')")
     declared = declared_model_options(arch)
-    model = c.mapping("model", config["model"], declared)
-    for key, value in model.items():
-        c.typed(f"model.{key}", value, declared[key])
-        if POSITIVE_OPTION_RE.fullmatch(key):
-            c.positive(f"model.{key}", value)
+    for key, value in _mapping(where, "model", config["model"], declared).items():
+        _typed(where, f"model.{key}", value, declared[key])
 
-    _check_task(c, config["task"], declared)
     task = config["task"]
-    dictionaries = c.mapping("dictionaries", config["dictionaries"], ("source", "target"), ("source", "target"))
-    for side in ("source", "target"):
-        entry = c.mapping(f"dictionaries.{side}", dictionaries[side], ("file", "size"), ("file", "size"))
-        expected = f"dict.{task[f'{side}_lang']}.txt"
-        if entry["file"] != expected:
-            c.fail(
-                f"dictionaries.{side}.file",
-                f"must be '{expected}' (dict.<{side} lang>.txt), not {describe(entry['file'])}",
-            )
-        if not _is_int(entry["size"]) or not 4 <= entry["size"] <= MAX_DICTIONARY:
-            c.fail(f"dictionaries.{side}.size", f"must be a dictionary size, not {describe(entry['size'])}")
-
-    if config.get("tokenizer") is not None:
-        tok = c.mapping(
-            "tokenizer", config["tokenizer"], ("_name", "source_lang", "target_lang", *MOSES_OPTIONS), ("_name",)
-        )
-        if tok["_name"] != "moses":
-            c.fail("tokenizer._name", f"must be 'moses' or the tokenizer null, not {describe(tok['_name'])}")
-        for side in ("source_lang", "target_lang"):
-            if side in tok:
-                c.match(f"tokenizer.{side}", tok[side], LANG_RE, "a language code")
-        for key in MOSES_OPTIONS:
-            if key in tok:
-                c.typed(f"tokenizer.{key}", tok[key], OptionType("bool"))
-    if config.get("bpe") is not None:
-        bpe = c.mapping("bpe", config["bpe"], ("_name", "bpe_separator"), ("_name",))
-        if bpe["_name"] != "subword_nmt":
-            c.fail("bpe._name", f"must be 'subword_nmt' or the bpe null, not {describe(bpe['_name'])}")
-        if "bpe_separator" in bpe:
-            c.match("bpe.bpe_separator", bpe["bpe_separator"], BPE_SEPARATOR_RE, "a short separator such as '@@'")
-    if not isinstance(config["weights_dtype"], str) or config["weights_dtype"] not in WEIGHTS_DTYPES:
-        c.fail("weights_dtype", f"must be one of {sorted(WEIGHTS_DTYPES)}, not {describe(config['weights_dtype'])}")
-
-
-def _check_task(c: _Checker, task, declared: Dict[str, OptionType]) -> None:
     if not isinstance(task, dict):
-        c.fail("task", f"must be an object, not {describe(task)}")
+        _fail(where, "task", f"must be an object, not {describe(task)}")
     for key in task:
         if key in declared and key not in TASK_OPTIONS:
-            c.fail(f"task.{key}", "is a model option: the task cannot set it")
+            _fail(where, f"task.{key}", "is a model option: the task cannot set it")
         if key in ("arch", "data", "user_dir"):
-            c.fail(f"task.{key}", "cannot be set by a model config")
-    c.mapping("task", task, ("_name", "source_lang", "target_lang", *TASK_OPTIONS), ("source_lang", "target_lang"))
-    name = task.get("_name", "translation")
-    allowed = translation_tasks()
-    if name not in allowed:
-        c.fail("task._name", f"must be one of {list(allowed)}, not {describe(name)}")
+            _fail(where, f"task.{key}", "cannot be set by a model config")
+    _mapping(
+        where, "task", task, ("_name", "source_lang", "target_lang", *TASK_OPTIONS), ("source_lang", "target_lang")
+    )
+    if task.get("_name", "translation") not in translation_tasks():
+        _fail(where, "task._name", f"must be one of {list(translation_tasks())}, not {describe(task['_name'])}")
     for side in ("source_lang", "target_lang"):
-        c.match(f"task.{side}", task[side], LANG_RE, "a language code (letters, digits, '_', '-'; not '-' first)")
+        _match(where, f"task.{side}", task[side], LANG_RE, "a language code (letters, digits, '_', '-'; not '-' first)")
     for key, tp in TASK_OPTIONS.items():
         if key in task:
-            c.typed(f"task.{key}", task[key], OptionType(tp.__name__))
-            if POSITIVE_OPTION_RE.fullmatch(key):
-                c.positive(f"task.{key}", task[key])
+            _typed(where, f"task.{key}", task[key], OptionType(tp.__name__))
+
+    dictionaries = _mapping(where, "dictionaries", config["dictionaries"], ("source", "target"), ("source", "target"))
+    for side in ("source", "target"):
+        entry = _mapping(where, f"dictionaries.{side}", dictionaries[side], ("file", "size"), ("file", "size"))
+        expected = f"dict.{task[f'{side}_lang']}.txt"
+        if entry["file"] != expected:
+            reason = f"must be '{expected}' (dict.<{side} lang>.txt), not {describe(entry['file'])}"
+            _fail(where, f"dictionaries.{side}.file", reason)
+        if not _is_int(entry["size"]) or not 4 <= entry["size"] <= MAX_DICTIONARY:
+            _fail(where, f"dictionaries.{side}.size", f"must be a dictionary size, not {describe(entry['size'])}")
+
+    if config.get("tokenizer") is not None:
+        keys = ("_name", "source_lang", "target_lang", *MOSES_OPTIONS)
+        tok = _mapping(where, "tokenizer", config["tokenizer"], keys, ("_name",))
+        if tok["_name"] != "moses":
+            _fail(where, "tokenizer._name", f"must be 'moses' or the tokenizer null, not {describe(tok['_name'])}")
+        for side in ("source_lang", "target_lang"):
+            if side in tok:
+                _match(where, f"tokenizer.{side}", tok[side], LANG_RE, "a language code")
+        for key in MOSES_OPTIONS:
+            if key in tok:
+                _typed(where, f"tokenizer.{key}", tok[key], OptionType("bool"))
+    if config.get("bpe") is not None:
+        bpe = _mapping(where, "bpe", config["bpe"], ("_name", "bpe_separator"), ("_name",))
+        if bpe["_name"] != "subword_nmt":
+            _fail(where, "bpe._name", f"must be 'subword_nmt' or the bpe null, not {describe(bpe['_name'])}")
+        if "bpe_separator" in bpe:
+            _match(where, "bpe.bpe_separator", bpe["bpe_separator"], BPE_SEPARATOR_RE, "a short separator such as '@@'")
+    if not isinstance(config["weights_dtype"], str) or config["weights_dtype"] not in WEIGHTS_DTYPES:
+        reason = f"must be one of {sorted(WEIGHTS_DTYPES)}, not {describe(config['weights_dtype'])}"
+        _fail(where, "weights_dtype", reason)

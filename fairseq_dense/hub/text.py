@@ -1,16 +1,14 @@
-"""How a shared model reads text: the preparation of its training data, its BPE, its length limit.
+"""How a shared model reads text: the preparation of its training data, its BPE, its dictionaries.
 
 - :class:`PreparedMosesTokenizer` (fairseq tokenizer ``dense_moses``) is fairseq's
-  ``moses`` plus the steps ``fairseq-dense-prepare`` runs around it: Moses'
-  punctuation normaliser before tokenising, lower-casing after it. With both
-  off it is fairseq's ``moses``. ``fairseq-dense-prepare`` writes the steps it
-  ran to ``<data>/bin/text_preparation.json`` (``TEXT_RECORD``, the
-  tokenizer's options); the export records them in ``config.json``, and
-  ``from_pretrained`` and ``fairseq-dense-interactive`` apply them.
-- :class:`VerifiedSubwordNMTBPE`: fairseq's ``subword_nmt`` BPE built from the
-  verified codes text, applying them to at most :data:`MAX_BPE_WORD` characters
-  at a time, so that its time is linear in the input's length for any codes.
-- :func:`parse_bpe_codes`: codes that subword-nmt reads without ending the program.
+  ``moses`` plus the steps ``fairseq-dense-prepare`` runs around it (Moses'
+  punctuation normaliser before, lower-casing after); with both off it is fairseq's
+  ``moses``. The steps are recorded beside the dictionaries (``TEXT_RECORD``, read by
+  :func:`read_record`), then in ``config.json`` by the export.
+- :class:`VerifiedSubwordNMTBPE`: fairseq's ``subword_nmt`` BPE from the verified
+  codes text, in time linear in the input's length for any codes.
+- :func:`parse_bpe_codes`, :func:`parse_dictionary`: files that subword-nmt and
+  fairseq read without ending the program or quoting a line.
 """
 
 import io
@@ -25,7 +23,7 @@ from fairseq.data.encoders.moses_tokenizer import MosesTokenizer, MosesTokenizer
 from fairseq.data.encoders.subword_nmt_bpe import SubwordNMTBPE
 
 from fairseq_dense.data.prepare import TEXT_RECORD
-from fairseq_dense.hub.errors import PretrainedModelError
+from fairseq_dense.hub.schema import MOSES_OPTIONS, PretrainedModelError
 
 #: subword-nmt's time grows with the square of a word's length: longer words are split into pieces of this length.
 MAX_BPE_WORD = 100
@@ -40,10 +38,6 @@ class PreparedMosesConfig(MosesTokenizerConfig):
         default=False, metadata={"help": "apply Moses' punctuation normaliser before tokenising"}
     )
     moses_lowercase: bool = field(default=False, metadata={"help": "lower-case after tokenising"})
-
-
-#: The steps a model config records (tokenizer options besides its languages).
-MOSES_OPTIONS = ("moses_no_dash_splits", "moses_no_escape", "moses_normalize_punctuation", "moses_lowercase")
 
 
 @register_tokenizer("dense_moses", dataclass=PreparedMosesConfig)
@@ -62,11 +56,7 @@ class PreparedMosesTokenizer(MosesTokenizer):
 
 
 def read_record(data_dir: Path) -> Dict[str, Any]:
-    """The text-preparation record of a data directory (``{}`` when there is none).
-
-    Raises:
-        PretrainedModelError: the record is not a map of the tokenizer's options.
-    """
+    """The text-preparation record of a data directory (``{}`` when there is none)."""
     path = Path(data_dir) / TEXT_RECORD
     if not path.is_file():
         return {}
@@ -104,13 +94,9 @@ class VerifiedSubwordNMTBPE(SubwordNMTBPE):
 
 
 def parse_bpe_codes(where: str, data: bytes) -> str:
-    """subword-nmt codes: an optional ``#version: X.Y`` line, then at least one ``left right`` merge a line.
+    """The codes text: an optional ``#version: X.Y`` line, then ``left right`` merges (at least one).
 
-    subword-nmt itself ends the program (``sys.exit``) on a malformed line or on
-    codes without any merge.
-
-    Returns:
-        The text, as subword-nmt reads it.
+    subword-nmt itself ends the program (``sys.exit``) on a malformed line or on codes without any merge.
     """
     text = utf8_text(where, data)
     lines = text.rstrip("\n").split("\n")
@@ -142,9 +128,6 @@ def parse_dictionary(where: str, data: bytes, size: Optional[int] = None, side: 
     ``#fairseq:overwrite`` flag), and no symbol may repeat another or one of the
     four special symbols (with the flag, fairseq would keep both). fairseq's
     own messages quote the line; these name it.
-
-    Raises:
-        PretrainedModelError: naming the file and the line, never quoting it.
     """
     from fairseq.data import Dictionary
 
