@@ -133,12 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--rdzv-endpoint", default=None, help="host:port of a c10d rendezvous (instead of --master-addr/--node-rank)"
     )
     p.add_argument("--rdzv-id", default="fairseq-dense", help="job id for the c10d rendezvous")
-    p.add_argument(
-        "--backend",
-        choices=("gloo", "nccl"),
-        default=None,
-        help="torch.distributed backend (default: gloo with --cpu, else nccl)",
-    )
+    text = "torch.distributed backend (default: gloo with --cpu, else nccl)"
+    p.add_argument("--backend", choices=("gloo", "nccl"), help=text)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return p
 
@@ -173,12 +169,9 @@ def torchrun_args(
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """``fairseq-dense-train-ddp``: launch (or, with ``--worker``, be) one rank."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--" in argv:  # everything after "--" goes to fairseq-train untouched
-        i = argv.index("--")
-        opts, rest = build_parser().parse_known_args(argv[:i])
-        train_args = rest + argv[i + 1 :]
-    else:
-        opts, train_args = build_parser().parse_known_args(argv)
+    i = argv.index("--") if "--" in argv else len(argv)  # everything after "--" goes to fairseq-train untouched
+    opts, rest = build_parser().parse_known_args(argv[:i])
+    train_args = rest + argv[i + 1 :]
     if opts.worker:
         from fairseq_dense.fairseq_compat import install_excepthook
 
@@ -205,12 +198,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         torchrun_main(targs)
     except ChildFailedError as e:
         # each rank has printed its own error; replace torchrun's report with one line
-        ranks = sorted(e.failures)
-        codes = sorted({f.exitcode for f in e.failures.values()})
-        raise SystemExit(
-            f"fairseq-dense-train-ddp: error: rank(s) {', '.join(map(str, ranks))} failed with exit code "
-            f"{', '.join(map(str, codes))}; their errors are printed above"
-        )
+        ranks = ", ".join(map(str, sorted(e.failures)))
+        codes = ", ".join(map(str, sorted({f.exitcode for f in e.failures.values()})))
+        what = f"rank(s) {ranks} failed with exit code {codes}; their errors are printed above"
+        raise SystemExit(f"fairseq-dense-train-ddp: error: {what}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ counters, the ``--patience`` count) and keeps the save folder loadable across ki
 no file). Everything else is :class:`fairseq.tasks.translation.TranslationTask`.
 """
 
+import contextlib
 import os
 import sys
 from dataclasses import dataclass
@@ -62,10 +63,7 @@ class TranslationExactResumeTask(TranslationTask):
 
     def __init__(self, cfg: TranslationExactResumeConfig, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
-        if OmegaConf.is_config(self.cfg):
-            with open_dict(self.cfg):
-                self.cfg.rebuild_batches = True
-        else:
+        with open_dict(self.cfg) if OmegaConf.is_config(self.cfg) else contextlib.nullcontext():
             self.cfg.rebuild_batches = True
         self._started = False
         self._valid_best, self._valid_runs = None, 0  # fairseq's --patience count, saved with each checkpoint
