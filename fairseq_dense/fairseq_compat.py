@@ -133,9 +133,8 @@ def explain_state_dict_mismatch(model, state_dict: Dict, model_cfg=None) -> Opti
         key, ckpt, mine = shape_diffs[0]
         sizes = ", ".join(f"{side} {n}" for side, n in vocab.items())
         return (
-            f"the dictionaries do not match the checkpoint: they hold {sizes} symbols, the checkpoint "
-            f"was trained with {ckpt[0]} ({key}); use the dict.*.txt files of the data the model was "
-            f"trained on"
+            f"the dictionaries do not match the checkpoint: they hold {sizes} symbols, the checkpoint was trained "
+            f"with {ckpt[0]} ({key}); use the dict.*.txt files of the data the model was trained on"
         )
     key, ckpt, mine = shape_diffs[0]
     return (
@@ -169,12 +168,9 @@ def install_checkpoint_checks() -> None:
     from fairseq.models import MODEL_REGISTRY
 
     for cls in set(MODEL_REGISTRY.values()):
-        if not cls.__module__.startswith("fairseq_dense."):
-            continue
-        current = cls.load_state_dict
-        if getattr(current, "_fairseq_dense_checked", False):
-            continue
-        cls.load_state_dict = _checked_load_state_dict(current)
+        ours = cls.__module__.startswith("fairseq_dense.")
+        if ours and not getattr(cls.load_state_dict, "_fairseq_dense_checked", False):
+            cls.load_state_dict = _checked_load_state_dict(cls.load_state_dict)
 
 
 # ---------------------------------------------------------------- error_hook

@@ -80,15 +80,12 @@ def newest_loadable_checkpoint(save_dir: str, exclude: str = LAST) -> Optional[T
 def unreadable_message(path: str) -> str:
     """One line for a checkpoint fairseq was asked to load and cannot read, naming the newest that loads."""
     found = newest_loadable_checkpoint(os.path.dirname(path), exclude=os.path.basename(path))
-    if found is not None:
-        hint = (
-            f"the newest checkpoint that loads is {found[0]} ({found[1]} updates): rerun with --restore-file {found[0]}"
-        )
-    else:
-        hint = (
-            "restore from an intact one (checkpoint_best.pt, checkpoint<N>.pt) with --restore-file, or copy it over "
-            f"{os.path.basename(path)}"
-        )
+    hint = (
+        f"the newest checkpoint that loads is {found[0]} ({found[1]} updates): rerun with --restore-file {found[0]}"
+        if found
+        else "restore from an intact one (checkpoint_best.pt, checkpoint<N>.pt) with --restore-file, or copy it "
+        f"over {os.path.basename(path)}"
+    )
     return (
         f"cannot read checkpoint {path}: the file is truncated or not a torch checkpoint (e.g. a crash while fairseq "
         f"copied it); {hint}"

@@ -146,9 +146,8 @@ class GroupedSchedule(FairseqLRScheduler):
         unknown = (set(self.scales) | set(self.warmups) | set(self.freezes)) - set(self.group_names)
         if unknown:
             raise ValueError(
-                f"--group-lr-scale/--group-warmup-updates/--group-freeze-last name groups "
-                f"{sorted(unknown)} but the model's parameters are tagged with "
-                f"{self.group_names}"
+                f"--group-lr-scale/--group-warmup-updates/--group-freeze-last name groups {sorted(unknown)} but the "
+                f"model's parameters are tagged with {self.group_names}"
             )
         for name in self.group_names:
             tensors = sum(len(g["params"]) for g in optimizer.param_groups if g[GROUP_NAME_KEY] == name)
@@ -183,8 +182,8 @@ class GroupedSchedule(FairseqLRScheduler):
         saved = state_dict.get("group_names")
         if saved is not None and list(saved) != list(self.group_names):
             raise ValueError(
-                f"checkpoint has lr groups {list(saved)} but this model has "
-                f"{self.group_names}; use --reset-optimizer --reset-lr-scheduler"
+                f"checkpoint has lr groups {list(saved)} but this model has {self.group_names}; use "
+                "--reset-optimizer --reset-lr-scheduler"
             )
 
     def step(self, epoch, val_loss=None):
