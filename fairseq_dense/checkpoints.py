@@ -1,12 +1,8 @@
 """fairseq checkpoint files, in one place: their names, the one reader, last-N selection, averaging.
 
-Every part of fairseq-dense that reads a training checkpoint goes through this module:
-the restart checks (:mod:`fairseq_dense.resume`), ``fairseq-dense-export``
-(:mod:`fairseq_dense.hub.export`), ``fairseq-dense-average`` and the quick-start. Files
-are read with torch's safe ``weights_only`` loader only (fairseq's checkpoints hold an
-``argparse.Namespace``, which ``import fairseq_dense`` allows; nothing else is unpickled).
-Files written here are written to ``<name>.tmp`` and renamed into place, so a kill leaves
-either the old file or the new one.
+Used by the restart checks, ``fairseq-dense-export``, ``fairseq-dense-average`` and the quick-start.
+Files are read with torch's safe ``weights_only`` loader only, and written to ``<name>.tmp`` and
+renamed into place (a kill leaves the old file or the new one).
 """
 
 import collections
@@ -44,15 +40,11 @@ class CheckpointError(FairseqDenseError, ValueError):
 
 
 def read_state(path: str, mmap: bool = False) -> dict:
-    """The state a fairseq checkpoint holds, read with torch's ``weights_only`` loader on the CPU.
-
-    Args:
-        path: the checkpoint file.
-        mmap: memory-map the tensors (not read until used); zip checkpoints only.
+    """The state a fairseq checkpoint holds, read with torch's ``weights_only`` loader on the CPU
+    (``mmap``: tensors memory-mapped, not read until used; zip checkpoints only).
 
     Raises:
-        CheckpointError: one line naming ``path`` and why it cannot be read (missing, cut
-            short or not a torch checkpoint, no ``"model"`` state dict).
+        CheckpointError: one line naming ``path`` and why it cannot be read.
     """
     if not os.path.isfile(path):
         raise CheckpointError(f"{path}: no such checkpoint file")
@@ -118,12 +110,8 @@ def checkpoint_paths(save_dir: str) -> List[str]:
 def last_checkpoints(directory: str, n: int, by_updates: bool, upper_bound: Optional[int] = None) -> List[str]:
     """The ``n`` checkpoints of ``directory`` with the most updates (or latest epochs), oldest first.
 
-    Args:
-        directory: a ``--save-dir`` folder.
-        n: how many.
-        by_updates: ``checkpoint_<epoch>_<updates>.pt`` (``--save-interval-updates``) instead of
-            ``checkpoint<epoch>.pt``.
-        upper_bound: ignore checkpoints after this update (or epoch).
+    ``by_updates``: ``checkpoint_<epoch>_<updates>.pt`` (``--save-interval-updates``) instead of
+    ``checkpoint<epoch>.pt``; ``upper_bound``: ignore checkpoints after this update (or epoch).
 
     Raises:
         CheckpointError: ``directory`` holds fewer than ``n`` such files.
@@ -142,11 +130,9 @@ def last_checkpoints(directory: str, n: int, by_updates: bool, upper_bound: Opti
 
 
 def average_models(models: Sequence[Dict[str, torch.Tensor]], paths: Sequence[str]) -> Dict[str, torch.Tensor]:
-    """The element-wise mean of the ``"model"`` state dicts of one training run's checkpoints.
-
-    Floating-point tensors: the sum in float64 divided by the count, in the tensor's own
-    dtype (rounded once); other tensors: the sum divided by the count, rounded down (as
-    fairseq's ``scripts/average_checkpoints.py``). One state dict is returned as it is.
+    """The element-wise mean of the ``"model"`` state dicts of one training run's checkpoints: floats summed
+    in float64 and rounded once to their dtype, other tensors floor-divided (as fairseq's
+    ``scripts/average_checkpoints.py``).
 
     Raises:
         CheckpointError: the checkpoints hold other parameter names or shapes.
@@ -177,11 +163,7 @@ def average_models(models: Sequence[Dict[str, torch.Tensor]], paths: Sequence[st
 
 
 def average_checkpoints(paths: Sequence[str]) -> dict:
-    """The last checkpoint's state with ``"model"`` replaced by the mean over ``paths`` (:func:`average_models`).
-
-    Raises:
-        CheckpointError: a file is missing or unreadable, or the checkpoints cannot be averaged.
-    """
+    """The last checkpoint's state with ``"model"`` replaced by the mean over ``paths`` (:func:`average_models`)."""
     states = [read_state(p) for p in paths]
     state = states[-1]
     state["model"] = average_models([s["model"] for s in states], paths)

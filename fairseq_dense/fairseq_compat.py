@@ -1,24 +1,10 @@
-"""Workarounds for fairseq 0.12 on modern Python and torch, in one place.
+"""Workarounds for fairseq 0.12 on modern Python and torch, in one place (none patches fairseq's code).
 
-``import fairseq_dense`` calls :func:`install`, which applies each of them; none
-patches fairseq's code. Each can be turned off: list its name in the environment
-variable ``FAIRSEQ_DENSE_COMPAT_OFF`` (comma-separated, e.g.
-``FAIRSEQ_DENSE_COMPAT_OFF=prefetch_exit,error_hook``) before the import, or undo it
-afterwards as its docstring says.
-
-* ``safe_loading`` (:func:`allow_namespace_in_safe_loader`): torch >= 2.6 loads
-  checkpoints with ``weights_only=True`` and fairseq's checkpoints hold an
-  ``argparse.Namespace``.
-* ``prefetch_exit`` (:func:`quiesce_prefetch_threads`): fairseq's prefetch thread can
-  abort the interpreter at exit on Python 3.11.
-* ``checkpoint_mismatch`` (:func:`install_checkpoint_checks`,
-  :func:`explain_state_dict_mismatch`): torch's ``size mismatch`` list says what
-  differs, not why.
-* ``error_hook`` (:func:`install_excepthook`): fairseq's tools end user mistakes with
-  a traceback from deep inside torch or fairseq.
-
-(``fairseq_dense.logging_setup.configure_logging`` undoes fairseq's root-logger set-up
-for our entry points; they call it themselves.)
+``import fairseq_dense`` calls :func:`install`; each workaround is turned off by listing its name in
+``FAIRSEQ_DENSE_COMPAT_OFF`` (comma-separated) before the import, or undone as its docstring says:
+``safe_loading`` (:func:`allow_namespace_in_safe_loader`), ``prefetch_exit``
+(:func:`quiesce_prefetch_threads`), ``checkpoint_mismatch`` (:func:`install_checkpoint_checks`) and
+``error_hook`` (:func:`install_excepthook`).
 """
 
 import argparse
@@ -42,10 +28,7 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def install() -> None:
-    """Apply every workaround not listed in ``FAIRSEQ_DENSE_COMPAT_OFF`` (idempotent).
-
-    Called by ``import fairseq_dense`` after the models are registered.
-    """
+    """Apply every workaround not listed in ``FAIRSEQ_DENSE_COMPAT_OFF`` (idempotent; after the registrations)."""
     off = {name.strip() for name in os.environ.get("FAIRSEQ_DENSE_COMPAT_OFF", "").split(",")}
     if "safe_loading" not in off:
         allow_namespace_in_safe_loader()
@@ -62,13 +45,9 @@ def install() -> None:
 
 
 def allow_namespace_in_safe_loader() -> None:
-    """Let torch's safe loader read fairseq checkpoints.
-
-    torch >= 2.6 loads with ``weights_only=True``; fairseq checkpoints hold an
-    ``argparse.Namespace``, so ``fairseq-generate``, resume and hub loading fail with
-    ``UnpicklingError``. This allows exactly that class and keeps the safe loader (no
-    ``weights_only=False``). Undo: ``torch.serialization.clear_safe_globals()``.
-    """
+    """Let torch's safe loader (``weights_only=True``, the default since torch 2.6) read the
+    ``argparse.Namespace`` fairseq checkpoints hold, and nothing more. Undo:
+    ``torch.serialization.clear_safe_globals()``."""
     if hasattr(torch.serialization, "add_safe_globals"):
         torch.serialization.add_safe_globals([argparse.Namespace])
 
@@ -87,29 +66,20 @@ def _prefetch_threads():
 
 
 def _parked(thread) -> bool:
-    """The thread is blocked in ``queue.put`` on its full queue (it is the only producer).
-
-    ``queue.full()`` alone is not enough: right after the put that filled the queue
-    the thread still collates one more batch before it blocks.
-    """
-    # A waiter on ``not_full`` exists only while a put blocks on a full queue; the
-    # length of that deque is read atomically under the GIL, without q.mutex.
+    """The thread is blocked in ``queue.put`` on its full queue (``queue.full()`` is not enough: after
+    the put that filled it the thread collates one more batch)."""
+    # a waiter on ``not_full`` exists only while a put blocks; the deque's length is read atomically
     return len(thread._queue.not_full._waiters) > 0
 
 
 def quiesce_prefetch_threads(timeout: float = WAIT_SECONDS, threads=None) -> bool:
     """Wait until fairseq's prefetch threads (default: all) are done or parked; True when they are.
 
-    fairseq's ``BufferedIterator`` (``--data-buffer-size``, default 10) fills a queue of
-    batches from a daemon ``BackgroundConsumer`` thread. When ``fairseq-train`` ends
-    while that thread is still collating a batch, Python 3.11 finalises the
-    interpreter under it: the thread, inside a torch tensor destructor that re-takes
-    the GIL, is terminated through a ``noexcept`` C++ frame and the process aborts
-    ("terminate called without an active exception", exit code 134) after training
-    has finished and every checkpoint is written. Run at exit, this waits (at most
-    ``timeout`` seconds) until every such thread is finished or blocked on its full
-    queue: a thread parked in ``queue.put`` is never resumed, so finalisation cannot
-    catch it inside a destructor. Undo:
+    fairseq's daemon ``BackgroundConsumer`` fills a queue of batches. When ``fairseq-train`` ends while
+    it collates one, Python 3.11 finalises the interpreter under it inside a torch destructor and the
+    process aborts (exit code 134) after every checkpoint is written. Run at exit, this waits (at most
+    ``timeout`` seconds) until each such thread is finished or parked in ``queue.put`` on its full queue,
+    where finalisation cannot catch it inside a destructor. Undo:
     ``atexit.unregister(fairseq_dense.fairseq_compat.quiesce_prefetch_threads)``.
     """
     deadline = time.monotonic() + timeout
@@ -124,31 +94,11 @@ def quiesce_prefetch_threads(timeout: float = WAIT_SECONDS, threads=None) -> boo
 # ---------------------------------------------------------------- checkpoint_mismatch
 
 
-def _dictionary_sizes(model) -> Dict[str, int]:
-    sizes = {}
-    for side in ("encoder", "decoder"):
-        d = getattr(getattr(model, side, None), "dictionary", None)
-        if d is not None:
-            sizes[side] = len(d)
-    return sizes
-
-
 def explain_state_dict_mismatch(model, state_dict: Dict, model_cfg=None) -> Optional[str]:
-    """Why ``state_dict`` cannot be loaded into ``model``; None when the keys and shapes fit.
-
-    Args:
-        model: the model built from the current options and dictionaries.
-        state_dict: the checkpoint's ``"model"`` entry.
-        model_cfg: the model's config (for its ``--arch`` name in the message).
-
-    Returns:
-        One sentence naming the cause: the model's own reading of differing
-        parameter names when it has one (``model.state_dict_mismatch_hint(missing,
-        unexpected)``, e.g. the Weighted Transformer's learned or fixed branch
-        weights), another architecture (parameter names differ), other dictionaries
-        (only the rows of vocabulary-sized tensors differ) or other model sizes
-        (first differing tensor).
-    """
+    """Why ``state_dict`` (a checkpoint's ``"model"``) does not load into ``model``, in one sentence; None
+    when the keys and shapes fit. The cause named: the model's own reading of differing names
+    (``model.state_dict_mismatch_hint(missing, unexpected)``), another ``--arch`` (names differ), other
+    dictionaries (only vocabulary-sized rows differ) or other sizes (the first differing tensor)."""
     own = model.state_dict()
     missing = sorted(set(own) - set(state_dict))
     unexpected = sorted(set(state_dict) - set(own))
@@ -176,15 +126,15 @@ def explain_state_dict_mismatch(model, state_dict: Dict, model_cfg=None) -> Opti
     ]
     if not shape_diffs:
         return None
-    vocab = _dictionary_sizes(model)
+    sides = ((side, getattr(getattr(model, side, None), "dictionary", None)) for side in ("encoder", "decoder"))
+    vocab = {side: len(d) for side, d in sides if d is not None}
     vocab_rows = set(vocab.values())
     if all(len(c) == len(m) and c[1:] == m[1:] and m[0] in vocab_rows for _, c, m in shape_diffs):
         key, ckpt, mine = shape_diffs[0]
         sizes = ", ".join(f"{side} {n}" for side, n in vocab.items())
         return (
-            f"the dictionaries do not match the checkpoint: they hold {sizes} symbols, the checkpoint "
-            f"was trained with {ckpt[0]} ({key}); use the dict.*.txt files of the data the model was "
-            f"trained on"
+            f"the dictionaries do not match the checkpoint: they hold {sizes} symbols, the checkpoint was trained "
+            f"with {ckpt[0]} ({key}); use the dict.*.txt files of the data the model was trained on"
         )
     key, ckpt, mine = shape_diffs[0]
     return (
@@ -212,24 +162,15 @@ def _checked_load_state_dict(original):
 
 
 def install_checkpoint_checks() -> None:
-    """Wrap ``load_state_dict`` of every registered fairseq-dense model class (idempotent).
-
-    fairseq loads checkpoints through the model's ``load_state_dict``; when the
-    checkpoint was trained with another ``--arch``, other sizes or other
-    dictionaries, torch lists every differing tensor. Only the failure path changes:
-    a load that torch rejects is re-raised as :class:`CheckpointMismatchError` with
-    the cause in one sentence (:func:`explain_state_dict_mismatch`). Turn off with
-    ``FAIRSEQ_DENSE_COMPAT_OFF=checkpoint_mismatch``.
-    """
+    """Wrap ``load_state_dict`` of every registered fairseq-dense model class (idempotent): a load torch
+    rejects with its list of differing tensors is re-raised as :class:`CheckpointMismatchError` naming
+    the cause (:func:`explain_state_dict_mismatch`); nothing else changes."""
     from fairseq.models import MODEL_REGISTRY
 
     for cls in set(MODEL_REGISTRY.values()):
-        if not cls.__module__.startswith("fairseq_dense."):
-            continue
-        current = cls.load_state_dict
-        if getattr(current, "_fairseq_dense_checked", False):
-            continue
-        cls.load_state_dict = _checked_load_state_dict(current)
+        ours = cls.__module__.startswith("fairseq_dense.")
+        if ours and not getattr(cls.load_state_dict, "_fairseq_dense_checked", False):
+            cls.load_state_dict = _checked_load_state_dict(cls.load_state_dict)
 
 
 # ---------------------------------------------------------------- error_hook
@@ -250,11 +191,8 @@ def _frames(tb):
 
 
 def _raised_in_package(exc: BaseException) -> bool:
-    tb = exc.__traceback__
-    last = None
-    for frame in _frames(tb):
-        last = frame
-    return last is not None and os.path.abspath(last.f_code.co_filename).startswith(PACKAGE_DIR + os.sep)
+    frames = list(_frames(exc.__traceback__))
+    return bool(frames) and os.path.abspath(frames[-1].f_code.co_filename).startswith(PACKAGE_DIR + os.sep)
 
 
 def _checkpoint_name(exc: BaseException) -> Optional[str]:
@@ -278,14 +216,9 @@ def checkpoint_arch(path: str) -> Optional[str]:
         state = read_state(path, mmap=True)
     except CheckpointError:
         return None
-    cfg = state.get("cfg") or {}
-    model = cfg.get("model") if hasattr(cfg, "get") else None
-    arch = getattr(model, "arch", None) or getattr(model, "_name", None)
-    if arch is None and hasattr(model, "get"):
-        arch = model.get("arch") or model.get("_name")
-    if arch is None and state.get("args") is not None:
-        arch = getattr(state["args"], "arch", None)
-    return arch
+    model = (state.get("cfg") or {}).get("model") or {}  # a dict, or a Namespace for archs without a dataclass
+    get = model.get if isinstance(model, dict) else lambda k: getattr(model, k, None)
+    return get("arch") or get("_name") or getattr(state.get("args"), "arch", None)
 
 
 def _unreadable_checkpoint(exc: BaseException) -> Optional[str]:
@@ -334,17 +267,13 @@ def _failed_save(exc: BaseException) -> Optional[str]:
         return None
     return (
         f"cannot save checkpoint {target}: {reason}; the checkpoints saved before it are intact: free space (or "
-        f"fix the folder) and run the same command again to resume"
+        "fix the folder) and run the same command again to resume"
     )
 
 
 def clear_error_message(exc: BaseException, argv=None) -> Optional[str]:
-    """The one-line message for ``exc``, or None to keep Python's traceback.
-
-    Args:
-        exc: the uncaught exception (its ``__cause__``/``__context__`` chain is searched).
-        argv: the command line (default ``sys.argv``); used for ``--bf16`` hints.
-    """
+    """The one-line message for ``exc`` (its ``__cause__``/``__context__`` chain searched), or None to keep
+    Python's traceback; ``argv`` (default ``sys.argv``) for the ``--bf16`` hint."""
     argv = sys.argv if argv is None else argv
     chain = list(_chain(exc))
     for e in chain:
@@ -364,23 +293,9 @@ def clear_error_message(exc: BaseException, argv=None) -> Optional[str]:
     msg = str(first)
     corrupt = _unreadable_checkpoint(first)
     if corrupt:
-        from fairseq_dense.resume import newest_loadable_checkpoint
+        from fairseq_dense.resume import unreadable_message
 
-        found = newest_loadable_checkpoint(os.path.dirname(corrupt), exclude=os.path.basename(corrupt))
-        if found is not None:
-            hint = (
-                f"the newest checkpoint that loads is {found[0]} ({found[1]} updates): rerun with "
-                f"--restore-file {found[0]}"
-            )
-        else:
-            hint = (
-                f"restore from an intact one (checkpoint_best.pt, checkpoint<N>.pt) with --restore-file, "
-                f"or copy it over {os.path.basename(corrupt)}"
-            )
-        return (
-            f"cannot read checkpoint {corrupt}: the file is truncated or not a torch checkpoint "
-            f"(e.g. a crash while fairseq copied it); {hint}"
-        )
+        return unreadable_message(corrupt)
     if msg.startswith("Size of sample #"):
         return msg + " (or --truncate-source when training/generating from binarised data)"
     if any(a in ("--bf16", "--memory-efficient-bf16") for a in argv) and any(
@@ -413,21 +328,14 @@ def _tool_name(argv0: str) -> Optional[str]:
 
 
 def install_excepthook(argv0: Optional[str] = None) -> bool:
-    """Install the one-line error hook when running a fairseq command-line tool (idempotent).
+    """Install the one-line error hook when a fairseq command-line tool runs (idempotent); True if installed.
 
-    fairseq reports several user mistakes with a traceback that ends deep inside torch
-    or fairseq (``negative seek position -1`` for a non-UTF-8 file, ``'NoneType'
-    object has no attribute 'xla_device'`` for ``--bf16 --cpu``). Only when a fairseq
-    command-line tool runs (``fairseq-*``, ``python -m fairseq_cli.*``, our
-    launchers), never in a library or notebook, ``sys.excepthook`` prints one line
-    ``<tool>: error: <what is wrong>`` for our own errors, for ``ValueError`` raised
-    by fairseq-dense code (option checks in ``build_model``) and for the fairseq
-    errors listed in :func:`clear_error_message`; any other exception keeps its
-    traceback. The exit status stays 1. ``FAIRSEQ_DENSE_TRACEBACK=1`` (or
-    ``FAIRSEQ_DENSE_COMPAT_OFF=error_hook``) keeps full tracebacks.
-
-    Returns:
-        True if the hook is (now) installed.
+    fairseq reports several user mistakes with a traceback from deep inside torch or fairseq. Only in a
+    command-line tool (``fairseq-*``, ``python -m fairseq_cli.*``, our launchers), never in a library or
+    notebook, ``sys.excepthook`` prints ``<tool>: error: <what is wrong>`` for our own errors, for
+    ``ValueError`` raised by fairseq-dense code and for the fairseq errors :func:`clear_error_message`
+    knows; any other exception keeps its traceback; the exit status stays 1.
+    ``FAIRSEQ_DENSE_TRACEBACK=1`` keeps full tracebacks.
     """
     if os.environ.get("FAIRSEQ_DENSE_TRACEBACK", "0") not in ("", "0"):
         return False

@@ -1,10 +1,5 @@
-"""One training per save folder: the lock a training holds on its ``--save-dir``.
-
-Two trainings on one folder (a job launched twice, or requeued while the first still
-runs) would delete each other's partial writes and overwrite each other's checkpoints.
-:func:`lock_save_dir` (rank 0, where a training starts: :func:`fairseq_dense.resume.start_training`)
-refuses the second one with one line naming the folder and the process that holds it.
-"""
+"""One training per save folder: the lock a training holds on its ``--save-dir`` (two trainings on one
+folder, e.g. a job requeued while the first still runs, would overwrite each other's checkpoints)."""
 
 import os
 from typing import Dict, Optional
@@ -24,14 +19,11 @@ class SaveDirBusy(FairseqDenseError):
 def lock_save_dir(save_dir: str) -> Optional[int]:
     """Lock ``save_dir`` for this process until it ends; returns the locked descriptor (None: no lock here).
 
-    The lock is the operating system's ``flock`` on the folder itself: no file is
-    written, and it goes with the process that holds it however that ends, so a killed
-    training never leaves a stale lock. A process locks a folder once; later trainings
-    in the same process (one after the other) go on under its lock.
+    The lock is ``flock`` on the folder itself: no file is written and it ends with the process however
+    that ends (no stale lock). Later trainings in the same process go on under its lock.
 
     Raises:
-        SaveDirBusy: another live process holds the folder (one line naming the folder
-            and, where the system says, that process).
+        SaveDirBusy: another live process holds the folder (naming it where the system says).
     """
     if fcntl is None or not os.path.isdir(save_dir):
         return None

@@ -19,12 +19,8 @@ class InputError(FairseqDenseError, ValueError):
 
 
 def check_nonempty_lines(lines: Iterable[str], source: str = "input") -> Iterator[str]:
-    """Yield ``lines`` unchanged; raise :class:`InputError` at the first empty/whitespace-only one.
-
-    Args:
-        lines: text lines (with or without their newline).
-        source: name of the input for the message (a file name or ``stdin``).
-    """
+    """Yield ``lines`` unchanged; raise :class:`InputError` naming ``source`` (a file name or ``stdin``) at the
+    first empty or whitespace-only one."""
     for i, line in enumerate(lines, start=1):
         if not line.strip():
             raise InputError(

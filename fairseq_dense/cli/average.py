@@ -5,16 +5,9 @@
     fairseq-dense-average ckpt/checkpoint_1_200.pt ckpt/checkpoint_1_300.pt --output avg.pt
 
 Every parameter is the mean over the checkpoints (:func:`fairseq_dense.checkpoints.average_models`,
-the averaging ``fairseq-dense-export --average-last`` uses too: the same model either way); the
-rest of the file is the last checkpoint's. fairseq's ``scripts/average_checkpoints.py`` is not in
-the pip package. The output is a fairseq checkpoint: ``fairseq-generate --path averaged.pt``,
-``fairseq-interactive`` and ``fairseq-dense-export`` take it as they take any other. Weighted
-Transformer branch weights stay on the simplex (a mean of points of the simplex is one).
-
-With a folder, ``--num-update-checkpoints N`` takes the N ``checkpoint_<epoch>_<updates>.pt``
-with the most updates (written by ``--save-interval-updates``) and
-``--num-epoch-checkpoints N`` the N ``checkpoint<epoch>.pt`` of the latest epochs;
-``--checkpoint-upper-bound`` ignores later ones.
+as ``fairseq-dense-export --average-last``); the rest of the file is the last checkpoint's, a fairseq
+checkpoint that ``fairseq-generate``, ``fairseq-interactive`` and ``fairseq-dense-export`` take.
+(fairseq's ``scripts/average_checkpoints.py`` is not in the pip package.)
 """
 
 import argparse
@@ -36,31 +29,18 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("inputs", nargs="+", help="checkpoint files, or one --save-dir folder")
     parser.add_argument("--output", required=True, help="the averaged checkpoint to write")
     group = parser.add_mutually_exclusive_group()
-    group.add_argument(
-        "--num-update-checkpoints",
-        type=int,
-        metavar="N",
-        help="with a folder: the N checkpoint_<epoch>_<updates>.pt with the most updates",
-    )
-    group.add_argument(
-        "--num-epoch-checkpoints",
-        type=int,
-        metavar="N",
-        help="with a folder: the N checkpoint<epoch>.pt of the latest epochs",
-    )
-    parser.add_argument(
-        "--checkpoint-upper-bound",
-        type=int,
-        metavar="K",
-        help="with a folder: ignore checkpoints after update (or epoch) K",
-    )
+    text = "with a folder: the N checkpoint_<epoch>_<updates>.pt with the most updates"
+    group.add_argument("--num-update-checkpoints", type=int, metavar="N", help=text)
+    text = "with a folder: the N checkpoint<epoch>.pt of the latest epochs"
+    group.add_argument("--num-epoch-checkpoints", type=int, metavar="N", help=text)
+    text = "with a folder: ignore checkpoints after update (or epoch) K"
+    parser.add_argument("--checkpoint-upper-bound", type=int, metavar="K", help=text)
     add_verbose_flag(parser)
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Command-line entry point (``fairseq-dense-average``); returns 0, the process's exit
-    status (bad input exits 2 with one line naming the cause)."""
+    """``fairseq-dense-average``; returns 0 (bad input exits 2 with one line naming the cause)."""
     parser = get_parser()
     args = parser.parse_args(argv)
     configure_logging("%(levelname)s %(message)s", verbose=args.verbose)
@@ -86,13 +66,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error(f"{flag} {n}: {e}" if folder else str(e))
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     atomic_save(state, args.output)  # never leave a half-written checkpoint
-    logger.info(
-        "averaged %d checkpoints (%s) into %s with %s",
-        len(paths),
-        ", ".join(map(os.path.basename, paths)),
-        args.output,
-        threads,
-    )
+    names = ", ".join(map(os.path.basename, paths))
+    logger.info("averaged %d checkpoints (%s) into %s with %s", len(paths), names, args.output, threads)
     return 0
 
 

@@ -1,25 +1,14 @@
 """Data-parallel ``fairseq-train`` through torchrun, on CPUs (gloo) and GPUs (NCCL).
 
-``fairseq-train --cpu --distributed-world-size 2`` asserts that there are no
-devices, and a plain ``torchrun ... fairseq-train`` silently runs independent
-single-process trainings (fairseq only infers the world size from the number of
-GPUs). This launcher starts ``N`` processes per node with torchrun; each process
-runs :func:`rank_main`, which adds the distributed flags fairseq needs and calls
-fairseq's own training entry point in that process::
-
-    --distributed-init-method env:// --distributed-world-size $WORLD_SIZE
-    --distributed-rank $RANK --device-id $LOCAL_RANK --distributed-no-spawn
-    --distributed-backend gloo|nccl    [--ddp-backend legacy_ddp with --cpu]
-
-Usage (one node)::
+``fairseq-train --cpu --distributed-world-size 2`` asserts that there are no devices, and a plain
+``torchrun ... fairseq-train`` runs independent trainings (fairseq infers the world size from the
+GPUs). This launcher starts ``N`` processes per node with torchrun; each runs :func:`rank_main`,
+which adds the distributed flags of its rank and calls fairseq's training entry point::
 
     fairseq-dense-train-ddp --nproc 2 data-bin --arch gru_attention_tiny --cpu ...
-    python -m fairseq_dense.cli.train_ddp --nproc 8 data-bin --arch ... # GPUs
 
-Several nodes: run the same command on every node with ``--nnodes``,
-``--node-rank`` and ``--master-addr``/``--master-port`` (or ``--rdzv-endpoint``);
-under SLURM, ``srun`` one launcher per node and take the node rank from
-``$SLURM_NODEID`` (see ``docs/reliability.md``).
+Several nodes: the same command on every node with ``--nnodes``, ``--node-rank`` and
+``--master-addr``/``--master-port`` (or ``--rdzv-endpoint``); see ``docs/reliability.md``.
 """
 
 import argparse
@@ -47,50 +36,35 @@ def _has_flag(args: Sequence[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
+def _managed_flag(args: Sequence[str]) -> Optional[str]:
+    """The first of :data:`MANAGED_FLAGS` given in ``args``, or None."""
+    return next((f for f in MANAGED_FLAGS if _has_flag(args, f)), None)
+
+
 def distributed_args(
     train_args: Sequence[str], rank: int, world_size: int, local_rank: int, backend: Optional[str] = None
 ) -> List[str]:
-    """The ``fairseq-train`` argument list of one rank.
+    """``train_args`` followed by the distributed flags of global ``rank`` (``local_rank`` on its node).
 
-    Args:
-        train_args: the user's ``fairseq-train`` arguments.
-        rank: global rank of this process.
-        world_size: number of processes over all nodes.
-        local_rank: rank on this node (the GPU index on GPU machines).
-        backend: ``gloo`` or ``nccl``; default: ``gloo`` with ``--cpu`` or without
-            CUDA, ``nccl`` otherwise.
-
-    Returns:
-        ``train_args`` followed by the distributed flags.
+    ``backend`` defaults to ``gloo`` with ``--cpu`` or without CUDA, else ``nccl``.
 
     Raises:
         ValueError: a flag this launcher manages was given by hand.
     """
-    for flag in MANAGED_FLAGS:
-        if _has_flag(train_args, flag):
-            raise ValueError(f"{flag} is set by fairseq-dense-train-ddp; remove it from the arguments")
+    flag = _managed_flag(train_args)
+    if flag:
+        raise ValueError(f"{flag} is set by fairseq-dense-train-ddp; remove it from the arguments")
     cpu = _has_flag(train_args, "--cpu")
     if backend is None:
         import torch
 
         backend = "gloo" if cpu or not torch.cuda.is_available() else "nccl"
-    out = list(train_args) + [
-        "--distributed-init-method",
-        "env://",
-        "--distributed-world-size",
-        str(world_size),
-        "--distributed-rank",
-        str(rank),
-        "--device-id",
-        str(0 if cpu else local_rank),
-        "--distributed-no-spawn",
-    ]
+    out = [*train_args, "--distributed-init-method", "env://", "--distributed-world-size", str(world_size)]
+    out += ["--distributed-rank", str(rank), "--device-id", str(0 if cpu else local_rank), "--distributed-no-spawn"]
     if not _has_flag(train_args, "--distributed-backend"):
         out += ["--distributed-backend", backend]
     if cpu and not _has_flag(train_args, "--ddp-backend"):
-        # torch's DistributedDataParallel (fairseq's c10d) with gloo on CPU works, but
-        # fairseq's legacy_ddp all-reduces one flat buffer: fewer gloo calls.
-        out += ["--ddp-backend", "legacy_ddp"]
+        out += ["--ddp-backend", "legacy_ddp"]  # one flat all-reduce buffer: fewer gloo calls than c10d
     return out
 
 
@@ -112,13 +86,9 @@ def run_train(train_args: Sequence[str]) -> None:
 def _broadcast_globals() -> list:
     """What fairseq's resume under data parallelism sends through ``torch.load``, besides tensors.
 
-    Rank 0 reads the checkpoint and sends its state to the other ranks with
-    ``distributed_utils.broadcast_object``: ``torch.save``, then ``torch.load`` with
-    torch's safe loader (``weights_only``, the default since torch 2.6), which refuses
-    the ``cfg`` that fairseq has turned into an OmegaConf ``DictConfig`` by then: every
-    rank but 0 failed to resume. These classes are allowed while a rank trains (not in
-    any other process, nor for any other load): the state comes from rank 0's own
-    checkpoint.
+    Rank 0 sends the checkpoint's state to the other ranks (``distributed_utils.broadcast_object``:
+    ``torch.save``, then torch's safe ``torch.load``), which refuses the OmegaConf ``cfg`` in it. These
+    classes are allowed only while a rank trains: the state comes from rank 0's own checkpoint.
     """
     import collections
     import typing
@@ -128,19 +98,8 @@ def _broadcast_globals() -> list:
     from omegaconf.base import ContainerMetadata, Metadata
     from omegaconf.nodes import AnyNode
 
-    return [
-        _TensorPlaceholder,
-        DictConfig,
-        ListConfig,
-        ContainerMetadata,
-        Metadata,
-        AnyNode,
-        typing.Any,
-        collections.defaultdict,
-        dict,
-        list,
-        int,
-    ]
+    classes = [_TensorPlaceholder, DictConfig, ListConfig, ContainerMetadata, Metadata, AnyNode, typing.Any]
+    return classes + [collections.defaultdict, dict, list, int]
 
 
 def rank_main(train_args: Sequence[str], backend: Optional[str] = None) -> None:
@@ -174,12 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--rdzv-endpoint", default=None, help="host:port of a c10d rendezvous (instead of --master-addr/--node-rank)"
     )
     p.add_argument("--rdzv-id", default="fairseq-dense", help="job id for the c10d rendezvous")
-    p.add_argument(
-        "--backend",
-        choices=("gloo", "nccl"),
-        default=None,
-        help="torch.distributed backend (default: gloo with --cpu, else nccl)",
-    )
+    text = "torch.distributed backend (default: gloo with --cpu, else nccl)"
+    p.add_argument("--backend", choices=("gloo", "nccl"), help=text)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return p
 
@@ -187,13 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
 def torchrun_args(
     opts: argparse.Namespace, train_args: Sequence[str], worker_module: str = "fairseq_dense.cli.train_ddp"
 ) -> List[str]:
-    """The ``torch.distributed.run`` argument list that starts ``worker_module`` as workers.
-
-    Args:
-        opts: the launcher options (:func:`build_parser`).
-        train_args: the ``fairseq-train`` arguments, passed after ``--worker ... --``.
-        worker_module: module run by every worker (tests substitute their own).
-    """
+    """The ``torch.distributed.run`` arguments that start ``worker_module`` (tests substitute their own) as
+    workers, with the launcher's ``opts`` and the ``fairseq-train`` arguments after ``--worker ... --``."""
     nproc = opts.nproc
     if nproc is None:
         import torch
@@ -205,27 +155,11 @@ def torchrun_args(
     if opts.nnodes == "1":
         out += ["--standalone"]
     elif opts.rdzv_endpoint:
-        out += [
-            "--nnodes",
-            opts.nnodes,
-            "--rdzv_backend",
-            "c10d",
-            "--rdzv_endpoint",
-            opts.rdzv_endpoint,
-            "--rdzv_id",
-            opts.rdzv_id,
-        ]
+        out += ["--nnodes", opts.nnodes, "--rdzv_backend", "c10d", "--rdzv_endpoint", opts.rdzv_endpoint]
+        out += ["--rdzv_id", opts.rdzv_id]
     else:
-        out += [
-            "--nnodes",
-            opts.nnodes,
-            "--node_rank",
-            str(opts.node_rank),
-            "--master_addr",
-            opts.master_addr,
-            "--master_port",
-            str(opts.master_port),
-        ]
+        out += ["--nnodes", opts.nnodes, "--node_rank", str(opts.node_rank), "--master_addr", opts.master_addr]
+        out += ["--master_port", str(opts.master_port)]
     worker = ["-m", worker_module, "--worker"]
     if opts.backend:
         worker += ["--backend", opts.backend]
@@ -235,12 +169,9 @@ def torchrun_args(
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """``fairseq-dense-train-ddp``: launch (or, with ``--worker``, be) one rank."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--" in argv:  # everything after "--" goes to fairseq-train untouched
-        i = argv.index("--")
-        opts, rest = build_parser().parse_known_args(argv[:i])
-        train_args = rest + argv[i + 1 :]
-    else:
-        opts, train_args = build_parser().parse_known_args(argv)
+    i = argv.index("--") if "--" in argv else len(argv)  # everything after "--" goes to fairseq-train untouched
+    opts, rest = build_parser().parse_known_args(argv[:i])
+    train_args = rest + argv[i + 1 :]
     if opts.worker:
         from fairseq_dense.fairseq_compat import install_excepthook
 
@@ -249,9 +180,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         return
     if not train_args:
         build_parser().error("no fairseq-train arguments given")
-    for flag in MANAGED_FLAGS:
-        if _has_flag(train_args, flag):
-            build_parser().error(f"{flag} is set by the launcher; remove it")
+    if _managed_flag(train_args):
+        build_parser().error(f"{_managed_flag(train_args)} is set by the launcher; remove it")
     from torch.distributed.run import main as torchrun_main
 
     configure_logging("%(asctime)s | %(levelname)s | %(name)s | %(message)s")
@@ -268,12 +198,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         torchrun_main(targs)
     except ChildFailedError as e:
         # each rank has printed its own error; replace torchrun's report with one line
-        ranks = sorted(e.failures)
-        codes = sorted({f.exitcode for f in e.failures.values()})
-        raise SystemExit(
-            f"fairseq-dense-train-ddp: error: rank(s) {', '.join(map(str, ranks))} failed with exit code "
-            f"{', '.join(map(str, codes))}; their errors are printed above"
-        )
+        ranks = ", ".join(map(str, sorted(e.failures)))
+        codes = ", ".join(map(str, sorted({f.exitcode for f in e.failures.values()})))
+        what = f"rank(s) {ranks} failed with exit code {codes}; their errors are printed above"
+        raise SystemExit(f"fairseq-dense-train-ddp: error: {what}")
 
 
 if __name__ == "__main__":

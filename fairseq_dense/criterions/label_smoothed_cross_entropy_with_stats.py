@@ -23,21 +23,10 @@ class LabelSmoothedCrossEntropyWithStatsCriterionConfig(LabelSmoothedCrossEntrop
 
 
 def token_errors(scores: torch.Tensor, target: torch.Tensor, padding_idx: int):
-    """Count wrongly predicted target tokens under teacher forcing.
-
-    A token is wrong when some other word scores strictly higher than the gold one (a
-    tie with the gold word counts as right). The same as ``argmax != target`` except on
-    exact ties, and several times cheaper on CPU (``amax`` is vectorised, ``argmax``
-    is not).
-
-    Args:
-        scores: ``(N, V)`` logits or log-probabilities (any monotone per-row transform).
-        target: ``(N,)`` gold token ids.
-        padding_idx: id whose positions are excluded.
-
-    Returns:
-        ``(n_errors, n_tokens)`` as Python ints, padding excluded.
-    """
+    """``(n_errors, n_tokens)`` of ``(N,)`` gold ids ``target`` under ``(N, V)`` ``scores`` (logits or
+    log-probabilities), padding excluded. A token is wrong when another word scores strictly higher (a tie
+    counts as right): ``argmax != target`` but on exact ties, and several times cheaper on CPU (``amax``
+    is vectorised, ``argmax`` is not)."""
     mask = target.ne(padding_idx)
     gold = scores.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
     wrong = gold.lt(scores.amax(dim=-1)) & mask
@@ -83,12 +72,9 @@ class LabelSmoothedCrossEntropyWithStatsCriterion(LabelSmoothedCrossEntropyCrite
         return loss, sample_size, logging_output
 
     def _scores_and_target(self, model, net_output, sample):
-        """``(N, V)`` scores whose per-row order is the model's prediction, and ``(N,)`` targets.
-
-        The decoder's logits where they are the full-vocabulary output (their argmax is the
-        log-softmax's: no second softmax over every token, which cost about a tenth of a
-        CPU training step); the normalised probabilities otherwise (adaptive softmax).
-        """
+        """``(N, V)`` scores whose per-row order is the model's prediction, and ``(N,)`` targets: the logits
+        where they are the full-vocabulary output (a second softmax cost a tenth of a CPU step), else the
+        normalised probabilities (adaptive softmax)."""
         if getattr(getattr(model, "decoder", None), "adaptive_softmax", None) is not None:
             return self.get_lprobs_and_target(model, net_output, sample)
         scores, target = net_output[0], model.get_targets(sample, net_output)

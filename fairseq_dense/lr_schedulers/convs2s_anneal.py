@@ -24,27 +24,16 @@ class ConvS2SAnnealScheduleConfig(FairseqDataclass):
     )
     shrink_every_epoch_after_rise: bool = field(
         default=False,
-        metadata={
-            "help": "after the first rise of the validation loss, shrink at the end of every "
-            "epoch (the ConvS2S/DenseNMT WMT14 En-De recipe)"
-        },
+        metadata={"help": "after the first rise of the validation loss, shrink every epoch (the WMT14 En-De recipe)"},
     )
     lr: List[float] = II("optimization.lr")
 
 
 @register_lr_scheduler("convs2s_anneal", dataclass=ConvS2SAnnealScheduleConfig)
 class ConvS2SAnnealSchedule(FairseqLRScheduler):
-    """Fixed learning rate, multiplied by ``--lr-shrink`` when the validation loss rises.
-
-    A *rise* is a validation loss strictly above the previous epoch's. Epochs
-    without a validation loss (``--disable-validation``, skipped validation) leave
-    the rate alone. With ``--shrink-every-epoch-after-rise`` every epoch after the
-    first rise shrinks the rate, whatever the loss does. Training stops through
-    fairseq's ``--stop-min-lr`` (the paper: 1e-4).
-
-    The state (current rate, previous loss, whether a rise was seen, best loss)
-    is saved in the checkpoint, so a resumed run continues the same schedule.
-    """
+    """Fixed learning rate, multiplied by ``--lr-shrink`` when the validation loss rises above the previous
+    epoch's (epochs without one leave it alone), or every epoch after the first rise with
+    ``--shrink-every-epoch-after-rise``. The state is saved with the checkpoint."""
 
     def __init__(self, cfg: ConvS2SAnnealScheduleConfig, optimizer):
         super().__init__(cfg, optimizer)

@@ -1,61 +1,30 @@
 """Per-parameter-group learning-rate schedule: ``--lr-scheduler grouped``.
 
-A model declares groups by tagging parameters with a string attribute::
-
-    param.param_group = "branch"        # untagged parameters belong to "default"
-
-(the same attribute fairseq's ``composite`` optimizer reads, and the one
-``FP16Optimizer`` copies to its fp32 master parameters when it does not flatten
-them). At construction, i.e. right after the trainer builds the optimizer and
-before any optimizer state is loaded, the scheduler splits the torch optimizer's
-parameter group(s) into one group per tag, ``default`` first, so optimizer state
-saved by a run resumes in a run with the same model.
-
-Before update ``u = num_updates + 1`` every group ``g`` gets the learning rate::
+A model declares groups by tagging parameters ``param.param_group = "branch"`` (untagged: ``default``;
+the attribute fairseq's ``composite`` optimizer reads and ``FP16Optimizer`` copies to unflattened fp32
+master parameters). Right after the trainer builds the optimizer, before any state is loaded, the
+scheduler splits its parameter group(s) into one per tag, ``default`` first. Before update
+``u = num_updates + 1`` group ``g`` gets::
 
     lr_g(u) = scale_g * min(u ** -0.5, u * W_g ** -1.5)   if W_g > 0
     lr_g(u) = scale_g                                      if W_g = 0
     lr_g(u) = 0          if F_g > 0 and u > max_update - F_g   (freeze window)
 
-The first is the Transformer's inverse-square-root warm-up (Vaswani et al., 2017,
-Eq. 3; the Weighted Transformer, Ahmed et al., 2017, https://arxiv.org/abs/1711.02132,
-uses it with a different scale and warm-up for its branch weights); it peaks at
-``u = W_g`` with ``scale_g * W_g ** -0.5``. The freeze window sets the rate to 0
-for the last ``F_g`` updates before ``--max-update`` (from update number
-``max_update - F_g`` on) without touching ``requires_grad``, so it survives
-checkpoint/resume. With Adam (and any optimizer whose step is ``p -= lr * x``) a
-zero rate leaves the group's parameters bit-identical; code that modifies
-parameters after the step (e.g. a simplex projection) must skip groups whose
-``lr`` is 0.
+the Transformer's inverse-square-root warm-up (Vaswani et al., 2017, Eq. 3), which the Weighted
+Transformer (Ahmed et al., 2017, https://arxiv.org/abs/1711.02132) uses with another scale and warm-up
+for its branch weights; it peaks at ``u = W_g`` with ``scale_g * W_g ** -0.5``. The freeze window
+leaves ``requires_grad`` alone (it survives a resume); with Adam (any step ``p -= lr * x``) a zero rate
+leaves the group bit-identical, and code that changes parameters after the step must skip it.
 
-Options (each a comma-separated list of ``group=value``; unlisted groups use the
-defaults below):
+Options, each a comma-separated ``group=value`` list: ``--group-lr-scale`` (``scale_g``, default
+``--lr``), ``--group-warmup-updates`` (``W_g``, default 0: constant), ``--group-freeze-last`` (``F_g``,
+default 0; needs ``--max-update``). The Weighted Transformer (d_model 512, N 6), paper Sec. 4::
 
-* ``--group-lr-scale default=0.0442,branch=0.125``: ``scale_g``; a group not listed
-  uses ``--lr``.
-* ``--group-warmup-updates default=4000,branch=400``: ``W_g``; default 0 (a
-  constant rate ``scale_g``).
-* ``--group-freeze-last branch=10000``: ``F_g``; default 0 (never frozen); needs
-  ``--max-update``.
+    --lr-scheduler grouped --lr 0.0442 --group-lr-scale default=0.04419,branch=0.10825 \\
+    --group-warmup-updates default=4000,branch=400 --group-freeze-last branch=10000 --max-update 300000
 
-Examples:
-
-Weighted Transformer (d_model 512, N 6), paper Sec. 4::
-
-    --lr-scheduler grouped --lr 0.0442 \\
-    --group-lr-scale default=0.04419,branch=0.10825 \\
-    --group-warmup-updates default=4000,branch=400 \\
-    --group-freeze-last branch=10000 --max-update 300000
-
-Constant rates with a separate rate for recurrent matrices (Deep-Att tags them
-``param.param_group = "recurrent"``)::
-
-    --lr-scheduler grouped --lr 0.0005 --group-lr-scale recurrent=0.0001
-
-``step_update`` returns ``{group: lr}``; fairseq logs it as ``lr_<group>``.
-Not supported: ``--fp16``/``--bf16`` with flattened master weights (pass
-``--fp16-no-flatten-grads``; a clear error says so) and the ``composite``
-optimizer (which has its own per-group schedulers).
+``step_update`` returns ``{group: lr}`` (logged as ``lr_<group>``). Not supported: flattened fp16/bf16
+master weights (pass ``--fp16-no-flatten-grads``) and the ``composite`` optimizer.
 """
 
 import logging
@@ -79,36 +48,21 @@ GROUP_NAME_KEY = "group_name"
 @dataclass
 class GroupedScheduleConfig(FairseqDataclass):
     group_lr_scale: str = field(
-        default="",
-        metadata={
-            "help": "comma-separated group=scale list, e.g. 'default=0.0442,branch=0.125'; groups not listed use --lr"
-        },
+        default="", metadata={"help": "group=scale list, e.g. 'default=0.0442,branch=0.125'; others use --lr"}
     )
     group_warmup_updates: str = field(
-        default="",
-        metadata={
-            "help": "comma-separated group=W list of inverse-sqrt warm-up lengths; "
-            "W=0 (the default) gives a constant rate"
-        },
+        default="", metadata={"help": "group=W list of inverse-sqrt warm-up lengths; W=0 (default): constant rate"}
     )
     group_freeze_last: str = field(
-        default="",
-        metadata={
-            "help": "comma-separated group=K list: learning rate 0 for the last K updates "
-            "before --max-update (default 0: never frozen)"
-        },
+        default="", metadata={"help": "group=K list: rate 0 for the last K updates before --max-update (default 0)"}
     )
     lr: List[float] = II("optimization.lr")
     max_update: int = II("optimization.max_update")
 
 
 def parse_group_values(spec: str, flag: str, cast) -> Dict[str, float]:
-    """Parse ``"a=1,b=2"`` into ``{"a": cast("1"), "b": cast("2")}``.
-
-    Raises:
-        ValueError: naming ``flag`` on a malformed item, a duplicate name or a
-            negative value.
-    """
+    """Parse ``"a=1,b=2"`` into ``{"a": cast("1"), "b": cast("2")}``; ValueError naming ``flag`` on a
+    malformed item, a duplicate name or a negative value."""
     out: Dict[str, float] = OrderedDict()
     if spec is None:
         return out
@@ -141,15 +95,8 @@ def inverse_sqrt_factor(update: int, warmup: int) -> float:
 
 
 def split_param_groups(torch_optimizer) -> List[str]:
-    """Split a torch optimizer's parameter groups by the ``param_group`` tag.
-
-    Each existing group is split into one group per tag (options copied, ``default``
-    first, then tags in order of first appearance). Must run before any optimizer
-    state is loaded; it does not touch ``torch_optimizer.state``.
-
-    Returns:
-        The name of each resulting group, in order.
-    """
+    """Split each of a torch optimizer's parameter groups into one per ``param_group`` tag (options copied,
+    ``default`` first, then by first appearance; before any state is loaded); returns the groups' names."""
     new_groups = []
     for group in torch_optimizer.param_groups:
         names = group.get("param_names")
@@ -172,14 +119,7 @@ def split_param_groups(torch_optimizer) -> List[str]:
 
 @register_lr_scheduler("grouped", dataclass=GroupedScheduleConfig)
 class GroupedSchedule(FairseqLRScheduler):
-    """Inverse-sqrt warm-up (or constant) rate with a freeze window, per parameter group.
-
-    See the module docstring for the formula, options and the tagging convention.
-
-    Args:
-        cfg: a :class:`GroupedScheduleConfig`.
-        optimizer: the trainer's :class:`~fairseq.optim.FairseqOptimizer`.
-    """
+    """Inverse-sqrt warm-up (or constant) rate with a freeze window, per parameter group (module docstring)."""
 
     def __init__(self, cfg: GroupedScheduleConfig, optimizer):
         super().__init__(cfg, optimizer)
@@ -206,60 +146,44 @@ class GroupedSchedule(FairseqLRScheduler):
         unknown = (set(self.scales) | set(self.warmups) | set(self.freezes)) - set(self.group_names)
         if unknown:
             raise ValueError(
-                f"--group-lr-scale/--group-warmup-updates/--group-freeze-last name groups "
-                f"{sorted(unknown)} but the model's parameters are tagged with "
-                f"{self.group_names}"
+                f"--group-lr-scale/--group-warmup-updates/--group-freeze-last name groups {sorted(unknown)} but the "
+                f"model's parameters are tagged with {self.group_names}"
             )
         for name in self.group_names:
+            tensors = sum(len(g["params"]) for g in optimizer.param_groups if g[GROUP_NAME_KEY] == name)
             logger.info(
-                "lr group %r: %d tensors, scale %g, warm-up %d, frozen for the last %d updates",
-                name,
-                sum(len(g["params"]) for g in optimizer.param_groups if g[GROUP_NAME_KEY] == name),
-                self.scale(name),
-                self.warmup(name),
-                self.freeze_last(name),
+                f"lr group {name!r}: {tensors} tensors, scale {self.scale(name):g}, warm-up {self.warmup(name)}, "
+                f"frozen for the last {self.freeze_last(name)} updates"
             )
         self.lrs: Dict[str, float] = {}
 
     def scale(self, name: str) -> float:
-        """``scale_g`` of group ``name`` (``--lr`` unless listed)."""
         return float(self.scales.get(name, self.base_lr))
 
     def warmup(self, name: str) -> int:
-        """Warm-up length ``W_g`` of group ``name``."""
         return int(self.warmups.get(name, 0))
 
     def freeze_last(self, name: str) -> int:
-        """Freeze-window length ``F_g`` of group ``name``."""
         return int(self.freezes.get(name, 0))
 
-    def is_frozen(self, name: str, num_updates: int) -> bool:
-        """Whether update ``num_updates + 1`` of group ``name`` falls in its freeze window."""
-        k = self.freeze_last(name)
-        return k > 0 and num_updates >= self.max_update - k
-
     def lr_at(self, name: str, num_updates: int) -> float:
-        """Learning rate of group ``name`` for update ``num_updates + 1``."""
-        if self.is_frozen(name, num_updates):
+        """Learning rate of group ``name`` for update ``num_updates + 1`` (0 in its freeze window)."""
+        k = self.freeze_last(name)
+        if k > 0 and num_updates >= self.max_update - k:
             return 0.0
         return self.scale(name) * inverse_sqrt_factor(num_updates + 1, self.warmup(name))
 
     def state_dict(self):
-        """Scheduler state: the best validation loss and the group names (checked on load)."""
+        """The best validation loss and the group names (checked on load); the rates follow ``num_updates``."""
         return {"best": self.best, "group_names": list(self.group_names)}
 
     def load_state_dict(self, state_dict):
-        """Restore the state; the rates themselves are a function of ``num_updates``.
-
-        Raises:
-            ValueError: if the checkpoint's parameter groups differ from this run's.
-        """
         self.best = state_dict.get("best")
         saved = state_dict.get("group_names")
         if saved is not None and list(saved) != list(self.group_names):
             raise ValueError(
-                f"checkpoint has lr groups {list(saved)} but this model has "
-                f"{self.group_names}; use --reset-optimizer --reset-lr-scheduler"
+                f"checkpoint has lr groups {list(saved)} but this model has {self.group_names}; use "
+                "--reset-optimizer --reset-lr-scheduler"
             )
 
     def step(self, epoch, val_loss=None):
@@ -268,11 +192,7 @@ class GroupedSchedule(FairseqLRScheduler):
         return dict(self.lrs) if self.lrs else self.optimizer.get_lr()
 
     def step_update(self, num_updates):
-        """Set every group's rate for update ``num_updates + 1``.
-
-        Returns:
-            ``{group: lr}`` (fairseq logs each as ``lr_<group>``).
-        """
+        """Set every group's rate for update ``num_updates + 1``; returns ``{group: lr}``."""
         self.lrs = OrderedDict((n, self.lr_at(n, num_updates)) for n in OrderedDict.fromkeys(self.group_names))
         for group in self.optimizer.param_groups:
             group["lr"] = self.lrs[group[GROUP_NAME_KEY]]

@@ -1,5 +1,4 @@
-"""Tasks registered by fairseq-dense: ``translation_exact_resume`` and ``translation_exact_resume_simplex``
-(earlier name ``translation_weighted``)."""
+"""Tasks registered by fairseq-dense."""
 
 from fairseq_dense.tasks import (
     translation_exact_resume,  # noqa: F401

@@ -1,18 +1,11 @@
 """``translation_exact_resume_simplex``: exact resume, plus the post-step simplex projection.
 
-The Weighted Transformer (Ahmed et al., 2017, https://arxiv.org/abs/1711.02132)
-replaces its branch weights kappa and alpha by their Euclidean projection onto the
-probability simplex after every optimizer step. fairseq calls
-``task.optimizer_step(optimizer, model, update_num)`` exactly once per update
-(also with ``--update-freq``, under data-parallel training and with fp16/bf16), so
-this task projects there, on the weights the optimizer keeps (fp32 master copies
-included; see :func:`fairseq_dense.modules.simplex.project_parameters_after_step`).
-It works for any model whose parameters carry ``on_simplex = True``; for the others
-it is :class:`~fairseq_dense.tasks.translation_exact_resume.TranslationExactResumeTask`
-(fairseq's ``translation`` with exact resume and a kill-proof save folder).
-
-``translation_weighted`` is its earlier name, still registered: checkpoints and
-command lines that name it keep working.
+The Weighted Transformer (Ahmed et al., 2017, https://arxiv.org/abs/1711.02132) projects its
+branch weights kappa and alpha onto the probability simplex after every optimizer step. fairseq
+calls ``task.optimizer_step`` once per update (also with ``--update-freq``, data-parallel
+training and fp16/bf16), so the projection runs there, on the weights the optimizer keeps
+(:func:`fairseq_dense.modules.simplex.project_parameters_after_step`), for every parameter
+carrying ``on_simplex = True``. ``translation_weighted`` is its earlier name, still registered.
 """
 
 from fairseq.tasks import register_task
@@ -28,13 +21,7 @@ from fairseq_dense.tasks.translation_exact_resume import TranslationExactResumeC
 
 @register_task("translation_exact_resume_simplex", dataclass=TranslationExactResumeConfig)
 class TranslationExactResumeSimplexTask(TranslationExactResumeTask):
-    """Translation with exact resume plus the post-step simplex projection of ``on_simplex`` parameters.
-
-    Args:
-        cfg: :class:`TranslationExactResumeConfig` (all ``translation`` options apply).
-        src_dict: source dictionary.
-        tgt_dict: target dictionary.
-    """
+    """Translation with exact resume plus the post-step simplex projection of ``on_simplex`` parameters."""
 
     def build_model(self, cfg, from_checkpoint=False):
         """Build the model and mark it (and its ``on_simplex`` parameters) as projected after every step."""
