@@ -4,6 +4,7 @@ from typing import List, Optional, Tuple
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from fairseq.modules import FairseqDropout
 from torch import Tensor
 
@@ -23,8 +24,8 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
       decoder layer's previous output; ``h^1_0 = 0``). Only layer 1 is stepped
       together with the attention; layers 2..n_d run over the whole sequence.
     * ``deep_ed``: ``c_t = e`` for every step, so layer 1 needs no step loop either: it is
-      one fused LSTM call over ``[y_t; e]`` with ``W_f^1 = [W_y, W_c]`` (the paper's
-      ``W_f^1 [y; c]``, the context as extra input columns).
+      one fused LSTM call whose input gates are ``W_y y_t + b + W_c e`` (the paper's
+      ``W_f^1 [y; c]``), ``W_c e`` computed once per sentence (:meth:`_first_with_context`).
 
     The last layer's ``h`` (after dropout) feeds the softmax.
 
@@ -159,7 +160,12 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
         return features, {"attn": [attn]}
 
     def _first_with_context(self, y: Tensor, enc: Tensor, state: Optional[Tuple[Tensor, Tensor]]):
-        """Layer 1 of Deep-ED over all steps in one fused LSTM call: ``f^1_t = W_f^1 [y_t; e] + b^1``.
+        """Layer 1 of Deep-ED over all steps in one fused LSTM call: ``f^1_t = W_y y_t + b^1 + W_c e``.
+
+        ``W_c e`` is computed once per sentence (``g``, ``(B, 4H)``) and enters the fused call
+        as ``B`` extra input columns: the one-hot sentence index, whose input weights are
+        ``g^T``, so that ``[W_y, g^T] [y_t; onehot(b)] = W_y y_t + g_b``. That costs ``B``
+        columns per token instead of ``E`` (``10H`` with two encoder columns).
 
         Args:
             y: ``(S, B, C)`` target embeddings; enc: ``(B, E)`` the fixed context ``e``.
@@ -169,9 +175,13 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
             ``(f1, h1, final)``: the ``half(f^1)`` the next layer reads ``(S, B, 2H)`` (``(S, B, 0)``
             when none does), ``h^1`` ``(S, B, H)`` and the final ``(h, c)``.
         """
-        x = torch.cat([y, enc.unsqueeze(0).expand(y.size(0), -1, -1)], -1)  # S x B x (C + E)
-        f_size = 2 * self.hidden_size if len(self.rest.layers) and self.rest.fast_forward else 0
-        return self.first(x, state=state, f_size=f_size, extra_weight=self.context_proj.weight)
+        steps, bsz = y.shape[:2]
+        g = self.context_proj(enc)  # B x 4H
+        x = torch.cat([y, torch.eye(bsz, dtype=y.dtype, device=y.device).expand(steps, -1, -1)], -1)
+        _, h1, final = self.first(x, state=state, f_size=0, extra_weight=g.t())
+        n = 2 * self.hidden_size if len(self.rest.layers) and self.rest.fast_forward else 0
+        f1 = F.linear(y, self.first.ff.weight[:n], self.first.ff.bias[:n]) + g[:, :n]
+        return f1, h1, final
 
     def _first_step(self, y: Tensor, context_gates: Tensor, state: Optional[Tuple[Tensor, Tensor]]):
         """Layer 1 of Deep-ED for one decoding step: ``f^1 = W_y y + b + W_c e`` with ``W_c e``
