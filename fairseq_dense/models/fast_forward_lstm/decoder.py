@@ -161,7 +161,8 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
         ``g = W_c e`` (once per sentence) enters the fused call as ``B`` extra input columns:
         the one-hot sentence index, whose input weights are ``g^T``, so that
         ``[W_y, g^T] [y_t; onehot(b)] = W_y y_t + g_b``. That costs ``B`` columns per token
-        instead of ``E`` (``10H`` with two encoder columns).
+        instead of ``E`` (``10H`` with two encoder columns): fewer while a batch holds fewer
+        sentences than ``E``.
 
         Args:
             y: ``(S, B, C)`` target embeddings; g: ``(B, 4H)`` = ``W_c e``.
