@@ -71,10 +71,10 @@ def _reference_attend_and_recur(self, f1_y, enc, proj_keys, encoder_out, state):
     return torch.stack(fs), torch.stack(hs), state, torch.stack(attns, dim=1)
 
 
-def _reference_first_with_context(self, y, enc, state):
-    """Deep-ED's first decoder layer as the step loop ran it: ``f^1 = W_y y + b + W_c e``, then one
-    cell per step."""
-    f1 = self.first.ff(y) + self.context_proj(enc).unsqueeze(0)  # the fixed context enters every step
+def _reference_first_with_context(self, y, g, state):
+    """Deep-ED's first decoder layer as the step loop ran it: ``f^1 = W_y y + b + g`` (``g = W_c e``),
+    then one cell per step."""
+    f1 = self.first.ff(y) + g.unsqueeze(0)  # the fixed context enters every step
     if state is None:
         zeros = f1.new_zeros(f1.size(1), self.hidden_size)
         state = (zeros, zeros)

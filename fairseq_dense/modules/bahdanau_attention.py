@@ -55,7 +55,7 @@ class BahdanauAttention(nn.Module):
         if single:
             query = query.unsqueeze(1)
         # B x S x 1 x A + B x 1 x T x A -> B x S x T
-        scores = self.v(torch.tanh(self.query_proj(query).unsqueeze(2) + proj_keys.unsqueeze(1))).squeeze(-1)
+        scores = self.v(torch.tanh_(self.query_proj(query).unsqueeze(2) + proj_keys.unsqueeze(1))).squeeze(-1)
         if padding_mask is not None:
             scores = scores.masked_fill(padding_mask.unsqueeze(1), float("-inf"))
         attn = torch.softmax(scores.float(), dim=-1).type_as(scores)

@@ -93,7 +93,8 @@ class FastForwardLSTMLayer(nn.Module):
             f_size: how many leading columns of ``f`` the caller needs (``4H`` when
                 None, ``2H`` for the next layer's ``half(f)``, 0 for none).
             extra_weight: ``(4H, extra)`` weights of input columns beyond ``ff``'s (Deep-ED's
-                decoder: its fixed context), so that ``W_f = [ff.weight, extra_weight]``.
+                decoder: ``(W_c e)^T`` of its one-hot sentence columns), so that
+                ``W_f = [ff.weight, extra_weight]``.
 
         Returns:
             ``(f, h, final_state)``: ``f`` ``(T, B, f_size)``, ``h`` ``(T, B, H)``.

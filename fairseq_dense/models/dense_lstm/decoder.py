@@ -150,7 +150,8 @@ class DenseLSTMDecoder(IncrementalDecoder):
             mean attention ``(batch, src_len)``.
         """
         q = F.linear(query, w_query).view(query.size(0), 1, *w_v.shape)  # B x 1 x n x A
-        scores = (torch.tanh(q + keys) * w_v).sum(-1)  # v^T tanh(W_q s + W_k h + b): B x T x n
+        # v^T tanh(W_q s + W_k h + b): B x T x n; tanh in place: the largest tensor of the step
+        scores = (torch.tanh_(q + keys) * w_v).sum(-1)
         scores = scores.masked_fill(padding_mask.unsqueeze(-1), float("-inf"))
         attn = torch.softmax(scores.float(), dim=1).type_as(scores)
         context = torch.einsum("btn,btnd->bnd", attn, values)  # B x n x d
@@ -189,6 +190,7 @@ class DenseLSTMDecoder(IncrementalDecoder):
         gates_known = F.linear(known, first.weight_ih_l0[:, :k0], first.bias_ih_l0 + first.bias_hh_l0)
         # sliced once: a slice per step costs a weight-sized backward each
         w_ctx = cast_once(first.weight_ih_l0[:, k0:])
+        w_hh0 = cast_once(first.weight_hh_l0).t()
         cells = {j: self._cell_weights(j) for j in range(1, lp)}  # the stepped layers above the first
         prev_step_o = prev_out[:, : emb + lp * self.hidden_size]  # o_{t-1}^{l'}
         step_outs: List[List[Tensor]] = [[] for _ in range(lp)]
@@ -200,7 +202,7 @@ class DenseLSTMDecoder(IncrementalDecoder):
             for j in range(lp):
                 if j == 0:
                     gates = gates_known_t + F.linear(ctx, w_ctx)
-                    h[j], c[j] = lstm_cell(gates + F.linear(h[j], first.weight_hh_l0), c[j])
+                    h[j], c[j] = lstm_cell(torch.addmm(gates, h[j], w_hh0), c[j])
                 else:
                     if dense:
                         inp = torch.cat(outs + [prev_step_o[:, : emb + j * self.hidden_size], ctx], -1)
@@ -262,7 +264,8 @@ class DenseLSTMDecoder(IncrementalDecoder):
         """One step of a layer with :meth:`_cell_weights` ``weights``: ``inp`` ``(batch, input)``,
         ``h``/``c`` ``(batch, hidden)`` -> the new ``(h, c)``."""
         w_ih, w_hh, bias = weights
-        return lstm_cell(F.linear(inp, w_ih, bias) + F.linear(h, w_hh), c)
+        # one ATen cell: W_hh h + (W_ih x + b), then the gates (PyTorch's own, same values)
+        return torch.lstm_cell(inp, (h, c), w_ih, w_hh, bias)
 
     def _project_keys(self, memory: Tensor) -> Tensor:
         """``(src_len, batch, context_dim)`` -> ``(batch, src_len, sum of attention dims)``, every

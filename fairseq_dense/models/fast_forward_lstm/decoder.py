@@ -4,6 +4,7 @@ from typing import List, Optional, Tuple
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from fairseq.modules import FairseqDropout
 from torch import Tensor
 
@@ -23,8 +24,8 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
       decoder layer's previous output; ``h^1_0 = 0``). Only layer 1 is stepped
       together with the attention; layers 2..n_d run over the whole sequence.
     * ``deep_ed``: ``c_t = e`` for every step, so layer 1 needs no step loop either: it is
-      one fused LSTM call over ``[y_t; e]`` with ``W_f^1 = [W_y, W_c]`` (the paper's
-      ``W_f^1 [y; c]``, the context as extra input columns).
+      one fused LSTM call whose input gates are ``W_y y_t + b + W_c e`` (the paper's
+      ``W_f^1 [y; c]``), ``W_c e`` computed once per sentence (:meth:`_first_with_context`).
 
     The last layer's ``h`` (after dropout) feeds the softmax.
 
@@ -32,7 +33,7 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
     ``(batch, n_d, H)``; ``deep_att``: ``proj_keys`` ``(batch, src_len, attention_dim)``;
     ``deep_ed``: ``context_gates`` ``(batch, 4H)`` = ``W_c e`` (both encoder-only, computed
     once per sentence). An incremental step runs the code of the full pass on a sequence of
-    length 1, except Deep-ED's layer 1, which takes one cell update with the cached ``W_c e``.
+    length 1.
 
     Args:
         dictionary: target dictionary.
@@ -127,13 +128,9 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
         first_state = None if states is None else states[0]
         attn = None
         context_gates = None
-        if self.attention is None and incremental_state is not None:
-            # one decoding step: W_c e once per sentence (cached) and one cell update, rather
-            # than the fused call's W_f^1 [y; e] with its E more input columns at every step
+        if self.attention is None:  # W_c e once per sentence (cached for the decoding steps)
             context_gates = cached["context_gates"] if cached is not None else self.context_proj(enc)
-            f1, h1, first_final = self._first_step(y, context_gates, first_state)
-        elif self.attention is None:
-            f1, h1, first_final = self._first_with_context(y, enc, first_state)
+            f1, h1, first_final = self._first_with_context(y, context_gates, first_state)
         else:
             f1_y = self.first.ff(y)  # S x B x 4H, all steps at once
             f1, h1, first_final, attn = self._attend_and_recur(f1_y, enc, proj_keys, encoder_out, first_state)
@@ -158,29 +155,29 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
             features = self.additional_fc(features)  # B x S x H -> B x S x out_embed_dim
         return features, {"attn": [attn]}
 
-    def _first_with_context(self, y: Tensor, enc: Tensor, state: Optional[Tuple[Tensor, Tensor]]):
-        """Layer 1 of Deep-ED over all steps in one fused LSTM call: ``f^1_t = W_f^1 [y_t; e] + b^1``.
+    def _first_with_context(self, y: Tensor, g: Tensor, state: Optional[Tuple[Tensor, Tensor]]):
+        """Layer 1 of Deep-ED over all steps in one fused LSTM call: ``f^1_t = W_y y_t + b^1 + W_c e``.
+
+        ``g = W_c e`` (once per sentence) enters the fused call as ``B`` extra input columns:
+        the one-hot sentence index, whose input weights are ``g^T``, so that
+        ``[W_y, g^T] [y_t; onehot(b)] = W_y y_t + g_b``. That costs ``B`` columns per token
+        instead of ``E`` (``10H`` with two encoder columns): fewer while a batch holds fewer
+        sentences than ``E``.
 
         Args:
-            y: ``(S, B, C)`` target embeddings; enc: ``(B, E)`` the fixed context ``e``.
+            y: ``(S, B, C)`` target embeddings; g: ``(B, 4H)`` = ``W_c e``.
             state: initial ``(h, c)``; zeros when None.
 
         Returns:
             ``(f1, h1, final)``: the ``half(f^1)`` the next layer reads ``(S, B, 2H)`` (``(S, B, 0)``
             when none does), ``h^1`` ``(S, B, H)`` and the final ``(h, c)``.
         """
-        x = torch.cat([y, enc.unsqueeze(0).expand(y.size(0), -1, -1)], -1)  # S x B x (C + E)
-        f_size = 2 * self.hidden_size if len(self.rest.layers) and self.rest.fast_forward else 0
-        return self.first(x, state=state, f_size=f_size, extra_weight=self.context_proj.weight)
-
-    def _first_step(self, y: Tensor, context_gates: Tensor, state: Optional[Tuple[Tensor, Tensor]]):
-        """Layer 1 of Deep-ED for one decoding step: ``f^1 = W_y y + b + W_c e`` with ``W_c e``
-        ``(B, 4H)`` given, then one cell update. Same values as :meth:`_first_with_context` on a
-        sequence of length 1."""
-        f1 = self.first.ff(y) + context_gates.unsqueeze(0)  # 1 x B x 4H
-        state = self.first.initial_state(f1, state)
-        h, c = lstm_cell(torch.addmm(f1[0], state[0], self.first.weight_hh.t()), state[1])
-        return f1, h.unsqueeze(0), (h, c)
+        steps, bsz = y.shape[:2]
+        x = torch.cat([y, torch.eye(bsz, dtype=y.dtype, device=y.device).expand(steps, -1, -1)], -1)
+        _, h1, final = self.first(x, state=state, f_size=0, extra_weight=g.t())
+        n = 2 * self.hidden_size if len(self.rest.layers) and self.rest.fast_forward else 0
+        f1 = F.linear(y, self.first.ff.weight[:n], self.first.ff.bias[:n]) + g[:, :n]
+        return f1, h1, final
 
     def _attend_and_recur(
         self, f1_y: Tensor, enc: Tensor, proj_keys: Tensor, encoder_out, state: Optional[Tuple[Tensor, Tensor]]
