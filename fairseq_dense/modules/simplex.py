@@ -2,11 +2,11 @@
 
 The Weighted Transformer (Ahmed et al., 2017, https://arxiv.org/abs/1711.02132, Sec. 3)
 keeps kappa and alpha on ``{w : w_i >= 0, sum_i w_i = 1}`` by projecting them after every
-step. A parameter to keep there carries ``param.on_simplex = True``. The task projects
-them where the optimizer keeps them (:func:`project_parameters_after_step`: the fp32
-master copy under ``--fp16``/``--bf16``); under any other task a torch optimizer-step
-post-hook does (:func:`install_step_hook`). Parameters whose learning rate is 0 (e.g.
-``--group-freeze-last``) are left bit-identical.
+step. A parameter to keep there carries ``param.on_simplex = True``. The task
+``translation_exact_resume_simplex`` projects them where the optimizer keeps them
+(:func:`project_parameters_after_step`: the fp32 master copy under ``--fp16``/``--bf16``);
+under any other task a torch optimizer-step post-hook does (:func:`install_step_hook`).
+Parameters whose learning rate is 0 (e.g. ``--group-freeze-last``) are left bit-identical.
 """
 
 import weakref
@@ -21,8 +21,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 ON_SIMPLEX_ATTR = "on_simplex"
 #: attribute set on ``on_simplex`` parameters whose task projects them after each step
 PROJECTED_BY_TASK_ATTR = "projected_by_task"
-#: attribute the ``translation_weighted`` task sets on every model it builds (it projects after every
-#: step; models may check it, see ``WeightedTransformerModel.set_num_updates``)
+#: attribute the ``translation_exact_resume_simplex`` task sets on every model it builds (it
+#: projects after every step; see ``WeightedTransformerModel.set_num_updates``)
 PROJECTION_HOOK_ATTR = "simplex_projection_hooked"
 
 
