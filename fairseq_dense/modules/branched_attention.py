@@ -8,25 +8,17 @@ sub-layer *and* the feed-forward sub-layer after it::
     u_i    = LN_a(x + hbar_i)
     y      = LN_f(sum_i alpha_i u_i + dropout(sum_i alpha_i FFN_i(u_i)))  (7)
 
-with M branches, ``FFN_i(u) = W2_i act(W1_i u + b1_i) + b^2`` of inner size
-``d_ff / M``, and (kappa, alpha) each on the probability simplex (kept there by a
-projection after every optimizer step, see :mod:`fairseq_dense.modules.simplex`).
-Residual connections, the two layer norms and dropout sit where the Transformer
-has them (post-norm; ``normalize_before=True`` gives the pre-norm variant
-``u_i = x + hbar_i``, ``FFN_i(LN_f(u_i))``, no final norm). Residual dropout acts
-on each branch's output ``hbar_i`` and on the alpha-mixed FFN output
-(``residual_dropout="heads"``: on the heads before ``W_i^O`` instead, a cheaper
-variant with the same expectation). The layer norms
-and the biases ``b^O``, ``b^2`` are shared by the branches, so the block has
-exactly the parameters of a Transformer attention + FFN sub-layer pair plus the
-2M weights kappa, alpha.
+with M branches of ``num_heads / M`` heads, ``FFN_i(u) = W2_i act(W1_i u + b1_i) + b^2``
+of inner size ``d_ff / M``, and kappa, alpha each on the probability simplex (projected
+after every optimizer step, :mod:`fairseq_dense.modules.simplex`). Post-norm as the
+Transformer; ``normalize_before`` gives pre-norm (``u_i = x + hbar_i``, ``FFN_i(LN_f(u_i))``,
+no final norm). The layer norms and ``b^O``, ``b^2`` are shared, so the block has the
+parameters of a Transformer attention + FFN pair plus the 2M weights kappa, alpha.
 
-A branch holds ``num_heads / M`` attention heads (one head per branch by
-default). The M output projections and the M FFNs run as batched matrix products
-(``bmm`` over a branch-major ``(M, T*B, C)`` layout; the alpha-weighted second FFN
-layer is one GEMM), never a Python loop. Cost: the per-branch layer norm needs
-the ``(M, T*B, C)`` tensor ``u``, M*C/d_ff times the size of the Transformer's
-FFN activation, so the block moves more memory than a Transformer layer.
+The M output projections and FFNs are batched products over a branch-major
+``(M, T*B, C)`` layout (the alpha-weighted second FFN layer is one GEMM). The per-branch
+layer norm needs that ``(M, T*B, C)`` tensor ``u``, so the block moves more memory than a
+Transformer layer.
 """
 
 import math
@@ -62,35 +54,25 @@ class BranchedAttention(InferenceWeightCache, nn.Module):
     """Multi-branch attention + FFN block (Eq. 5-7), self- or encoder-decoder attention.
 
     Args:
-        embed_dim: model dimension ``C``.
-        num_heads: attention heads ``H`` (a multiple of ``num_branches``).
-        num_branches: branches ``M``.
-        ffn_embed_dim: total FFN inner size ``d_ff`` (a multiple of ``num_branches``).
-        kdim: dimension of keys/values for encoder-decoder attention (default ``C``).
-        self_attention: keys/values are the input itself (cached step by step when
-            decoding); otherwise they are ``key`` (cached once, static).
-        dropout, attention_dropout, activation_dropout: as in the Transformer.
-        activation_fn: FFN activation name (fairseq's ``get_activation_fn``).
-        normalize_before: pre-norm instead of post-norm.
+        embed_dim, num_heads, num_branches, ffn_embed_dim: ``C``, ``H``, ``M``, ``d_ff``
+            (``H`` and ``d_ff`` multiples of ``M``).
+        kdim: key/value width for encoder-decoder attention (default ``C``).
+        self_attention: keys/values are the input (cached per step when decoding), else
+            ``key`` (cached once).
+        dropout, attention_dropout, activation_dropout, activation_fn, normalize_before:
+            as in the Transformer.
         learn_kappa, learn_alpha: learn the weights (else fixed to 1, Table 3).
-        simplex: mark kappa/alpha ``on_simplex`` so they are projected after each step.
-        inference_weights: ``learned``, or ``uniform`` (1/M) or ``random`` (a fixed
-            uniform draw from the simplex) replacing learned kappa/alpha in eval
-            mode (Table 4).
-        random_seed: seed of the ``random`` inference weights.
-        init: ``transformer`` (the default): the branch matrices drawn as fairseq's
-            transformer draws the matrices they split (``W^O`` Xavier over ``C x C`` with
-            a zero bias, the FFN ``nn.Linear``'s default: bound ``1/sqrt(fan_in)`` of the
-            whole matrix for weights and biases); or ``xavier``: each branch's ``W_i^O``,
-            ``W1_i``, ``W2_i`` Xavier-uniform for its own shape, zero biases (the first
-            form built; measured worse, docs/weighted_transformer.md).
-        residual_dropout: where Eq. 6's residual dropout acts: ``outputs`` (the default: on
-            each branch's output ``kappa_i (head_i W_i^O + b^O)`` before the residual sum,
-            the Transformer's placement, an ``(M, T*B, C)`` tensor) or ``heads`` (on the
-            heads before ``W_i^O``, a ``(T*B, C)`` tensor: cheaper, same expectation).
-        recompute: while training, recompute the branch outputs, residual sums ``u_i`` and
-            their layer norm in the backward pass (``torch.utils.checkpoint``) rather than
-            keep ``u`` and the dropout mask, two ``(M, T*B, C)`` tensors, for it.
+        simplex: mark kappa/alpha ``on_simplex`` (projected after each step).
+        inference_weights: ``learned``, ``uniform`` (1/M) or ``random`` (a fixed draw from
+            the simplex, seeded by ``random_seed``) in eval mode (Table 4).
+        init: ``transformer``: the branch matrices drawn as fairseq's transformer draws the
+            matrices they split; ``xavier``: each slice Xavier-uniform for its own shape,
+            zero biases (measured worse, docs/weighted_transformer.md).
+        residual_dropout: ``outputs``: on each branch output ``hbar_i``, an ``(M, T*B, C)``
+            tensor (the Transformer's placement); ``heads``: on the heads before ``W_i^O``,
+            ``(T*B, C)``, cheaper with the same expectation.
+        recompute: recompute the branch outputs, ``u_i`` and their layer norm in backward
+            (``torch.utils.checkpoint``) instead of keeping two ``(M, T*B, C)`` tensors.
     """
 
     def __init__(
@@ -120,12 +102,13 @@ class BranchedAttention(InferenceWeightCache, nn.Module):
             raise ValueError("need num_heads % num_branches == 0 and embed_dim % num_heads == 0")
         if ffn_embed_dim % num_branches:
             raise ValueError("ffn_embed_dim must be a multiple of num_branches")
-        if inference_weights not in INFERENCE_WEIGHTS:
-            raise ValueError(f"inference_weights must be one of {INFERENCE_WEIGHTS}")
-        if init not in BRANCH_INITS:
-            raise ValueError(f"init must be one of {BRANCH_INITS}")
-        if residual_dropout not in RESIDUAL_DROPOUT_SITES:
-            raise ValueError(f"residual_dropout must be one of {RESIDUAL_DROPOUT_SITES}")
+        for name, value, allowed in (
+            ("inference_weights", inference_weights, INFERENCE_WEIGHTS),
+            ("init", init, BRANCH_INITS),
+            ("residual_dropout", residual_dropout, RESIDUAL_DROPOUT_SITES),
+        ):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}")
         C, M = embed_dim, num_branches
         kdim = kdim or embed_dim
         self.embed_dim, self.num_heads, self.num_branches = C, num_heads, M
@@ -164,7 +147,7 @@ class BranchedAttention(InferenceWeightCache, nn.Module):
 
     @torch.no_grad()
     def _transformer_init(self, embed_dim: int, ffn_embed_dim: int) -> None:
-        """The branch matrices as slices of the Transformer's: fan-in and fan-out of the whole matrix."""
+        """``W^O`` Xavier over ``C x C``; FFN weights and biases as ``nn.Linear`` (``1/sqrt(fan_in)``)."""
         xavier = math.sqrt(6.0 / (2 * embed_dim))
         nn.init.uniform_(self.out_weight, -xavier, xavier)
         for weight, bias, fan_in in (
@@ -186,8 +169,7 @@ class BranchedAttention(InferenceWeightCache, nn.Module):
         return w
 
     def branch_weights(self, name: str) -> Optional[Tensor]:
-        """kappa or alpha as used now: ``None`` when fixed to 1, else an ``(M,)`` tensor (in eval
-        mode with fixed inference weights: 1/M each, or a fixed draw from the simplex)."""
+        """kappa or alpha as used now: ``None`` when fixed to 1, else ``(M,)``."""
         w = getattr(self, name)
         mode = self.inference_weights
         if w is None or self.training or mode == "learned":
@@ -202,7 +184,6 @@ class BranchedAttention(InferenceWeightCache, nn.Module):
 
         return self.cached_weight(f"{name}:{mode}", fixed, sources=(w,))
 
-    # ------------------------------------------------------------------ attention
     def _kv(self, kv_in: Tensor) -> Tuple[Tensor, Tensor]:
         """``(S, B, kdim)`` -> keys and values ``(B, H, S, d_head)``."""
         S, B, _ = kv_in.shape
@@ -226,22 +207,15 @@ class BranchedAttention(InferenceWeightCache, nn.Module):
         k, v = self._kv(q_in)
         mask = key_padding_mask
         if "prev_key" in state:
-            B = k.size(0)
-            prev_mask = state.get("prev_key_padding_mask")
-            if prev_mask is not None or mask is not None:
-                S_prev = state["prev_key"].size(2)
-                if prev_mask is None:
-                    prev_mask = k.new_zeros(B, S_prev, dtype=torch.bool)
-                if mask is None:
-                    mask = k.new_zeros(B, k.size(2), dtype=torch.bool)
-                mask = torch.cat([prev_mask, mask], dim=1)
+            masks = (state.get("prev_key_padding_mask"), mask)
+            if any(m is not None for m in masks):  # an absent mask: no padding
+                sizes = (state["prev_key"].size(2), k.size(2))
+                parts = [k.new_zeros(k.size(0), s, dtype=torch.bool) if m is None else m for m, s in zip(masks, sizes)]
+                mask = torch.cat(parts, dim=1)
             k = torch.cat([state["prev_key"], k], dim=2)
             v = torch.cat([state["prev_value"], v], dim=2)
-        self.set_incremental_state(
-            incremental_state,
-            "attn_state",
-            {"prev_key": k, "prev_value": v, "prev_key_padding_mask": mask},
-        )
+        state = {"prev_key": k, "prev_value": v, "prev_key_padding_mask": mask}
+        self.set_incremental_state(incremental_state, "attn_state", state)
         return k, v, mask
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
@@ -252,7 +226,6 @@ class BranchedAttention(InferenceWeightCache, nn.Module):
             self.set_incremental_state(incremental_state, "attn_state", state)
         return incremental_state
 
-    # -------------------------------------------------------------------- forward
     def forward(
         self,
         x: Tensor,
@@ -270,14 +243,9 @@ class BranchedAttention(InferenceWeightCache, nn.Module):
             key: ``(S, B, kdim)`` encoder states for encoder-decoder attention.
             key_padding_mask: ``(B, S)`` True at padded keys.
             attn_mask: ``(T, S)`` additive (float) or boolean (True: attend) mask.
-            is_causal: ``attn_mask`` is the causal mask (``T == S``; fairseq's future mask):
-                it is then replaced by SDPA's ``is_causal`` or a boolean mask.
+            is_causal: ``attn_mask`` is fairseq's future mask (then SDPA's ``is_causal``).
             incremental_state: decoding cache (one step of ``x`` at a time).
-            need_weights: also return attention probabilities.
-
-        Returns:
-            ``(T, B, C)`` output and, if asked for, ``(H, B, T, S)`` attention
-            probabilities (else ``None``).
+            need_weights: also return ``(H, B, T, S)`` attention probabilities.
         """
         T, B, C = x.shape
         M = self.num_branches
@@ -303,10 +271,7 @@ class BranchedAttention(InferenceWeightCache, nn.Module):
         if not self.drop_outputs:
             o = self.dropout_module(o)
         # None: fixed to 1 (Table 3), the parameters are then used unscaled
-        kappa = self.branch_weights("kappa")
-        alpha = self.branch_weights("alpha")
-        kappa = None if kappa is None else kappa.to(x.dtype)
-        alpha = None if alpha is None else alpha.to(x.dtype)
+        kappa, alpha = (None if w is None else w.to(x.dtype) for w in map(self.branch_weights, ("kappa", "alpha")))
         res, f = self._branches(residual.reshape(N, C), o, kappa, alpha, low)
         # y = sum_i alpha_i u_i + dropout(sum_i alpha_i FFN_i(u_i))
         y = res + self.dropout_module(f)
@@ -314,18 +279,15 @@ class BranchedAttention(InferenceWeightCache, nn.Module):
             y = self.final_layer_norm(y)
         return y.view(T, B, C), probs
 
-    # ------------------------------------------------------------ the M branches
     def _scaled_weights(
         self, kappa: Optional[Tensor], alpha: Optional[Tensor]
     ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         """``kappa_i W_i^O``, ``kappa_i b^O``, ``alpha_i W2_i`` (flattened), ``sum(alpha) b^2``.
 
-        A weight fixed to 1 (None) leaves the parameters as they are (views, no copy for
-        backward to keep). Weight-sized products: recomputed every call while training (they carry the
-        gradients of kappa and alpha); cached in eval mode without autograd, where an
-        incremental decoding step would otherwise redo them for a handful of tokens.
-        The cache is keyed on the tensors' storage and version (in-place updates of
-        the parameters) and dropped by every :meth:`train` / ``eval()`` call.
+        A weight fixed to 1 (None) leaves the parameters as they are. Recomputed while
+        training (they carry the gradients of kappa and alpha); in inference cached
+        (:mod:`~fairseq_dense.modules.inference_weights`), as a decoding step would redo
+        these weight-sized products for a handful of tokens.
         """
         M, _, C = self.fc2_weight.shape
 
@@ -338,7 +300,6 @@ class BranchedAttention(InferenceWeightCache, nn.Module):
                 w2, b2 = w2 * alpha.view(M, 1, 1), self.fc2_bias * alpha.sum()
             return w_out, b_out, w2.reshape(-1, C), b2
 
-        # the branch weights in use follow from the mode and the parameters kappa, alpha
         dtypes = tuple(None if w is None else w.dtype for w in (kappa, alpha))
         sources = (self.out_weight, self.out_bias, self.fc2_weight, self.fc2_bias, self.kappa, self.alpha)
         return self.cached_weight(f"scaled:{self.inference_weights}:{dtypes}", derive, sources=sources)
@@ -350,33 +311,21 @@ class BranchedAttention(InferenceWeightCache, nn.Module):
         return u.sum(0) if alpha is None else torch.mm(alpha.view(1, M), u.reshape(M, N * C)).view(N, C)
 
     def _drop_branches(self, hbar: Tensor) -> Tensor:
-        """Residual dropout of the ``(M, N, C)`` branch outputs by ``native_dropout``, the
-        kernel ``F.dropout`` runs on GPUs: it keeps a boolean mask for backward on every
-        device (``F.dropout`` on the CPU keeps a mask in the tensor's own dtype)."""
+        """Residual dropout of the ``(M, N, C)`` branch outputs by ``native_dropout`` (``F.dropout``'s
+        GPU kernel): a boolean mask for backward on every device, not one in the tensor's dtype."""
         d = self.dropout_module
         if d.p > 0 and (self.training or d.apply_during_inference):
             return torch.native_dropout(hbar, d.p, True)[0]
         return hbar
 
     def _branches(self, x: Tensor, o: Tensor, kappa: Optional[Tensor], alpha: Optional[Tensor], low: torch.dtype):
-        """Eq. 6-7 for all branches at once; ``u_i`` is an ``(M, N, C)`` tensor.
+        """Eq. 6-7 for all branches: ``(sum_i alpha_i u_i, sum_i alpha_i FFN_i(u_i))``, both ``(N, C)``.
 
-        kappa scales the (small) output-projection weights rather than the
-        activations, and alpha the second FFN matrices, so that
-        ``sum_i alpha_i FFN_i(u_i)`` is a single ``(N, d_ff) x (d_ff, C)`` product.
-
-        The ``(M, N, C)`` tensors are held in ``low`` (the autocast dtype under
-        autocast); the activation is applied after the ``(M, N, d_ff/M) -> (N, d_ff)``
-        transpose, so that backward keeps one ``(N, d_ff)`` tensor, not two.
-
-        Args:
-            x: ``(N, C)`` residual input; o: ``(N, M, C/M)`` heads (dropped out unless
-                the dropout acts on the branch outputs).
-            kappa, alpha: ``(M,)`` branch weights, None when fixed to 1.
-            low: dtype of the branch tensors.
-
-        Returns:
-            ``(sum_i alpha_i u_i, sum_i alpha_i FFN_i(u_i))``, both ``(N, C)``.
+        ``x``: ``(N, C)`` residual input; ``o``: ``(N, M, C/M)`` heads; kappa, alpha: ``(M,)`` or
+        None (fixed to 1); ``low``: dtype of the ``(M, N, C)`` branch tensors. kappa scales the
+        output-projection weights and alpha the second FFN matrices (not the activations), so
+        the alpha-sum of the FFNs is one ``(N, d_ff) x (d_ff, C)`` product. The activation runs
+        after the ``(M, N, d_ff/M) -> (N, d_ff)`` transpose so backward keeps one tensor, not two.
         """
         N = x.size(0)
         w_out, b_out, w2, b2 = self._scaled_weights(kappa, alpha)

@@ -1,18 +1,16 @@
 """Multi-step and dense attention of DenseNMT (Shen et al. 2018, Sec. 3.2).
 
-``F(Q, K, V) = softmax(Q K^T) V`` with source padding masked (Eq. 8). Every
-``L`` is its own linear map to the attention dimension ``d``.
+``F(Q, K, V) = softmax(Q K^T) V`` with source padding masked (Eq. 8); every ``L`` is its own
+linear map to the attention dimension ``d``:
 
 * ``multistep`` (ConvS2S, Fig. 3a): ``a = F(L(z), L(h^L), L(h^L) + L(h^0))``;
 * ``dense1`` (Eq. 9): ``a = F(L(z), L([h^1..h^L]), L([h^1..h^L]) + L(h^0))``;
 * ``dense2`` (Eq. 10): ``a = sum_i F(L(z), L_i(h^i), L_i([h^i, h^0]))``.
 
-The encoder-side maps (keys and values) are shared by all decoder layers, as the
-encoder output projection is in ConvS2S; each decoder layer owns its query map.
-They are computed once per sentence (:meth:`DenseAttention.project_memory`) and
-cached by the decoder. DenseAtt-2's per-layer attentions run as one batched
-matmul: the ``n`` memories are laid side by side (``n * src_len`` keys), the
-softmax is taken per memory and ``sum_i P_i V_i`` is a single product.
+The key/value maps are shared by all decoder layers (as ConvS2S's encoder output
+projection), computed once per sentence and cached by the decoder; each decoder layer owns
+its query map. DenseAtt-2's ``n`` memories lie side by side (``n * src_len`` keys), so its
+attentions are one batched matmul with the softmax per memory.
 """
 
 from typing import List, Tuple
@@ -32,18 +30,15 @@ class DenseAttention(nn.Module):
 
     Args:
         mode: ``multistep``, ``dense1`` or ``dense2``.
-        layer_dims: widths of the encoder layers the decoder attends to, in
-            order (``[h^L]`` for multistep; ``h^1..h^L`` since the last summary
-            layer otherwise).
+        layer_dims: widths of the encoder layers attended to (``[h^L]`` for multistep; else
+            ``h^1..h^L`` since the last summary layer).
         embed_dim: width of the source embedding ``h^0``.
         attention_dim: ``d``, width of queries, keys and values.
         dropout: used only for the ConvS2S initialisation scale.
         use_weight_norm: weight-normalise the projections (fconv).
-        scale_by_source_length: multiply each attention's output by ``sqrt(s)``,
-            ``s`` the sentence's unpadded source length (ConvS2S Sec. 3.4: the
-            output is a weighted mean of ``s`` vectors, and ``s * sqrt(1/s)``
-            restores its variance; fairseq's ``fconv`` does the same). Folded
-            into the values once per sentence.
+        scale_by_source_length: multiply each attention's output by ``sqrt(s)``, ``s`` the
+            unpadded source length (ConvS2S Sec. 3.4, as fairseq's ``fconv``: it restores the
+            variance of a mean of ``s`` vectors). Folded into the values once per sentence.
     """
 
     def __init__(
@@ -86,10 +81,8 @@ class DenseAttention(nn.Module):
             padding_mask: ``(batch, src_len)``, True at padding.
 
         Returns:
-            ``keys`` ``(batch, d, n * src_len)`` (transposed once here, not at every
-            decoding step), ``values`` ``(batch, n * src_len, d)``, with ``n`` the
-            number of memories (1, or the number of encoder layers for dense2), and
-            the mask ``(batch, n * src_len)``.
+            keys ``(batch, d, n * src_len)`` (transposed once here, not at every step), values
+            ``(batch, n * src_len, d)`` and mask ``(batch, n * src_len)``; ``n`` memories.
         """
         layers = layers.transpose(0, 1)  # T x B x C -> B x T x C
         embedding = embedding.transpose(0, 1)
@@ -99,35 +92,25 @@ class DenseAttention(nn.Module):
             return keys.transpose(1, 2).contiguous(), values, padding_mask
         keys, values = [], []
         for h, kp, vp in zip(layers.split(self.layer_dims, dim=-1), self.key_projs, self.value_projs):
-            d = h.size(-1)
-            w = vp.weight
+            d, w = h.size(-1), vp.weight
             keys.append(kp(h))
             values.append(nn.functional.linear(h, w[:, :d], vp.bias) + nn.functional.linear(embedding, w[:, d:]))
-        n = self.num_memories
         keys = torch.cat(keys, dim=1).transpose(1, 2).contiguous()
-        return keys, self._scale(torch.cat(values, dim=1), padding_mask), padding_mask.repeat(1, n)
+        return keys, self._scale(torch.cat(values, dim=1), padding_mask), padding_mask.repeat(1, self.num_memories)
 
     def _scale(self, values: Tensor, padding_mask: Tensor) -> Tensor:
-        """``values * sqrt(s)`` per sentence when scaling by source length.
-
-        Every output row is ``sum_j p_j v_j`` with ``sum_j p_j = 1`` per memory, so
-        scaling the values scales the output.
-        """
+        """``values * sqrt(s)`` per sentence when scaling by source length (the output, a
+        probability-weighted sum of values per memory, scales with them)."""
         if not self.scale_by_source_length:
             return values
         lengths = padding_mask.size(1) - padding_mask.sum(dim=1, dtype=values.dtype)  # B
         return values * lengths.clamp(min=1).sqrt().view(-1, 1, 1)
 
     def forward(self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tuple[Tensor, Tensor]:
-        """Attend.
-
-        Args:
-            query: ``(batch, tgt_len, d)`` projected decoder states ``L(z^l)``.
-            keys, values, mask: from :meth:`project_memory`.
+        """Attend with ``(batch, tgt_len, d)`` queries ``L(z^l)`` over :meth:`project_memory`'s output.
 
         Returns:
-            ``(out, attn)``: ``(batch, tgt_len, d)`` and the attention weights
-            averaged over memories, ``(batch, tgt_len, src_len)``.
+            ``(batch, tgt_len, d)`` output and ``(batch, tgt_len, src_len)`` weights averaged over memories.
         """
         b, tq, _ = query.shape
         n = self.num_memories

@@ -1,26 +1,17 @@
 """Dense (concatenative) convolution without per-layer concatenation copies.
 
-DenseNMT (Shen et al. 2018, https://arxiv.org/abs/1806.00722, Eq. 6-7) feeds layer
-``l+1`` the concatenation of all earlier outputs. A naive ``torch.cat`` per layer
-copies every earlier feature again for every layer and keeps each copy alive for
-the backward pass: quadratic traffic and memory in the depth.
-
-Here every feature is written once into a buffer preallocated once per dense block,
-*channel-major*, of shape ``(channels, pad_left + time + pad_right, batch)``. A
-prefix (or any row range) of such a buffer, permuted to ``(time, batch, channels)``,
-is a strided matrix ``(T*B, C)`` that ``torch.conv_tbc`` (fairseq's ``ConvTBC``)
-reads in place: no copy of earlier features, and nothing but a view saved for
-backward. A small autograd function routes the gradient of a row range back to the
-features that were written into it.
-
-Mixed precision: ``conv_tbc`` and ``mm`` have autocast rules, so the convolutions
-and linear maps run in the low precision under ``torch.autocast``; the buffer is
-then allocated in the autocast dtype, so that features are cast once, when written,
-rather than once per later layer that reads them.
+DenseNMT (Shen et al. 2018, https://arxiv.org/abs/1806.00722, Eq. 6-7) feeds layer ``l+1``
+the concatenation of all earlier outputs; a ``torch.cat`` per layer would copy and keep
+every earlier feature again for every layer (quadratic in the depth). Here every feature
+is written once into a channel-major buffer ``(channels, pad_left + time + pad_right,
+batch)`` per dense block. Any row range of it, permuted to ``(time, batch, channels)``, is
+a strided ``(T*B, C)`` matrix that ``torch.conv_tbc`` reads in place; an autograd function
+routes its gradient back to the features written there. Under autocast the buffer is in
+the autocast dtype, so a feature is cast once, when written, not by every later reader.
 """
 
 import math
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -33,16 +24,12 @@ from fairseq_dense.modules.low_precision import compute_dtype
 
 
 class _BufferRows(torch.autograd.Function):
-    """Autograd view of rows ``[start, end)``, frames ``[first, last)`` of a :class:`FeatureBuffer`.
-
-    Forward returns the rows as a view of the buffer's storage (no copy);
-    backward hands each feature that lives in those rows its slice of the
-    incoming gradient.
-    """
+    """Rows ``[start, end)``, frames ``[first, last)`` of a :class:`FeatureBuffer` as a view (no copy);
+    backward hands each feature in those rows its slice of the gradient."""
 
     @staticmethod
     def forward(ctx, buffer: "FeatureBuffer", start: int, end: int, first: int, last: int, *features: Tensor):
-        ctx.slices = [(o - start, f.size(0)) for o, f in zip(buffer.offsets_in(start, end), features)]
+        ctx.slices = [(o - start, f.size(0)) for o, f in buffer.inside(start, end)]
         ctx.time = (buffer.pad_left - first, buffer.time)
         # ``.data`` gives a fresh version counter: later writes of new features
         # into other rows must not invalidate views saved by earlier layers.
@@ -58,16 +45,9 @@ class _BufferRows(torch.autograd.Function):
 class FeatureBuffer:
     """Preallocated channel-major feature store for one dense block.
 
-    Args:
-        capacity: total channels of all features the block will hold.
-        time: sequence length ``T``.
-        batch: batch size ``B``.
-        pad_left: zero frames before the sequence (convolution padding).
-        pad_right: zero frames after the sequence.
-        like: tensor giving device and dtype (the autocast dtype when autocast is on,
-            see :func:`compute_dtype`).
-
-    ``data`` has shape ``(capacity, pad_left + T + pad_right, batch)``.
+    ``data`` is ``(capacity, pad_left + time + pad_right, batch)``: ``capacity`` channels of
+    all the block's features, zero frames around the sequence (convolution padding), on
+    ``like``'s device in :func:`compute_dtype` of ``like``.
     """
 
     def __init__(self, capacity: int, time: int, batch: int, pad_left: int, pad_right: int, like: Tensor):
@@ -89,20 +69,17 @@ class FeatureBuffer:
         self.offsets.append(self.width)
         self.width += c
 
-    def offsets_in(self, start: int, end: int) -> List[int]:
-        """Offsets of the features that lie in rows ``[start, end)``."""
-        return [o for o, f in zip(self.offsets, self.features) if o >= start and o + f.size(0) <= end]
+    def inside(self, start: int, end: int) -> List[Tuple[int, Tensor]]:
+        """``(offset, feature)`` of the features that lie in rows ``[start, end)``."""
+        return [(o, f) for o, f in zip(self.offsets, self.features) if o >= start and o + f.size(0) <= end]
 
     def rows(self, start: int = 0, end: Optional[int] = None, first: int = 0, last: Optional[int] = None) -> Tensor:
-        """Rows ``[start, end)`` (default: all written rows), frames ``[first, last)`` (default:
-        all, time padding included): ``(C, last - first, B)``.
-
-        ``start``/``end`` must fall on feature boundaries; the frames must cover the
-        sequence (``first <= pad_left``, ``last >= pad_left + time``).
-        """
+        """Rows ``[start, end)`` (default: all written), frames ``[first, last)`` (default: all,
+        padding included): ``(C, last - first, B)``. Rows fall on feature boundaries; the frames
+        cover the sequence."""
         end = self.width if end is None else end
         last = self.data.size(1) if last is None else last
-        inside = [f for o, f in zip(self.offsets, self.features) if o >= start and o + f.size(0) <= end]
+        inside = [f for _, f in self.inside(start, end)]
         if sum(f.size(0) for f in inside) != end - start:
             raise ValueError(f"rows [{start}, {end}) do not fall on feature boundaries {self.offsets}")
         if not 0 <= first <= self.pad_left or not self.pad_left + self.time <= last <= self.data.size(1):
@@ -120,21 +97,11 @@ class FeatureBuffer:
 
 
 def conv_rows(x: Tensor, weight: Tensor, bias: Tensor, time: int, left: int) -> Tensor:
-    """1-D convolution over a channel-major, time-padded view, by ``torch.conv_tbc``.
+    """1-D convolution over a channel-major, time-padded view, by ``torch.conv_tbc`` (reads it in place).
 
-    ``conv_tbc`` reads the view in place (a strided ``(T*B, C)`` matrix per tap) and
-    has an autocast rule: it runs in the low precision under ``torch.autocast``.
-
-    Args:
-        x: ``(C, T_pad, B)`` input (e.g. :meth:`FeatureBuffer.rows`).
-        weight: ``(k, C, O)`` (ConvTBC layout).
-        bias: ``(O,)``.
-        time: number of output frames ``T``.
-        left: first input frame read by output frame 0 (buffer padding minus the
-            layer's own left padding; 0 with :meth:`FeatureBuffer.conv_input`).
-
-    Returns:
-        ``(O, T, B)``; output frame ``t`` is ``bias + sum_j W_j^T x[:, left + t + j]``.
+    ``x``: ``(C, T_pad, B)``; ``weight``: ``(k, C, O)`` (ConvTBC layout); ``bias``: ``(O,)``; ``left``: the
+    input frame output frame 0 starts at (0 with :meth:`FeatureBuffer.conv_input`). Returns ``(O, time, B)``,
+    frame ``t`` being ``bias + sum_j W_j^T x[:, left + t + j]``.
     """
     k = weight.size(0)
     if left or x.size(1) != time + k - 1:
@@ -156,16 +123,10 @@ def glu_rows(x: Tensor) -> Tensor:
     return nn.functional.glu(x, dim=0)
 
 
-# ---------------------------------------------------------------- init factories (fconv)
-
-
 def Linear(
     in_features: int, out_features: int, dropout: float = 0.0, use_weight_norm: bool = True, bias: bool = True
 ) -> nn.Linear:
-    """Linear layer with ConvS2S initialisation, optionally weight-normalised.
-
-    The normalised weight is reused across incremental decoding steps (:class:`CachedLinear`).
-    """
+    """Linear layer with ConvS2S initialisation, optionally weight-normalised (cached in inference)."""
     m = CachedLinear(in_features, out_features, bias=bias)
     nn.init.normal_(m.weight, mean=0, std=math.sqrt((1 - dropout) / in_features))
     if bias:
@@ -181,13 +142,9 @@ def ConvLayer(
     incremental: bool = False,
     use_weight_norm: bool = True,
 ) -> nn.Module:
-    """ConvS2S-initialised ConvTBC (encoder) or LinearizedConvolution (decoder).
+    """ConvS2S-initialised ConvTBC (encoder) or cached LinearizedConvolution (decoder).
 
-    The decoder's convolution keeps its step matrix across incremental decoding steps
-    (:class:`CachedLinearizedConvolution`).
-
-    ``weight`` is ``(kernel, in, out)``; weight normalisation is over dims 0-1 per
-    output channel, as in fconv.
+    ``weight`` is ``(kernel, in, out)``, weight-normalised per output channel as in fconv.
     """
     cls = CachedLinearizedConvolution if incremental else ConvTBC
     m = cls(in_channels, out_channels, kernel_size, padding=kernel_size - 1 if incremental else 0)
@@ -205,11 +162,8 @@ def Embedding(num_embeddings: int, embedding_dim: int, padding_idx: int) -> nn.E
 
 
 def plan_blocks(num_layers: int, sumlen: Optional[int]) -> List[List[int]]:
-    """Split layer indices into dense blocks; a summary layer follows every block but the last.
-
-    With ``sumlen`` each block has ``sumlen - 1`` convolution layers (the summary is
-    the block's ``sumlen``-th layer); without it there is a single block.
-    """
+    """Layer indices per dense block: ``sumlen - 1`` each (a summary layer, the ``sumlen``-th, follows
+    every block but the last), or one block without ``sumlen``."""
     if not sumlen:
         return [list(range(num_layers))]
     n = sumlen - 1

@@ -1,16 +1,5 @@
-"""Scaffolding shared by the recurrent and convolutional encoders and decoders.
-
-fairseq's ``LSTMEncoder``/``LSTMDecoder`` and ``FConvEncoder``/``FConvDecoder`` each
-spell these methods out; here the four families of this package share them:
-
-* :class:`Encoder`: ``reorder_encoder_out`` (``index_select`` of every key along its
-  batch dimension) and ``max_positions``;
-* :class:`IncrementalDecoder`: ``forward`` = ``output_layer(extract_features(...))``,
-  ``reorder_incremental_state`` (``index_select`` of every cached tensor under the
-  decoder's one state key), ``max_positions``;
-* the padding helpers of the recurrent encoders, which run on right-padded batches
-  while fairseq pads sources on the left by default.
-"""
+"""Encoder/decoder scaffolding of the recurrent and convolutional families, and the padding
+helpers of the recurrent encoders (they run right-padded; fairseq pads sources on the left)."""
 
 from typing import Dict, List, Optional, Tuple
 
@@ -21,22 +10,13 @@ from torch import Tensor
 
 
 class Encoder(FairseqEncoder):
-    """A fairseq encoder whose output follows one layout rule.
-
-    Every value of the output dict is a list of tensors; 3-D tensors are time-major
-    ``(src_len, batch, dim)``, all others batch-first (``(batch, ...)``). Subclasses
-    set ``self.max_source_positions``.
-    """
+    """A fairseq encoder whose output dict holds lists of tensors: 3-D ones ``(src_len, batch, dim)``,
+    all others batch-first. Subclasses set ``self.max_source_positions``."""
 
     max_source_positions: int
 
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
-        """Reorder every tensor of ``encoder_out`` along its batch dimension (beam search).
-
-        Args:
-            encoder_out: output of ``forward``.
-            new_order: ``(new_batch,)`` row indices.
-        """
+        """Reorder every tensor of ``encoder_out`` along its batch dimension by ``(new_batch,)`` ``new_order``."""
         return {
             key: [t.index_select(1 if t.dim() == 3 else 0, new_order) for t in values]
             for key, values in encoder_out.items()
@@ -47,13 +27,9 @@ class Encoder(FairseqEncoder):
 
 
 class IncrementalDecoder(FairseqIncrementalDecoder):
-    """A fairseq incremental decoder that keeps all its state under one key.
-
-    Subclasses set ``STATE_KEY``, ``self.max_target_positions`` and implement
-    ``extract_features``; ``output_layer`` applies ``self.output_projection``. The
-    cache (``get_cache``/``set_cache``) is a ``Dict[str, Optional[Tensor]]`` whose
-    tensors all have the batch as their first dimension.
-    """
+    """A fairseq incremental decoder whose cache is one batch-first ``Dict[str, Optional[Tensor]]``
+    under ``STATE_KEY``. Subclasses set ``STATE_KEY``, ``self.max_target_positions``,
+    ``self.output_projection`` and implement ``extract_features``."""
 
     STATE_KEY = "state"
     max_target_positions: int
@@ -66,18 +42,11 @@ class IncrementalDecoder(FairseqIncrementalDecoder):
         features_only: bool = False,
         **unused,
     ) -> Tuple[Tensor, Dict[str, List[Optional[Tensor]]]]:
-        """Decode.
-
-        Args:
-            prev_output_tokens: ``(batch, tgt_len)`` shifted targets.
-            encoder_out: the encoder's output.
-            incremental_state: beam-search cache; when given only the last token of
-                ``prev_output_tokens`` is fed.
-            features_only: return the features before ``output_layer``.
+        """Decode ``(batch, tgt_len)`` shifted targets (only the last one with ``incremental_state``).
 
         Returns:
-            ``(logits, extra)``: ``(batch, tgt_len, vocab)`` and
-            ``{"attn": [(batch, tgt_len, src_len) or None]}``.
+            ``(logits, extra)``: ``(batch, tgt_len, vocab)`` (the features before ``output_layer`` if
+            ``features_only``) and ``{"attn": [(batch, tgt_len, src_len) or None]}``.
         """
         x, extra = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
         return (x if features_only else self.output_layer(x)), extra
@@ -87,19 +56,14 @@ class IncrementalDecoder(FairseqIncrementalDecoder):
 
     def get_cache(self, incremental_state) -> Optional[Dict[str, Optional[Tensor]]]:
         """The decoder's cache, or None before the first step (or without ``incremental_state``)."""
-        if incremental_state is None:
-            return None
-        return self.get_incremental_state(incremental_state, self.STATE_KEY)
+        return None if incremental_state is None else self.get_incremental_state(incremental_state, self.STATE_KEY)
 
     def set_cache(self, incremental_state, cache: Dict[str, Optional[Tensor]]) -> None:
         self.set_incremental_state(incremental_state, self.STATE_KEY, cache)
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor) -> None:
-        """``index_select`` every cached tensor along its batch dimension (beam search).
-
-        Stateful submodules (``LinearizedConvolution``) reorder their own buffers:
-        fairseq calls this method on every incremental submodule.
-        """
+        """``index_select`` every cached tensor along its batch dimension (submodules such as
+        ``LinearizedConvolution`` reorder their own: fairseq calls each)."""
         cached = self.get_cache(incremental_state)
         if cached is None:
             return
@@ -131,20 +95,14 @@ def right_to_left_padding(x: Tensor, lengths: Tensor) -> Tensor:
 
 
 def reverse_index(lengths: Tensor, total: int) -> Tensor:
-    """``(T, B)`` time index reversing each right-padded sequence inside its length.
-
-    Position ``t < len_b`` maps to ``len_b - 1 - t``; padding positions map to
-    themselves. The index is its own inverse.
-    """
+    """``(T, B)`` index reversing each right-padded sequence inside its length (``t < len_b`` ->
+    ``len_b - 1 - t``; padding to itself): its own inverse."""
     t = torch.arange(total, device=lengths.device).unsqueeze(1)  # T x 1
     lengths = lengths.unsqueeze(0)  # 1 x B
     return torch.where(t < lengths, lengths - 1 - t, t)
 
 
 def reverse_padded(x: Tensor, lengths: Tensor) -> Tensor:
-    """Reverse each right-padded ``(time, batch, dim)`` sequence within its length.
-
-    Padding stays at the end, so applying the function twice is the identity.
-    """
+    """Reverse each right-padded ``(time, batch, dim)`` sequence within its length (an involution)."""
     index = reverse_index(lengths.to(x.device).long(), x.size(0))
     return x.gather(0, index.unsqueeze(-1).expand_as(x))

@@ -1,32 +1,19 @@
-"""Reuse derived weights across decoding steps (the project's one inference weight cache).
+"""The project's one inference weight cache: derived weights reused across decoding steps.
 
-A weight-normalised layer recomputes ``g * v / ||v||`` on every call, and fairseq's
-``LinearizedConvolution`` additionally transposes its ``(k, in, out)`` kernel into a
-contiguous ``(out, k * in)`` matrix on every incremental step. During beam search
-the weights do not change, yet an incremental step runs the layer for a handful of
-tokens: for DenseNMT's softmax matrix (``V x d``) the normalisation alone costs as
-much as the matrix product it feeds.
+A weight-normalised layer recomputes ``g * v / ||v||`` on every call and fairseq's
+``LinearizedConvolution`` re-lays its kernel out as ``(out, k * in)`` on every step, while
+a decoding step feeds the layer a handful of tokens (for DenseNMT's ``V x d`` softmax
+matrix the normalisation costs as much as the product). The WT's branched block caches its
+scaled branch matrices and fixed inference branch weights here too. A derived value is kept
 
-The Weighted Transformer's branched block keeps its branch-weight-scaled matrices and its fixed
-inference branch weights here as well (:class:`~fairseq_dense.modules.branched_attention.BranchedAttention`).
+- only in inference (``not self.training`` and autograd off);
+- keyed on the storage and version counter of every source tensor (so ``load_state_dict``
+  or ``p.copy_`` under ``no_grad`` is seen; never on the derived value, which may be an
+  inference-mode tensor);
+- until the next ``train()`` / ``eval()``, because fairseq's optimizers write through
+  ``p.data``, which bumps no version counter.
 
-The classes here keep the derived weight for as long as it is valid:
-
-- only in inference (``not self.training`` and autograd off), so training and
-  validation with gradients never see a cached tensor;
-- keyed on the storage and version counter of every tensor it was derived from, so
-  an in-place update under ``no_grad`` (``load_state_dict``, ``p.copy_``) is seen;
-- dropped by every ``train()`` / ``eval()`` switch, because fairseq's optimizers write
-  through ``p.data``, which does not bump version counters (fairseq puts the model
-  in eval mode before each validation and back in train mode afterwards).
-
-A value derived inside ``torch.inference_mode()`` is an inference tensor; the key reads only
-the version counters of the parameters it came from, never of a derived value, so a cache
-first filled in inference mode serves later ``no_grad`` calls as well.
-
-State dicts are unchanged: these are plain subclasses of ``nn.Linear`` and
-``LinearizedConvolution`` with the same parameters (and the same
-``parametrizations.weight.original0/1`` names when weight-normalised).
+State dicts are unchanged: plain subclasses with the same parameters and names.
 """
 
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
@@ -50,22 +37,13 @@ class InferenceWeightCache:
     """Mixin for ``nn.Module`` subclasses: :meth:`cached_weight` memoises a derived weight in inference."""
 
     def _inference_weights(self) -> Dict[str, Tuple[Any, Tensor]]:
-        store = self.__dict__.get("_derived_weights")
-        if store is None:
-            store = self.__dict__["_derived_weights"] = {}
-        return store
+        return self.__dict__.setdefault("_derived_weights", {})
 
     def cached_weight(
         self, key: str, derive: Callable[[], Any], sources: Optional[Sequence[Optional[Tensor]]] = None
     ) -> Any:
-        """``derive()``, reused across calls while inference runs on unchanged parameters.
-
-        Args:
-            key: the name of the derived value (one entry per key).
-            derive: computes it (a tensor, or a tuple of tensors).
-            sources: the parameters it is derived from (None entries are skipped); default:
-                the module's ``weight`` (the originals of its parametrization).
-        """
+        """``derive()`` (a tensor or tuple of tensors) stored under ``key``, reused while inference runs
+        on unchanged ``sources`` (None entries skipped; default: the originals of ``weight``)."""
         if self.training or torch.is_grad_enabled():
             return derive()
         tensors = _sources(self) if sources is None else [t for t in sources if t is not None]
@@ -104,8 +82,4 @@ class CachedLinearizedConvolution(InferenceWeightCache, LinearizedConvolution):
 
 def cached_count(module: nn.Module) -> int:
     """Number of derived weights currently cached in ``module`` and its submodules."""
-    n = 0
-    for m in module.modules():
-        if isinstance(m, InferenceWeightCache):
-            n += len(m._inference_weights())
-    return n
+    return sum(len(m._inference_weights()) for m in module.modules() if isinstance(m, InferenceWeightCache))

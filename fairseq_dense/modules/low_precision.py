@@ -14,13 +14,11 @@ def compute_dtype(like: Tensor) -> torch.dtype:
 
 
 def layer_norm_keeping_dtype(ln: nn.Module, u: Tensor) -> Tensor:
-    """Layer norm ``ln`` (a ``LayerNorm`` module) whose output, and the input it keeps for
-    backward, stay in ``u``'s dtype.
+    """Layer norm ``ln`` whose output, and the input it keeps for backward, stay in ``u``'s dtype.
 
-    Under autocast ``layer_norm`` runs in float32: it would keep a float32 copy of a
-    low-precision ``u`` for backward and return a float32 tensor that the next matrix
-    products cast back. Here a low-precision ``u`` is normalised by the same kernel
-    (statistics in float32) with autocast off.
+    Autocast runs ``layer_norm`` in float32: it would keep a float32 copy of ``u`` for backward
+    and return float32 for the next products to cast back. The kernel keeps its statistics
+    in float32 anyway.
     """
     if u.dtype == ln.weight.dtype:
         return ln(u)

@@ -1,9 +1,5 @@
-"""Scaled dot-product attention with the masks that let SDPA choose its fused kernels.
-
-Float additive masks (``-inf`` at masked keys) keep ``F.scaled_dot_product_attention``
-off its fastest kernels; a causal mask passed as ``is_causal`` and padding passed as a
-boolean mask (True: attend) give the same result and let it pick them.
-"""
+"""Scaled dot-product attention with the masks that let SDPA choose its fused kernels: causal
+as ``is_causal`` and padding as a boolean mask (True: attend), not float ``-inf`` masks."""
 
 from typing import Optional, Tuple
 
@@ -23,15 +19,12 @@ def attend(
     need_weights: bool = False,
     is_causal: bool = False,
 ) -> Tuple[Tensor, Optional[Tensor]]:
-    """Multi-head attention of ``(B, H, T, d)`` queries over ``(B, H, S, d)`` keys and values.
+    """Multi-head attention of ``(B, H, T, d)`` queries ``q`` over ``(B, H, S, d)`` keys and values.
 
     Args:
-        q, k, v: queries, keys, values.
-        attn_mask: ``(T, S)`` float additive mask or boolean mask (True: attend); ignored
-            when ``is_causal``.
+        attn_mask: ``(T, S)`` float additive or boolean (True: attend) mask; ignored when ``is_causal``.
         key_padding_mask: ``(B, S)``, True at padded keys.
-        dropout_p: attention dropout probability (0 in eval mode).
-        need_weights: also return the attention probabilities (computed explicitly).
+        need_weights: also return the probabilities (computed explicitly, not by SDPA).
         is_causal: causal attention (``T == S``), e.g. in place of fairseq's future mask.
 
     Returns:

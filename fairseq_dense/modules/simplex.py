@@ -1,24 +1,12 @@
-"""Euclidean projection onto the probability simplex, and its post-step application.
+"""Euclidean projection onto the probability simplex, applied after every optimizer step.
 
-The Weighted Transformer (Ahmed et al., 2017, https://arxiv.org/abs/1711.02132,
-Sec. 3) keeps its branch weights kappa and alpha on the simplex
-``{w : w_i >= 0, sum_i w_i = 1}`` by replacing them with their Euclidean projection
-after every optimizer step. :func:`project_onto_simplex` is the sort-based
-algorithm (Held et al., 1974; Duchi et al., 2008; Wang & Carreira-Perpinan, 2013,
-https://arxiv.org/abs/1309.1541), vectorised over leading dimensions.
-
-Convention: a parameter that must stay on the simplex carries the attribute
-``param.on_simplex = True``. :func:`project_parameters_after_step` finds those
-parameters, locates the copy the optimizer really updates (the fp32 master weight
-under ``--fp16``/``--bf16``, flattened or not), projects it there, writes the result
-back into the model weight, and leaves alone parameters whose learning rate is 0
-(e.g. frozen by ``--lr-scheduler grouped --group-freeze-last``), so they stay
-bit-identical.
-
-Under any other task, :func:`install_step_hook` projects them on the step itself: a
-torch optimizer-step post-hook projects the ``on_simplex`` parameters that the
-optimizer holds, unless a task projects them (``projected_by_task``, set by
-``translation_weighted``, which also reaches fp32 master copies).
+The Weighted Transformer (Ahmed et al., 2017, https://arxiv.org/abs/1711.02132, Sec. 3)
+keeps kappa and alpha on ``{w : w_i >= 0, sum_i w_i = 1}`` by projecting them after every
+step. A parameter to keep there carries ``param.on_simplex = True``. The task
+``translation_exact_resume_simplex`` projects them where the optimizer keeps them
+(:func:`project_parameters_after_step`: the fp32 master copy under ``--fp16``/``--bf16``);
+under any other task a torch optimizer-step post-hook does (:func:`install_step_hook`).
+Parameters whose learning rate is 0 (e.g. ``--group-freeze-last``) are left bit-identical.
 """
 
 import weakref
@@ -33,25 +21,18 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 ON_SIMPLEX_ATTR = "on_simplex"
 #: attribute set on ``on_simplex`` parameters whose task projects them after each step
 PROJECTED_BY_TASK_ATTR = "projected_by_task"
-#: attribute the ``translation_weighted`` task sets on every model it builds (it projects after every
-#: step; models may check it, see ``WeightedTransformerModel.set_num_updates``)
+#: attribute the ``translation_exact_resume_simplex`` task sets on every model it builds (it
+#: projects after every step; see ``WeightedTransformerModel.set_num_updates``)
 PROJECTION_HOOK_ATTR = "simplex_projection_hooked"
 
 
 def project_onto_simplex(v: Tensor) -> Tensor:
-    """Euclidean projection of each row of ``v`` onto the probability simplex.
+    """Euclidean projection of each row of ``(..., M)`` ``v`` onto the simplex (same dtype, computed in >= fp32).
 
-    ``argmin_w ||w - v||_2`` subject to ``w >= 0`` and ``sum(w) = 1``: sort ``v``
-    descending into ``u``, find the largest ``rho`` with
-    ``u_rho - (sum_{j<=rho} u_j - 1) / rho > 0``, and return
-    ``max(v - theta, 0)`` with ``theta = (sum_{j<=rho} u_j - 1) / rho``.
-
-    Args:
-        v: ``(..., M)`` tensor; every slice along the last dimension is projected.
-
-    Returns:
-        ``(..., M)`` tensor of the same dtype, each row non-negative and summing to 1
-        (computed in at least fp32).
+    The sort-based algorithm (Held et al., 1974; Duchi et al., 2008; Wang & Carreira-Perpinan,
+    2013, https://arxiv.org/abs/1309.1541): sort ``v`` descending into ``u``, find the largest
+    ``rho`` with ``u_rho - (sum_{j<=rho} u_j - 1) / rho > 0``, return ``max(v - theta, 0)``
+    with ``theta = (sum_{j<=rho} u_j - 1) / rho``.
     """
     if v.size(-1) == 0:
         raise ValueError("cannot project an empty vector onto the simplex")
@@ -80,14 +61,11 @@ def simplex_parameters(model: torch.nn.Module) -> List[Tensor]:
 
 
 def _master_copies(optimizer, params: List[Tensor]) -> Dict[int, Tuple[Tensor, Tensor]]:
-    """Map ``id(model param)`` to ``(master, owner)``: the tensor the optimizer updates
-    for it and the parameter object the optimizer holds (``owner`` differs from
-    ``master`` only for a view into a flat buffer).
+    """Map ``id(model param)`` to ``(master, owner)``: the tensor the optimizer updates for it
+    and the parameter the optimizer holds (a flat buffer when ``master`` is a view into it).
 
-    * fp32 training, ``--memory-efficient-fp16``, ``--amp``: the parameter itself;
-    * ``FP16Optimizer`` (``--fp16``/``--bf16``): the fp32 master copy, either its own
-      tensor (``--bf16``, ``--fp16-no-flatten-grads``) or a view into the flat
-      master buffer at the parameter's offset.
+    The parameter itself, except under ``FP16Optimizer`` (``--fp16``/``--bf16``): the fp32
+    master copy, its own tensor or a view into the flat master buffer.
     """
     fp16_params = getattr(optimizer, "fp16_params", None)
     fp32_params = getattr(optimizer, "fp32_params", None)
@@ -115,15 +93,8 @@ def _master_copies(optimizer, params: List[Tensor]) -> Dict[int, Tuple[Tensor, T
 
 @torch.no_grad()
 def project_parameters_after_step(model: torch.nn.Module, optimizer) -> int:
-    """Project every ``on_simplex`` parameter of ``model`` where the optimizer keeps it.
-
-    Call right after ``optimizer.step()`` (the ``translation_weighted`` task does, in
-    ``optimizer_step``). Parameters of a parameter group whose learning rate is 0 are
-    skipped. Vectors of the same length are projected in one batched call.
-
-    Args:
-        model: the (possibly DDP-wrapped) model.
-        optimizer: the trainer's :class:`~fairseq.optim.FairseqOptimizer`.
+    """Project every ``on_simplex`` parameter of the (possibly DDP-wrapped) ``model`` where the
+    trainer's ``optimizer`` keeps it, right after ``optimizer.step()``; lr-0 groups are skipped.
 
     Returns:
         the number of parameters projected.
@@ -133,24 +104,29 @@ def project_parameters_after_step(model: torch.nn.Module, optimizer) -> int:
         return 0
     masters = _master_copies(optimizer, params)
     frozen = {id(q) for group in optimizer.param_groups if float(group["lr"]) == 0.0 for q in group["params"]}
-    by_len: Dict[Tuple[int, torch.device], List[Tuple[Tensor, Tensor]]] = defaultdict(list)
+    pairs = []
     for p in params:
         if id(p) not in masters:
             raise RuntimeError("an on_simplex parameter is not held by the optimizer")
         master, owner = masters[id(p)]
-        if id(owner) in frozen:
-            continue
+        if id(owner) not in frozen:
+            pairs.append((p, master))
+    return _project(pairs)
+
+
+def _project(pairs: List[Tuple[Tensor, Tensor]]) -> int:
+    """Project each ``master`` of ``(parameter, master)`` in place and copy it into its parameter;
+    vectors of one length and device in one batched call. Returns ``len(pairs)``."""
+    by_len: Dict[Tuple[int, torch.device], List[Tuple[Tensor, Tensor]]] = defaultdict(list)
+    for p, master in pairs:
         by_len[(p.numel(), master.device)].append((p, master))
-    count = 0
-    for pairs in by_len.values():
-        stacked = torch.stack([m.detach().reshape(-1).float() for _, m in pairs])
-        projected = project_onto_simplex(stacked)
-        for (p, master), row in zip(pairs, projected):
+    for group in by_len.values():
+        projected = project_onto_simplex(torch.stack([m.detach().reshape(-1).float() for _, m in group]))
+        for (p, master), row in zip(group, projected):
             master.data.copy_(row.view_as(master))
             if master.data_ptr() != p.data_ptr():
                 p.data.copy_(master.data)
-            count += 1
-    return count
+    return len(pairs)
 
 
 # torch optimizer -> (number of parameters it held, [(param group, on_simplex parameter)])
@@ -176,25 +152,15 @@ def _held_simplex_parameters(optimizer) -> List[Tuple[dict, Tensor]]:
 @torch.no_grad()
 def _project_after_step(optimizer, args, kwargs) -> None:
     """Optimizer-step post-hook: project the held ``on_simplex`` parameters (skipping lr-0 groups)."""
-    by_len: Dict[Tuple[int, torch.device], List[Tensor]] = defaultdict(list)
-    for group, p in _held_simplex_parameters(optimizer):
-        if float(group["lr"]) != 0.0:
-            by_len[(p.numel(), p.device)].append(p)
-    for params in by_len.values():
-        projected = project_onto_simplex(torch.stack([p.detach().reshape(-1).float() for p in params]))
-        for p, row in zip(params, projected):
-            p.data.copy_(row.view_as(p))
+    _project([(p, p) for group, p in _held_simplex_parameters(optimizer) if float(group["lr"]) != 0.0])
 
 
 def install_step_hook() -> None:
     """Project ``on_simplex`` parameters right after every torch optimizer step (idempotent).
 
-    The hook is process-wide (``torch.optim.optimizer.register_optimizer_step_post_hook``)
-    and touches only parameters marked ``on_simplex`` and not ``projected_by_task``
-    that the stepping optimizer itself holds: fp32 weights (any task, ``--update-freq``,
-    ``--amp``) and ``--memory-efficient-fp16`` weights. Under ``--fp16``/``--bf16`` the
-    optimizer holds fp32 master copies instead, which only a task can find
-    (``translation_weighted``); the model refuses that combination.
+    The hook is process-wide and touches only parameters marked ``on_simplex`` and not
+    ``projected_by_task`` that the stepping optimizer holds. Under ``--fp16``/``--bf16`` it
+    holds fp32 master copies, which only a task can find; the model refuses that combination.
     """
     global _step_hook
     if _step_hook is None:

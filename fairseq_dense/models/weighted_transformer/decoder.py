@@ -13,23 +13,14 @@ from fairseq_dense.modules.branched_attention import BranchedAttention
 class WeightedDecoderLayer(nn.Module):
     """Masked self-attention, then encoder-decoder attention + FFN as one branched block.
 
-    The self-attention sub-layer is the Transformer's (fairseq's
-    :class:`MultiheadAttention`, residual, dropout, layer norm) unless
-    ``self_attn_block`` is given, which makes it a branched block with its own FFNs.
-    Without ``cross_block`` the encoder-decoder attention is the Transformer's
-    sub-layer (no FFN after it): with a branched self-attention block that puts the
-    branches in the decoder self-attention only (``--decoder-plain-cross-attn``).
-
     Args:
-        embed_dim: model dimension.
-        num_heads: attention heads.
-        self_attn_block: keyword arguments of the branched self-attention block, or
-            ``None`` for standard multi-head self-attention.
-        cross_block: keyword arguments of the branched encoder-decoder block, or
-            ``None`` for standard multi-head encoder-decoder attention.
+        embed_dim, num_heads, dropout, attention_dropout, normalize_before: as in the Transformer.
+        self_attn_block: keyword arguments of a branched self-attention block (with its own
+            FFNs), or ``None`` for the Transformer's self-attention sub-layer.
+        cross_block: the same for encoder-decoder attention (``None``: the Transformer's
+            sub-layer, no FFN; with a branched self-attention that is
+            ``--decoder-plain-cross-attn``).
         encoder_embed_dim: width of the encoder states (keys and values).
-        dropout, attention_dropout: as in the Transformer.
-        normalize_before: pre-norm instead of post-norm.
     """
 
     def __init__(
@@ -84,16 +75,13 @@ class WeightedDecoderLayer(nn.Module):
 
         Args:
             x: ``(T, B, C)`` decoder states (one step when ``incremental_state``).
-            encoder_out: ``(S, B, C_enc)`` encoder states.
-            encoder_padding_mask: ``(B, S)`` True at padded source positions.
-            incremental_state: decoding cache.
+            encoder_out: ``(S, B, C_enc)`` encoder states; ``encoder_padding_mask``: ``(B, S)``.
             self_attn_mask: ``(T, T)`` causal mask (full forward only).
             self_attn_padding_mask: ``(B, T)`` True at padded target positions.
-            need_attn, need_head_weights: return encoder-decoder attention.
 
         Returns:
-            ``(x, attn, None)``: ``(T, B, C)`` output and ``(H, B, T, S)`` attention
-            probabilities when asked for (the decoder averages them over heads).
+            ``(x, attn, None)``: ``(T, B, C)`` and, if asked for, ``(H, B, T, S)`` encoder-decoder
+            attention (the decoder averages it over heads).
         """
         if encoder_out is None:
             raise ValueError("the Weighted Transformer decoder needs encoder output")
@@ -106,67 +94,55 @@ class WeightedDecoderLayer(nn.Module):
                 is_causal=self_attn_mask is not None,  # fairseq's future mask
             )
         else:
-            residual = x
-            if self.normalize_before:
-                x = self.self_attn_layer_norm(x)
-            x, _ = self.self_attn(
-                query=x,
-                key=x,
-                value=x,
+            x, _ = self._sublayer(
+                self.self_attn,
+                self.self_attn_layer_norm,
+                x,
                 key_padding_mask=self_attn_padding_mask,
                 incremental_state=incremental_state,
                 need_weights=False,
                 attn_mask=self_attn_mask,
             )
-            x = residual + self.dropout_module(x)
-            if not self.normalize_before:
-                x = self.self_attn_layer_norm(x)
+        need = need_attn or need_head_weights
         if self.cross_branched is not None:
             x, attn = self.cross_branched(
                 x,
                 key=encoder_out,
                 key_padding_mask=encoder_padding_mask,
                 incremental_state=incremental_state,
-                need_weights=need_attn or need_head_weights,
+                need_weights=need,
             )
             return x, attn, None
-        residual = x
-        if self.normalize_before:
-            x = self.encoder_attn_layer_norm(x)
-        x, attn = self.encoder_attn(
-            query=x,
-            key=encoder_out,
-            value=encoder_out,
+        x, attn = self._sublayer(
+            self.encoder_attn,
+            self.encoder_attn_layer_norm,
+            x,
+            kv=encoder_out,
             key_padding_mask=encoder_padding_mask,
             incremental_state=incremental_state,
             static_kv=True,
-            need_weights=need_attn or need_head_weights,
-            need_head_weights=need_attn or need_head_weights,  # (H, B, T, S), as the branched block
+            need_weights=need,
+            need_head_weights=need,  # (H, B, T, S), as the branched block
         )
-        x = residual + self.dropout_module(x)
-        if not self.normalize_before:
-            x = self.encoder_attn_layer_norm(x)
         return x, attn, None
 
-    def make_generation_fast_(self, need_attn: bool = False, **kwargs):
-        """Nothing to prepare (fairseq calls this on every layer before generation)."""
+    def _sublayer(self, attn: MultiheadAttention, layer_norm: nn.Module, x: Tensor, kv=None, **kwargs):
+        """The Transformer's attention sub-layer ``x + dropout(attn(x, kv))`` (``kv`` None: self-attention),
+        pre- or post-norm."""
+        residual = x
+        if self.normalize_before:
+            x = layer_norm(x)
+        kv = x if kv is None else kv
+        x, probs = attn(query=x, key=kv, value=kv, **kwargs)
+        x = residual + self.dropout_module(x)
+        if not self.normalize_before:
+            x = layer_norm(x)
+        return x, probs
 
 
 class WeightedTransformerDecoder(TransformerDecoderBase):
-    """fairseq's :class:`TransformerDecoderBase` whose layers are branched.
-
-    Only :meth:`build_decoder_layer` differs; embeddings, positions, masks,
-    incremental decoding, output projection and ``{"attn": [B x T x S]}`` are
-    fairseq's. The incremental state lives under one key per attention module, as
-    in fairseq's transformer.
-
-    Args:
-        cfg: fairseq :class:`~fairseq.models.transformer.TransformerConfig`.
-        dictionary: target dictionary.
-        embed_tokens: target embedding.
-        branch: the branch options.
-        output_projection: optional shared output projection.
-    """
+    """fairseq's :class:`TransformerDecoderBase` with branched layers (only :meth:`build_decoder_layer`
+    differs); ``cfg`` is fairseq's ``TransformerConfig``, ``branch`` the branch options."""
 
     def __init__(self, cfg, dictionary, embed_tokens, branch: BranchOptions, output_projection=None):
         self.branch = branch  # read by build_decoder_layer during super().__init__

@@ -77,17 +77,8 @@ class WeightedEncoderLayer(nn.Module):
 
 
 class WeightedTransformerEncoder(TransformerEncoderBase):
-    """fairseq's :class:`TransformerEncoderBase` whose layers are branched blocks.
-
-    Only :meth:`build_encoder_layer` differs; embeddings, positions, padding, the
-    ``encoder_out`` dict and its reordering are fairseq's.
-
-    Args:
-        cfg: fairseq :class:`~fairseq.models.transformer.TransformerConfig`.
-        dictionary: source dictionary.
-        embed_tokens: source embedding.
-        branch: the branch options.
-    """
+    """fairseq's :class:`TransformerEncoderBase` with branched layers (only :meth:`build_encoder_layer`
+    differs); ``cfg`` is fairseq's ``TransformerConfig``, ``branch`` the branch options."""
 
     def __init__(self, cfg, dictionary, embed_tokens, branch: BranchOptions):
         self.branch = branch  # read by build_encoder_layer during super().__init__
