@@ -329,12 +329,12 @@ def test_fallback_projection_without_the_projecting_task(caplog):
     expected = project_onto_simplex(alpha.detach().clone())
     with caplog.at_level("WARNING"):
         model.set_num_updates(1)
-    assert "--task translation_weighted" in caplog.text
+    assert "--task translation_exact_resume_simplex" in caplog.text
     torch.testing.assert_close(alpha.detach(), expected, atol=0, rtol=0)
     model = model.to(torch.bfloat16)  # no fallback for half-precision weights
     with torch.no_grad():
         model.decoder.layers[1].cross_branched.alpha.add_(0.1)
-    with pytest.raises(RuntimeError, match="--task translation_weighted"):
+    with pytest.raises(RuntimeError, match="--task translation_exact_resume_simplex"):
         model.set_num_updates(2)
 
 
@@ -627,12 +627,12 @@ def test_plain_translation_task_every_checkpoint_on_simplex(tmp_path):
 
 
 def test_half_precision_under_another_task_is_refused_at_once():
-    """Only ``translation_weighted`` reaches fp32 master copies: --fp16/--bf16 elsewhere stop
+    """Only ``translation_exact_resume_simplex`` reaches fp32 master copies: --fp16/--bf16 elsewhere stop
     before the first update, with a one-line (ValueError) message naming the task."""
     d = helpers.dummy_dictionary(16)
     cfg = convert_namespace_to_omegaconf(parse("--dropout", "0", *TINY, task="translation"))
     model = TranslationTask(cfg.task, d, d).build_model(cfg.model).to(torch.bfloat16)
-    with pytest.raises(ValueError, match="train with --task translation_weighted"):
+    with pytest.raises(ValueError, match="train with --task translation_exact_resume_simplex"):
         model.set_num_updates(0)  # what the first train_step does first
     hooked = TranslationExactResumeSimplexTask(cfg.task, d, d).build_model(cfg.model).to(torch.bfloat16)
     hooked.set_num_updates(0)

@@ -22,11 +22,13 @@ from fairseq_dense.models.weighted_transformer.encoder import BranchOptions, Wei
 from fairseq_dense.modules.branched_attention import BranchedAttention
 from fairseq_dense.modules.simplex import PROJECTION_HOOK_ATTR, install_step_hook, is_on_simplex, project_onto_simplex
 
+SIMPLEX_TASK = "translation_exact_resume_simplex"  # the task that projects kappa/alpha after each step
+
 logger = logging.getLogger(__name__)
 
 
 class SimplexTaskError(ValueError, RuntimeError):
-    """Half-precision training of simplex-constrained weights without ``--task translation_weighted``."""
+    """Half-precision training of simplex-constrained weights without ``--task translation_exact_resume_simplex``."""
 
 
 def learns(cfg, weight: str) -> bool:
@@ -97,7 +99,7 @@ class WeightedTransformerModel(TransformerModel):
 
     kappa and alpha are tagged ``param_group = "branch"`` (for ``--lr-scheduler
     grouped``) and ``on_simplex`` (projected after every optimizer step by the
-    ``translation_weighted`` task). Under another task :meth:`set_num_updates`
+    ``translation_exact_resume_simplex`` task). Under another task :meth:`set_num_updates`
     projects them as a logged fallback (fp32) or raises (half-precision weights), so
     the constraint is never dropped silently.
     """
@@ -114,7 +116,7 @@ class WeightedTransformerModel(TransformerModel):
 
         Args:
             args: parsed options (fairseq transformer options + branch options).
-            task: a translation task (``translation_weighted`` for training).
+            task: a translation task (``translation_exact_resume_simplex`` for training).
 
         Raises:
             ValueError: on invalid option combinations, naming the flag.
@@ -182,7 +184,7 @@ class WeightedTransformerModel(TransformerModel):
     def set_num_updates(self, num_updates):
         """Called by fairseq before every training forward and when loading a checkpoint.
 
-        kappa/alpha are projected after every optimizer step by ``translation_weighted`` (which
+        kappa/alpha are projected after every optimizer step by ``translation_exact_resume_simplex`` (which
         reaches fp32 master weights) or else by :func:`~fairseq_dense.modules.simplex.install_step_hook`.
         Half-precision weights under another task (the hook cannot find their fp32 master copies) are
         refused here, before the first update; vectors found off the simplex (changed outside an
@@ -202,9 +204,9 @@ class WeightedTransformerModel(TransformerModel):
         if any(w.dtype not in (torch.float32, torch.float64) for _, w in learned):
             raise SimplexTaskError(
                 "weighted_transformer: with half-precision weights (--fp16, --bf16, --memory-efficient-fp16) "
-                f"only --task translation_weighted keeps the branch weights ({learned[0][0]}, ...) on the "
-                "probability simplex (it projects the fp32 master copies): train with --task "
-                "translation_weighted (or pass --no-simplex)"
+                f"only --task {SIMPLEX_TASK} keeps the branch weights ({learned[0][0]}, ...) on the "
+                f"probability simplex (it projects the fp32 master copies): train with --task {SIMPLEX_TASK} "
+                "(or its earlier name translation_weighted), or pass --no-simplex"
             )
         off = [(name, w) for name, w in learned if not is_on_simplex(w, atol=1e-6)]
         if not off:
@@ -213,7 +215,7 @@ class WeightedTransformerModel(TransformerModel):
             self._warned_fallback = True
             logger.warning(
                 "weighted_transformer: kappa/alpha found off the simplex were projected in "
-                "set_num_updates; --task translation_weighted projects them right after each "
+                f"set_num_updates; --task {SIMPLEX_TASK} projects them right after each "
                 "optimizer step (and reaches fp32 master weights under --fp16/--bf16)"
             )
         with torch.no_grad():
