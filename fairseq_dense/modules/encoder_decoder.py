@@ -5,7 +5,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 from fairseq import utils
-from fairseq.models import FairseqEncoder, FairseqIncrementalDecoder
+from fairseq.models import FairseqEncoder, FairseqEncoderDecoderModel, FairseqIncrementalDecoder
 from torch import Tensor
 
 
@@ -26,12 +26,23 @@ class Encoder(FairseqEncoder):
         return self.max_source_positions
 
 
+class EncoderDecoderModel(FairseqEncoderDecoderModel):
+    """A fairseq encoder-decoder model that passes the beam size on to its decoder (fairseq's
+    ``SequenceGenerator`` calls ``model.set_beam_size`` for beams wider than 1)."""
+
+    def set_beam_size(self, beam_size: int) -> None:
+        self.decoder.set_beam_size(beam_size)
+
+
 class IncrementalDecoder(FairseqIncrementalDecoder):
     """A fairseq incremental decoder whose cache is one batch-first ``Dict[str, Optional[Tensor]]``
     under ``STATE_KEY``. Subclasses set ``STATE_KEY``, ``self.max_target_positions``,
-    ``self.output_projection`` and implement ``extract_features``."""
+    ``self.output_projection`` and implement ``extract_features``; ``MEMORY`` names the cached
+    entries computed from the encoder output alone (the same rows for every hypothesis of one
+    sentence)."""
 
     STATE_KEY = "state"
+    MEMORY: Tuple[str, ...] = ()
     max_target_positions: int
 
     def forward(
@@ -61,15 +72,33 @@ class IncrementalDecoder(FairseqIncrementalDecoder):
     def set_cache(self, incremental_state, cache: Dict[str, Optional[Tensor]]) -> None:
         self.set_incremental_state(incremental_state, self.STATE_KEY, cache)
 
+    def within_beams(self, new_order: Tensor, rows: int) -> bool:
+        """Whether ``new_order`` moves each of ``rows`` cached rows only inside its own sentence's
+        beam (rows ``k * beam ... k * beam + beam - 1``, fairseq's layout), so that the ``MEMORY``
+        entries keep their values unreordered. False while the beam size is unknown (fairseq's
+        ``set_beam_size``, called by its ``SequenceGenerator`` for beams wider than 1)."""
+        beam = getattr(self, "_beam_size", 1)
+        if beam <= 1 or new_order.numel() != rows:
+            return False
+        sentence = torch.arange(rows, device=new_order.device) // beam
+        return torch.equal(new_order // beam, sentence)
+
     def reorder_incremental_state(self, incremental_state, new_order: Tensor) -> None:
-        """``index_select`` every cached tensor along its batch dimension (submodules such as
-        ``LinearizedConvolution`` reorder their own: fairseq calls each)."""
+        """``index_select`` every cached tensor along its batch dimension, but the ``MEMORY``
+        entries when :meth:`within_beams` (what fairseq's beam search does at each step until
+        finished sentences leave the batch). Submodules such as ``LinearizedConvolution`` reorder
+        their own: fairseq calls each."""
         cached = self.get_cache(incremental_state)
         if cached is None:
             return
+        rows = next((value.size(0) for value in cached.values() if value is not None), 0)
+        memory = self.MEMORY if self.MEMORY and self.within_beams(new_order, rows) else ()
         self.set_cache(
             incremental_state,
-            {key: None if value is None else value.index_select(0, new_order) for key, value in cached.items()},
+            {
+                key: value if value is None or key in memory else value.index_select(0, new_order)
+                for key, value in cached.items()
+            },
         )
 
     def max_positions(self) -> int:
