@@ -6,13 +6,13 @@ import torch
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.sequence_generator import SequenceGenerator
 
-from fairseq_dense.modules.encoder_decoder import EncoderDecoderModel
+from fairseq_dense.modules import encoder_decoder
 from tests import helpers
 from tests import reliability_helpers as rh
 
 ARCHS = rh.tiny_archs()
 #: the decoders whose cache holds per-sentence encoder memory (``IncrementalDecoder.MEMORY``)
-MEMORY_ARCHS = [(a,) for a in ARCHS if issubclass(ARCH_MODEL_REGISTRY[a], EncoderDecoderModel)] + [
+MEMORY_ARCHS = [(a,) for a in ARCHS if issubclass(ARCH_MODEL_REGISTRY[a], encoder_decoder.EncoderDecoderModel)] + [
     ("fast_forward_lstm_tiny", "--interface", "deep_ed")
 ]
 
@@ -41,20 +41,22 @@ def test_beam_search_with_cache_equals_beam_search_without(arch):
 
 
 @pytest.mark.parametrize("arch", MEMORY_ARCHS, ids=" ".join)
-def test_beam_search_skipping_memory_reorders_changes_nothing(arch):
-    """Beam 5 finds bit-identical tokens and scores whether the per-sentence memory of the cache
-    stays in place while each hypothesis stays inside its sentence's beam, or is reordered at
-    every step (beam size unknown). Raising the end-of-sentence logit by a few offsets makes
-    sentences finish at different steps: both paths run, the plain one when the batch shrinks."""
+def test_beam_search_skipping_memory_reorders_changes_nothing(arch, monkeypatch):
+    """Beam 5 finds bit-identical tokens and scores whether the encoder output and the decoder's
+    per-sentence memory stay in place while each hypothesis stays inside its sentence's beam,
+    or are reordered at every step (beam size unknown). Raising the end-of-sentence logit by a
+    few offsets makes sentences finish at different steps: both paths run, the plain one when
+    the batch shrinks."""
     d = helpers.dummy_dictionary(12)
     sample = helpers.make_sample(d, src_lengths=(5, 7, 3, 6, 4, 2, 7), tgt_lengths=(4, 6, 5, 3, 4, 2, 6))
     torch.manual_seed(0)
     model = rh.build_tiny_model(arch[0], d, *arch[1:]).eval()
     decoder = model.decoder
     assert decoder.MEMORY
-    output_layer, within_beams = decoder.output_layer, decoder.within_beams
     checks = []
-    decoder.within_beams = lambda new_order, rows: checks.append(within_beams(new_order, rows)) or checks[-1]
+    within_beams = encoder_decoder.within_beams
+    monkeypatch.setattr(encoder_decoder, "within_beams", lambda *a: checks.append(within_beams(*a)) or checks[-1])
+    output_layer = decoder.output_layer
     seen = set()
     for eos_offset in (0.05, 0.1, 0.13, 0.2, 0.3, 0.5):
 
@@ -65,12 +67,12 @@ def test_beam_search_skipping_memory_reorders_changes_nothing(arch):
 
         decoder.output_layer = raised_eos
         gen = SequenceGenerator([model], d, beam_size=5, max_len_a=0, max_len_b=8, min_len=1)
-        assert decoder._beam_size == 5
+        assert model.encoder.beam_size == decoder._beam_size == 5
         with torch.no_grad():
             checks.clear()
             skipped = gen.generate([model], sample)
             seen.update(checks)
-            decoder.set_beam_size(1)  # unknown: every reorder index_selects
+            model.set_beam_size(1)  # unknown: every reorder index_selects
             checks.clear()
             plain = gen.generate([model], sample)
             assert checks and True not in checks
