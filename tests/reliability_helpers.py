@@ -228,8 +228,9 @@ def train_inprocess(args: Sequence[str], crash_at: Optional[int] = None) -> Dict
     return losses
 
 
-def build_tiny_model(arch: str, dictionary):
-    """``arch`` built from its registered defaults for a task with ``dictionary`` on both sides."""
+def build_tiny_model(arch: str, dictionary, *options_: str):
+    """``arch`` built from its registered defaults (and command-line ``options_``) for a task with
+    ``dictionary`` on both sides."""
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.models import ARCH_MODEL_REGISTRY
@@ -237,7 +238,7 @@ def build_tiny_model(arch: str, dictionary):
     from tests.helpers import DummyTask
 
     parser = options.get_training_parser()
-    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, ["data", "--arch", arch]))
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, ["data", "--arch", arch, *options_]))
     return ARCH_MODEL_REGISTRY[arch].build_model(cfg.model, DummyTask(dictionary))
 
 

@@ -5,8 +5,17 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 from fairseq import utils
-from fairseq.models import FairseqEncoder, FairseqIncrementalDecoder
+from fairseq.models import FairseqEncoder, FairseqEncoderDecoderModel, FairseqIncrementalDecoder
 from torch import Tensor
+
+
+def within_beams(new_order: Tensor, rows: int, beam: int) -> bool:
+    """Whether ``(rows,)`` ``new_order`` moves each row only inside its own sentence's beam (rows
+    ``k * beam ... k * beam + beam - 1``, the layout of fairseq's beam search): rows computed from
+    the encoder output alone then keep their values unreordered. False for ``beam <= 1`` (unknown)."""
+    if beam <= 1 or new_order.numel() != rows:
+        return False
+    return torch.equal(new_order // beam, torch.arange(rows, device=new_order.device) // beam)
 
 
 class Encoder(FairseqEncoder):
@@ -14,9 +23,14 @@ class Encoder(FairseqEncoder):
     all others batch-first. Subclasses set ``self.max_source_positions``."""
 
     max_source_positions: int
+    beam_size = 1  # set by :class:`EncoderDecoderModel`: 1 while unknown
 
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
-        """Reorder every tensor of ``encoder_out`` along its batch dimension by ``(new_batch,)`` ``new_order``."""
+        """Reorder every tensor of ``encoder_out`` along its batch dimension by ``(new_batch,)`` ``new_order``
+        (nothing to do :func:`within_beams`)."""
+        first = next((t for values in encoder_out.values() for t in values), None)
+        if first is not None and within_beams(new_order, first.size(1 if first.dim() == 3 else 0), self.beam_size):
+            return encoder_out
         return {
             key: [t.index_select(1 if t.dim() == 3 else 0, new_order) for t in values]
             for key, values in encoder_out.items()
@@ -26,12 +40,24 @@ class Encoder(FairseqEncoder):
         return self.max_source_positions
 
 
+class EncoderDecoderModel(FairseqEncoderDecoderModel):
+    """A fairseq encoder-decoder model that passes the beam size on to its encoder and decoder
+    (fairseq's ``SequenceGenerator`` calls ``model.set_beam_size`` for beams wider than 1)."""
+
+    def set_beam_size(self, beam_size: int) -> None:
+        self.encoder.beam_size = beam_size
+        self.decoder.set_beam_size(beam_size)
+
+
 class IncrementalDecoder(FairseqIncrementalDecoder):
     """A fairseq incremental decoder whose cache is one batch-first ``Dict[str, Optional[Tensor]]``
     under ``STATE_KEY``. Subclasses set ``STATE_KEY``, ``self.max_target_positions``,
-    ``self.output_projection`` and implement ``extract_features``."""
+    ``self.output_projection`` and implement ``extract_features``; ``MEMORY`` names the cached
+    entries computed from the encoder output alone (the same rows for every hypothesis of one
+    sentence)."""
 
     STATE_KEY = "state"
+    MEMORY: Tuple[str, ...] = ()
     max_target_positions: int
 
     def forward(
@@ -62,14 +88,21 @@ class IncrementalDecoder(FairseqIncrementalDecoder):
         self.set_incremental_state(incremental_state, self.STATE_KEY, cache)
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor) -> None:
-        """``index_select`` every cached tensor along its batch dimension (submodules such as
-        ``LinearizedConvolution`` reorder their own: fairseq calls each)."""
+        """``index_select`` every cached tensor along its batch dimension, but the ``MEMORY``
+        entries when :func:`within_beams` (what fairseq's beam search does at each step until
+        finished sentences leave the batch). Submodules such as ``LinearizedConvolution`` reorder
+        their own: fairseq calls each."""
         cached = self.get_cache(incremental_state)
         if cached is None:
             return
+        rows = next((value.size(0) for value in cached.values() if value is not None), 0)
+        memory = self.MEMORY if within_beams(new_order, rows, getattr(self, "_beam_size", 1)) else ()
         self.set_cache(
             incremental_state,
-            {key: None if value is None else value.index_select(0, new_order) for key, value in cached.items()},
+            {
+                key: value if value is None or key in memory else value.index_select(0, new_order)
+                for key, value in cached.items()
+            },
         )
 
     def max_positions(self) -> int:

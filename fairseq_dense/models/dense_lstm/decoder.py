@@ -62,6 +62,7 @@ class DenseLSTMDecoder(IncrementalDecoder):
     """
 
     STATE_KEY = "dense_lstm_state"
+    MEMORY = ("proj_keys",)
 
     def __init__(
         self,

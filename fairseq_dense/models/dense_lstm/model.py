@@ -1,6 +1,6 @@
 """DenseRNN encoder-decoder: model registration and named architectures."""
 
-from fairseq.models import FairseqEncoderDecoderModel, register_model
+from fairseq.models import register_model
 from fairseq.utils import safe_getattr
 
 from fairseq_dense.models.arch_defaults import On, both_sides, fill_defaults, register_presets
@@ -8,10 +8,11 @@ from fairseq_dense.models.dense_lstm.config import DenseLSTMConfig
 from fairseq_dense.models.dense_lstm.decoder import DenseLSTMDecoder
 from fairseq_dense.models.dense_lstm.encoder import DenseLSTMEncoder
 from fairseq_dense.models.option_checks import embedding_sharing, require_positive, require_probability, sides
+from fairseq_dense.modules.encoder_decoder import EncoderDecoderModel
 
 
 @register_model("dense_lstm", dataclass=DenseLSTMConfig)
-class DenseLSTMModel(FairseqEncoderDecoderModel):
+class DenseLSTMModel(EncoderDecoderModel):
     """Densely connected stacked LSTM encoder-decoder (DenseRNN).
 
     Densely Connected Recurrent Neural Network for Sequence-to-Sequence Learning

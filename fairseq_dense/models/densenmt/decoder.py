@@ -64,6 +64,7 @@ class DenseNMTDecoder(IncrementalDecoder):
     """
 
     STATE_KEY = "densenmt_state"
+    MEMORY = ("keys", "values", "mask")
 
     def __init__(
         self,

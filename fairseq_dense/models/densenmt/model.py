@@ -3,7 +3,7 @@
 from functools import partial
 from typing import List, Optional
 
-from fairseq.models import FairseqEncoderDecoderModel, register_model
+from fairseq.models import register_model
 from fairseq.utils import safe_getattr
 
 from fairseq_dense.models.arch_defaults import both_sides, fill_defaults, register_presets
@@ -11,6 +11,7 @@ from fairseq_dense.models.densenmt.config import DenseNMTConfig
 from fairseq_dense.models.densenmt.decoder import DenseNMTDecoder
 from fairseq_dense.models.densenmt.encoder import DenseNMTEncoder
 from fairseq_dense.models.option_checks import embedding_sharing, flag, require_positive, require_probability
+from fairseq_dense.modules.encoder_decoder import EncoderDecoderModel
 
 
 def _layer_spec(cfg, side: str, what: str) -> List[int]:
@@ -29,7 +30,7 @@ def _layer_spec(cfg, side: str, what: str) -> List[int]:
 
 
 @register_model("densenmt", dataclass=DenseNMTConfig)
-class DenseNMTModel(FairseqEncoderDecoderModel):
+class DenseNMTModel(EncoderDecoderModel):
     """DenseNMT: densely connected convolutional encoder-decoder with dense attention.
 
     Shen, Tan, He, Qin, Liu: Dense Information Flow for Neural Machine Translation,

@@ -55,6 +55,7 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
     """
 
     STATE_KEY = "ff_lstm_state"
+    MEMORY = ("proj_keys", "context_gates")
 
     def __init__(
         self,

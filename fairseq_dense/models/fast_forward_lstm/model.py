@@ -3,7 +3,7 @@
 from functools import partial
 from typing import Dict
 
-from fairseq.models import FairseqEncoderDecoderModel, register_model
+from fairseq.models import register_model
 from fairseq.utils import safe_getattr
 
 from fairseq_dense.models.arch_defaults import both_sides, fill_defaults, register_presets
@@ -11,11 +11,12 @@ from fairseq_dense.models.fast_forward_lstm.config import FastForwardLSTMConfig
 from fairseq_dense.models.fast_forward_lstm.decoder import FastForwardLSTMDecoder
 from fairseq_dense.models.fast_forward_lstm.encoder import FastForwardLSTMEncoder
 from fairseq_dense.models.option_checks import embedding_sharing, require_positive, require_probability, sides
+from fairseq_dense.modules.encoder_decoder import EncoderDecoderModel
 from fairseq_dense.modules.fast_forward_lstm import RECURRENT
 
 
 @register_model("fast_forward_lstm", dataclass=FastForwardLSTMConfig)
-class FastForwardLSTMModel(FairseqEncoderDecoderModel):
+class FastForwardLSTMModel(EncoderDecoderModel):
     """Deep-Att and Deep-ED with fast-forward connections.
 
     Zhou et al., Deep Recurrent Models with Fast-Forward Connections for Neural

@@ -29,6 +29,7 @@ class GRUAttentionDecoder(IncrementalDecoder):
     """
 
     STATE_KEY = "gru_state"
+    MEMORY = ("proj_keys",)
 
     def __init__(
         self,

@@ -2,17 +2,18 @@
 
 from functools import partial
 
-from fairseq.models import FairseqEncoderDecoderModel, register_model
+from fairseq.models import register_model
 
 from fairseq_dense.models.arch_defaults import both_sides, fill_defaults, register_presets
 from fairseq_dense.models.gru_attention.config import GRUAttentionConfig
 from fairseq_dense.models.gru_attention.decoder import GRUAttentionDecoder
 from fairseq_dense.models.gru_attention.encoder import GRUAttentionEncoder
 from fairseq_dense.models.option_checks import embedding_sharing, require_positive, require_probability, sides
+from fairseq_dense.modules.encoder_decoder import EncoderDecoderModel
 
 
 @register_model("gru_attention", dataclass=GRUAttentionConfig)
-class GRUAttentionModel(FairseqEncoderDecoderModel):
+class GRUAttentionModel(EncoderDecoderModel):
     """Attentional GRU baseline.
 
     Bahdanau et al., Neural Machine Translation by Jointly Learning to Align and
