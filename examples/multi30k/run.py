@@ -15,18 +15,15 @@
     DEVICE=cuda python examples/multi30k/run.py pair gru --parallel-sweep --train-hours 0.3
                                                        # on a GPU: the sweep's rates at once,
                                                        #   training stopped after 0.3 h
-    examples/multi30k/gpu_seeds.sh launch              # issue 49's seeds, all at once on one GPU
-                                                       #   (RESULTS.md, "Seeds on one GPU")
+    examples/multi30k/gpu_seeds.sh launch              # seeds of every pair at once on one GPU
 
 ``--train-hours H`` stops the converging run cleanly (fairseq's ``--stop-time-hours``) once the
 command has trained for H hours, its sweep included; its best checkpoint is evaluated and the
 table says it was stopped by time. The side's command run again continues it until early stopping.
 
-Every stage is resumable: a finished sweep point or evaluation is kept (JSON) and skipped when the
-command runs again; the converging run continues from its ``checkpoint_last.pt``; a side trained
-again (another best validation loss than its committed scores) is scored again. Data and
-checkpoints go to ``multi30k-work/``; the logs the report reads are copied to
-``examples/multi30k/logs/`` after every stage.
+Every stage is resumable (finished sweep points and evaluations are kept as JSON; the converging
+run continues from ``checkpoint_last.pt``; a side trained again is scored again). Data and
+checkpoints go to ``multi30k-work/``, the logs the report reads to ``examples/multi30k/logs/``.
 
 The recipe both sides of every pair share: Adam (0.9, 0.98), inverse-sqrt schedule (warm-up per
 pair, ``pairs.py``), the peak rate chosen per model by a short sweep on validation loss
@@ -34,9 +31,8 @@ pair, ``pairs.py``), the peak rate chosen per model by a short sweep on validati
 4096 tokens per batch, early stopping after PATIENCE epochs without a better validation loss;
 beam 5, the length penalty chosen on valid.
 
-Seeds: ``--seed N`` (N > 1) trains the side from update 0 with fairseq's ``--seed N`` at the rate
-seed 1's sweep chose (a seed never sweeps), in ``<side>.seedN``. A finished run keeps its best
-checkpoint without optimizer state and drops its last checkpoint.
+``--seed N`` (N > 1) trains the side from update 0 at the rate seed 1's sweep chose, in
+``<side>.seedN``. A finished run keeps only its best checkpoint, without optimizer state.
 """
 
 import argparse

@@ -24,27 +24,15 @@ from torch import Tensor
 
 
 def lstm_cell(gates: Tensor, cell: Tensor) -> Tuple[Tensor, Tensor]:
-    """One LSTM update from the summed pre-activations.
-
-    Args:
-        gates: ``(batch, 4 * hidden)``, ``W_ih x + b_ih + W_hh h + b_hh``.
-        cell: ``(batch, hidden)`` previous cell state.
-
-    Returns:
-        ``(hidden, cell)`` of the new step.
-    """
+    """``(h_t, c_t)`` from ``gates`` ``(B, 4H)`` = ``W_ih x + b_ih + W_hh h + b_hh`` and ``cell`` ``(B, H)``."""
     i, f, g, o = gates.chunk(4, dim=-1)
     cell = torch.sigmoid(f) * cell + torch.sigmoid(i) * torch.tanh(g)
     return torch.sigmoid(o) * torch.tanh(cell), cell
 
 
 def cast_once(weight: Tensor) -> Tensor:
-    """``weight`` in the autocast dtype when autocast is on for its device (else unchanged).
-
-    Call it once before a step loop: the ops inside then find the weight already in
-    the low precision and cast nothing, whatever view of it they take. The values are
-    those autocast's own cast would give.
-    """
+    """``weight`` in the autocast dtype when autocast is on for its device (else unchanged): called
+    once before a step loop, the ops inside cast nothing, with the values autocast's cast gives."""
     device = weight.device.type
     if weight.dtype == torch.float32 and torch.is_autocast_enabled(device):
         return weight.to(torch.get_autocast_dtype(device))
@@ -70,20 +58,10 @@ def fused_lstm(
     b_ih: Tensor,
     b_hh: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
-    """One forward single-layer LSTM over a whole sequence on the fused kernels.
+    """``nn.LSTM``'s single forward layer with weights the caller owns (``torch.lstm``: cuDNN / oneDNN).
 
-    ``gates_t = W_ih x_t + b_ih + b_hh + W_hh h_{t-1}``, then :func:`lstm_cell`:
-    ``nn.LSTM``'s computation with weights the caller owns (``torch.lstm``, which
-    lowers to cuDNN on CUDA and oneDNN on the CPU).
-
-    Args:
-        x: ``(T, B, input)``.
-        state: ``(h0, c0)``, each ``(B, H)``.
-        w_ih: ``(4H, input)``; w_hh: ``(4H, H)``; b_ih: ``(4H,)``.
-        b_hh: ``(4H,)``; zeros when None.
-
-    Returns:
-        ``(out, (h_T, c_T))``: ``(T, B, H)`` outputs and the final state.
+    ``x`` ``(T, B, input)``, ``state`` ``(h0, c0)`` each ``(B, H)``, ``w_ih`` ``(4H, input)``, ``w_hh``
+    ``(4H, H)``, biases ``(4H,)`` (``b_hh`` zeros when None). Returns ``(out (T, B, H), (h_T, c_T))``.
     """
     if b_hh is None:
         b_hh = torch.zeros_like(b_ih)
