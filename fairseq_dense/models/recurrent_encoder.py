@@ -2,10 +2,9 @@
 
 from typing import Callable, Dict, List
 
-import torch.nn as nn
 from torch import Tensor
 
-from fairseq_dense.modules.encoder_decoder import Encoder, right_to_left_padding, to_right_padding
+from fairseq_dense.modules.encoder_decoder import Encoder, embedding, right_to_left_padding, to_right_padding
 
 
 class RecurrentEncoder(Encoder):
@@ -24,9 +23,7 @@ class RecurrentEncoder(Encoder):
         super().__init__(dictionary)
         self.padding_idx = dictionary.pad()
         self.max_source_positions = max_positions
-        self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=self.padding_idx)
-        init_embedding(self.embed_tokens.weight)
-        nn.init.zeros_(self.embed_tokens.weight[self.padding_idx])
+        self.embed_tokens = embedding(len(dictionary), embed_dim, self.padding_idx, init_embedding)
 
     def encode(self, src_tokens: Tensor, src_lengths: Tensor) -> Dict[str, Tensor]:
         """The encoder's outputs for a right-padded ``(batch, src_len)`` batch; ``(src_len, batch, dim)``

@@ -154,11 +154,9 @@ def ConvLayer(
     return weight_norm(m, dim=2) if use_weight_norm else m
 
 
-def Embedding(num_embeddings: int, embedding_dim: int, padding_idx: int) -> nn.Embedding:
-    m = nn.Embedding(num_embeddings, embedding_dim, padding_idx=padding_idx)
-    nn.init.normal_(m.weight, 0, 0.1)
-    nn.init.constant_(m.weight[padding_idx], 0)
-    return m
+def normal_embedding(weight: Tensor) -> None:
+    """fconv's embedding initialisation, N(0, 0.1) (for :func:`~fairseq_dense.modules.encoder_decoder.embedding`)."""
+    nn.init.normal_(weight, 0, 0.1)
 
 
 def plan_blocks(num_layers: int, sumlen: Optional[int]) -> List[List[int]]:

@@ -1,12 +1,21 @@
 """Encoder/decoder scaffolding of the recurrent and convolutional families, and the padding
 helpers of the recurrent encoders (they run right-padded; fairseq pads sources on the left)."""
 
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
+import torch.nn as nn
 from fairseq import utils
 from fairseq.models import FairseqEncoder, FairseqEncoderDecoderModel, FairseqIncrementalDecoder
 from torch import Tensor
+
+
+def embedding(num_embeddings: int, dim: int, padding_idx: int, init: Callable[[Tensor], Any]) -> nn.Embedding:
+    """``nn.Embedding`` whose weight ``init`` initialises in place, the padding row then zeroed."""
+    m = nn.Embedding(num_embeddings, dim, padding_idx=padding_idx)
+    init(m.weight)
+    nn.init.zeros_(m.weight[padding_idx])
+    return m
 
 
 def within_beams(new_order: Tensor, rows: int, beam: int) -> bool:

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from fairseq_dense.modules.bahdanau_attention import BahdanauAttention
 from fairseq_dense.modules.dense_lstm_layer import shift_in_time
-from fairseq_dense.modules.encoder_decoder import IncrementalDecoder
+from fairseq_dense.modules.encoder_decoder import IncrementalDecoder, embedding
 from fairseq_dense.modules.lstm_cell import cast_once, lstm_cell
 
 
@@ -105,9 +105,9 @@ class DenseLSTMDecoder(IncrementalDecoder):
             BahdanauAttention(hidden_size, k, a) for k, a in zip(memory_dims, self.attention_dims)
         )
         if embed_tokens is None:
-            embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=self.padding_idx)
-            nn.init.uniform_(embed_tokens.weight, -0.1, 0.1)
-            nn.init.zeros_(embed_tokens.weight[self.padding_idx])
+            embed_tokens = embedding(
+                len(dictionary), embed_dim, self.padding_idx, lambda w: nn.init.uniform_(w, -0.1, 0.1)
+            )
         self.embed_tokens = embed_tokens
         self.dropout = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.layers = nn.ModuleList(nn.LSTM(self._layer_input_dim(j), hidden_size) for j in range(num_layers))

@@ -11,15 +11,15 @@ from torch import Tensor
 from fairseq_dense.modules.dense_attention import DenseAttention
 from fairseq_dense.modules.dense_conv import (
     ConvLayer,
-    Embedding,
     FeatureBuffer,
     Linear,
     conv_rows,
     glu_rows,
     linear_rows,
+    normal_embedding,
     plan_blocks,
 )
-from fairseq_dense.modules.encoder_decoder import IncrementalDecoder
+from fairseq_dense.modules.encoder_decoder import IncrementalDecoder, embedding
 
 
 class DenseNMTDecoder(IncrementalDecoder):
@@ -98,7 +98,7 @@ class DenseNMTDecoder(IncrementalDecoder):
         self.max_target_positions = max_positions
         wn = use_weight_norm
         if embed_tokens is None:
-            embed_tokens = Embedding(len(dictionary), factorized_dim or embed_dim, self.padding_idx)
+            embed_tokens = embedding(len(dictionary), factorized_dim or embed_dim, self.padding_idx, normal_embedding)
         self.embed_tokens = embed_tokens
         self.embed_factor = Linear(factorized_dim, embed_dim, 0.0, wn) if factorized_dim else None
         self.embed_positions = PositionalEmbedding(max_positions, embed_dim, self.padding_idx, learned=True)

@@ -9,7 +9,7 @@ from fairseq.modules import FairseqDropout
 from torch import Tensor
 
 from fairseq_dense.modules.bahdanau_attention import BahdanauAttention
-from fairseq_dense.modules.encoder_decoder import IncrementalDecoder
+from fairseq_dense.modules.encoder_decoder import IncrementalDecoder, embedding
 from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTM, FastForwardLSTMLayer
 from fairseq_dense.modules.lstm_cell import cast_once, lstm_cell
 
@@ -81,9 +81,9 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
         self.interface = interface
         self.max_target_positions = max_positions
         if embed_tokens is None:
-            embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=self.padding_idx)
-            nn.init.normal_(embed_tokens.weight, 0.0, init_std)
-            nn.init.zeros_(embed_tokens.weight[self.padding_idx])
+            embed_tokens = embedding(
+                len(dictionary), embed_dim, self.padding_idx, lambda w: nn.init.normal_(w, 0.0, init_std)
+            )
         self.embed_tokens = embed_tokens
         # layer 1: W_f^1 [y; c] = [first.ff.weight, context_proj.weight] (Deep-Att steps the c part)
         self.first = FastForwardLSTMLayer(embed_dim, hidden_size, init_std=init_std)

@@ -8,7 +8,7 @@ from fairseq.modules import FairseqDropout
 from torch import Tensor
 
 from fairseq_dense.modules.bahdanau_attention import BahdanauAttention
-from fairseq_dense.modules.encoder_decoder import IncrementalDecoder
+from fairseq_dense.modules.encoder_decoder import IncrementalDecoder, embedding
 
 
 class GRUAttentionDecoder(IncrementalDecoder):
@@ -52,9 +52,9 @@ class GRUAttentionDecoder(IncrementalDecoder):
         self.encoder_dim = encoder_dim
         self.max_target_positions = max_positions
         if embed_tokens is None:
-            embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=self.padding_idx)
-            nn.init.normal_(embed_tokens.weight, 0, embed_dim**-0.5)
-            nn.init.zeros_(embed_tokens.weight[self.padding_idx])
+            embed_tokens = embedding(
+                len(dictionary), embed_dim, self.padding_idx, lambda w: nn.init.normal_(w, 0, embed_dim**-0.5)
+            )
         self.embed_tokens = embed_tokens
         self.embed_dropout = FairseqDropout(embed_dropout, module_name=self.__class__.__name__)
         self.init_proj = nn.Linear(encoder_hidden_size, hidden_size)
