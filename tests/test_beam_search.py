@@ -67,7 +67,7 @@ def test_beam_search_skipping_memory_reorders_changes_nothing(arch, monkeypatch)
 
         decoder.output_layer = raised_eos
         gen = SequenceGenerator([model], d, beam_size=5, max_len_a=0, max_len_b=8, min_len=1)
-        assert model.encoder.beam_size == decoder._beam_size == 5
+        assert model.encoder.beam_size == decoder.beam_size == 5
         with torch.no_grad():
             checks.clear()
             skipped = gen.generate([model], sample)

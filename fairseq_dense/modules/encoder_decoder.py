@@ -68,6 +68,11 @@ class IncrementalDecoder(FairseqIncrementalDecoder):
     STATE_KEY = "state"
     MEMORY: Tuple[str, ...] = ()
     max_target_positions: int
+    beam_size = 1  # set by :meth:`set_beam_size`: 1 while unknown
+
+    def set_beam_size(self, beam_size: int) -> None:
+        super().set_beam_size(beam_size)  # fairseq's: passes it on to submodules that take it
+        self.beam_size = beam_size
 
     def forward(
         self,
@@ -105,7 +110,7 @@ class IncrementalDecoder(FairseqIncrementalDecoder):
         if cached is None:
             return
         rows = next((value.size(0) for value in cached.values() if value is not None), 0)
-        memory = self.MEMORY if within_beams(new_order, rows, getattr(self, "_beam_size", 1)) else ()
+        memory = self.MEMORY if within_beams(new_order, rows, self.beam_size) else ()
         self.set_cache(
             incremental_state,
             {
