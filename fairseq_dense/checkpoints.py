@@ -60,6 +60,11 @@ def read_state(path: str, mmap: bool = False) -> dict:
     return state
 
 
+def num_updates(state: dict) -> int:
+    """The updates a checkpoint's state records (0 if none)."""
+    return int(((state.get("optimizer_history") or [{}])[-1]).get("num_updates", 0))
+
+
 @dataclass
 class CheckpointInfo:
     """The counters of a checkpoint that loads (what restarts, selection and the quick-start read)."""
@@ -86,12 +91,11 @@ def read_info(path: str) -> Optional[CheckpointInfo]:
         state = read_state(path, mmap=True)
     except (OSError, CheckpointError):  # a file gone meanwhile too
         return None
-    history = state.get("optimizer_history") or [{}]
     extra = state.get("extra_state") or {}
     itr = extra.get("train_iterator") or {}
     return CheckpointInfo(
         path=path,
-        num_updates=int(history[-1].get("num_updates", 0)),
+        num_updates=num_updates(state),
         val_loss=None if extra.get("val_loss") is None else float(extra["val_loss"]),
         best=None if extra.get("best") is None else float(extra["best"]),
         next_epoch=int(itr.get("epoch", 1)),

@@ -40,7 +40,7 @@ def read_checkpoint(path: str) -> dict:
         ValueError: ``path`` is missing or not a checkpoint
             (:class:`~fairseq_dense.checkpoints.CheckpointError`), or holds no kappa/alpha parameters.
     """
-    from fairseq_dense.checkpoints import read_state
+    from fairseq_dense.checkpoints import num_updates, read_state
 
     state = read_state(path)
     weights = {
@@ -54,8 +54,7 @@ def read_checkpoint(path: str) -> dict:
             "fixed branch weights, as weighted_transformer_small does by default; --learned-branch-weights "
             "learns them)"
         )
-    history = state.get("optimizer_history") or [{}]
-    return {"path": path, "num_updates": int(history[-1].get("num_updates", 0)), "weights": weights}
+    return {"path": path, "num_updates": num_updates(state), "weights": weights}
 
 
 def plot(ckpts: List[dict], out_png: str) -> None:
