@@ -17,7 +17,9 @@ from benchmarks import cpu_speed, measure
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("families", nargs="+", help="registered families (each times its <family>_small)")
-    parser.add_argument("--work-dir", default="quickstart-work", help="the quick-start's work folder (its prepared data)")
+    parser.add_argument(
+        "--work-dir", default="quickstart-work", help="the quick-start's work folder (its prepared data)"
+    )
     parser.add_argument("--rounds", type=int, default=7, help="alternating rounds; the ratio is their median")
     args = parser.parse_args()
     torch.set_num_threads(1)
