@@ -8,16 +8,9 @@ from fairseq_dense.modules.encoder_decoder import Encoder, embedding, right_to_l
 
 
 class RecurrentEncoder(Encoder):
-    """A source embedding and recurrences that run on right-padded batches (fairseq pads sources on
-    the left by default): :meth:`encode` gets the batch right-padded, and its time-major outputs are
-    moved back to the caller's layout, so attention columns match ``src_tokens``.
-
-    Args:
-        dictionary: source dictionary.
-        embed_dim: embedding size.
-        max_positions: longest source accepted.
-        init_embedding: initialises the embedding weight in place (the padding row is then zeroed).
-    """
+    """A source embedding (``init_embedding`` initialises its weight in place) and recurrences on
+    right-padded batches (fairseq pads sources on the left by default): :meth:`encode` gets the batch
+    right-padded, and its time-major outputs are moved back to the caller's layout."""
 
     def __init__(self, dictionary, embed_dim: int, max_positions: int, init_embedding: Callable[[Tensor], None]):
         super().__init__(dictionary)
@@ -31,17 +24,9 @@ class RecurrentEncoder(Encoder):
         raise NotImplementedError
 
     def forward(self, src_tokens: Tensor, src_lengths: Tensor, **unused) -> Dict[str, List[Tensor]]:
-        """Encode a batch.
-
-        Args:
-            src_tokens: ``(batch, src_len)``, left- or right-padded.
-            src_lengths: ``(batch,)``.
-
-        Returns:
-            dict with what :meth:`encode` returns (each in a list, aligned with ``src_tokens``) and
-              * ``encoder_padding_mask``: ``[(batch, src_len)]``, True at padding;
-              * ``src_lengths``: ``[(batch,)]``.
-        """
+        """What :meth:`encode` returns for left- or right-padded ``(batch, src_len)`` ``src_tokens``, each in a
+        list and aligned with them, plus ``encoder_padding_mask`` ``[(batch, src_len)]`` (True at padding)
+        and ``src_lengths`` ``[(batch,)]``."""
         padding_mask = src_tokens.eq(self.padding_idx)
         src_tokens, left_padded = to_right_padding(src_tokens, self.padding_idx)
         out = self.encode(src_tokens, src_lengths)
