@@ -279,11 +279,17 @@ def test_the_report_gives_each_sides_seeds_mean_spread_and_verdicts(toy, monkeyp
 
 def test_a_variant_is_judged_against_the_side_it_names(toy, monkeypatch):
     monkeypatch.setitem(
-        run.PAIRS["toy"], "variants", {"model.x": {"options": ["--arch", "a"], "rates": (1e-3,), "against": "baseline"}}
+        run.PAIRS["toy"],
+        "variants",
+        {"model.x": {"options": ["--arch", "a"], "rates": (1e-3,), "against": ("baseline",)}},
     )
     assert list(report.comparisons("toy")) == [("model", "baseline"), ("model.x", "baseline")]
     assert list(report.comparisons("deep_att")) == [("model", "baseline")]  # its variants name none
-    assert list(report.comparisons("weighted_transformer")) == [("model", "baseline"), ("model.fixed", "baseline")]
+    assert list(report.comparisons("weighted_transformer")) == [
+        ("model", "baseline"),
+        ("model.fixed", "baseline"),
+        ("model.fixed", "model"),
+    ]
 
 
 def test_progress_reports_each_run_and_copies_its_logs(toy, capsys):

@@ -5,7 +5,7 @@ options (architecture and sizes only); everything else (data, optimiser, schedul
 batch size, stopping) is common and lives in ``run.py``. ``variants`` are runs that answer
 a question the pair raises, named ``<side>.<label>``, each with its own options and sweep
 rates; they appear in the table and the plot but not in the README's front table. A
-variant that names a side under ``against`` gets a verdict against it (``report.verdicts``).
+variant gets a verdict against each side it names under ``against`` (``report.verdicts``).
 Sizes are CPU-sized, about 5-10M parameters with the 8k joint BPE vocabulary (7,964 types).
 """
 
@@ -114,7 +114,7 @@ PAIRS["weighted_transformer"] = {
                 *(*_TRANSFORMER_SHAPE, "--task", "translation_weighted"),
             ],
             "rates": TRANSFORMER_RATES,
-            "against": "baseline",
+            "against": ("baseline", "model"),
         },
     },
 }

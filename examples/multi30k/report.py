@@ -346,12 +346,12 @@ def seeds_table(rows) -> str:
 
 
 def comparisons(pair: str):
-    """The pair's verdicts: the model against the baseline, and each variant that names a side
-    under ``against`` (``pairs.py``) against that side."""
+    """The pair's verdicts: the model against the baseline, and each variant against each side it
+    names under ``against`` (``pairs.py``)."""
     yield "model", "baseline"
     for name, variant in PAIRS[pair].get("variants", {}).items():
-        if "against" in variant:
-            yield name, variant["against"]
+        for side in variant.get("against", ()):
+            yield name, side
 
 
 def verdicts(rows) -> list:
