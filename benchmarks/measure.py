@@ -158,7 +158,8 @@ def timed(fn, device: str = "cpu") -> float:
 
 
 def _timed_rounds(sides: Dict, items: list, rounds: int, step, device: str) -> Dict:
-    """Run ``step(side, item)`` for every item, one side and then the other, ``rounds`` times.
+    """Run ``step(side, item, i)`` for every item, each side in turn, ``rounds`` times (the order of
+    the sides reversed every other round).
 
     Each call is timed by the wall clock and by the CPU time of the calling thread (on the CPU
     with one torch thread all the work runs there; on a shared machine that clock leaves out the
@@ -166,40 +167,37 @@ def _timed_rounds(sides: Dict, items: list, rounds: int, step, device: str) -> D
 
     Returns:
         ``{"ratio": median over rounds of baseline seconds / ours seconds, "cpu_ratio": the same
-        of the thread CPU seconds, "rounds": [...]}``.
+        of the thread CPU seconds, "rounds": [{"<side>_s": ..., "<side>_cpu_s": ...}, ...]}``
+        (the ratios None unless ``sides`` names ``ours`` and ``baseline``; :func:`median_ratio`
+        gives those of any two sides).
     """
     per_round = []
     for r in range(rounds):
         seconds = dict.fromkeys(sides, 0.0)
         cpu = dict.fromkeys(sides, 0.0)
         for i, item in enumerate(items):
-            for name in ("ours", "baseline") if r % 2 == 0 else ("baseline", "ours"):
+            for name in list(sides) if r % 2 == 0 else list(sides)[::-1]:
                 sync(device)
                 t0, c0 = time.perf_counter(), time.thread_time()
                 step(sides[name], item, i)
                 sync(device)
                 seconds[name] += time.perf_counter() - t0
                 cpu[name] += time.thread_time() - c0
-        per_round.append(
-            {
-                "ours_s": seconds["ours"],
-                "baseline_s": seconds["baseline"],
-                "ours_cpu_s": cpu["ours"],
-                "baseline_cpu_s": cpu["baseline"],
-            }
-        )
-
-    def median_ratio(key: str):
-        ratios = sorted(p[f"baseline_{key}"] / p[f"ours_{key}"] for p in per_round if p[f"ours_{key}"])
-        return ratios[len(ratios) // 2] if ratios else None
-
+        per_round.append({**{f"{n}_s": seconds[n] for n in sides}, **{f"{n}_cpu_s": cpu[n] for n in sides}})
+    both = "ours" in sides and "baseline" in sides
     return {
-        "ratio": median_ratio("s"),
-        "cpu_ratio": median_ratio("cpu_s"),
+        "ratio": median_ratio(per_round, "baseline", "ours", "s") if both else None,
+        "cpu_ratio": median_ratio(per_round, "baseline", "ours", "cpu_s") if both else None,
         "rounds": per_round,
         "threads": torch.get_num_threads(),
         "device": device,
     }
+
+
+def median_ratio(per_round: list, slow: str, fast: str, clock: str = "cpu_s") -> Optional[float]:
+    """Median over the rounds of side ``slow``'s seconds / side ``fast``'s (``clock``: ``s`` wall, ``cpu_s``)."""
+    ratios = sorted(p[f"{slow}_{clock}"] / p[f"{fast}_{clock}"] for p in per_round if p[f"{fast}_{clock}"])
+    return ratios[len(ratios) // 2] if ratios else None
 
 
 def _build_trainable(train_args: List[str]):

@@ -278,3 +278,24 @@ def test_cpu_speed_side_by_side(tmp_path):
     assert e["decode"]["sentences"] == 4
     row = cpu_speed.table([e]).splitlines()[-1]
     assert row.startswith("| gru_attention | `gru_attention_small` | `lstm (width ")
+
+
+def test_int16_dropout_mask_keeps_one_minus_p_and_rescales():
+    """benchmarks/speed_paths' measured (not kept) dropout: values 0 or x / (1 - p), keep rate 1 - p."""
+    from benchmarks import speed_paths
+
+    torch.manual_seed(1)
+    y = speed_paths.int16_dropout(torch.ones(1000, 999), 0.1)  # an odd element count (bits cut to size)
+    assert y.shape == (1000, 999)
+    kept = y != 0
+    assert torch.allclose(y[kept], torch.tensor(1 / 0.9))
+    assert abs(kept.float().mean().item() - 0.9) < 0.002
+
+
+def test_timed_rounds_times_any_number_of_sides():
+    seen = []
+    res = measure._timed_rounds({"a": 1, "b": 2, "c": 3}, [0, 1], 2, lambda side, item, i: seen.append(side), "cpu")
+    assert seen == [1, 2, 3, 1, 2, 3, 3, 2, 1, 3, 2, 1]  # the order reversed every other round
+    assert res["ratio"] is None and len(res["rounds"]) == 2
+    assert set(res["rounds"][0]) == {"a_s", "b_s", "c_s", "a_cpu_s", "b_cpu_s", "c_cpu_s"}
+    assert measure.median_ratio([{"x_s": 2.0, "y_s": 1.0}], "x", "y", "s") == 2.0

@@ -1,0 +1,132 @@
+"""A speed path on and off in one process: the before/after that decides whether it stays.
+
+    python -m benchmarks.speed_paths reorder-skip densenmt gru_attention dense_lstm fast_forward_lstm
+    python -m benchmarks.speed_paths int16-dropout weighted_transformer
+
+Each family's ``<family>_small`` on the quick-start's data (``--work-dir``), one thread, thread CPU
+time, the sides alternating per item and their order reversed every other round
+(:func:`benchmarks.measure._timed_rounds`); prints the median over ``--rounds`` of the ratio off
+seconds / on seconds (the gain) and the rounds. The paths (docs/benchmarks.md, "Speed tricks"):
+
+- ``reorder-skip`` (kept): beam 5 on 128 test sentences in batches of 64 forced to 12 tokens
+  (untrained model), ``model.set_beam_size(5)`` (per-sentence memory left in place) against
+  ``set_beam_size(1)`` (beam size unknown: every reorder ``index_select``\\ s).
+- ``int16-dropout`` (measured, not kept: it gained less than 10%): training steps on the first 4
+  batches of a shuffled epoch with every dropout of the model drawing its mask from 16 random bits
+  an element (``torch.int64.random_`` viewed as ``int16``, keep probability ``1 - p`` to
+  ``2**-16``) instead of ``F.dropout``'s ``bernoulli_``; the counterpart the quick-start pairs
+  with the family is timed in the same rounds (the ratio of each side to it is printed too).
+"""
+
+import argparse
+import types
+
+import torch
+
+from benchmarks import cpu_speed, measure, synthetic
+
+
+def int16_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
+    """Inverted dropout with a mask from 16 random bits an element (``P(keep) = 1 - p`` to ``2**-16``)."""
+    n = x.numel()
+    bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device).random_(-(2**63), None)
+    keep = bits.view(torch.int16)[:n].view(x.shape) >= -32768 + round(p * 65536)
+    return torch.where(keep, x * (1.0 / (1.0 - p)), 0.0)
+
+
+def use_int16_dropout(model: torch.nn.Module) -> None:
+    """Every ``FairseqDropout`` of ``model`` and the Weighted Transformer's branch dropout draw int16 masks."""
+    from fairseq.modules import FairseqDropout
+
+    from fairseq_dense.modules.branched_attention import BranchedAttention
+
+    def dropout(self, x, inplace: bool = False):
+        return int16_dropout(x, self.p) if self.p > 0 and (self.training or self.apply_during_inference) else x
+
+    def drop_branches(self, hbar):
+        return self.dropout_module(hbar)
+
+    for m in model.modules():
+        if isinstance(m, FairseqDropout):
+            m.forward = types.MethodType(dropout, m)
+        if isinstance(m, BranchedAttention):
+            m._drop_branches = types.MethodType(drop_branches, m)
+
+
+def reorder_skip(family: str, data_bin: str, rounds: int) -> dict:
+    torch.manual_seed(1)
+    model, task = cpu_speed._decode_models(data_bin, ["--arch", f"{family}_small"])
+    gen = measure._generator(model, task, 5, 12)
+    dataset = task.dataset("test")
+    every = max(1, len(dataset) // 128)
+    batches = measure._batches(dataset, list(range(len(dataset)))[::every][:128], 64, "cpu")
+
+    def run(beam, sample, i):
+        model.set_beam_size(beam)
+        return gen.generate([model], sample)
+
+    with torch.inference_mode():
+        run(5, batches[0], 0), run(1, batches[0], 0)  # warm-up
+        res = measure._timed_rounds({"on": 5, "off": 1}, batches, rounds, run, "cpu")
+    return {"gain": measure.median_ratio(res["rounds"], "off", "on"), "rounds": res["rounds"]}
+
+
+def int16_dropout_path(family: str, data_bin: str, rounds: int) -> dict:
+    from fairseq import utils
+
+    from fairseq_dense import baselines
+
+    ours = ["--arch", f"{family}_small"]
+    base = baselines.match_baseline(data_bin, family, ours)[0]["baseline_args"]
+    sides = {}
+    for name, args in (("on", ours), ("off", ours), ("counterpart", base)):
+        torch.manual_seed(1)
+        sides[name] = measure._build_trainable(synthetic.train_args(data_bin, args, max_tokens=cpu_speed.MAX_TOKENS))
+    use_int16_dropout(sides["on"][1])
+    task, model, _, _, cfg = sides["off"]
+    task.load_dataset(cfg.dataset.train_subset, combine=False, epoch=1)
+    itr = task.get_batch_iterator(
+        dataset=task.dataset(cfg.dataset.train_subset),
+        max_tokens=cfg.dataset.max_tokens,
+        seed=1,
+        ignore_invalid_inputs=True,
+        max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
+    ).next_epoch_itr(shuffle=True)
+    samples = [s for _, s in zip(range(5), itr)]
+    for side in sides.values():
+        measure._train_step(side, samples[0], 1)  # warm-up
+    res = measure._timed_rounds(
+        sides, samples[1:], rounds, lambda side, s, i: measure._train_step(side, s, 2 + i), "cpu"
+    )
+    per_round = res["rounds"]
+    return {
+        "gain": measure.median_ratio(per_round, "off", "on"),
+        "on vs counterpart": measure.median_ratio(per_round, "counterpart", "on"),
+        "off vs counterpart": measure.median_ratio(per_round, "counterpart", "off"),
+        "rounds": per_round,
+    }
+
+
+PATHS = {"reorder-skip": reorder_skip, "int16-dropout": int16_dropout_path}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("path", choices=sorted(PATHS), help="the speed path to time on and off")
+    parser.add_argument("families", nargs="+", help="registered families (each times its <family>_small)")
+    parser.add_argument(
+        "--work-dir", default="quickstart-work", help="the quick-start's work folder (its prepared data)"
+    )
+    parser.add_argument("--rounds", type=int, default=7, help="alternating rounds; each ratio is their median")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    data_bin = cpu_speed.quickstart_data(args.work_dir)
+    for family in args.families:
+        res = PATHS[args.path](family, data_bin, args.rounds)
+        figures = ", ".join(f"{k} {v:.3f}" for k, v in res.items() if k != "rounds")
+        print(f"{args.path} {family}: {figures} (thread CPU time, median of {args.rounds} rounds)")
+        print("  rounds:", [{k: round(v, 3) for k, v in r.items()} for r in res["rounds"]])
+
+
+if __name__ == "__main__":
+    main()
