@@ -67,6 +67,22 @@ def test_prepare_reuses_only_the_same_raw_contents(tmp_path, caplog):
     assert len((dest / "tok" / "train.src").read_text().splitlines()) == 20
 
 
+def test_a_moved_folder_reuses_its_prepared_data_unchanged(tmp_path, caplog):
+    """The raw files are known by their content: moving the raw and prepared folders (as a moved
+    quick-start work folder does) reuses the data, and ``prepare.json`` keeps its bytes (the
+    quick-start's runs are keyed on them)."""
+    import shutil
+
+    raw = helpers.write_copy_corpus(tmp_path / "a" / "raw", n_train=30, n_valid=5, n_test=5)
+    prep.prepare(str(raw), str(tmp_path / "a" / "prepared"), "src", "tgt", merges=10, workers=1)
+    recorded = (tmp_path / "a" / "prepared" / "prepare.json").read_bytes()
+    shutil.move(tmp_path / "a", tmp_path / "b")
+    with caplog.at_level("INFO", logger=prep.logger.name):
+        prep.prepare(str(tmp_path / "b" / "raw"), str(tmp_path / "b" / "prepared"), "src", "tgt", merges=10, workers=1)
+    assert "reusing prepared data" in caplog.text and "rebuilding" not in caplog.text
+    assert (tmp_path / "b" / "prepared" / "prepare.json").read_bytes() == recorded
+
+
 def test_prepared_before_fingerprints_is_checked_by_modification_time(tmp_path, caplog):
     """A ``prepare.json`` without fingerprints is reused (and fingerprinted) only if no raw file is newer."""
     import os

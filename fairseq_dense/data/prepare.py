@@ -118,17 +118,23 @@ def describe_changes(old: Dict, new: Dict) -> List[str]:
     return changes
 
 
+#: recorded in ``prepare.json`` for the reader, not compared: the raw files are identified by their
+#: content, so a moved work folder (or raw folder) reuses its data and the models trained on it
+NOT_COMPARED = ("raw_dir",)
+
+
 def _reusable(dest: str, meta: Dict, raw_dir: str) -> Optional[List[str]]:
     """None if ``dest`` holds this very preparation, else the reasons to (re)build it."""
     meta_path = os.path.join(dest, "prepare.json")
     if not os.path.isfile(meta_path):
         return []
     with open(meta_path) as f:
-        old = json.load(f)
+        old = {k: v for k, v in json.load(f).items() if k not in NOT_COMPARED}
+    new = {k: v for k, v in meta.items() if k not in NOT_COMPARED}
     if "inputs" in old:
-        return describe_changes(old, meta) or None
+        return describe_changes(old, new) or None
     # prepared before fingerprints were recorded: same options, and raw files older than it
-    options = {k: v for k, v in meta.items() if k != "inputs"}
+    options = {k: v for k, v in new.items() if k != "inputs"}
     if options != old:
         return describe_changes(old, options)
     mtime = os.path.getmtime(meta_path)
