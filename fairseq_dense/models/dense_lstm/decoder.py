@@ -255,18 +255,17 @@ class DenseLSTMDecoder(IncrementalDecoder):
         m = self.softmax_dropout(torch.tanh(self.readout(readout_in))).transpose(0, 1)  # S x B -> B x S
         return m, {"attn": [torch.stack(attns, dim=1)]}
 
-    def _cell_weights(self, j: int) -> Tuple[Tensor, Tensor, Tensor]:
-        """``(W_ih, W_hh, b_ih + b_hh)`` of 0-based layer ``j``, each cast once under autocast."""
+    def _cell_weights(self, j: int) -> Tuple[Tensor, ...]:
+        """``(W_ih, W_hh, b_ih, b_hh)`` of 0-based layer ``j``, each cast once under autocast."""
         lstm = self.layers[j]
-        return cast_once(lstm.weight_ih_l0), cast_once(lstm.weight_hh_l0), cast_once(lstm.bias_ih_l0 + lstm.bias_hh_l0)
+        return tuple(cast_once(w) for w in (lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0))
 
     @staticmethod
-    def _cell_step(weights: Tuple[Tensor, Tensor, Tensor], inp: Tensor, h: Tensor, c: Tensor) -> Tuple[Tensor, Tensor]:
+    def _cell_step(weights: Tuple[Tensor, ...], inp: Tensor, h: Tensor, c: Tensor) -> Tuple[Tensor, Tensor]:
         """One step of a layer with :meth:`_cell_weights` ``weights``: ``inp`` ``(batch, input)``,
         ``h``/``c`` ``(batch, hidden)`` -> the new ``(h, c)``."""
-        w_ih, w_hh, bias = weights
-        # one ATen cell: W_hh h + (W_ih x + b), then the gates (PyTorch's own, same values)
-        return torch.lstm_cell(inp, (h, c), w_ih, w_hh, bias)
+        # PyTorch's own cell with the layer's parameters (its CUDA kernel needs both biases)
+        return torch.lstm_cell(inp, (h, c), *weights)
 
     def _project_keys(self, memory: Tensor) -> Tensor:
         """``(src_len, batch, context_dim)`` -> ``(batch, src_len, sum of attention dims)``, every
