@@ -3,14 +3,14 @@
 ``import fairseq_dense`` calls :func:`install`; each workaround is turned off by listing its name in
 ``FAIRSEQ_DENSE_COMPAT_OFF`` (comma-separated) before the import, or undone as its docstring says:
 ``safe_loading`` (:func:`allow_namespace_in_safe_loader`), ``prefetch_exit``
-(:func:`quiesce_prefetch_threads`), ``checkpoint_mismatch`` (:func:`install_checkpoint_checks`) and
-``error_hook`` (:func:`install_excepthook`).
+(:func:`quiesce_prefetch_threads`) and ``error_hook`` (:func:`install_excepthook`). The clear message of
+a checkpoint that does not fit is no workaround: the model classes carry it
+(:class:`ExplainsCheckpointMismatch`).
 """
 
 import argparse
 import atexit
 import errno
-import functools
 import logging
 import os
 import sys
@@ -35,8 +35,6 @@ def install() -> None:
     if "prefetch_exit" not in off:
         atexit.unregister(quiesce_prefetch_threads)
         atexit.register(quiesce_prefetch_threads)
-    if "checkpoint_mismatch" not in off:
-        install_checkpoint_checks()
     if "error_hook" not in off:
         install_excepthook()
 
@@ -143,11 +141,14 @@ def explain_state_dict_mismatch(model, state_dict: Dict, model_cfg=None) -> Opti
     )
 
 
-def _checked_load_state_dict(original):
-    @functools.wraps(original)
+class ExplainsCheckpointMismatch:
+    """First base of every fairseq-dense model class: a ``load_state_dict`` torch rejects with its list
+    of differing tensors is re-raised as :class:`CheckpointMismatchError` naming the cause
+    (:func:`explain_state_dict_mismatch`); nothing else changes."""
+
     def load_state_dict(self, state_dict, *args, **kwargs):
         try:
-            return original(self, state_dict, *args, **kwargs)
+            return super().load_state_dict(state_dict, *args, **kwargs)
         except RuntimeError as e:
             if isinstance(e, CheckpointMismatchError) or "state_dict" not in str(e):
                 raise
@@ -156,21 +157,6 @@ def _checked_load_state_dict(original):
             if reason is None:
                 raise
             raise CheckpointMismatchError(reason) from e
-
-    load_state_dict._fairseq_dense_checked = True
-    return load_state_dict
-
-
-def install_checkpoint_checks() -> None:
-    """Wrap ``load_state_dict`` of every registered fairseq-dense model class (idempotent): a load torch
-    rejects with its list of differing tensors is re-raised as :class:`CheckpointMismatchError` naming
-    the cause (:func:`explain_state_dict_mismatch`); nothing else changes."""
-    from fairseq.models import MODEL_REGISTRY
-
-    for cls in set(MODEL_REGISTRY.values()):
-        ours = cls.__module__.startswith("fairseq_dense.")
-        if ours and not getattr(cls.load_state_dict, "_fairseq_dense_checked", False):
-            cls.load_state_dict = _checked_load_state_dict(cls.load_state_dict)
 
 
 # ---------------------------------------------------------------- error_hook

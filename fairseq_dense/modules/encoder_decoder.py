@@ -9,6 +9,8 @@ from fairseq import utils
 from fairseq.models import FairseqEncoder, FairseqEncoderDecoderModel, FairseqIncrementalDecoder
 from torch import Tensor
 
+from fairseq_dense.fairseq_compat import ExplainsCheckpointMismatch
+
 
 def embedding(num_embeddings: int, dim: int, padding_idx: int, init: Callable[[Tensor], Any]) -> nn.Embedding:
     """``nn.Embedding`` whose weight ``init`` initialises in place, the padding row then zeroed."""
@@ -49,7 +51,7 @@ class Encoder(FairseqEncoder):
         return self.max_source_positions
 
 
-class EncoderDecoderModel(FairseqEncoderDecoderModel):
+class EncoderDecoderModel(ExplainsCheckpointMismatch, FairseqEncoderDecoderModel):
     """A fairseq encoder-decoder model that passes the beam size on to its encoder and decoder
     (fairseq's ``SequenceGenerator`` calls ``model.set_beam_size`` for beams wider than 1)."""
 

@@ -14,6 +14,7 @@ from fairseq.models.transformer import TransformerConfig, TransformerModel
 from fairseq.models.transformer.transformer_legacy import base_architecture as fairseq_transformer_base
 from fairseq.utils import safe_getattr
 
+from fairseq_dense.fairseq_compat import ExplainsCheckpointMismatch
 from fairseq_dense.models.arch_defaults import both_sides, register_presets, set_defaults
 from fairseq_dense.models.option_checks import flag
 from fairseq_dense.models.weighted_transformer.config import WeightedTransformerConfig
@@ -86,7 +87,7 @@ def validate(args) -> None:
 
 
 @register_model("weighted_transformer")
-class WeightedTransformerModel(TransformerModel):
+class WeightedTransformerModel(ExplainsCheckpointMismatch, TransformerModel):
     """Transformer whose attention + FFN sub-layers are weighted branches (Ahmed et al., 2017).
 
     https://arxiv.org/abs/1711.02132. fairseq's transformer whose ``build_encoder_layer``/
