@@ -359,6 +359,25 @@ def checks_files(cfg) -> bool:
     )
 
 
+def broadcast_globals() -> list:
+    """What fairseq's resume under data parallelism sends through ``torch.load``, besides tensors.
+
+    Rank 0 sends the checkpoint's state to the other ranks (``distributed_utils.broadcast_object``:
+    ``torch.save``, then torch's safe ``torch.load``), which refuses the OmegaConf ``cfg`` in it. A
+    training rank allows these classes (:func:`start_training`; ``fairseq-dense-train-ddp`` for any
+    task): the state comes from rank 0's own checkpoint.
+    """
+    import typing
+
+    from fairseq.distributed.utils import _TensorPlaceholder  # what stands for each tensor sent apart
+    from omegaconf import DictConfig, ListConfig
+    from omegaconf.base import ContainerMetadata, Metadata
+    from omegaconf.nodes import AnyNode
+
+    classes = [_TensorPlaceholder, DictConfig, ListConfig, ContainerMetadata, Metadata, AnyNode, typing.Any]
+    return classes + [collections.defaultdict, dict, list, int]
+
+
 def start_training(cfg) -> Optional[CheckpointInfo]:
     """Where a training starts, before fairseq loads ``checkpoint_last.pt``: lock, repair, stop if finished.
 
@@ -376,13 +395,16 @@ def start_training(cfg) -> Optional[CheckpointInfo]:
         SaveDirBusy: another live training holds the folder.
         TrainingFinished: the run already reached a stopping point (exit status 0; no file changed).
     """
+    import torch
     import torch.distributed as dist
 
     save_dir = option(cfg, "save_dir")
     if not save_dir:
         return None
     resume, message = None, None
-    if not option(cfg, "distributed_rank"):
+    distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    # the process group's rank: under torchrun's environment fairseq sets its own config's rank only
+    if (dist.get_rank() if distributed else option(cfg, "distributed_rank") or 0) == 0:
         lock_save_dir(save_dir)
         if checks_files(cfg):
             # a missing checkpoint_last.pt means "start from another file" (or "never write one") there
@@ -401,10 +423,12 @@ def start_training(cfg) -> Optional[CheckpointInfo]:
             if reason:
                 message = f"training already finished: {resume.path} holds {reason}; nothing to train"
                 message += " (raise the limit to go on)"
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+    if distributed:
         decision = [(resume, message)]  # rank 0's folder decides for every rank
         dist.broadcast_object_list(decision, src=0)
         resume, message = decision[0]
+        if resume is not None:  # fairseq sends rank 0's checkpoint state to this rank next
+            torch.serialization.add_safe_globals(broadcast_globals())
     if message is not None:
         logger.info(message)
         raise TrainingFinished(message)

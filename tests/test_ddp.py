@@ -266,3 +266,52 @@ def test_two_nodes_on_one_machine_train_as_one_process_and_resume_after_a_kill(t
     rh.assert_tensors_identical(
         rh.deterministic_parts(two), rh.deterministic_parts(rh.load_checkpoint(save / "checkpoint_last.pt")), arch
     )
+
+
+def test_fairseqs_own_distributed_launch_resumes(tmp_path):
+    """Two ``fairseq-train`` processes started as fairseq documents it (``--distributed-rank`` each, no
+    fairseq-dense launcher) train, and a second launch resumes: rank 0 sends its checkpoint's state to
+    rank 1 through torch's safe loader, which the task's start allows (``resume.broadcast_globals``)."""
+    from fairseq_dense.checkpoints import num_updates
+
+    bin_dir = rh.tiny_corpus(tmp_path / "data", n_train=2 * B)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for updates in (2, 4):
+        port = _free_port()
+        args = rh.base_train_args(
+            bin_dir, tmp_path / "save", "gru_attention_tiny", updates, *OPT, "--batch-size", str(B)
+        )
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "fairseq_cli.train",
+                    *args,
+                    "--user-dir",
+                    str(helpers.REPO / "fairseq_dense"),
+                    "--distributed-init-method",
+                    f"tcp://127.0.0.1:{port}",
+                    "--distributed-world-size",
+                    "2",
+                    "--distributed-rank",
+                    str(rank),
+                    "--device-id",
+                    "0",
+                    "--distributed-no-spawn",
+                    "--distributed-backend",
+                    "gloo",
+                    "--ddp-backend",
+                    "legacy_ddp",
+                ],  # fmt: skip
+                cwd=helpers.REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for rank in (0, 1)
+        ]
+        outs = [p.communicate(timeout=300)[0] for p in procs]
+        assert all(p.returncode == 0 for p in procs), "\n".join(o[-3000:] for o in outs)
+        assert num_updates(rh.load_checkpoint(tmp_path / "save" / "checkpoint_last.pt")) == updates

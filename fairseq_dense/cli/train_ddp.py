@@ -17,6 +17,7 @@ import os
 import sys
 from typing import List, Optional, Sequence
 
+from fairseq_dense import resume
 from fairseq_dense.logging_setup import configure_logging
 from fairseq_dense.threads import THREADS_ENV, choose_threads
 
@@ -83,25 +84,6 @@ def run_train(train_args: Sequence[str]) -> None:
     distributed_utils.call_main(cfg, train.main)
 
 
-def _broadcast_globals() -> list:
-    """What fairseq's resume under data parallelism sends through ``torch.load``, besides tensors.
-
-    Rank 0 sends the checkpoint's state to the other ranks (``distributed_utils.broadcast_object``:
-    ``torch.save``, then torch's safe ``torch.load``), which refuses the OmegaConf ``cfg`` in it. These
-    classes are allowed only while a rank trains: the state comes from rank 0's own checkpoint.
-    """
-    import collections
-    import typing
-
-    from fairseq.distributed.utils import _TensorPlaceholder  # what stands for each tensor sent apart
-    from omegaconf import DictConfig, ListConfig
-    from omegaconf.base import ContainerMetadata, Metadata
-    from omegaconf.nodes import AnyNode
-
-    classes = [_TensorPlaceholder, DictConfig, ListConfig, ContainerMetadata, Metadata, AnyNode, typing.Any]
-    return classes + [collections.defaultdict, dict, list, int]
-
-
 def rank_main(train_args: Sequence[str], backend: Optional[str] = None) -> None:
     """Entry point of one torchrun worker: train with the distributed flags of this rank."""
     import torch
@@ -111,7 +93,7 @@ def rank_main(train_args: Sequence[str], backend: Optional[str] = None) -> None:
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     except KeyError as e:
         raise SystemExit(f"fairseq-dense-train-ddp: {e.args[0]} is not set; start workers through torchrun")
-    with torch.serialization.safe_globals(_broadcast_globals()):
+    with torch.serialization.safe_globals(resume.broadcast_globals()):
         run_train(distributed_args(train_args, rank, world_size, local_rank, backend))
 
 
