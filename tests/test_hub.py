@@ -13,6 +13,7 @@ import math
 import os
 import pickle
 import shutil
+import stat
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -230,6 +231,10 @@ def test_cli_export_average_fp16_and_model_card(corpus, tmp_path):
         cwd=helpers.REPO,
     )
     assert proc.stdout.strip() == str(out)
+    umask = os.umask(0o022)  # the process's umask (the export's files carry its permissions)
+    os.umask(umask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~umask
+    assert {stat.S_IMODE(f.stat().st_mode) for f in out.iterdir()} == {0o666 & ~umask}
     config = json.loads((out / "config.json").read_text())
     assert config["checkpoints"] == ["checkpoint1.pt", "checkpoint2.pt"]
     assert config["weights_dtype"] == "float16" and config["tokenizer"] is None and config["bpe"] is None

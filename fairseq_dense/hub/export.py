@@ -17,8 +17,8 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
@@ -275,7 +275,7 @@ def export_checkpoint(
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     for leftover in out_dir.parent.glob(f".{glob.escape(out_dir.name)}{EXPORT_TMP_MARK}*"):
         shutil.rmtree(leftover, ignore_errors=True)  # of an export killed before it finished
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}{EXPORT_TMP_MARK}", dir=out_dir.parent))
+    tmp = new_dir(out_dir.parent, f".{out_dir.name}{EXPORT_TMP_MARK}")
     try:
         for side, path in dict_files.items():
             shutil.copyfile(path, tmp / config["dictionaries"][side]["file"])
@@ -290,10 +290,6 @@ def export_checkpoint(
         if write_pickle:  # a plain fairseq checkpoint for fairseq-generate --path: no optimizer state
             state = {k: v for k, v in last.items() if k not in ("plain_cfg", "criterion")}
             torch.save({**state, "model": weights}, tmp / PICKLE_NAME)
-        umask = os.umask(0)  # mkdtemp creates a private directory: give it the usual permissions
-        os.umask(umask)
-        for path in [tmp, *tmp.iterdir()]:
-            os.chmod(path, (0o777 if path == tmp else 0o666) & ~umask)
         if out_dir.exists():
             swap_paths(tmp, out_dir)  # the old export is now at tmp, removed below
         else:
@@ -302,6 +298,18 @@ def export_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
     logger.info("exported %s (%d checkpoint(s)) to %s", arch, len(paths), shown(out_dir))
     return out_dir
+
+
+def new_dir(parent: Path, prefix: str) -> Path:
+    """A new directory ``parent/<prefix><random>`` with the permissions the umask gives (``mkdtemp``'s are
+    0o700, and setting the umask to read it is not thread-safe)."""
+    while True:
+        path = parent / f"{prefix}{secrets.token_hex(4)}"
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
 
 
 def swap_paths(a: Path, b: Path) -> None:
@@ -356,6 +364,7 @@ def _write_weights(tmp: Path, config, dictionaries, states, paths):
     metadata = {"format": "pt", "tied_weights": json.dumps(aliases), "arch": config["arch"]}
     metadata["fairseq_dense_version"] = fairseq_dense.__version__
     save_file({k: v.contiguous() for k, v in full.items() if k not in aliases}, str(tmp / WEIGHTS_NAME), metadata)
+    shutil.copymode(tmp / CONFIG_NAME, tmp / WEIGHTS_NAME)  # safetensors writes 0o600; config.json has the umask's
     return model, full
 
 
