@@ -237,10 +237,16 @@ def paired_train_speed(
         batches: training batches per round (the first of a shuffled epoch, cycled if fewer).
         rounds: rounds; the ratio (ours tokens/s / baseline tokens/s) is their median.
     """
+    sides = {"ours": _build_trainable(ours_args), "baseline": _build_trainable(baseline_args)}
+    return train_speed(sides, batches=batches, rounds=rounds, device=device)
+
+
+def train_speed(sides: Dict, *, batches: int, rounds: int, device: str = "cpu") -> Dict:
+    """Training steps of ``sides`` (``{name: _build_trainable(...)}``) on the same real batches of the
+    first side's training split, interleaved (:func:`_timed_rounds`); arguments as :func:`paired_train_speed`."""
     from fairseq import utils
 
-    sides = {"ours": _build_trainable(ours_args), "baseline": _build_trainable(baseline_args)}
-    task, model, _, _, cfg = sides["ours"]
+    task, model, _, _, cfg = next(iter(sides.values()))
     task.load_dataset(cfg.dataset.train_subset, combine=False, epoch=1)
     itr = task.get_batch_iterator(
         dataset=task.dataset(cfg.dataset.train_subset),
@@ -282,6 +288,12 @@ def _batches(dataset, indices: List[int], batch_size: int, device: str) -> list:
     return [utils.move_to_cuda(s) for s in out] if device == "cuda" else out
 
 
+def spread_batches(dataset, sentences: int, batch_size: int, device: str) -> list:
+    """Batches of ``sentences`` sentences spread evenly over ``dataset``."""
+    step = max(1, len(dataset) // max(1, sentences))
+    return _batches(dataset, list(range(len(dataset)))[::step][:sentences], batch_size, device)
+
+
 def _generator(model, task, beam: int, fixed_length: int = 0):
     from fairseq.sequence_generator import SequenceGenerator
 
@@ -301,9 +313,7 @@ def paired_decode(
         length: every hypothesis forced to this many tokens.
     """
     sides = {name: (model, _generator(model, task, 5, length)) for name, (model, task) in models.items()}
-    dataset = models["baseline"][1].dataset("test")
-    step = max(1, len(dataset) // max(1, sentences))
-    batches = _batches(dataset, list(range(len(dataset)))[::step][:sentences], batch_size, device)
+    batches = spread_batches(models["baseline"][1].dataset("test"), sentences, batch_size, device)
     with torch.inference_mode():
         for model, gen in sides.values():  # warm-up: allocator, thread pools
             gen.generate([model], batches[0])

@@ -61,9 +61,7 @@ def _beam_setup(family: str, data_bin: str):
     sentences in batches of 64."""
     torch.manual_seed(1)
     model, task = cpu_speed._decode_models(data_bin, ["--arch", f"{family}_small"])
-    dataset = task.dataset("test")
-    every = max(1, len(dataset) // 128)
-    batches = measure._batches(dataset, list(range(len(dataset)))[::every][:128], 64, "cpu")
+    batches = measure.spread_batches(task.dataset("test"), 128, 64, "cpu")
     return model, measure._generator(model, task, 5, 12), batches
 
 
@@ -86,8 +84,6 @@ def reorder_skip(family: str, data_bin: str, rounds: int) -> dict:
 
 
 def int16_dropout_path(family: str, data_bin: str, rounds: int) -> dict:
-    from fairseq import utils
-
     from fairseq_dense import baselines
 
     ours = ["--arch", f"{family}_small"]
@@ -97,21 +93,7 @@ def int16_dropout_path(family: str, data_bin: str, rounds: int) -> dict:
         torch.manual_seed(1)
         sides[name] = measure._build_trainable(synthetic.train_args(data_bin, args, max_tokens=cpu_speed.MAX_TOKENS))
     use_int16_dropout(sides["on"][1])
-    task, model, _, _, cfg = sides["off"]
-    task.load_dataset(cfg.dataset.train_subset, combine=False, epoch=1)
-    itr = task.get_batch_iterator(
-        dataset=task.dataset(cfg.dataset.train_subset),
-        max_tokens=cfg.dataset.max_tokens,
-        seed=1,
-        ignore_invalid_inputs=True,
-        max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
-    ).next_epoch_itr(shuffle=True)
-    samples = [s for _, s in zip(range(5), itr)]
-    for side in sides.values():
-        measure._train_step(side, samples[0], 1)  # warm-up
-    res = measure._timed_rounds(
-        sides, samples[1:], rounds, lambda side, s, i: measure._train_step(side, s, 2 + i), "cpu"
-    )
+    res = measure.train_speed(sides, batches=4, rounds=rounds)
     per_round = res["rounds"]
     return {
         "gain": measure.median_ratio(per_round, "off", "on"),
