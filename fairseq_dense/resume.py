@@ -403,8 +403,7 @@ def start_training(cfg) -> Optional[CheckpointInfo]:
         return None
     resume, message = None, None
     distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-    # the process group's rank: under torchrun's environment fairseq sets its own config's rank only
-    if (dist.get_rank() if distributed else option(cfg, "distributed_rank") or 0) == 0:
+    if not option(cfg, "distributed_rank"):
         lock_save_dir(save_dir)
         if checks_files(cfg):
             # a missing checkpoint_last.pt means "start from another file" (or "never write one") there
