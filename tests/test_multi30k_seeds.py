@@ -297,7 +297,10 @@ def test_progress_reports_each_run_and_copies_its_logs(toy, capsys):
     _sweep_logs(work / "model.fixed", {1e-3: 5.0})
     (work / "model.fixed" / "sweep-lr0.002.log").write_text("# fairseq-train --lr 0.002\n" + _valid(1, 7.0))
     (work / "model.seed2").mkdir(parents=True)
-    (work / "model.seed2" / "train.log").write_text(_run_log(2e-3, 2, [6.0, 5.0], end=""))
+    log = _run_log(2e-3, 2, [6.0, 5.0], end="").replace(
+        " data ", f" {work.parent}/data --user-dir {run.ROOT}/user_dir "
+    )
+    (work / "model.seed2" / "train.log").write_text(log)
     (work / "model.seed3").mkdir(parents=True)
     (work / "model.seed3" / "train.log").write_text(_run_log(2e-3, 3, [6.0, 5.0, 5.1]))
     (work / "model").mkdir()  # a side whose seed 1 ran elsewhere: nothing logged here
@@ -308,7 +311,10 @@ def test_progress_reports_each_run_and_copies_its_logs(toy, capsys):
         "toy/model.seed2: lr 0.002, epoch 2, best 5.000 at epoch 2, training",
         "toy/model.seed3: lr 0.002, epoch 3, best 5.000 at epoch 2, early stopped",
     ]
-    assert (toy / "logs" / "toy" / "model.seed2" / "train.log").read_text().count("| valid |") == 2
+    copied = (toy / "logs" / "toy" / "model.seed2" / "train.log").read_text()
+    assert copied.count("| valid |") == 2
+    # this machine's work folder and repository root are written relative to the root
+    assert copied.startswith("# fairseq-train multi30k-work/data --user-dir user_dir --seed 2 ")
     assert (toy / "logs" / "toy" / "model.fixed" / "sweep-lr0.002.log").is_file()
     (toy / "logs" / "toy" / "model.seed3" / "eval.json").write_text(
         json.dumps({"best_valid_loss": 5.0, "test": {"sacrebleu": 31.5, "chrf": 55.0}})

@@ -144,13 +144,19 @@ def trained_lr(log: str):
     return float(m.group(1)) if m else None
 
 
+def portable(text: str) -> str:
+    """``text`` with this machine's work folder and repository root as paths relative to the root
+    (``multi30k-work/...``, ``user_dir``): what the committed logs and scores record."""
+    return text.replace(os.path.abspath(WORK), "multi30k-work").replace(ROOT + os.sep, "")
+
+
 def copy_log(src: str, name: str) -> None:
-    """Keep the lines the report needs (commands, epoch summaries, validations)."""
+    """Keep the lines the report needs (commands, epoch summaries, validations), paths :func:`portable`."""
     os.makedirs(os.path.dirname(os.path.join(LOGS, name)), exist_ok=True)
     keep = re.compile(r"^# |\| INFO \| (valid|train) \| \{|done training|model params|early stop|Stopping training")
     tmp = os.path.join(LOGS, name) + f".tmp{os.getpid()}"  # a run and `progress` may copy the same log at once
     with open(src) as f, open(tmp, "w") as out:
-        out.writelines(line for line in f if keep.search(line))
+        out.writelines(portable(line) for line in f if keep.search(line))
     os.replace(tmp, os.path.join(LOGS, name))
 
 
@@ -398,7 +404,7 @@ def evaluate(pair: str, side: str, lr: float, threads: int) -> dict:
         "best_valid_loss": best,
         "valid_by_lenpen": {f"{p:g}": v for p, v in valid.items()},
         "test": scores("test", tok, detok),
-        "generate_command": shlex.join(cmd),
+        "generate_command": portable(shlex.join(cmd)),
         "machine": machine(),
     }
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
@@ -452,7 +458,7 @@ def score(pair: str, side: str, src: str, ref: str, name: str, threads: int) -> 
         "lr": chosen["lr"],
         "lenpen": chosen["lenpen"],
         "test": scores(name, tok, detok, ref, os.path.join(folder, "tok", f"test.{TGT}")),
-        "generate_command": shlex.join(cmd),
+        "generate_command": portable(shlex.join(cmd)),
         "machine": machine(),
     }
     write_json(os.path.join(LOGS, pair, side, f"score-{name}.json"), result)
