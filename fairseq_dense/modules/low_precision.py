@@ -1,4 +1,6 @@
-"""Helpers for modules that keep their activations in autocast's low precision."""
+"""Helpers for modules that keep their activations in autocast's low precision, or out of it."""
+
+import contextlib
 
 import torch
 import torch.nn.functional as F
@@ -24,3 +26,12 @@ def layer_norm_keeping_dtype(ln: nn.Module, u: Tensor) -> Tensor:
         return ln(u)
     with torch.autocast(u.device.type, enabled=False):
         return F.layer_norm(u, (u.size(-1),), ln.weight.to(u.dtype), ln.bias.to(u.dtype), ln.eps)
+
+
+def outside_low_precision(x: Tensor, like: Tensor, enabled: bool = True):
+    """``(context, x)``: with ``enabled``, autocast off on ``x``'s device inside the context and ``x`` in
+    ``like``'s dtype (a part that keeps its parameters, and so its compute, in float32 under autocast and
+    ``--fp16``); without, autocast as it is and ``x`` unchanged."""
+    if not enabled:
+        return contextlib.nullcontext(), x
+    return torch.autocast(x.device.type, enabled=False), x.to(like.dtype)

@@ -11,6 +11,7 @@ from torch import Tensor
 from fairseq_dense.modules.bahdanau_attention import BahdanauAttention
 from fairseq_dense.modules.encoder_decoder import IncrementalDecoder, embedding
 from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTM, FastForwardLSTMLayer
+from fairseq_dense.modules.low_precision import outside_low_precision
 from fairseq_dense.modules.lstm_cell import cast_once, lstm_cell
 
 
@@ -121,25 +122,27 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
         states: Optional[List[Tuple[Tensor, Tensor]]] = None
         if cached is not None:
             states = list(zip(cached["h"].unbind(1), cached["c"].unbind(1)))
-        proj_keys = None
-        if self.attention is not None:
-            proj_keys = cached["proj_keys"] if cached is not None else self.attention.project_keys(enc)
-
         y = self.embed_tokens(prev_output_tokens).transpose(0, 1)  # B x S x C -> S x B x C
-        first_state = None if states is None else states[0]
-        attn = None
-        context_gates = None
-        if self.attention is None:  # W_c e once per sentence (cached for the decoding steps)
-            context_gates = cached["context_gates"] if cached is not None else self.context_proj(enc)
-            f1, h1, first_final = self._first_with_context(y, context_gates, first_state)
-        else:
-            f1_y = self.first.ff(y)  # S x B x 4H, all steps at once
-            f1, h1, first_final, attn = self._attend_and_recur(f1_y, enc, proj_keys, encoder_out, first_state)
-        h, finals = h1, []
-        if len(self.rest.layers):
-            _, h, finals = self.rest(
-                self.rest.connect(f1, h1), states=None if states is None else states[1:], last_f=False
-            )
+        # the fast-forward path and all that reads it in float32 (see fairseq_dense.modules.fast_forward_lstm)
+        full_range, y = outside_low_precision(y, self.first.ff.weight, self.rest.fast_forward)
+        with full_range:
+            proj_keys = None
+            if self.attention is not None:
+                proj_keys = cached["proj_keys"] if cached is not None else self.attention.project_keys(enc)
+            first_state = None if states is None else states[0]
+            attn = None
+            context_gates = None
+            if self.attention is None:  # W_c e once per sentence (cached for the decoding steps)
+                context_gates = cached["context_gates"] if cached is not None else self.context_proj(enc)
+                f1, h1, first_final = self._first_with_context(y, context_gates, first_state)
+            else:
+                f1_y = self.first.ff(y)  # S x B x 4H, all steps at once
+                f1, h1, first_final, attn = self._attend_and_recur(f1_y, enc, proj_keys, encoder_out, first_state)
+            h, finals = h1, []
+            if len(self.rest.layers):
+                _, h, finals = self.rest(
+                    self.rest.connect(f1, h1), states=None if states is None else states[1:], last_f=False
+                )
         if incremental_state is not None:
             finals = [first_final] + finals
             cache = {
@@ -152,6 +155,8 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
                 cache["context_gates"] = context_gates
             self.set_cache(incremental_state, cache)
         features = self.dropout(h.transpose(0, 1))  # S x B x H -> B x S x H
+        if self.rest.fast_forward:  # h in [-1, 1]: the softmax side in the model's precision (float16 with --fp16)
+            features = features.to((self.additional_fc or self.output_projection).weight.dtype)
         if self.additional_fc is not None:
             features = self.additional_fc(features)  # B x S x H -> B x S x out_embed_dim
         return features, {"attn": [attn]}

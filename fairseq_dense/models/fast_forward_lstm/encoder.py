@@ -8,6 +8,7 @@ from torch import Tensor
 
 from fairseq_dense.models.recurrent_encoder import RecurrentEncoder
 from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTM
+from fairseq_dense.modules.low_precision import outside_low_precision
 
 
 class FastForwardLSTMEncoder(RecurrentEncoder):
@@ -85,12 +86,15 @@ class FastForwardLSTMEncoder(RecurrentEncoder):
         ``(batch, output_dim)``."""
         lengths = src_lengths.to(src_tokens.device)
         x = self.embed_tokens(src_tokens).transpose(0, 1)  # B x T x C -> T x B x C
-        # per column (f, h): T x B x 4H (T x B x 0 without FF), T x B x H
-        outs = [column(x, lengths, last_f=self.fast_forward)[:2] for column in self.columns]
-        if self.interface == "deep_ed":
-            return {"encoder_out": self._fixed_vector(outs, lengths)}
-        parts = [torch.cat([f, h], dim=-1) if self.fast_forward else h for f, h in outs]
-        return {"encoder_out": self.fc(torch.cat(parts, dim=-1))}  # T x B x fc_dim
+        # the fast-forward path and all that reads it in float32 (see fairseq_dense.modules.fast_forward_lstm)
+        full_range, x = outside_low_precision(x, self.columns[0].layers[0].ff.weight, self.fast_forward)
+        with full_range:
+            # per column (f, h): T x B x 4H (T x B x 0 without FF), T x B x H
+            outs = [column(x, lengths, last_f=self.fast_forward)[:2] for column in self.columns]
+            if self.interface == "deep_ed":
+                return {"encoder_out": self._fixed_vector(outs, lengths)}
+            parts = [torch.cat([f, h], dim=-1) if self.fast_forward else h for f, h in outs]
+            return {"encoder_out": self.fc(torch.cat(parts, dim=-1))}  # T x B x fc_dim
 
     def _fixed_vector(self, outs, lengths: Tensor) -> Tensor:
         """Deep-ED: ``[h^1_last; max_t h^2; f^1_last; max_t f^2]`` (``(B, output_dim)``)."""

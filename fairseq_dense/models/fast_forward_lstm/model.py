@@ -80,6 +80,18 @@ class FastForwardLSTMModel(EncoderDecoderModel):
         )
         return cls(encoder, decoder)
 
+    def half(self):
+        """fairseq's ``--fp16`` (training and generation) casts the model to float16: with fast-forward
+        connections all but the embeddings and the softmax side stay float32 (see
+        :mod:`fairseq_dense.modules.fast_forward_lstm`); fairseq's FP16 optimisers take either dtype."""
+        super().half()
+        if self.encoder.fast_forward:
+            d = self.decoder
+            for part in (self.encoder.columns, self.encoder.fc, d.first, d.context_proj, d.rest, d.attention):
+                if part is not None:
+                    part.float()
+        return self
+
     def recurrent_parameters(self):
         """The recurrent matrices (``param_group == "recurrent"``)."""
         return [p for p in self.parameters() if getattr(p, "param_group", None) == RECURRENT]
