@@ -96,24 +96,33 @@ def reduced(arch: str) -> List[str]:
     return args
 
 
-def train(arch_args: List[str], dtype: torch.dtype, updates: int, device: str, max_tokens: int) -> Dict:
-    """Train as ``--amp`` does (float16: scaled loss, overflowing steps skipped) or under bfloat16 autocast;
-    returns what the checks read."""
-    fam = family(arch_args[1])
+def build(arch_args: List[str], device: str):
+    """``(task, model, criterion, optimizer, cfg)`` as ``fairseq-train`` builds them with the family's recipe."""
     with tempfile.TemporaryDirectory() as tmp:
         dict_dir = synthetic.write_dicts(tmp, VOCAB)
         torch.manual_seed(1)
-        args = [dict_dir, "-s", "de", "-t", "en", "--task", measure.default_task(), *arch_args, *RECIPES[fam].split()]
-        args += "--criterion label_smoothed_cross_entropy_with_stats --label-smoothing 0.1".split()
-        side = measure._build_trainable(args)
-    task, model, criterion, optimizer, cfg = side
-    model.to(device)
-    scheduler = lr_scheduler.build_lr_scheduler(cfg.lr_scheduler, optimizer)
-    scheduler.step_update(0)
-    samples = [
+        args = [dict_dir, "-s", "de", "-t", "en", "--task", measure.default_task(), *arch_args]
+        args += [*RECIPES[family(arch_args[1])].split(), "--criterion", "label_smoothed_cross_entropy_with_stats"]
+        side = measure._build_trainable([*args, "--label-smoothing", "0.1"])
+    side[1].to(device)
+    return side
+
+
+def batches(max_tokens: int, device: str) -> List[Dict]:
+    return [
         synthetic.make_batch(synthetic.batch_lengths(max_tokens, 24, quantile=q), VOCAB, seed=i, device=device)
         for i, q in enumerate((0.3, 0.7))
     ]
+
+
+def train(arch_args: List[str], dtype: torch.dtype, updates: int, device: str, max_tokens: int) -> Dict:
+    """Train as ``--amp`` does (float16: scaled loss, overflowing steps skipped) or under bfloat16 autocast;
+    returns what the checks read."""
+    side = build(arch_args, device)
+    task, model, criterion, optimizer, cfg = side
+    scheduler = lr_scheduler.build_lr_scheduler(cfg.lr_scheduler, optimizer)
+    scheduler.step_update(0)
+    samples = batches(max_tokens, device)
     bad_at_init = []
 
     def hook(module, inputs, out):
@@ -172,6 +181,24 @@ def check(arch: str, r: Dict, dtype: torch.dtype, updates: int) -> None:
 @pytest.mark.parametrize("arch", CPU_ARCHS)
 def test_paper_preset_trains_in_low_precision(arch, dtype):
     check(arch, train(reduced(arch), dtype, UPDATES, "cpu", max_tokens=48), dtype, UPDATES)
+
+
+def test_fp16_model_keeps_the_fast_forward_stack_in_float32():
+    """``--fp16`` casts the model with ``half()``: Deep-Att keeps all but its embeddings and softmax side
+    in float32, and its forward and backward at initialisation (loss scale 128) are finite. The update
+    itself needs CUDA (fairseq's FP16 optimisers do): the GPU stage's."""
+    _, model, criterion, _, _ = build(reduced("deep_att"), "cpu")
+    model.half()
+    model.train()
+    loss, _, _ = criterion(model, batches(48, "cpu")[0])
+    (loss * FP16_INIT_SCALE).backward()
+    assert torch.isfinite(loss), loss
+    bad = [n for n, p in model.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()]
+    assert not bad, f"non-finite float16 gradients in {bad[:6]}"
+    kept = {n.split(".")[0] + "." + n.split(".")[1] for n, p in model.named_parameters() if p.dtype == torch.float32}
+    assert kept == {"encoder.columns", "encoder.fc", "decoder.first", "decoder.context_proj", "decoder.rest"} | {
+        "decoder.attention"
+    }, kept
 
 
 @pytest.mark.slow

@@ -29,7 +29,8 @@ ENFORCED = {
     "densenmt_wmt": ALL_TARGETS,
     "densenmt_iwslt": ALL_TARGETS,
     "dense_rnn": {"launches", "low_precision"},
-    "deep_att": {"launches", "low_precision"},
+    # its fast-forward stack runs in float32 under autocast (float16's range, fairseq_dense.modules.fast_forward_lstm)
+    "deep_att": {"launches"},
     "gru": ALL_TARGETS,
 }
 #: what a pair misses on PyTorch's per-step CPU LSTM (CPUs without oneDNN's bfloat16 kernel), whose
