@@ -3,6 +3,7 @@
     python -m benchmarks.speed_paths reorder-skip densenmt gru_attention dense_lstm fast_forward_lstm
     python -m benchmarks.speed_paths int16-dropout weighted_transformer
     python -m benchmarks.speed_paths sigmoid-tanh dense_lstm gru_attention fast_forward_lstm
+    python -m benchmarks.speed_paths float32-fast-forward fast_forward_lstm
 
 Each family's ``<family>_small`` on the quick-start's data (``--work-dir``), one thread, thread CPU
 time, the sides alternating per item and their order reversed every other round
@@ -17,6 +18,8 @@ seconds / on seconds (the gain) and the rounds. The paths (docs/benchmarks.md, "
   an element (``torch.int64.random_`` viewed as ``int16``, keep probability ``1 - p`` to
   ``2**-16``) instead of ``F.dropout``'s ``bernoulli_``; the counterpart the quick-start pairs
   with the family is timed in the same rounds (the ratio of each side to it is printed too).
+- ``float32-fast-forward`` (kept, not a speed path: what Deep-Att's float32 fast-forward stack costs under
+  autocast, issue 60): training steps with the region on and off, in float32 and under bfloat16 autocast.
 - ``sigmoid-tanh`` (measured, not kept: it gained less than 10%): beam 5 as ``reorder-skip`` with
   every in-place ``tanh_`` (the decoders' additive attention scores) as ``2 sigmoid(2x) - 1``.
 """
@@ -124,7 +127,44 @@ def sigmoid_tanh(family: str, data_bin: str, rounds: int) -> dict:
     return _beam_gain(batches, rounds, run)
 
 
-PATHS = {"reorder-skip": reorder_skip, "int16-dropout": int16_dropout_path, "sigmoid-tanh": sigmoid_tanh}
+def float32_fast_forward(family: str, data_bin: str, rounds: int) -> dict:
+    """Training steps (``proxies.train_step``: forward, backward, clipping, Adam) of ``<family>_small`` on 4
+    synthetic 2,048-token batches, in float32 and under bfloat16 autocast, with Deep-Att's float32 region
+    of the fast-forward stack (on: the default, issue 60) and without it (off: all in autocast's dtype);
+    ``gain`` is off seconds / on seconds, below 1 where the region costs time."""
+    from benchmarks import proxies
+    from fairseq_dense.models.fast_forward_lstm import decoder, encoder
+    from fairseq_dense.modules import low_precision
+
+    side = synthetic.build(data_bin, ["--arch", f"{family}_small"])
+    vocab = len(side[0].target_dictionary)
+    lengths = [synthetic.batch_lengths(cpu_speed.MAX_TOKENS, 128, quantile=q) for q in (0.2, 0.4, 0.6, 0.8)]
+    samples = [synthetic.make_batch(n, vocab, seed=i) for i, n in enumerate(lengths)]
+    plain = low_precision.outside_low_precision
+    out = {}
+    for name, autocast in (("float32", False), ("bfloat16", True)):
+
+        def run(on, sample, i):
+            for module in (encoder, decoder):
+                module.outside_low_precision = plain if on else (lambda x, like, enabled=True: plain(x, like, False))
+            try:
+                proxies.train_step(side, sample, autocast=autocast, update=i + 1)
+            finally:
+                encoder.outside_low_precision = decoder.outside_low_precision = plain
+
+        run(True, samples[0], 0), run(False, samples[0], 0)  # warm-up
+        res = measure._timed_rounds({"on": True, "off": False}, samples, rounds, run, "cpu")
+        out[f"{name} gain"] = measure.median_ratio(res["rounds"], "off", "on")
+        out[f"{name} rounds"] = res["rounds"]
+    return out
+
+
+PATHS = {
+    "reorder-skip": reorder_skip,
+    "int16-dropout": int16_dropout_path,
+    "sigmoid-tanh": sigmoid_tanh,
+    "float32-fast-forward": float32_fast_forward,
+}
 
 
 def main() -> None:
@@ -140,9 +180,10 @@ def main() -> None:
     data_bin = cpu_speed.quickstart_data(args.work_dir)
     for family in args.families:
         res = PATHS[args.path](family, data_bin, args.rounds)
-        figures = ", ".join(f"{k} {v:.3f}" for k, v in res.items() if k != "rounds")
+        figures = ", ".join(f"{k} {v:.3f}" for k, v in res.items() if not k.endswith("rounds"))
         print(f"{args.path} {family}: {figures} (thread CPU time, median of {args.rounds} rounds)")
-        print("  rounds:", [{k: round(v, 3) for k, v in r.items()} for r in res["rounds"]])
+        for k in (k for k in res if k.endswith("rounds")):
+            print(f"  {k}:", [{side: round(v, 3) for side, v in r.items()} for r in res[k]])
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 For each paper preset (tests/test_paper_presets.py's ``PAPER_ARCHS``, aliases of one
 configuration once), the model is built as ``fairseq-train`` builds it with its paper recipe's
-optimiser, rate, schedule and clipping (:data:`RECIPES`, from examples/<family>/), and trained for
+optimiser, rate, schedule and clipping (:func:`recipe`, from examples/<family>/), and trained for
 :data:`UPDATES` updates as ``--amp`` trains: the forward under autocast, the loss scaled (fairseq's
 initial scale 128), a step with a non-finite gradient skipped and the scale halved. Checked: no
 module output is non-finite in the forward at initialisation (float16 overflows to inf past
@@ -53,11 +53,22 @@ RECIPES = {
     "--group-lr-scale recurrent=5e-4 --clip-norm 0.0",
     # examples/gru_attention/train-iwslt14.sh
     "gru_attention": "--optimizer adam --lr 0.001 --clip-norm 5.0 --lr-scheduler fixed",
-    # examples/weighted_transformer/train-wmt14.sh at d_model 512: d^-0.5, 4000 warm-up updates (the branch
-    # weights' own rate left out: their group exists only with learned weights)
-    "weighted_transformer": "--optimizer adam --adam-betas (0.9,0.98) --adam-eps 1e-9 --lr 0.0442 "
-    "--lr-scheduler inverse_sqrt --warmup-updates 4000 --warmup-init-lr 0",
 }
+
+
+def recipe(arch: str) -> List[str]:
+    """``arch``'s family's :data:`RECIPES`; the Weighted Transformer's as examples/weighted_transformer/train-wmt14.sh
+    derives it from the preset's ``d_model`` and depth (rates ``d^-0.5`` and ``(d/N)^-0.5``, the paper's warm-ups)."""
+    if family(arch) != "weighted_transformer":
+        return RECIPES[family(arch)].split()
+    d, n = int(claims_of(arch)["d_model"]), int(claims_of(arch)["layers"].split("+")[0])
+    lr, branch = d**-0.5, (d / n) ** -0.5
+    return (
+        "--optimizer adam --adam-betas (0.9,0.98) --adam-eps 1e-9 --lr-scheduler grouped --learned-branch-weights "
+        f"--lr {lr} --group-lr-scale default={lr},branch={branch} --group-warmup-updates default=4000,branch=400"
+    ).split()
+
+
 UPDATES = 24 if rh.FULL else 12
 GPU_UPDATES = 50
 FP16_INIT_SCALE = 128.0  # fairseq's --fp16-init-scale
@@ -102,7 +113,7 @@ def build(arch_args: List[str], device: str):
         dict_dir = synthetic.write_dicts(tmp, VOCAB)
         torch.manual_seed(1)
         args = [dict_dir, "-s", "de", "-t", "en", "--task", measure.default_task(), *arch_args]
-        args += [*RECIPES[family(arch_args[1])].split(), "--criterion", "label_smoothed_cross_entropy_with_stats"]
+        args += [*recipe(arch_args[1]), "--criterion", "label_smoothed_cross_entropy_with_stats"]
         side = measure._build_trainable([*args, "--label-smoothing", "0.1"])
     side[1].to(device)
     return side
@@ -214,3 +225,20 @@ def test_paper_preset_trains_on_the_gpu(arch, dtype):
     with torch.no_grad(), torch.autocast("cuda", dtype=dtype):
         hypos = measure._generator(model, task, 5, 20).generate([model], r["sample"])
     assert len(hypos) == r["sample"]["nsentences"] and all(len(h) == 5 for h in hypos)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("arch", [a for a in ARCHS if family(a) == "fast_forward_lstm"])
+def test_fast_forward_paper_preset_trains_with_fp16_on_the_gpu(arch, tmp_path):
+    """``fairseq-train --fp16`` (the half() model, fairseq's FP16 optimiser and loss scaler) at the paper size."""
+    data = rh.tiny_corpus(tmp_path / "corpus", n_train=256)
+    args = rh.base_train_args(data, tmp_path / "ckpt", arch, GPU_UPDATES, "--fp16", *recipe(arch))
+    args.remove("--cpu")
+    losses = rh.train_inprocess([*args, "--batch-size", "32", "--disable-validation"])
+    assert losses and all(math.isfinite(v) for v in losses.values()), f"{arch} --fp16: losses {losses}"
+    state = rh.load_checkpoint(tmp_path / "ckpt" / "checkpoint_last.pt")
+    scale = state["last_optimizer_state"].get("loss_scale")
+    assert scale is not None and scale >= FP16_INIT_SCALE / 2**MAX_SKIPPED, f"{arch} --fp16: loss scale {scale}"
+    bad = [k for k, v in state["model"].items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    assert not bad, f"{arch} --fp16: non-finite parameters {bad}"
