@@ -123,18 +123,19 @@ def _show(value) -> str:
 
 def changes(root, saved_config, data: Optional[dict], saved_data: Optional[dict]) -> List[str]:
     """What differs between the running config ``root`` with its ``data`` (:func:`task_data_identity`) and a
-    checkpoint's ``cfg`` and data identity, e.g. ``["--lr 0.003 -> 0.001", "train.src-tgt.src.bin changed"]``.
+    checkpoint's ``cfg`` and data identity, e.g. ``["--lr 0.003 -> 0.001", "data files changed: train.de.bin"]``.
     Options or files one side does not record (a checkpoint of an older version) are not compared."""
     out = []
     if isinstance(saved_config, dict):
         now, then = current_options(root), trajectory_options(saved_config)
         out += [f"{k} {_show(then[k])} -> {_show(v)}" for k, v in now.items() if k in then and then[k] != v]
     if isinstance(saved_data, dict) and data is not None:
-        for name in sorted(set(data) | set(saved_data)):
-            if name not in data:
-                out.append(f"data file {name} is gone")
-            elif name not in saved_data:
-                out.append(f"data file {name} is new")
-            elif list(data[name]) != list(saved_data[name]):
-                out.append(f"data file {name} changed")
+        names = sorted(set(data) | set(saved_data))
+        for what, differs in (
+            ("changed", lambda n: n in data and n in saved_data and list(data[n]) != list(saved_data[n])),
+            ("new", lambda n: n not in saved_data),
+            ("gone", lambda n: n not in data),
+        ):
+            if found := [n for n in names if differs(n)]:
+                out.append(f"data files {what}: {', '.join(found)}")
     return out

@@ -70,6 +70,8 @@ def _args(data: Path, save: Path):
         "--max-tokens-valid",
         "200",
         *rh.HALVING_PLATEAU,
+        "--keep-best-checkpoints",
+        "3",
     )
     args.remove("--no-epoch-checkpoints")  # epoch checkpoints too: the newest save may have any name
     return [str(a) for a in args]
@@ -290,8 +292,25 @@ def test_sigkill_at_any_moment_then_restart(tmp_path):
                 expect.append(f"{save / LAST} holds")  # checkpoint_last.pt is older: replaced by the newer save
         elif kind == "epoch":  # right after epoch 1's save: the resume must make that epoch's LR step
             assert report[2] == resume == 8, (report, resume)
+            # then rolled back by a link to an earlier save: the restart resumes there and writes no file through it
+            (save / LAST).unlink()
+            (save / LAST).symlink_to("checkpoint_1_6.pt")
+            resume, expect = 6, [f"{save / LAST} was a link to {save / 'checkpoint_1_6.pt'}: replaced by a copy"]
         else:
             assert kind == "update" and resume <= MAX_UPDATE
+            # then a byte flips in the newest save's tensors: the restart resumes from the newest intact one
+            newest = [p for p in save.glob("checkpoint*.pt") if RESUMABLE_NAME.match(p.name) and _loads(p) == resume]
+            for path in newest:
+                rh.flip_tensor_byte(path)
+                assert _loads(path) == resume  # torch still reads it
+            resume = max(
+                c
+                for p in save.glob("checkpoint*.pt")
+                if RESUMABLE_NAME.match(p.name) and p not in newest
+                for c in [_loads(p)]
+                if c is not None
+            )
+            expect = ["loads but its archive is damaged (", "fails its CRC check"]
 
     # the finished run: everything loads, nothing left over, same checkpoints as without kills
     names = sorted(p.name for p in save.iterdir())
@@ -299,7 +318,8 @@ def test_sigkill_at_any_moment_then_restart(tmp_path):
     assert sorted(p.name for p in ref.iterdir()) == names
     for name in names:
         assert _loads(save / name) is not None, name
-    for name in (LAST, BEST):
+    assert len([n for n in names if n.startswith("checkpoint.best_")]) == 3, names
+    for name in names:  # every file: last, best, each epoch and interval save, the kept best three
         rh.assert_tensors_identical(_training_state(ref / name), _training_state(save / name), name)
 
     # started once more through the command line: trains nothing, changes nothing
