@@ -168,7 +168,7 @@ def repair_or_set_aside(path: str, candidates: Iterable[CheckpointInfo]) -> Opti
     return None
 
 
-def _trusted(save_dir: str, infos: Dict[str, Optional[CheckpointInfo]]):
+def _trusted(infos: Dict[str, Optional[CheckpointInfo]]):
     """A check that a checkpoint's archive passes its CRC check, once per file; a file that fails is dropped from
     ``infos`` and (but ``checkpoint_last.pt``, which :func:`_settle_last` keeps aside) renamed ``<name>.unreadable``."""
     seen: Dict[str, bool] = {}
@@ -225,10 +225,11 @@ def _settle_last(
         return None, None  # fairseq starts afresh, or its error names the file that does not load
     elif os.path.exists(last):
         atomic_copy(last, last + UNREADABLE_SUFFIX)
-        why = "its archive is damaged" if damaged else "truncated or not a torch checkpoint"
+        state = "is damaged (its archive fails its CRC check" if damaged else "does not load (truncated or not a "
+        state += "" if damaged else "torch checkpoint, e.g. a crash while fairseq copied it"
         logger.warning(
-            f"{last} does not load ({why}, e.g. a crash while fairseq copied it; kept as {LAST}{UNREADABLE_SUFFIX}): "
-            f"resuming from {source.path} ({source.num_updates} updates), the newest checkpoint that loads"
+            f"{last} {state}; kept as {LAST}{UNREADABLE_SUFFIX}): resuming from {source.path} ({source.num_updates} "
+            "updates), the newest checkpoint that loads"
         )
     elif new_last:
         logger.warning(
@@ -339,7 +340,7 @@ def recover_at_restart(save_dir: str, new_last: bool = True, checkpoint_cfg=None
     for name, info in list(infos.items()):
         if info is None and name != LAST:
             infos[name] = repair_or_set_aside(os.path.join(save_dir, name), intact)
-    trust = _trusted(save_dir, infos)
+    trust = _trusted(infos)
     resume, source = _settle_last(save_dir, infos, new_last, trust)
     if resume is not None:
         infos[LAST] = resume
