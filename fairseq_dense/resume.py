@@ -11,8 +11,10 @@ beside older copies. A moment of full disk can leave a "saved" file that does no
 The copies cannot be made atomic from a plugin: they run inside ``save_checkpoint``
 between the first write and its return, with no hook, registry or option between them
 (the task's ``post_save`` comes after). So :func:`start_training` (where ``fairseq-train``
-is about to load ``checkpoint_last.pt``, never when a model is built) locks the folder,
-undoes each of these (:func:`recover_at_restart`) and ends a run that already finished;
+is about to load ``checkpoint_last.pt``, never when a model is built) locks the folder, makes its
+files its own (:func:`~fairseq_dense.save_lock.own_files`), undoes each of these and trusts no archive
+that fails its CRC check (:func:`recover_at_restart`), ends a run that already finished and says when
+the command or data differ from the checkpoint's (:mod:`fairseq_dense.trajectory`);
 :func:`check_after_save` stops a run whose save does not load. Every file is replaced
 atomically, so a kill during a repair is repaired at the next restart (docs/reliability.md).
 """
@@ -521,9 +523,10 @@ def _prepare(cfg, save_dir: str) -> Tuple[Optional[CheckpointInfo], Optional[str
 def start_training(cfg) -> Optional[CheckpointInfo]:
     """Where a training starts, before fairseq loads ``checkpoint_last.pt``: lock, repair, stop if finished.
 
-    Rank 0 locks ``--save-dir`` (:func:`lock_save_dir`) and, where :func:`checks_files`, repairs it
-    (:func:`recover_at_restart`) and reads ``checkpoint_last.pt``; every other rank takes rank 0's answer
-    (other nodes may not see its folder).
+    Rank 0 locks ``--save-dir`` (:func:`lock_save_dir`), makes its files its own (:func:`own_files`) and,
+    where :func:`checks_files`, repairs it (:func:`recover_at_restart`), reads ``checkpoint_last.pt`` and
+    warns if the command or data differ from its own (:func:`fairseq_dense.trajectory.changes`); every other
+    rank takes rank 0's answer (other nodes may not see its folder).
 
     Args:
         cfg: the task's config (``TranslationExactResumeConfig``: the checkpoint and stopping options).
@@ -533,6 +536,8 @@ def start_training(cfg) -> Optional[CheckpointInfo]:
 
     Raises:
         SaveDirBusy: another live training holds the folder.
+        SaveDirError: a file there cannot be made the run's own, or a repair cannot be written (a full disk).
+        CheckpointError: ``checkpoint_last.pt`` is damaged and no other checkpoint is intact.
         TrainingFinished: the run already reached a stopping point (exit status 0; no file changed).
     """
     import torch
