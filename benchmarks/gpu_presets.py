@@ -23,7 +23,7 @@ from typing import Dict
 
 import torch
 
-from benchmarks import counterparts, gpu_figures, measure, report, synthetic
+from benchmarks import counterparts, gpu_figures, measure, op_counts, report, synthetic
 
 logger = logging.getLogger("benchmarks.gpu_presets")
 DTYPES = {"amp": torch.float16, "bf16": torch.bfloat16}
@@ -133,7 +133,8 @@ def main(argv=None) -> int:
         "presets": {},
     }
     failed = False
-    with tempfile.TemporaryDirectory() as tmp:
+    # on a CPU, LSTMs on a kernel that runs bfloat16 there (op_counts.cpu_lstm_kernel; CUDA's are cuDNN's)
+    with tempfile.TemporaryDirectory() as tmp, op_counts.cpu_lstm_kernel(torch.bfloat16):
         dict_dir = synthetic.write_dicts(tmp, a.vocab)
         for name, pair in pairs.items():
             for precision in a.precisions:
