@@ -9,13 +9,15 @@
 # stage    cap (s)           expected on one H100/H200                      writes to OUT
 # install  INSTALL_S=30      8 s (2026-11-27: 7-8 s; none on a rerun)        install.log, machine.txt
 # tests    TESTS_S=140       102-128 s (2026-11-27, H200)                    cuda_tests.log
-# presets  PRESETS_S=100     60-90 s, estimated (2026-11-27 steps of 25-170  presets.{json,md}, presets.log
-#                            ms at 8k tokens): 6 presets x 2 precisions x
-#                            50 updates + a build and a decode each
-# figures  FIGURES_S=260     170-230 s, estimated: 9 jobs x (2 builds, a     gpu_figures.{json,md}, figures.log
-#                            count, per shape 2 warm-up + 5 x 2 timed
-#                            updates a side), 7 amp jobs, kernel profiles
-# The caps add up to 530 s; stages.log has each stage's exit status and start time.
+# presets  PRESETS_S=100     about 70 s, estimated from 2026-11-27's steps   presets.{json,md}, presets.log
+#                            (25-170 ms at 8k tokens): 6 presets x 2
+#                            precisions x (build 2 s, 50 updates at 4k
+#                            tokens, one decode)
+# figures  FIGURES_S: what   about 260 s, estimated: 8 bf16 jobs x 15 s     gpu_figures.{json,md}, figures.log
+#          is left of        (2 builds, a count, 2 shapes x 2 sides x 12
+#          TOTAL_S=540       updates of 0.1-0.4 s), fused/adam 9 s, 7 amp
+#                            jobs x 9 s, 13 kernel profiles x 4 s
+# stages.log has each stage's exit status and start time.
 #   install  only when fairseq does not import (SITE on the path): the wheels of benchmarks/gpu_wheels.sh
 #            (.gpu/whl) into SITE (benchmarks/gpu_install.sh)
 #   tests    pytest tests/test_cuda.py tests/test_precision.py, stopped with SIGINT at its cap (pytest still
@@ -26,7 +28,7 @@
 #            --update-freq 4; interleaved rounds; bfloat16 headline, --amp skipped updates; fused optimizer
 #            and fairseq's adam once; 6N MFU); stops starting measurements at 85% of its cap
 # Environment: OUT (benchmarks/out/gpu-figures), DEVICE (cuda), PYTHON (python3), SITE (/tmp/site), the caps
-# above (0 skips a stage), PRESETS_ARGS / FIGURES_ARGS (more options of each module, e.g. "--pairs wt_a gru").
+# above (0 skips a stage; FIGURES_S a fixed cap), PRESETS_ARGS / FIGURES_ARGS (more options of each module).
 set -uo pipefail
 OUT=${OUT:-benchmarks/out/gpu-figures}
 DEVICE=${DEVICE:-cuda}
@@ -35,14 +37,14 @@ SITE=${SITE:-/tmp/site}
 INSTALL_S=${INSTALL_S:-30}
 TESTS_S=${TESTS_S:-140}
 PRESETS_S=${PRESETS_S:-100}
-FIGURES_S=${FIGURES_S:-260}
+TOTAL_S=${TOTAL_S:-540}
 PRESETS_ARGS=${PRESETS_ARGS:-"--presets deep_att dense_rnn gru densenmt_wmt densenmt_iwslt wt_a"}
 FIGURES_ARGS=${FIGURES_ARGS:-}
 mkdir -p "$OUT"
 START=$(date +%s)
 log() { echo "[$(($(date +%s) - START)) s] $*" | tee -a "$OUT/stages.log"; }
 
-log "start: DEVICE=$DEVICE TESTS_S=$TESTS_S PRESETS_S=$PRESETS_S FIGURES_S=$FIGURES_S"
+log "start: DEVICE=$DEVICE TOTAL_S=$TOTAL_S TESTS_S=$TESTS_S PRESETS_S=$PRESETS_S FIGURES_S=${FIGURES_S:-rest}"
 # shellcheck source=benchmarks/gpu_install.sh
 source "$(dirname "$0")/gpu_install.sh"
 gpu_install
@@ -58,10 +60,11 @@ if [ "$PRESETS_S" -gt 0 ]; then
         --budget-s $((PRESETS_S * 80 / 100)) $PRESETS_ARGS >"$OUT/presets.log" 2>&1
     log "presets: exit $? (OUT/presets.md)"
 fi
+FIGURES_S=${FIGURES_S:-$((TOTAL_S - $(date +%s) + START))}
 if [ "$FIGURES_S" -gt 0 ]; then
     # shellcheck disable=SC2086
     timeout -k 10 "$FIGURES_S" "$PYTHON" -m benchmarks.gpu_figures --device "$DEVICE" --out "$OUT" \
         --budget-s $((FIGURES_S * 85 / 100)) $FIGURES_ARGS >"$OUT/figures.log" 2>&1
-    log "figures: exit $? (OUT/gpu_figures.md)"
+    log "figures: exit $? (cap $FIGURES_S s; OUT/gpu_figures.md)"
 fi
 log "done"

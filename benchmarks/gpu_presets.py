@@ -98,7 +98,7 @@ def get_parser() -> argparse.ArgumentParser:
     add("--tiny", action="store_true", help="each preset at its tiny widths (the CPU dry run)")
     add("--updates", type=int, default=50)
     add("--vocab", type=int, default=32000)
-    add("--max-tokens", type=int, default=8192)
+    add("--max-tokens", type=int, default=4096)
     add("--max-len", type=int, default=128)
     add("--decode-sentences", type=int, default=32)
     add("--decode-length", type=int, default=32)
