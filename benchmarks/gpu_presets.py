@@ -36,10 +36,14 @@ def train_preset(dict_dir: str, arch_args, precision: str, a, optimizer: str, bf
         synthetic.make_batch(synthetic.batch_lengths(a.max_tokens, a.max_len, quantile=q), a.vocab, device=a.device)
         for q in (0.2, 0.4, 0.6, 0.8)
     ]
-    losses, scales = [], []
+    losses, scales, diverged = [], [], None
     for u in range(a.updates):
         before = trainer.get_num_updates()
-        out = gpu_figures.train_update(trainer, [batches[u % len(batches)]])
+        try:
+            out = gpu_figures.train_update(trainer, [batches[u % len(batches)]])
+        except FloatingPointError as ex:  # fairseq's stop when gradients are not finite (not under --amp)
+            diverged = f"update {u + 1}: {ex}"
+            break
         losses.append(out["loss"] if trainer.get_num_updates() > before else None)  # base 2, as fairseq logs it
         scales.append(trainer.optimizer.scaler.get_scale() if precision == "amp" else None)
     model, task = trainer.model, trainer.task
@@ -47,6 +51,7 @@ def train_preset(dict_dir: str, arch_args, precision: str, a, optimizer: str, bf
         "losses": losses,
         "loss_scales": scales,
         "skipped": sum(x is None for x in losses),
+        "diverged": diverged,
         "weights_finite": all(bool(torch.isfinite(p).all()) for p in model.parameters()),
     }
     decode = synthetic.make_batch(synthetic.sample_lengths(a.decode_sentences, a.max_len, seed=2), a.vocab,
@@ -79,6 +84,7 @@ def markdown(r: Dict) -> str:
                 continue
             done = [x for x in m["losses"] if x is not None]
             loss = f"{done[0]:.3f} -> {done[-1]:.3f}" if done else "-"
+            loss += f" (diverged, {m['diverged']})" if m["diverged"] else ""
             scales = [s for s in m["loss_scales"] if s is not None]
             scale = f"{scales[0]:g}, {min(scales):g}, {scales[-1]:g}" if scales else "-"
             beam = m["beam5"].get("error") or f"{m['beam5']['sentences']} sentences, {m['beam5']['tokens']} tokens"
@@ -147,6 +153,7 @@ def main(argv=None) -> int:
                     args = pair["tiny_ours" if a.tiny else "ours"]
                     e[precision] = train_preset(dict_dir, args, precision, a, optimizer, bf16_option)
                     failed |= not e[precision]["weights_finite"] or "error" in e[precision]["beam5"]
+                    failed |= bool(e[precision]["diverged"])
                     failed |= any(x is not None and not math.isfinite(x) for x in e[precision]["losses"])
                 except Exception as ex:
                     logger.exception("%s %s failed", name, precision)
