@@ -1,7 +1,7 @@
 """The GPU figures: each family's paper-size pair trained side by side (``benchmarks/gpu_figures.sh`` runs it).
 
     python -m benchmarks.gpu_figures --device cuda --out OUT [--pairs wt_a deep_att ...] [--budget-s 230]
-    python -m benchmarks.gpu_figures --device cpu --tiny --shapes 256x1 64x4 --rounds 2 --vocab 100 ...
+    python -m benchmarks.gpu_figures --device cpu --tiny --shapes 64x1 32x2 --rounds 2 --vocab 100 ...   # dry run
 
 Both models of a pair train in one process with fairseq's own ``Trainer`` (``train_step``: forward,
 backward, gradients accumulated over the update's batches, clipping, optimizer and learning-rate step,
@@ -20,7 +20,7 @@ marked skipped:
 2. Every pair of ``--pairs`` in bfloat16 at every shape (the headline), both sides on the fused optimizer.
 3. The transformer on the fused optimizer against itself on fairseq's ``adam`` (bfloat16, first shape).
 4. Every pair under ``--amp`` at the first shape, each side's skipped (overflowed) updates counted.
-5. The kernels of one bfloat16 update of each side under ``torch.profiler`` (last: the profiler stays
+5. The kernels of one bfloat16 update of each distinct side under ``torch.profiler`` (last: the profiler stays
    active once started and slows what follows).
 
 MFU (the headline) = target tokens/s x 6N / the datasheet's dense bfloat16 peak, with N the weights that
@@ -31,7 +31,7 @@ FLOPs of one counted bfloat16 step (``op_counts``), which credit redundant work 
 
 Names this harness uses when the installed package has them, with a fallback said in the results:
 the plugin optimizer ``--optimizer fused_adam`` (else fairseq's ``adam`` on both sides, and no step 3)
-and the task option ``--bf16-autocast`` (else bfloat16 autocast around the Trainer's whole step).
+and the task option ``--bf16-autocast`` (else bfloat16 autocast around the criterion's forward, by hooks).
 ``--amp`` runs with ``--amp-batch-retries 0``: an overflowed update is skipped, not retried.
 """
 
