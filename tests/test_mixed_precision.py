@@ -114,7 +114,7 @@ def build(arch_args: List[str], device: str):
         torch.manual_seed(1)
         args = [dict_dir, "-s", "de", "-t", "en", "--task", measure.default_task(), *arch_args]
         args += [*recipe(arch_args[1]), "--criterion", "label_smoothed_cross_entropy_with_stats"]
-        side = measure._build_trainable([*args, "--label-smoothing", "0.1"])
+        side = measure.build_trainable([*args, "--label-smoothing", "0.1"])
     side[1].to(device)
     return side
 
@@ -223,7 +223,7 @@ def test_paper_preset_trains_on_the_gpu(arch, dtype):
     task, model, *_ = r["side"]
     model.eval()
     with torch.no_grad(), torch.autocast("cuda", dtype=dtype):
-        hypos = measure._generator(model, task, 5, 20).generate([model], r["sample"])
+        hypos = measure.generator(model, task, 5, 20).generate([model], r["sample"])
     assert len(hypos) == r["sample"]["nsentences"] and all(len(h) == 5 for h in hypos)
 
 
