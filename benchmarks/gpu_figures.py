@@ -27,7 +27,7 @@ from typing import Dict
 
 import torch
 
-from benchmarks import counterparts, measure, op_counts, proxies, report, synthetic
+from benchmarks import counterparts, measure, op_counts, report, synthetic
 from benchmarks.measure import sync, timed
 
 logger = logging.getLogger("benchmarks.gpu_figures")
@@ -54,10 +54,7 @@ def gemm_peak(device: str, dtype, n: int, iters: int) -> float:
 
 def step(side, sample, precision: str, update: int) -> None:
     """One training step in ``precision`` (``amp``: fairseq's own ``--amp`` path; ``bf16``)."""
-    if precision == "amp":
-        measure._train_step(side, sample, update)
-    else:
-        proxies.train_step(side, sample, autocast=True, dtype=DTYPES[precision], update=update)
+    measure.train_step(side, sample, update, dtype=DTYPES[precision])
 
 
 def count_kernels(side, sample, precision: str, device: str) -> Dict:
@@ -102,7 +99,7 @@ def count_step(side, sample) -> Dict:
     """Parameters, matmul-class FLOPs per target token and the proxies' convention launches of one
     bfloat16 step on ``sample`` (``op_counts``)."""
     with op_counts.counting(side[1]) as counter:
-        proxies.train_step(side, sample, autocast=True, counter=counter, update=4)
+        measure.train_step(side, sample, 4, dtype=torch.bfloat16, counter=counter)
     # encoder weights once per source token: per target token, times the batch's source/target ratio
     src_per_tgt = sample["net_input"]["src_lengths"].sum().item() / sample["ntokens"]
     weights = counterparts.matmul_params(side[1], src_per_tgt)
@@ -121,7 +118,7 @@ def beam_speed(side, decode_sample, precision: str, length: int, device: str) ->
     the model is cast back to float32 afterwards (its weights then rounded: no matter for speed)."""
     task, model = side[0], side[1]
     model.eval().to(DTYPES[precision])
-    gen = measure._generator(model, task, 5, length)
+    gen = measure.generator(model, task, 5, length)
     try:
         with torch.no_grad():  # as fairseq-generate (inference_mode breaks the WT's weight cache, see docs)
             gen.generate([model], decode_sample)

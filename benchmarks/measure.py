@@ -11,6 +11,7 @@ apart do not guarantee. Decoding speed forces every hypothesis to the same lengt
 that undertrained models' short or runaway outputs do not decide it.
 """
 
+import contextlib
 import json
 import os
 import statistics
@@ -21,6 +22,7 @@ from typing import Dict, List, Optional
 
 import torch
 
+from benchmarks import op_counts
 from fairseq_dense.cli.plot import parse_log
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_train_child.py")
@@ -157,7 +159,7 @@ def timed(fn, device: str = "cpu") -> float:
     return time.perf_counter() - t0
 
 
-def _timed_rounds(sides: Dict, items: list, rounds: int, step, device: str) -> Dict:
+def timed_rounds(sides: Dict, items: list, rounds: int, step, device: str) -> Dict:
     """Run ``step(side, item, i)`` for every item, each side in turn, ``rounds`` times (the order of
     the sides reversed every other round).
 
@@ -200,7 +202,7 @@ def median_ratio(per_round: list, slow: str, fast: str, clock: str = "cpu_s") ->
     return ratios[len(ratios) // 2] if ratios else None
 
 
-def _build_trainable(train_args: List[str]):
+def build_trainable(train_args: List[str]):
     """``(task, model, criterion, optimizer, cfg)`` as ``fairseq-train <train_args>`` builds them."""
     from fairseq import optim, options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -218,13 +220,35 @@ def _build_trainable(train_args: List[str]):
     return task, model, task.build_criterion(cfg.criterion), optimizer, cfg
 
 
-def _train_step(side, sample, update_num: int) -> None:
+def train_step(side, sample, update: int = 1, *, dtype=None, counter=None, saved=None) -> torch.Tensor:
+    """One training step as fairseq's Trainer takes it: forward under autocast in ``dtype`` (None: none;
+    float16 where the optimizer is fairseq's ``--amp`` one, which also scales the loss for backward), the
+    gradients divided by the sample size and clipped, the task's optimizer step (the simplex projection
+    where the task has one). ``counter``/``saved`` (``op_counts``, ``saved_tensors``) watch it in phases;
+    CPU LSTMs run on the kernel ``op_counts.cpu_lstm_kernel`` picks for the dtype.
+
+    Returns:
+        the loss, detached (reading it waits for the device).
+    """
+    from fairseq.optim.amp_optimizer import AMPOptimizer
+
     task, model, criterion, optimizer, cfg = side
+    phase = counter.phase if counter else lambda name: contextlib.nullcontext()
+    dtype = torch.float16 if isinstance(optimizer, AMPOptimizer) else dtype
     model.train()
-    optimizer.zero_grad()
-    task.train_step(sample, model, criterion, optimizer, update_num)
-    optimizer.clip_grad_norm(cfg.optimization.clip_norm)
-    task.optimizer_step(optimizer, model, update_num)
+    criterion.train()
+    autocast = torch.autocast(sample["target"].device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+    with op_counts.cpu_lstm_kernel(dtype or torch.float32):
+        with phase("forward"), saved or contextlib.nullcontext(), autocast:
+            loss, sample_size, _ = criterion(model, sample)
+        with phase("backward"):
+            optimizer.backward(loss)
+        with phase("optimizer"):
+            optimizer.multiply_grads(1.0 / float(sample_size or 1))
+            optimizer.clip_grad_norm(cfg.optimization.clip_norm)
+            task.optimizer_step(optimizer, model, update)
+            optimizer.zero_grad()
+    return loss.detach()
 
 
 def paired_train_speed(
@@ -237,13 +261,13 @@ def paired_train_speed(
         batches: training batches per round (the first of a shuffled epoch, cycled if fewer).
         rounds: rounds; the ratio (ours tokens/s / baseline tokens/s) is their median.
     """
-    sides = {"ours": _build_trainable(ours_args), "baseline": _build_trainable(baseline_args)}
+    sides = {"ours": build_trainable(ours_args), "baseline": build_trainable(baseline_args)}
     return train_speed(sides, batches=batches, rounds=rounds, device=device)
 
 
 def train_speed(sides: Dict, *, batches: int, rounds: int, device: str = "cpu") -> Dict:
-    """Training steps of ``sides`` (``{name: _build_trainable(...)}``) on the same real batches of the
-    first side's training split, interleaved (:func:`_timed_rounds`); arguments as :func:`paired_train_speed`."""
+    """Training steps of ``sides`` (``{name: build_trainable(...)}``) on the same real batches of the
+    first side's training split, interleaved (:func:`timed_rounds`); arguments as :func:`paired_train_speed`."""
     from fairseq import utils
 
     task, model, _, _, cfg = next(iter(sides.values()))
@@ -263,8 +287,8 @@ def train_speed(sides: Dict, *, batches: int, rounds: int, device: str = "cpu") 
         side[1].to(device)
         # warm-up: every batch shape once (on CUDA: cuDNN algorithm search, allocator growth)
         for sample in samples if device == "cuda" else samples[:1]:
-            _train_step(side, sample, 1)
-    res = _timed_rounds(sides, samples[1:], rounds, lambda side, s, i: _train_step(side, s, 2 + i), device)
+            train_step(side, sample, 1)
+    res = timed_rounds(sides, samples[1:], rounds, lambda side, s, i: train_step(side, s, 2 + i), device)
     return {**res, "batches": batches, "target_tokens_per_round": sum(int(s["ntokens"]) for s in samples[1:])}
 
 
@@ -294,7 +318,7 @@ def spread_batches(dataset, sentences: int, batch_size: int, device: str) -> lis
     return _batches(dataset, list(range(len(dataset)))[::step][:sentences], batch_size, device)
 
 
-def _generator(model, task, beam: int, fixed_length: int = 0):
+def generator(model, task, beam: int, fixed_length: int = 0):
     from fairseq.sequence_generator import SequenceGenerator
 
     length = {"max_len_a": 0, "max_len_b": fixed_length, "min_len": fixed_length} if fixed_length else {}
@@ -312,12 +336,12 @@ def paired_decode(
         sentences: test sentences, spread over the split.
         length: every hypothesis forced to this many tokens.
     """
-    sides = {name: (model, _generator(model, task, 5, length)) for name, (model, task) in models.items()}
+    sides = {name: (model, generator(model, task, 5, length)) for name, (model, task) in models.items()}
     batches = spread_batches(models["baseline"][1].dataset("test"), sentences, batch_size, device)
     with torch.inference_mode():
         for model, gen in sides.values():  # warm-up: allocator, thread pools
             gen.generate([model], batches[0])
-        res = _timed_rounds(sides, batches, rounds, lambda side, s, i: side[1].generate([side[0]], s), device)
+        res = timed_rounds(sides, batches, rounds, lambda side, s, i: side[1].generate([side[0]], s), device)
     return {**res, "sentences": sum(len(b["id"]) for b in batches), "fixed_length": length}
 
 
@@ -333,7 +357,7 @@ def beam_bleu(ckpt: str, data_bin: str, raw_test_tgt: str, a) -> Dict:
     sentences, batch_size, device, tgt_lang = a.decode_sentences, a.decode_batch_size, a.device, a.tgt
     model, task = load_checkpoint(ckpt, data_bin, device, a.bf16)
     n = len(task.dataset("test"))
-    gen, hyps, seconds = _generator(model, task, 5), {}, 0.0
+    gen, hyps, seconds = generator(model, task, 5), {}, 0.0
     with torch.inference_mode():
         for sample in _batches(task.dataset("test"), list(range(min(n, sentences or n))), batch_size, device):
             t0 = time.perf_counter()

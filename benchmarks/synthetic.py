@@ -109,7 +109,7 @@ def build(dict_dir: str, arch_args: List[str], *, amp: bool = False, device: Opt
     from benchmarks import measure
 
     torch.manual_seed(1)
-    task, model, criterion, optimizer, cfg = measure._build_trainable(train_args(dict_dir, arch_args, amp=amp))
+    task, model, criterion, optimizer, cfg = measure.build_trainable(train_args(dict_dir, arch_args, amp=amp))
     if device:
         model.to(device)
         criterion.to(device)
