@@ -343,7 +343,7 @@ def test_the_bundled_corpus_is_the_default_and_synthetic_only_explicit():
     assert "--minutes 6" in timed and "--updates" not in timed
     assert "--max-lines 300" in _make_dry_run("MAX_LINES=300") and "--fresh" in _make_dry_run("FRESH=1")
     assert "--corpus synthetic" in _make_dry_run("CORPUS=synthetic")
-    assert "--corpus /data/x --src fr --tgt en" in _make_dry_run("CORPUS=/data/x", "SRC=fr", "TGT=en")
+    assert "--corpus data/x --src fr --tgt en" in _make_dry_run("CORPUS=data/x", "SRC=fr", "TGT=en")
     assert "synthetic" not in _make_dry_run("CORPUS=")
     assert "--baseline" in _make_dry_run("BASELINE=1") and "--baseline" not in default
     several = _make_dry_run("SEEDS=3", "ARCH=densenmt_small weighted_transformer_small", "THREADS=1")
