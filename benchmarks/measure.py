@@ -23,7 +23,7 @@ from typing import Dict, List, Optional
 import torch
 
 from benchmarks import op_counts
-from fairseq_dense.cli.plot import parse_log
+from fairseq_dense.logs import parse_log
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_train_child.py")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

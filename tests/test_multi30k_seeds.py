@@ -16,6 +16,7 @@ import torch
 
 from tests.helpers import REPO
 
+TS = "2026-01-01 00:00:00"  # a fairseq log line's timestamp
 HERE = os.path.join(REPO, "examples", "multi30k")
 sys.path.insert(0, HERE)
 run = importlib.import_module("run")
@@ -23,7 +24,7 @@ report = importlib.import_module("report")
 
 
 def _valid(epoch, loss):
-    return '2026 | INFO | valid | {"epoch": %d, "valid_loss": "%.3f", "valid_num_updates": "%d"}\n' % (
+    return TS + ' | INFO | valid | {"epoch": %d, "valid_loss": "%.3f", "valid_num_updates": "%d"}\n' % (
         epoch,
         loss,
         epoch * 10,
@@ -31,7 +32,7 @@ def _valid(epoch, loss):
 
 
 def _train(epoch, wall):
-    return '2026 | INFO | train | {"epoch": %d, "train_wall": "%d", "train_wps": "100"}\n' % (epoch, wall)
+    return TS + ' | INFO | train | {"epoch": %d, "train_wall": "%d", "train_wps": "100"}\n' % (epoch, wall)
 
 
 EARLY_STOP = "2026 | INFO | fairseq_cli.train | early stop since valid performance hasn't improved\ndone training\n"
@@ -389,3 +390,17 @@ def test_a_run_counts_only_once_scored_at_its_best_loss():
     assert not report.counted(stale) and report.why_left(stale) == "not scored at its best loss yet"
     assert not report.counted({**row, "stopped_by_time": True}) and not report.counted({**row, "finished": False})
     assert report.why_left({**row, "finished": False}) == "no (interrupted)"
+
+
+def test_the_committed_logs_read_back_to_the_committed_tables():
+    """The report of the committed logs is the committed RESULTS.md tables and the README's row per family."""
+    rows = [report.summarize(pair, side) for pair in run.PAIRS for side in report.sides(pair)]
+    results = (REPO / "examples" / "multi30k" / "RESULTS.md").read_text()
+    for text, (begin, end) in (
+        (report.table(rows), (report.BEGIN, report.END)),
+        (report.seeds_table(rows), report.SEEDS),
+        (report.verdict_table(rows), report.VERDICTS),
+    ):
+        assert results.split(begin)[1].split(end)[0].strip() == text
+    readme = (REPO / "README.md").read_text()
+    assert readme.split(report.BEGIN)[1].split(report.END)[0].strip() == report.front_table(rows)

@@ -53,6 +53,7 @@ sys.path.insert(0, HERE)
 from pairs import PAIRS, SIDES  # noqa: E402
 
 from fairseq_dense.data.prepare import write_json  # noqa: E402
+from fairseq_dense.logs import parse_line  # noqa: E402
 
 RAW = os.environ.get("MULTI30K_RAW", os.path.join(ROOT, "..", "shared", "data", "multi30k"))
 WORK = os.environ.get("MULTI30K_WORK", os.path.join(ROOT, "multi30k-work"))
@@ -123,18 +124,13 @@ def user_dir() -> str:
     return os.path.join(ROOT, "user_dir")
 
 
-def record(line: str, kind: str):
-    """The JSON record of a fairseq log line of ``kind`` ('valid' or 'train' epoch summaries), or None."""
-    m = re.search(r"\| INFO \| %s \| (\{.*\})$" % kind, line.rstrip("\n"))
-    return json.loads(m.group(1)) if m else None
-
-
 def records(log: str, kind: str):
-    """The JSON records fairseq logged for ``kind`` in ``log`` (none when there is no log)."""
+    """The statistics fairseq logged for ``kind`` ('valid' or 'train' epoch summaries) in ``log``
+    (:func:`fairseq_dense.logs.parse_line`: ``loss``, ``num_updates``, ...; none without a log)."""
     if not os.path.isfile(log):
         return []
     with open(log) as f:
-        return [r for r in (record(line, kind) for line in f) if r is not None]
+        return [stats for tag, stats, _ in map(parse_line, f) if tag == kind]
 
 
 def trained_lr(log: str):
@@ -263,7 +259,7 @@ def _choice(pair: str, side: str, logs: dict, train_point=None):
             if train_point is None:
                 return None
             train_point(lr)
-        losses = [float(r["valid_loss"]) for r in records(logs[lr], "valid") if int(r["epoch"]) <= SWEEP_EPOCHS]
+        losses = [r["loss"] for r in records(logs[lr], "valid") if r["epoch"] <= SWEEP_EPOCHS]
         results[lr] = min(losses)
         print(f"{pair}/{side}: lr {lr:g} -> valid loss {results[lr]:.3f}", flush=True)
     return min(results, key=results.get)
@@ -374,7 +370,7 @@ def scores(subset: str, tok_hyps, detok_hyps, refs_path=None, tok_refs_path=None
 
 def best_loss(log: str):
     """The best validation loss ``log`` records (None when it records none)."""
-    losses = [float(r["valid_loss"]) for r in records(log, "valid")]
+    losses = [r["loss"] for r in records(log, "valid")]
     return min(losses) if losses else None
 
 
@@ -484,17 +480,14 @@ def machine() -> str:
 def keep_model_only(pair: str, side: str, lr: float) -> None:
     """A finished run's best checkpoint without its optimizer state (a third of its size; what
     fairseq's ``--no-save-optimizer-state`` writes), and its last checkpoint removed."""
-    import torch
+    from fairseq_dense.checkpoints import BEST, LAST, atomic_save, read_state
 
     folder = os.path.join(side_dir(pair, side), f"lr{lr:g}")
-    best = os.path.join(folder, "checkpoint_best.pt")
-    state = torch.load(best, map_location="cpu", weights_only=False)
-    if "last_optimizer_state" in state:
-        del state["last_optimizer_state"]
-        torch.save(state, best + ".tmp")
-        os.replace(best + ".tmp", best)
-    if os.path.isfile(os.path.join(folder, "checkpoint_last.pt")):
-        os.remove(os.path.join(folder, "checkpoint_last.pt"))
+    state = read_state(os.path.join(folder, BEST))
+    if state.pop("last_optimizer_state", None) is not None:
+        atomic_save(state, os.path.join(folder, BEST))
+    if os.path.isfile(os.path.join(folder, LAST)):
+        os.remove(os.path.join(folder, LAST))
 
 
 def side(pair: str, which: str, threads: int, parallel_sweep: bool = False, train_hours=None, seed: int = 1) -> None:
@@ -524,7 +517,7 @@ def run_state(pair: str, name: str):
     log = os.path.join(folder, "train.log")
     if os.path.isfile(log):
         valid = records(log, "valid")
-        best = min(valid, key=lambda r: float(r["valid_loss"])) if valid else None
+        best = min(valid, key=lambda r: r["loss"]) if valid else None
         last = last_command(log)
         if _finished(log):
             how = "early stopped" if "early stop" in last else "epoch cap"
@@ -534,7 +527,7 @@ def run_state(pair: str, name: str):
             how = "training"
         parts.append(
             f"lr {trained_lr(log):g}, epoch {max((int(r['epoch']) for r in valid), default=0)}"
-            + (f", best {float(best['valid_loss']):.3f} at epoch {best['epoch']}" if best else "")
+            + (f", best {best['loss']:.3f} at epoch {int(best['epoch'])}" if best else "")
             + f", {how}"
         )
         evaluated = os.path.join(LOGS, pair, name, "eval.json")

@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import sys
 
-from fairseq_dense.cli.plot import parse_log
+from fairseq_dense.logs import parse_log
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
