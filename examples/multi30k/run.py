@@ -17,22 +17,9 @@
                                                        #   training stopped after 0.3 h
     examples/multi30k/gpu_seeds.sh launch              # seeds of every pair at once on one GPU
 
-``--train-hours H`` stops the converging run cleanly (fairseq's ``--stop-time-hours``) once the
-command has trained for H hours, its sweep included; its best checkpoint is evaluated and the
-table says it was stopped by time. The side's command run again continues it until early stopping.
-
-Every stage is resumable (finished sweep points and evaluations are kept as JSON; the converging
-run continues from ``checkpoint_last.pt``; a side trained again is scored again). Data and
-checkpoints go to ``multi30k-work/``, the logs the report reads to ``examples/multi30k/logs/``.
-
-The recipe both sides of every pair share: Adam (0.9, 0.98), inverse-sqrt schedule (warm-up per
-pair, ``pairs.py``), the peak rate chosen per model by a short sweep on validation loss
-(SWEEP_EPOCHS epochs per rate; the chosen run is continued), label smoothing 0.1, clip-norm 1.0,
-4096 tokens per batch, early stopping after PATIENCE epochs without a better validation loss;
-beam 5, the length penalty chosen on valid.
-
-``--seed N`` (N > 1) trains the side from update 0 at the rate seed 1's sweep chose, in
-``<side>.seedN``. A finished run keeps only its best checkpoint, without optimizer state.
+Every stage is resumable (sweep points and evaluations kept as JSON, the converging run continued
+from ``checkpoint_last.pt``); data and checkpoints go to ``multi30k-work/``, the logs the report
+reads to ``examples/multi30k/logs/``. The recipe: examples/multi30k/RESULTS.md.
 """
 
 import argparse
@@ -58,6 +45,7 @@ from fairseq_dense.logs import parse_line  # noqa: E402
 RAW = os.environ.get("MULTI30K_RAW", os.path.join(ROOT, "..", "shared", "data", "multi30k"))
 WORK = os.environ.get("MULTI30K_WORK", os.path.join(ROOT, "multi30k-work"))
 LOGS = os.path.join(HERE, "logs")
+USER_DIR = os.path.join(ROOT, "user_dir")
 DEVICE = os.environ.get("DEVICE", "cpu")  # "cuda": train and decode on the GPU
 SRC, TGT = "en", "de"
 MERGES = 8000
@@ -118,10 +106,6 @@ def start(cmd, log=None, threads=None) -> subprocess.Popen:
             f.write("# " + shlex.join(cmd) + "\n")
             f.flush()
         return subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT if f else None)
-
-
-def user_dir() -> str:
-    return os.path.join(ROOT, "user_dir")
 
 
 def records(log: str, kind: str):
@@ -192,7 +176,7 @@ def train_args(pair: str, side: str, lr: float):
     """The whole ``fairseq-train`` command of one run of a side (``side`` or ``side.seedN``) at
     peak rate ``lr`` (without stopping options)."""
     return [
-        *("fairseq-train", data_bin(), "--user-dir", user_dir(), *COMMON, "--seed", str(split_run(side)[1])),
+        *("fairseq-train", data_bin(), "--user-dir", USER_DIR, *COMMON, "--seed", str(split_run(side)[1])),
         *(["--cpu"] if DEVICE == "cpu" else []),
         *options(pair, side),  # after COMMON: a pair's own options (e.g. its --task) win
         *("--warmup-updates", str(PAIRS[pair]["warmup"]), "--lr", f"{lr:g}"),
@@ -326,7 +310,7 @@ def generate(pair: str, side: str, lr: float, subset: str, lenpen: float, thread
     (the command, tokenised hypotheses, detokenised hypotheses)."""
     ckpt = os.path.join(side_dir(pair, side), f"lr{lr:g}", "checkpoint_best.pt")
     cmd = [
-        *("fairseq-generate", data or data_bin(), "--user-dir", user_dir(), "--path", ckpt, "-s", SRC, "-t", TGT),
+        *("fairseq-generate", data or data_bin(), "--user-dir", USER_DIR, "--path", ckpt, "-s", SRC, "-t", TGT),
         *(["--cpu"] if DEVICE == "cpu" else []),
         *("--gen-subset", subset, "--beam", "5", "--lenpen", f"{lenpen:g}", "--batch-size", "64"),
         *("--required-batch-size-multiple", "1", "--remove-bpe"),
