@@ -383,3 +383,16 @@ def test_the_committed_logs_read_back_to_the_committed_tables():
         assert results.split(begin)[1].split(end)[0].strip() == text
     readme = (REPO / "README.md").read_text()
     assert readme.split(report.BEGIN)[1].split(report.END)[0].strip() == report.front_table(rows)
+
+
+def test_a_finished_run_keeps_its_best_weights_without_optimizer_state(toy):
+    """``keep_model_only`` reads the checkpoint with the package's weights-only reader and writes it atomically."""
+    folder = toy / "work" / "toy" / "model" / "lr0.002"
+    folder.mkdir(parents=True)
+    state = {"model": {"w": torch.ones(2)}, "last_optimizer_state": {"m": torch.zeros(2)}, "extra_state": {}}
+    torch.save(state, folder / "checkpoint_best.pt")
+    torch.save(state, folder / "checkpoint_last.pt")
+    run.keep_model_only("toy", "model", 2e-3)
+    kept = torch.load(folder / "checkpoint_best.pt", weights_only=True)
+    assert "last_optimizer_state" not in kept and torch.equal(kept["model"]["w"], torch.ones(2))
+    assert sorted(os.listdir(folder)) == ["checkpoint_best.pt"]
