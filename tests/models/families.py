@@ -150,6 +150,46 @@ DROPOUT = {
     "weighted_transformer": dict(dropout=0.2, attention_dropout=0.1),
 }
 
+#: options each family's build_model refuses, and the flag its one-line error names
+BAD_OPTIONS = {
+    "dense_lstm": [
+        (dict(attention_layer=4), "--attention-layer"),
+        (dict(attention_layer=0), "--attention-layer"),
+        (dict(encoder_hidden_size=9), "--encoder-hidden-size"),
+        (dict(decoder_layers=0), "--decoder-layers"),
+        (dict(attention_dim=0), "--attention-dim"),
+        (dict(softmax_dropout=1.0), "--softmax-dropout"),
+        (dict(share_decoder_input_output_embed=True, decoder_out_embed_dim=6), "--share-decoder-input-output-embed"),
+    ],
+    "densenmt": [
+        (dict(sumlen=1), "--sumlen"),
+        (dict(sumlen=3, encoder_connections="residual", decoder_connections="residual"), "--sumlen"),
+        (dict(encoder_hidden_sizes=[4, 4, 4]), "--encoder-hidden-sizes"),
+        (dict(decoder_kernel_sizes=[3]), "--decoder-kernel-sizes"),
+        (dict(encoder_connections="residual", encoder_hidden_sizes=[4, 6]), "--encoder-hidden-sizes"),
+        (dict(dropout=1.0), "--dropout"),
+        (dict(factorized_embed_dim=0), "--factorized-embed-dim"),
+        (dict(decoder_layers=0), "--decoder-layers"),
+        (dict(attention_dim=0), "--attention-dim"),
+    ],
+    "fast_forward_lstm": [
+        (dict(encoder_layers=0), "--encoder-layers"),
+        (dict(decoder_hidden_size=0), "--decoder-hidden-size"),
+        (dict(encoder_columns=3), "--encoder-columns"),
+        (dict(encoder_fc_dim=0), "--encoder-fc-dim"),
+        (dict(attention_dim=0), "--attention-dim"),
+        (dict(dropout=1.0), "--dropout"),
+        (dict(init_std=0.0), "--init-std"),
+        (dict(decoder_out_embed_dim=0), "--decoder-out-embed-dim"),
+        (dict(share_decoder_input_output_embed=True), "--decoder-hidden-size"),
+    ],
+    "gru_attention": [
+        (dict(share_decoder_input_output_embed=True, readout_dim=6), "--share-decoder-input-output-embed"),
+        (dict(attention_dim=0), "--attention-dim"),
+        (dict(dropout=1.0), "--dropout"),
+    ],
+}
+
 
 def build(family: str, vocab: int = 16, randomize_recurrent: bool = True, **overrides):
     """``(model, dictionary)``: ``family`` at its :data:`TINY` shape with ``overrides``, drawn after

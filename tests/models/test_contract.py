@@ -12,7 +12,7 @@ import torch
 
 from fairseq_dense.baselines import our_families
 from tests import helpers
-from tests.models.families import DROPOUT, VARIANTS, build, variant
+from tests.models.families import BAD_OPTIONS, DROPOUT, VARIANTS, build, variant
 
 CASES = [(family, name) for family in sorted(VARIANTS) for name in VARIANTS[family]]
 IDS = [f"{family}-{name}" for family, name in CASES]
@@ -56,6 +56,14 @@ def test_attention_is_a_distribution_over_the_real_source_positions(family, name
     torch.testing.assert_close(attn.sum(-1), torch.ones(b, t))
     pad = sample["net_input"]["src_tokens"].eq(d.pad()).unsqueeze(1).expand_as(attn)
     assert attn.masked_select(pad).abs().max() == 0
+
+
+@pytest.mark.parametrize(
+    "family, overrides, flag", [(family, *case) for family, cases in sorted(BAD_OPTIONS.items()) for case in cases]
+)
+def test_bad_options_name_the_flag(family, overrides, flag):
+    with pytest.raises(ValueError, match=flag):
+        build(family, **overrides)
 
 
 @pytest.mark.parametrize("family", RECURRENT)

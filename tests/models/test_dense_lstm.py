@@ -138,23 +138,6 @@ def test_shift_and_reverse_helpers():
     assert torch.equal(reverse_padded(r, lengths), x)
 
 
-@pytest.mark.parametrize(
-    "overrides, flag",
-    [
-        (dict(attention_layer=4), "--attention-layer"),
-        (dict(attention_layer=0), "--attention-layer"),
-        (dict(encoder_hidden_size=9), "--encoder-hidden-size"),
-        (dict(decoder_layers=0), "--decoder-layers"),
-        (dict(attention_dim=0), "--attention-dim"),
-        (dict(softmax_dropout=1.0), "--softmax-dropout"),
-        (dict(share_decoder_input_output_embed=True, decoder_out_embed_dim=6), "--share-decoder-input-output-embed"),
-    ],
-)
-def test_bad_options_name_the_flag(overrides, flag):
-    with pytest.raises(ValueError, match=flag):
-        build(**overrides)
-
-
 def test_odd_hidden_ok_when_unidirectional():
     model, d = build_variant("dc", encoder_hidden_size=9, no_encoder_bidirectional=True)
     assert model.decoder.context_dim == 3 * 9  # one direction of 9 per layer, all three attended

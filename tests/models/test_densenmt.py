@@ -132,25 +132,6 @@ def test_feature_buffer_matches_naive_concatenation():
         torch.testing.assert_close(a, c)
 
 
-@pytest.mark.parametrize(
-    "overrides, flag",
-    [
-        (dict(sumlen=1), "--sumlen"),
-        (dict(sumlen=3, encoder_connections="residual", decoder_connections="residual"), "--sumlen"),
-        (dict(encoder_hidden_sizes=[4, 4, 4]), "--encoder-hidden-sizes"),
-        (dict(decoder_kernel_sizes=[3]), "--decoder-kernel-sizes"),
-        (dict(encoder_connections="residual", encoder_hidden_sizes=[4, 6]), "--encoder-hidden-sizes"),
-        (dict(dropout=1.0), "--dropout"),
-        (dict(factorized_embed_dim=0), "--factorized-embed-dim"),
-        (dict(decoder_layers=0), "--decoder-layers"),
-        (dict(attention_dim=0), "--attention-dim"),
-    ],
-)
-def test_bad_options_name_the_flag(overrides, flag):
-    with pytest.raises(ValueError, match=flag):
-        build(**overrides)
-
-
 def test_named_archs_build_and_keep_their_settings():
     d = helpers.dummy_dictionary(16)
     sizes = {}

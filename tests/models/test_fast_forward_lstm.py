@@ -178,25 +178,6 @@ def test_group_learning_rates_land_on_the_right_parameters():
             assert step > 0.5 * expected, step
 
 
-@pytest.mark.parametrize(
-    "overrides, flag",
-    [
-        (dict(encoder_layers=0), "--encoder-layers"),
-        (dict(decoder_hidden_size=0), "--decoder-hidden-size"),
-        (dict(encoder_columns=3), "--encoder-columns"),
-        (dict(encoder_fc_dim=0), "--encoder-fc-dim"),
-        (dict(attention_dim=0), "--attention-dim"),
-        (dict(dropout=1.0), "--dropout"),
-        (dict(init_std=0.0), "--init-std"),
-        (dict(decoder_out_embed_dim=0), "--decoder-out-embed-dim"),
-        (dict(share_decoder_input_output_embed=True), "--decoder-hidden-size"),
-    ],
-)
-def test_bad_options_name_the_flag(overrides, flag):
-    with pytest.raises(ValueError, match=flag):
-        build(**overrides)
-
-
 def test_deep_ed_does_not_need_attention_sizes():
     model, _ = build(interface="deep_ed", encoder_fc_dim=0, attention_dim=0)
     assert model.decoder.attention is None and model.encoder.fc is None
