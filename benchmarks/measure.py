@@ -221,15 +221,10 @@ def build_trainable(train_args: List[str]):
 
 
 def train_step(side, sample, update: int = 1, *, dtype=None, counter=None, saved=None) -> torch.Tensor:
-    """One training step as fairseq's Trainer takes it: forward under autocast in ``dtype`` (None: none;
-    float16 where the optimizer is fairseq's ``--amp`` one, which also scales the loss for backward), the
-    gradients divided by the sample size and clipped, the task's optimizer step (the simplex projection
-    where the task has one). ``counter``/``saved`` (``op_counts``, ``saved_tensors``) watch it in phases;
-    CPU LSTMs run on the kernel ``op_counts.cpu_lstm_kernel`` picks for the dtype.
-
-    Returns:
-        the loss, detached (reading it waits for the device).
-    """
+    """One training step as fairseq's Trainer takes it: forward under autocast in ``dtype`` (None: none; float16
+    with fairseq's ``--amp`` optimizer, which also scales the loss), gradients over the sample size, clipping,
+    the task's optimizer step; ``counter``/``saved`` (``op_counts``, ``saved_tensors``) watch it in phases.
+    Returns the loss, detached (reading it waits for the device)."""
     from fairseq.optim.amp_optimizer import AMPOptimizer
 
     task, model, criterion, optimizer, cfg = side

@@ -415,11 +415,7 @@ def sides(pair: str):
     runs = [s for s in (sorted(os.listdir(folder)) if os.path.isdir(folder) else []) if s.split(".")[0] in SIDES]
     named = {split_run(s)[0] for s in runs}
     order = [s for s in SIDES if s in named] + sorted(named - set(SIDES))
-    return [run for side in order for run in sorted((r for r in runs if split_run(r)[0] == side), key=seed_of)]
-
-
-def seed_of(name: str) -> int:
-    return split_run(name)[1]
+    return [run for side in order for run in sorted((r for r in runs if split_run(r)[0] == side), key=split_run)]
 
 
 def main() -> None:
