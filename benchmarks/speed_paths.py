@@ -60,7 +60,7 @@ def _beam_setup(family: str, data_bin: str):
     """``(model, generator, batches)``: ``<family>_small`` untrained, beam 5 forced to 12 tokens, 128 test
     sentences in batches of 64."""
     torch.manual_seed(1)
-    model, task = cpu_speed._decode_models(data_bin, ["--arch", f"{family}_small"])
+    model, task = cpu_speed.decode_models(data_bin, ["--arch", f"{family}_small"])
     batches = measure.spread_batches(task.dataset("test"), 128, 64, "cpu")
     return model, measure.generator(model, task, 5, 12), batches
 

@@ -24,8 +24,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import fairseq_dense
 from fairseq_dense.checkpoints import BEST, LAST, read_info
-from fairseq_dense.cli.plot import parse_line
 from fairseq_dense.data import prepare as prep
+from fairseq_dense.logs import parse_line
 from fairseq_dense.threads import THREADS_ENV
 
 logger = logging.getLogger("fairseq_dense.quickstart")
