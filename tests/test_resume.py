@@ -107,6 +107,12 @@ def test_resume_is_exact_and_training_deterministic(arch, data_bin, tmp_path):
     _check_resume(arch, data_bin, tmp_path, EXTRA)
 
 
+@pytest.mark.parametrize("arch", rh.tiny_archs() if rh.FULL else rh.tiny_archs()[:1])
+def test_resume_is_exact_under_bf16_autocast(arch, data_bin, tmp_path):
+    """The same under ``--bf16-autocast`` (tests/test_bf16_autocast.py); every family with the full matrix."""
+    _check_resume(arch, data_bin, tmp_path, EXTRA + ["--bf16-autocast"])
+
+
 GROUPED_ARCHS = [a for a in rh.tiny_archs() if rh.parameter_groups(a)]
 
 
