@@ -100,36 +100,6 @@ class TranslationExactResumeTask(TranslationTask):
         self._started = False
         self._valid_best, self._valid_runs = None, 0  # fairseq's --patience count, saved with each checkpoint
 
-    def precision(self, model):
-        """The region forward passes run in: :func:`~fairseq_dense.modules.low_precision.bf16_autocast` on the
-        model's device under ``--bf16-autocast``, else none."""
-        if not resume.option(self.cfg, "bf16_autocast"):
-            return contextlib.nullcontext()
-        return bf16_autocast(next(model.parameters()).device.type)
-
-    def _in_precision(self, criterion):
-        """``criterion`` whose calls (the model's forward and the loss) run in :meth:`precision`."""
-
-        def run(model, sample, *args, **kwargs):
-            with self.precision(model):
-                return criterion(model, sample, *args, **kwargs)
-
-        return run
-
-    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
-        """fairseq's step, its forward and loss in :meth:`precision` and its backward outside it (as torch
-        recommends for autocast); the weights, gradients and optimizer state stay as the optimizer keeps them."""
-        return super().train_step(sample, model, self._in_precision(criterion), optimizer, update_num, ignore_grad)
-
-    def valid_step(self, sample, model, criterion):
-        """fairseq's validation step (and ``--eval-bleu``'s decoding, :meth:`inference_step`) in :meth:`precision`."""
-        return super().valid_step(sample, model, self._in_precision(criterion))
-
-    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
-        """``fairseq-generate``'s and ``fairseq-interactive``'s decoding (and scoring) in :meth:`precision`."""
-        with self.precision(models[0]):
-            return super().inference_step(generator, models, sample, prefix_tokens, constraints)
-
     def has_sharded_data(self, split):
         """fairseq's answer. ``fairseq-train`` asks it for ``"train"`` right before it loads ``--restore-file``
         (and no other code path does): there, once per process, :func:`fairseq_dense.resume.start_training`."""
@@ -200,3 +170,33 @@ class TranslationExactResumeTask(TranslationTask):
         """After every save's copies (the run's last included): :func:`fairseq_dense.resume.check_after_save`."""
         if resume.checks_files(self.cfg) and os.path.isdir(os.path.dirname(cp_path)):
             resume.check_after_save(os.path.dirname(cp_path), cp_path)
+
+    def precision(self, model):
+        """The region forward passes run in: :func:`~fairseq_dense.modules.low_precision.bf16_autocast` on the
+        model's device under ``--bf16-autocast``, else none."""
+        if not resume.option(self.cfg, "bf16_autocast"):
+            return contextlib.nullcontext()
+        return bf16_autocast(next(model.parameters()).device.type)
+
+    def _in_precision(self, criterion):
+        """``criterion`` whose calls (the model's forward and the loss) run in :meth:`precision`."""
+
+        def run(model, sample, *args, **kwargs):
+            with self.precision(model):
+                return criterion(model, sample, *args, **kwargs)
+
+        return run
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        """fairseq's step, its forward and loss in :meth:`precision` and its backward outside it (as torch
+        recommends for autocast); the weights, gradients and optimizer state stay as the optimizer keeps them."""
+        return super().train_step(sample, model, self._in_precision(criterion), optimizer, update_num, ignore_grad)
+
+    def valid_step(self, sample, model, criterion):
+        """fairseq's validation step (and ``--eval-bleu``'s decoding, :meth:`inference_step`) in :meth:`precision`."""
+        return super().valid_step(sample, model, self._in_precision(criterion))
+
+    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        """``fairseq-generate``'s and ``fairseq-interactive``'s decoding (and scoring) in :meth:`precision`."""
+        with self.precision(models[0]):
+            return super().inference_step(generator, models, sample, prefix_tokens, constraints)
