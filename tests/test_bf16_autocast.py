@@ -5,12 +5,13 @@ under ``torch.autocast(<device>, dtype=torch.bfloat16)``; backward runs outside 
 weights, gradients and optimizer state stay float32, with no loss scaler. Checked here:
 
 * the wiring, without fairseq's trainer: what runs inside autocast and what does not;
-* every family (each ``*_tiny`` architecture) trains 20 updates with fairseq's ``adam`` in this
-  process, once in float32 and once under the option, from the same seed and batches: every
-  update's loss within :data:`TOLERANCE` of float32's (measured: at most 1.1%, Deep-Att's
-  20th update), some loss different (the option changed the arithmetic), validation run, the
-  checkpoint's weights and optimizer state float32 and finite, and ``fairseq-generate`` under
-  the option translating every test sentence from that checkpoint;
+* every family (each ``*_tiny`` architecture), and fairseq's own transformer under our task,
+  trains 20 updates with fairseq's ``adam`` in this process, once in float32 and once under
+  the option, from the same seed and batches: every update's loss within :data:`TOLERANCE` of
+  float32's (measured: at most 1.1%, Deep-Att's 20th update), some loss different (the option
+  changed the arithmetic), validation run, the checkpoint's weights and optimizer state float32
+  and finite, and ``fairseq-generate`` under the option translating every test sentence from
+  that checkpoint;
 * ``--optimizer fused_adam`` the same way, where it is registered.
 
 On a CPU whose oneDNN has no bfloat16 LSTM (AVX2 without AVX-512 BF16), LSTMs run PyTorch's
@@ -36,6 +37,11 @@ from tests import reliability_helpers as rh
 from tests.test_cli_matrix import generate
 
 ARCHS = rh.tiny_archs()
+#: model options by architecture: fairseq's own transformer under our task (it gets the option too), tiny
+SIZES = {
+    "transformer": "--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 16 --decoder-embed-dim 16 "
+    "--encoder-ffn-embed-dim 32 --decoder-ffn-embed-dim 32 --encoder-attention-heads 2 --decoder-attention-heads 2"
+}
 UPDATES = 20
 #: relative distance of each update's loss under the option from float32's
 TOLERANCE = 0.03
@@ -105,7 +111,8 @@ def float32_losses(data_bin, tmp_path_factory):
 
 def _train(data_bin, save_dir, arch, optimizer, *flags):
     args = rh.base_train_args(data_bin, save_dir, arch, UPDATES, "--optimizer", optimizer, "--lr", "0.003")
-    return rh.train_inprocess([*args, "--batch-size", "8", "--save-interval", str(UPDATES), *flags])
+    sizes = SIZES.get(arch, "").split()
+    return rh.train_inprocess([*args, *sizes, "--batch-size", "8", "--save-interval", str(UPDATES), *flags])
 
 
 def _check_run(arch, data_bin, tmp_path, optimizer, float32):
@@ -131,7 +138,7 @@ def _check_run(arch, data_bin, tmp_path, optimizer, float32):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", ARCHS + list(SIZES))
 def test_every_family_trains_under_bf16_autocast(arch, data_bin, float32_losses, tmp_path):
     _check_run(arch, data_bin, tmp_path, "adam", float32_losses(arch))
 
