@@ -26,6 +26,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from fairseq_dense.modules.low_precision import cpu_lstm_kernel, onednn_lstm_runs  # noqa: F401  (used here and by callers)
+
 aten = torch.ops.aten
 
 #: recurrent modules CUDA runs as one cuDNN call (per call) or one fused cell (per step)
@@ -122,32 +124,6 @@ for _kind in ("flash", "efficient", "cudnn"):  # CUDA's fused attention kernels,
         FLOPS[_name] = (_registry(_name), _operand)
 
 LOW = (torch.bfloat16, torch.float16)
-
-
-def onednn_lstm_runs(dtype: torch.dtype) -> bool:
-    """Whether this CPU's oneDNN LSTM kernel runs in ``dtype``: float32 always, bfloat16 and float16
-    only with the CPU's instructions for them. Elsewhere an ``nn.LSTM`` or ``torch.lstm`` call under
-    CPU autocast fails in oneDNN ("could not create a primitive descriptor for the LSTM forward
-    propagation primitive")."""
-    if dtype == torch.bfloat16:
-        return torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    if dtype == torch.float16:
-        return torch.ops.mkldnn._is_mkldnn_fp16_supported()
-    return True
-
-
-@contextlib.contextmanager
-def cpu_lstm_kernel(dtype: torch.dtype, onednn: Optional[bool] = None):
-    """Inside, CPU LSTMs run on oneDNN's fused kernel (``onednn``; default: where it runs ``dtype``)
-    or on PyTorch's own form: a GEMM per step, in ``dtype`` under autocast, on any CPU. Only the
-    CPU's kernel changes (oneDNN off inside), not what is counted: an LSTM call is one fused unit
-    either way, its GEMMs the same FLOPs; the bytes saved inside the unit differ."""
-    previous = torch.backends.mkldnn.enabled
-    torch.backends.mkldnn.enabled = previous and (onednn_lstm_runs(dtype) if onednn is None else onednn)
-    try:
-        yield
-    finally:
-        torch.backends.mkldnn.enabled = previous
 
 
 def _tensors(obj):

@@ -148,6 +148,12 @@ def test_resume_with_grouped_schedule_and_freeze_window(arch, data_bin, tmp_path
     assert not moved, f"{arch}: group {group!r} changed inside its freeze window: {moved}"
 
 
+@pytest.mark.parametrize("arch", rh.tiny_archs() if rh.FULL else rh.tiny_archs()[:1])
+def test_resume_is_exact_under_bf16_autocast(arch, data_bin, tmp_path):
+    """The same under ``--bf16-autocast`` (tests/test_bf16_autocast.py); every family with the full matrix."""
+    _check_resume(arch, data_bin, tmp_path, EXTRA + ["--bf16-autocast"])
+
+
 def test_crash_while_saving_keeps_previous_checkpoint(data_bin, tmp_path, monkeypatch):
     """fairseq writes ``<name>.tmp`` and renames it: a crash mid-write leaves the old files intact.
 
