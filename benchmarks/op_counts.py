@@ -44,10 +44,12 @@ CELL_UNITS = (nn.LSTMCell, nn.GRUCell, nn.RNNCell)
 #: are counted analytically (QK^T and PV; backward twice that) in the dtype autocast gives it.
 UNIT_LAUNCHES = {"rnn_per_layer_direction": (2, 3), "cell": (3, 5), "attention": (1, 2)}
 
-#: operator names that run no kernel on a GPU although they are not views
+#: operator names that run no kernel on a GPU although they are not views (the profiler's markers
+#: around a ``torch.optim`` step included)
 NO_KERNEL = set(
     "empty empty_like empty_strided new_empty new_empty_strided _unsafe_view lift_fresh detach alias resize_ set_ "
-    "is_same_size _has_compatible_shallow_copy_type record_stream".split()
+    "is_same_size _has_compatible_shallow_copy_type record_stream _record_function_enter_new "
+    "_record_function_exit".split()
 )
 
 #: names that look like matmul-class work; such a call with no FLOP formula is reported
