@@ -14,11 +14,15 @@ Three proxies, each independent of the machine's speed:
   operands are bfloat16 or float16.
 - **saved bytes**: the bytes of the distinct storages autograd saves for backward
   (``saved_tensors.py``), which an attention unit here counts as CUDA's fused kernel saves them.
+
+And the host syncs a step would make on a GPU (:class:`SyncCounter`).
 """
 
 import collections
 import contextlib
+import os
 import re
+import traceback
 from typing import Dict, Optional
 
 import torch
@@ -364,3 +368,62 @@ class StepCounter(TorchDispatchMode):
         total = sum(self.flops.values())
         low = sum(v for k, v in self.flops.items() if k.endswith(("bfloat16", "float16")))
         return low / total if total else None
+
+
+#: Tensor methods that copy to the host without a scalar read (a ``.to`` counts when it names ``"cpu"``:
+#: ``.to(x.device)`` stays on ``x``'s device)
+HOST_COPIES = ("cpu", "tolist", "numpy", "to")
+_TORCH_DIR = os.path.dirname(torch.__file__)
+
+
+class SyncCounter(TorchDispatchMode):
+    """Counts, while active, the calls that wait for a GPU: scalar reads of a tensor (``item()``,
+    ``float()``, ``int()``, ``bool()``, indexing with one: ATen's ``_local_scalar_dense``) and copies to
+    the host (:data:`HOST_COPIES`), on any device (on the CPU none of them waits).
+
+    ``syncs`` maps ``"<kind> <file>:<line>"`` (the innermost caller outside torch) to its count.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.syncs: Dict[str, int] = collections.Counter()
+
+    def _count(self, kind: str) -> None:
+        site = next(
+            (f for f in reversed(traceback.extract_stack()[:-2]) if not f.filename.startswith(_TORCH_DIR)), None
+        )
+        self.syncs[f"{kind} {os.path.relpath(site.filename) if site else '?'}:{site.lineno if site else 0}"] += 1
+
+    def _wrap(self, name: str):
+        method = getattr(torch.Tensor, name)
+
+        def counted(tensor, *args, **kwargs):
+            if name != "to" or _names_cpu(args, kwargs):
+                self._count(name)
+            return method(tensor, *args, **kwargs)
+
+        return counted
+
+    def __enter__(self):
+        self._own = {name: torch.Tensor.__dict__.get(name) for name in HOST_COPIES}
+        for name in HOST_COPIES:
+            setattr(torch.Tensor, name, self._wrap(name))
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for name, own in self._own.items():
+            if own is None:
+                delattr(torch.Tensor, name)
+            else:
+                setattr(torch.Tensor, name, own)
+        return super().__exit__(*exc)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ == "_local_scalar_dense":
+            self._count("item")
+        return func(*args, **(kwargs or {}))
+
+
+def _names_cpu(args, kwargs) -> bool:
+    device = kwargs.get("device", args[0] if args else None)
+    return isinstance(device, str) and torch.device(device).type == "cpu"
