@@ -94,24 +94,28 @@ def test_same_weights_as_fairseq_adam(mode, eps, monkeypatch):
     assert any(not torch.equal(a, b) for a, b in zip(moved.parameters(), models["adam"].parameters()))
 
 
-@pytest.mark.parametrize("first, then", [("adam", "fused_adam"), ("fused_adam", "adam")])
-def test_states_load_into_each_other(first, then):
+@pytest.mark.parametrize(
+    "first, then, mode",  # --amp's wrapper saves and loads the torch optimizer's state directly
+    [("adam", "fused_adam", "fp32"), ("fused_adam", "adam", "fp32"), ("adam", "fused_adam", "amp")],
+)
+def test_states_load_into_each_other(first, then, mode):
     """50 updates with one, its state loaded into the other, 50 more: fairseq's ``adam`` all along."""
     ref, mixed = _model(), _model()
-    ref_opt = _build("adam", "fp32", ref)
-    _train(ref_opt, ref, UPDATES, "fp32")
-    opt = _build(first, "fp32", mixed)
-    _train(opt, mixed, UPDATES // 2, "fp32")
+    _train(_build("adam", mode, ref), ref, UPDATES, mode)
+    opt = _build(first, mode, mixed)
+    _train(opt, mixed, UPDATES // 2, mode)
     state = opt.state_dict()
     assert all(type(s["step"]) is int for s in state["state"].values())  # fairseq's adam keeps an int
     # fairseq's Trainer saves the state, builds the next optimizer and loads the state with its overrides
-    other = _build(then, "fp32", mixed)
+    other = _build(then, mode, mixed)
     other.load_state_dict(state, {"lr": state["param_groups"][0]["lr"]})
-    _train(other, mixed, UPDATES // 2, "fp32", first=UPDATES // 2)
+    _train(other, mixed, UPDATES // 2, mode, first=UPDATES // 2)
+    tol = dict(rtol=1e-3, atol=1e-3) if mode == "amp" else dict(rtol=1e-5, atol=1e-6)
     for (n, a), b in zip(ref.named_parameters(), mixed.parameters()):
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=n)
+        torch.testing.assert_close(b, a, **tol, msg=n)
     if then == "fused_adam":
-        assert other.optimizer.param_groups[0]["fused"] and other._steps == UPDATES
+        group = other.optimizer.param_groups[0]
+        assert group["fused"] and group["decoupled_weight_decay"] and other.optimizer.updates == UPDATES
 
 
 def test_fewer_kernels_per_step_than_fairseq_adam():

@@ -53,6 +53,48 @@ def kernel_options(params) -> dict:
     return {"foreach": True}
 
 
+class FairseqAdamW(torch.optim.AdamW):
+    """PyTorch's AdamW with fairseq ``adam``'s placement of ``eps`` and its state format, in the torch
+    optimizer itself: fairseq's ``--amp`` wrapper and its grad scaler call it directly.
+
+    ``updates`` counts the steps taken (fairseq's per-tensor ``step``) on the host.
+    """
+
+    def __init__(self, params, **options):
+        super().__init__(params, **options)
+        self.updates = 0
+
+    def step(self, closure=None):
+        """One update with ``eps / sqrt(1 - beta2 ** step)`` (module docstring)."""
+        self.updates += 1
+        eps = [g["eps"] for g in self.param_groups]
+        for g in self.param_groups:
+            g["eps"] = g["eps"] / math.sqrt(1.0 - g["betas"][1] ** self.updates)
+        try:
+            return super().step(closure)
+        finally:
+            for g, e in zip(self.param_groups, eps):
+                g["eps"] = e
+
+    def state_dict(self):
+        """PyTorch's state with each ``step`` an int, as fairseq's ``adam`` keeps it (read once, at saving)."""
+        sd = super().state_dict()
+        state = {k: {**s, "step": int(s["step"])} if "step" in s else s for k, s in sd["state"].items()}
+        return {**sd, "state": state}
+
+    def load_state_dict(self, state_dict):
+        """A state of this optimizer or of fairseq's ``adam``: hyperparameters from the state, the kernel
+        options from this optimizer, each ``step`` as PyTorch keeps it."""
+        kernel = [{k: g[k] for k in KERNEL_KEYS if k in g} for g in self.param_groups]
+        state = {
+            k: {**s, "step": torch.tensor(float(s["step"]))} if "step" in s else s
+            for k, s in state_dict["state"].items()
+        }
+        groups = [{**g, **own} for g, own in zip(state_dict["param_groups"], kernel)]
+        super().load_state_dict({**state_dict, "state": state, "param_groups": groups})
+        self.updates = max((int(s["step"]) for s in state_dict["state"].values() if "step" in s), default=0)
+
+
 @register_optimizer("fused_adam", dataclass=FusedAdamConfig)
 class FusedAdam(FairseqOptimizer):
     """fairseq's ``adam`` (AdamW-style weight decay) on PyTorch's fused Adam (module docstring)."""
@@ -61,8 +103,7 @@ class FusedAdam(FairseqOptimizer):
         super().__init__(cfg)
         params = list(params)
         flat = [p for g in params for p in g["params"]] if params and isinstance(params[0], dict) else params
-        self._optimizer = torch.optim.AdamW(params, **self.optimizer_config, **kernel_options(flat))
-        self._steps = 0  # updates taken (fairseq's per-tensor step), on the host
+        self._optimizer = FairseqAdamW(params, **self.optimizer_config, **kernel_options(flat))
 
     @property
     def optimizer_config(self):
@@ -75,18 +116,6 @@ class FusedAdam(FairseqOptimizer):
     @property
     def supports_flat_params(self):
         return True
-
-    def step(self, closure=None, scale=1.0, groups=None):
-        """One update; fairseq's ``eps`` placement through the step count (module docstring)."""
-        self._steps += 1
-        eps = [g["eps"] for g in self.param_groups]
-        for g in self.param_groups:
-            g["eps"] = g["eps"] / math.sqrt(1.0 - g["betas"][1] ** self._steps)
-        try:
-            super().step(closure, scale, groups)
-        finally:
-            for g, e in zip(self.param_groups, eps):
-                g["eps"] = e
 
     @torch.no_grad()
     def clip_grad_norm(self, max_norm, aggregate_norm_fn=None):
@@ -107,22 +136,3 @@ class FusedAdam(FairseqOptimizer):
             clip_coef = (float(max_norm) / (total_norm + 1e-6)).clamp_(max=1)
             torch._foreach_mul_(grads + expert, clip_coef)
         return total_norm
-
-    def state_dict(self):
-        """PyTorch's state with each ``step`` an int, as fairseq's ``adam`` keeps it (read once, at saving)."""
-        sd = self.optimizer.state_dict()
-        state = {k: {**s, "step": int(s["step"])} if "step" in s else s for k, s in sd["state"].items()}
-        return {**sd, "state": state}
-
-    def load_state_dict(self, state_dict, optimizer_overrides=None):
-        """A state of this optimizer or of fairseq's ``adam``: hyperparameters from the state (then the
-        overrides), the kernel options from this optimizer, each ``step`` as PyTorch keeps it."""
-        kernel = [{k: g[k] for k in KERNEL_KEYS if k in g} for g in self.param_groups]
-        state = {
-            k: {**s, "step": torch.tensor(float(s["step"]))} if "step" in s else s
-            for k, s in state_dict["state"].items()
-        }
-        groups = [{**g, **own} for g, own in zip(state_dict["param_groups"], kernel)]
-        super().load_state_dict({**state_dict, "state": state, "param_groups": groups}, optimizer_overrides)
-        steps = [int(s["step"]) for s in state_dict["state"].values() if "step" in s]
-        self._steps = max(steps, default=0)
