@@ -134,7 +134,7 @@ def fused_adam(family: str, data_bin: str, rounds: int) -> dict:
     for name, extra in (("on", ["--optimizer", "fused_adam"]), ("off", [])):
         torch.manual_seed(1)
         train_args = synthetic.train_args(data_bin, ours + extra, max_tokens=cpu_speed.MAX_TOKENS)
-        sides[name] = measure._build_trainable(train_args)
+        sides[name] = measure.build_trainable(train_args)
     res = measure.train_speed(sides, batches=4, rounds=rounds)
     sample = synthetic.make_batch(synthetic.batch_lengths(cpu_speed.MAX_TOKENS), len(sides["on"][0].target_dictionary))
     launches = {}
