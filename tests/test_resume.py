@@ -108,6 +108,14 @@ def test_resume_is_exact_and_training_deterministic(arch, data_bin, tmp_path):
     _check_resume(arch, data_bin, tmp_path, EXTRA)
 
 
+def test_resume_is_exact_with_fused_adam(data_bin, tmp_path):
+    """``--optimizer fused_adam`` (its moments and step counts in the checkpoint) resumes exactly too."""
+    arch = rh.tiny_archs()[0]
+    _check_resume(arch, data_bin, tmp_path, [("fused_adam" if a == "adam" else a) for a in EXTRA])
+    ref, resumed = (rh.load_checkpoint(tmp_path / run / "checkpoint_last.pt") for run in ("full", "cut"))
+    rh.assert_tensors_identical(rh.deterministic_parts(ref), rh.deterministic_parts(resumed), arch)
+
+
 GROUPED_ARCHS = [a for a in rh.tiny_archs() if rh.parameter_groups(a)]
 
 
