@@ -74,7 +74,8 @@ def test_push_dry_run_lists_and_uploads_nothing(gru, tmp_path, marker, fake_hub,
     model_dir = with_strays(gru, tmp_path, marker)
     assert push_cli.main([str(model_dir), "me/tiny", "--dry-run", "--no-pickle"]) == 0
     assert fake_hub == []
-    out = capsys.readouterr().out.splitlines()
+    *out, verdict = capsys.readouterr().out.splitlines()
+    assert verdict == f"{model_dir}: loads as from_pretrained loads it; nothing uploaded (--dry-run)"
     assert sorted(line.split("\t")[0] for line in out) == sorted(
         f"would upload {name}" for name in [*listed(model_dir), "SHA256SUMS", "README.md"]
     )
@@ -128,7 +129,7 @@ def test_push_lists_every_refused_file_and_dry_run_shows_what_uploads(gru, tmp_p
     (model_dir / "README.md").unlink()
     (model_dir / "model.pt").unlink()
     assert push_cli.main([str(model_dir), "me/tiny", "--dry-run"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = capsys.readouterr().out.splitlines()[:-1]
     expected = [*listed(model_dir), "SHA256SUMS"]
     assert sorted(line.split("\t")[0] for line in lines) == sorted(f"would upload {n}" for n in expected)
     for line in lines:
