@@ -306,7 +306,7 @@ def export_checkpoint(
 
 def _write_locked(out_dir, config, dict_files, dictionaries, bpe_codes, states, paths, card, write_pickle):
     """Write, verify and move the export into place, holding the lock of ``out_dir``."""
-    ours = re.compile(rf"\.{re.escape(out_dir.name + EXPORT_TMP_MARK)}([0-9a-f]{{8}}|old-[0-9]+)")
+    ours = re.compile(rf"\.{re.escape(out_dir.name + EXPORT_TMP_MARK)}([0-9a-f]+|old-[0-9]+)")
     for leftover in out_dir.parent.glob(f".{glob.escape(out_dir.name)}{EXPORT_TMP_MARK}*"):
         if ours.fullmatch(leftover.name):  # every live export holds the lock: this one's was killed
             shutil.rmtree(leftover)
