@@ -30,8 +30,13 @@ def import_installed(names=LOAD_IMPORTS) -> None:
     ``safetensors.py`` in a model folder used as the working directory would run when a load first
     imports safetensors. Imported here, with the package, a load imports nothing from ``sys.path``.
     """
-    cwd = os.getcwd()
-    hidden = [(i, p) for i, p in enumerate(sys.path) if isinstance(p, str) and os.path.abspath(p or ".") == cwd]
+    try:
+        cwd = os.getcwd()
+    except OSError:  # removed: nothing can be imported from it
+        cwd = None
+    hidden = [
+        (i, p) for i, p in enumerate(sys.path) if p == "" or cwd and isinstance(p, str) and os.path.abspath(p) == cwd
+    ]
     for i, _ in reversed(hidden):
         del sys.path[i]
     try:
