@@ -1,175 +1,324 @@
-"""Every GPU figure of the paper-size pairs in one run (``benchmarks/gpu_figures.sh`` runs it).
+"""The GPU figures: each family's paper-size pair trained side by side (``benchmarks/gpu_figures.sh`` runs it).
 
-    python -m benchmarks.gpu_figures --device cuda --out OUT [--pairs wt_a deep_att ...] [--budget-s 270]
-    python -m benchmarks.gpu_figures --device cpu --tiny --steps 1 ...     # the plumbing, on a CPU
+    python -m benchmarks.gpu_figures --device cuda --out OUT [--pairs wt_a deep_att ...] [--budget-s 230]
+    python -m benchmarks.gpu_figures --device cpu --tiny --shapes 64x1 32x2 --rounds 2 --vocab 100 ...   # dry run
 
-First a float16 and bfloat16 GEMM peak of this device. Then, for every pair of ``PAPER_PAIRS``
-(in the order of ``--pairs``), both sides built as ``fairseq-train`` builds them, per precision
-(``amp``: fairseq's ``--amp``, float16 autocast with its loss-scaling ``AMPOptimizer``; ``bf16``:
-bfloat16 autocast around the forward pass, as fairseq's ``--bf16`` would need torch_xla), on
-synthetic batches (``synthetic.py``): target tokens/s, MFU (``op_counts`` matmul FLOPs, and six
-times the matmul weights, x tokens/s over the measured and the datasheet peak), peak memory (a
-model and optimizer of its own per precision), beam-5 sentences/s (hypotheses forced to
-``--decode-length``, the model cast to the precision's dtype as ``fairseq-generate --fp16``
-does); after every timing (the CUDA profiler stays active once started), kernels per step
-(``torch.profiler``) beside the proxies' convention count. ``gpu_figures.{json,md}`` are
-rewritten after every measurement; ``--budget-s`` skips what no longer fits.
+Both models of a pair train in one process with fairseq's own ``Trainer`` (``train_step``: forward,
+backward, gradients accumulated over the update's batches, clipping, optimizer and learning-rate step,
+``--amp``'s loss scaling, fairseq's logging) on the same synthetic batches (``synthetic.py``). Per batch
+shape (``--shapes``: 32,768 padded tokens a batch, and 8,192 with ``--update-freq 4``): one untimed update
+on every batch of the shape first (cuDNN plans, the allocator, the optimizer's state), then ``--rounds``
+rounds in which the sides take turns update by update (``measure.timed_rounds``: A B A B ..., the order
+reversed every other round). Per side: target tokens/s, median and range over the rounds; per pair: the
+ratio ours / counterpart of each round, median and range.
+
+In this order, each result written to ``--out`` as it comes; what would start past ``--budget-s`` is
+marked skipped:
+
+1. **A/A**: the transformer against itself, bfloat16, every shape. No other ratio is read unless each of
+   its ratios is within ``AA_TOLERANCE`` of 1 (``aa_gate``; the report says so either way).
+2. Every pair of ``--pairs`` in bfloat16 at every shape (the headline), both sides on the fused optimizer.
+3. The transformer on the fused optimizer against itself on fairseq's ``adam`` (bfloat16, first shape).
+4. Every pair under ``--amp`` at the first shape, each side's skipped (overflowed) updates counted.
+5. The kernels of one bfloat16 update of each distinct side under ``torch.profiler`` (last: the profiler stays
+   active once started and slows what follows).
+
+MFU (the headline) = target tokens/s x 6N / the datasheet's dense bfloat16 peak, with N the weights that
+take part in a matmul per target token (``counterparts.matmul_params``): every parameter except the
+embedding and positional lookup tables, the output projection included (also when tied to the
+embedding), encoder weights times the batches' source/target token ratio. Beside it, the matmul-class
+FLOPs of one counted bfloat16 step (``op_counts``), which credit redundant work too.
+
+Names this harness uses when the installed package has them, with a fallback said in the results:
+the plugin optimizer ``--optimizer fused_adam`` (else fairseq's ``adam`` on both sides, and no step 3)
+and the task option ``--bf16-autocast`` (else bfloat16 autocast around the criterion's forward, by hooks).
+``--amp`` runs with ``--amp-batch-retries 0``: an overflowed update is skipped, not retried.
 """
 
 import argparse
 import collections
 import logging
+import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
-from typing import Dict
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
 from benchmarks import counterparts, measure, op_counts, proxies, report, synthetic
-from benchmarks.measure import sync, timed
 
 logger = logging.getLogger("benchmarks.gpu_figures")
-DTYPES = {"amp": torch.float16, "bf16": torch.bfloat16}
-# dense (no sparsity) float16 / bfloat16 tensor-core peaks of the datasheets, TFLOP/s, by a name's part
+#: dense (no sparsity) bfloat16 tensor-core peaks of the datasheets, TFLOP/s, by a part of the device's name
 DATASHEET_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.4, "H200": 989.4, "A100": 312.0}
+#: the A/A ratio must be within this of 1 before any other ratio is read
+AA_TOLERANCE = 0.05
+FUSED_OPTIMIZER, BF16_OPTION = "fused_adam", "--bf16-autocast"
 
 
-def datasheet_peak(device_name: str):
-    """The datasheet's dense float16/bfloat16 peak of ``device_name`` in FLOP/s, or None when unknown."""
+def datasheet_peak(device_name: str) -> Optional[float]:
+    """The datasheet's dense bfloat16 peak of ``device_name`` in FLOP/s, or None when unknown."""
     for key, tflops in DATASHEET_TFLOPS.items():  # the more specific names first
         if key in device_name:
             return tflops * 1e12
     return None
 
 
-def gemm_peak(device: str, dtype, n: int, iters: int) -> float:
-    """FLOP/s of an ``n x n x n`` matrix product in ``dtype``, best of ``iters`` timed calls."""
-    a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
+def gemm_peak(device: str, n: int, iters: int) -> float:
+    """FLOP/s of an ``n x n x n`` bfloat16 matrix product, best of ``iters`` timed calls."""
+    a, b = (torch.randn(n, n, device=device).to(torch.bfloat16) for _ in range(2))
     for _ in range(3):
         a @ b
-    return 2 * n**3 / min(timed(lambda: a @ b, device) for _ in range(iters))
+    return 2 * n**3 / min(measure.timed(lambda: a @ b, device) for _ in range(iters))
 
 
-def step(side, sample, precision: str, update: int) -> None:
-    """One training step in ``precision`` (``amp``: fairseq's own ``--amp`` path; ``bf16``)."""
-    if precision == "amp":
-        measure._train_step(side, sample, update)
-    else:
-        proxies.train_step(side, sample, autocast=True, dtype=DTYPES[precision], update=update)
+def installed_names() -> Tuple[str, bool, List[str]]:
+    """``(optimizer, bf16 option present, fallback notes)``: what the installed package registers of
+    :data:`FUSED_OPTIMIZER` and :data:`BF16_OPTION`."""
+    from fairseq.optim import OPTIMIZER_REGISTRY
+    from fairseq.tasks import TASK_DATACLASS_REGISTRY
+
+    import fairseq_dense  # noqa: F401  (registers the plugin's optimizers and tasks)
+
+    task = measure.default_task()
+    bf16 = BF16_OPTION[2:].replace("-", "_") in getattr(TASK_DATACLASS_REGISTRY.get(task), "__dataclass_fields__", {})
+    optimizer = FUSED_OPTIMIZER if FUSED_OPTIMIZER in OPTIMIZER_REGISTRY else "adam"
+    notes = [] if optimizer != "adam" else [
+        f"no --optimizer {FUSED_OPTIMIZER} in the installed package: fairseq's adam on both sides, no fused/adam pair"
+    ]  # fmt: skip
+    if not bf16:
+        notes.append(f"no {BF16_OPTION} in task {task}: bfloat16 autocast around the criterion's forward (hooks)")
+    return optimizer, bf16, notes
 
 
-def count_kernels(side, sample, precision: str, device: str) -> Dict:
-    """GPU activities of one step by ``torch.profiler`` (on a CPU: ATen calls): their number, the most
-    frequent names, the device's busy time and the kernels that take most of it."""
+def build_trainer(dict_dir: str, arch_args: List[str], optimizer: str, precision: str, bf16_option: bool, device):
+    """fairseq's ``Trainer`` of ``arch_args`` as ``fairseq-train`` builds it (the harness's recipe,
+    ``synthetic.train_args``) for ``precision`` (``amp``: ``--amp``; ``bf16``) and ``optimizer``."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.trainer import Trainer
+
+    torch.manual_seed(1)
+    args = synthetic.train_args(dict_dir, arch_args, amp=precision == "amp", device=device)
+    args[args.index("--optimizer") + 1] = optimizer
+    args += ["--amp-batch-retries", "0"] if precision == "amp" else [BF16_OPTION] if bf16_option else []
+    try:
+        cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), args))
+    except SystemExit:  # argparse's exit: one side's error, not the run's
+        raise ValueError(f"fairseq-train rejects the arguments {' '.join(args)}")
+    os.makedirs(cfg.checkpoint.save_dir, exist_ok=True)  # where a failing step saves crash.pt
+    task = tasks.setup_task(cfg.task)
+    trainer = Trainer(cfg, task, task.build_model(cfg.model), task.build_criterion(cfg.criterion))
+    if precision == "bf16" and not bf16_option:
+        autocast_forward(trainer.criterion, device)
+    return trainer
+
+
+def autocast_forward(module, device: str) -> None:
+    """bfloat16 autocast around every forward of ``module``, by hooks (inside fairseq's own
+    ``autocast(enabled=False)``, which an autocast around ``train_step`` would not get through)."""
+    entered = []
+
+    def enter(*_):
+        entered.append(torch.autocast(device, dtype=torch.bfloat16))
+        entered[-1].__enter__()
+
+    def leave(*_):
+        entered.pop().__exit__(None, None, None)
+
+    module.register_forward_pre_hook(enter)
+    module.register_forward_hook(leave, always_call=True)
+
+
+def train_update(trainer, batches: List[Dict]) -> Optional[Dict]:
+    """One update of ``trainer`` on ``batches`` (as many as its ``--update-freq``), its statistics
+    logged under a metrics root of its own. Returns what ``Trainer.train_step`` returns: the update's
+    logged values (None when skipped)."""
+    from fairseq.logging import metrics
+
+    with metrics.aggregate(new_root=True):
+        return trainer.train_step(batches)
+
+
+def make_shapes(a) -> Dict[str, List[List[Dict]]]:
+    """Per ``--shapes`` entry ``TOKENSxFREQ``: ``--updates`` updates of FREQ batches of TOKENS padded
+    tokens each, the batches drawn from length quantiles spread over the corpus, each update a mix."""
+    shapes = {}
+    for spec in a.shapes:
+        tokens, freq = (int(x) for x in spec.split("x"))
+        n = a.updates * freq
+        batches = [
+            synthetic.make_batch(
+                synthetic.batch_lengths(tokens, a.max_len, quantile=(i + 0.5) / n), a.vocab, seed=i, device=a.device
+            )
+            for i in range(n)
+        ]
+        shapes[spec] = [batches[u :: a.updates] for u in range(a.updates)]
+    return shapes
+
+
+def spread(values: List[float]) -> Dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def time_shape(trainers: Dict, updates: List[List[Dict]], rounds: int, device: str) -> Dict:
+    """Warm-up on every batch of ``updates``, then ``rounds`` interleaved rounds (:func:`measure.timed_rounds`)."""
+
+    def step(trainer, batches, i):
+        train_update(trainer, batches)
+
+    for batches in updates:
+        for trainer in trainers.values():
+            step(trainer, batches, 0)
+    before = {name: t.get_num_updates() for name, t in trainers.items()}
+    res = measure.timed_rounds(trainers, updates, rounds, step, device)
+    tokens = sum(int(b["ntokens"]) for batches in updates for b in batches)
+    out = {"target_tokens_per_round": tokens, "updates_per_round": len(updates), "rounds": res["rounds"]}
+    for name, t in trainers.items():
+        out[name] = {
+            "tokens_per_s": spread([tokens / r[f"{name}_s"] for r in res["rounds"]]),
+            # an --amp update whose gradients overflowed leaves the update count as it was
+            "skipped_updates": rounds * len(updates) - (t.get_num_updates() - before[name]),
+            "timed_updates": rounds * len(updates),
+        }
+    out["ratio"] = spread(measure.round_ratios(res["rounds"], "counterpart", "ours", "s"))
+    return out
+
+
+def count_side(trainer, sample: Dict, src_per_tgt: float) -> Dict:
+    """Parameters, 6N and the counted matmul FLOPs per target token of one bfloat16 step (``op_counts``)."""
+
+    model = trainer.model
+    side = (trainer.task, model, trainer.criterion, trainer.optimizer, trainer.cfg)
+    with op_counts.counting(model) as counter:
+        proxies.train_step(side, sample, autocast=True, counter=counter, update=1)
+    return {
+        "params": sum(p.numel() for p in model.parameters()),
+        "six_n_flops_per_token": 6 * counterparts.matmul_params(model, src_per_tgt),
+        "counted_flops_per_token": sum(counter.flops.values()) / sample["ntokens"],
+    }
+
+
+def count_kernels(trainer, updates: List[List[Dict]], device: str) -> Dict:
+    """GPU activities of one update under ``torch.profiler`` (on a CPU: ATen calls) after one untimed
+    update on each of ``updates``: their number, the device's busy milliseconds, the longest kernels."""
     from torch.profiler import ProfilerActivity, profile
 
+    for batches in updates:
+        train_update(trainer, batches)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    for update in (1, 2):  # the optimizer's state and the autotuners' choices, as in the timed steps
-        step(side, sample, precision, update)
-    sync(device)
+    measure.sync(device)
     with profile(activities=activities) as prof:
-        step(side, sample, precision, 3)
-        sync(device)
-    # the raw kineto events: building the profiler's FunctionEvents for tens of thousands of calls takes seconds
-    # (a record_function range also appears on the GPU's timeline, as a user annotation spanning its kernels)
-    events = [
-        (e.name(), e.device_type(), e.duration_ns())
-        for e in prof.profiler.kineto_results.events()
-        if not e.is_user_annotation()
-    ]
-    if device == "cuda":
-        kernels = [(name, ns) for name, kind, ns in events if kind == torch.autograd.DeviceType.CUDA]
-    else:
-        kernels = [(name, ns) for name, kind, ns in events if name.startswith("aten::")]
-    count, busy = collections.Counter(), collections.Counter()
+        train_update(trainer, updates[0])
+        measure.sync(device)
+    # the raw kineto events (building FunctionEvents for tens of thousands of calls takes seconds);
+    # user annotations (record_function ranges) also appear on the GPU's timeline: left out
+    events = [(e.name(), e.device_type(), e.duration_ns()) for e in prof.profiler.kineto_results.events()
+              if not e.is_user_annotation()]  # fmt: skip
+    cuda = torch.autograd.DeviceType.CUDA
+    kernels = [(n, ns) for n, kind, ns in events if (kind == cuda if device == "cuda" else n.startswith("aten::"))]
+    busy = collections.Counter()
     for name, ns in kernels:
-        count[name[:80]] += 1
         busy[name[:80]] += ns / 1e6
     return {
         "kernels": len(kernels),
         "what": "CUDA activities" if device == "cuda" else "aten calls",
-        "top": dict(count.most_common(10)),
-        # where the GPU's time goes: the device's busy milliseconds of the step and the longest kernels;
-        # the step's wall time less the busy time is launch gaps and host work
         "busy_ms": sum(busy.values()) if device == "cuda" else None,
         "top_ms": {k: round(v, 3) for k, v in busy.most_common(8)},
     }
 
 
-def count_step(side, sample) -> Dict:
-    """Parameters, matmul-class FLOPs per target token and the proxies' convention launches of one
-    bfloat16 step on ``sample`` (``op_counts``)."""
-    with op_counts.counting(side[1]) as counter:
-        proxies.train_step(side, sample, autocast=True, counter=counter, update=4)
-    # encoder weights once per source token: per target token, times the batch's source/target ratio
-    src_per_tgt = sample["net_input"]["src_lengths"].sum().item() / sample["ntokens"]
-    weights = counterparts.matmul_params(side[1], src_per_tgt)
-    return {
-        "params": sum(p.numel() for p in side[1].parameters()),
-        "matmul_flops_per_token": sum(counter.flops.values()) / sample["ntokens"],
-        "matmul_weights": weights,
-        "six_n_flops_per_token": 6 * weights,
-        "low_precision_share": counter.low_precision_share(),
-        "convention_launches": sum(counter.launches.values()),
-    }
+def aa_gate(r: Dict) -> Tuple[bool, str]:
+    """Whether every A/A ratio of ``r`` is within :data:`AA_TOLERANCE` of 1, and the sentence that says so."""
+    measured = {s: m["ratio"] for s, m in r["pairs"].get("aa", {}).get("bf16", {}).items() if "ratio" in m}
+    if not measured or len(measured) < len(r["shapes"]):
+        return False, "**A/A not measured at every shape: no ratio below is read.**"
+    said = ", ".join(f"{m['median']:.3f} ({m['min']:.3f}-{m['max']:.3f}) at {s}" for s, m in measured.items())
+    if all(abs(m["median"] - 1) <= AA_TOLERANCE for m in measured.values()):
+        return True, f"A/A (the transformer against itself, bf16): {said}: within {AA_TOLERANCE} of 1, ratios read."
+    return False, (
+        f"**A/A (the transformer against itself, bf16): {said}: not within {AA_TOLERANCE} of 1. The run's noise "
+        "is larger than the differences the ratios would show: no ratio below is read (run again).**"
+    )
 
 
-def beam_speed(side, decode_sample, precision: str, length: int, device: str) -> Dict:
-    """Beam-5 sentences/s of the model cast to the precision's dtype (one warm-up call, one timed);
-    the model is cast back to float32 afterwards (its weights then rounded: no matter for speed)."""
-    task, model = side[0], side[1]
-    model.eval().to(DTYPES[precision])
-    gen = measure._generator(model, task, 5, length)
-    try:
-        with torch.no_grad():  # as fairseq-generate (inference_mode breaks the WT's weight cache, see docs)
-            gen.generate([model], decode_sample)
-            seconds = timed(lambda: gen.generate([model], decode_sample), device)
-    finally:
-        model.float()
-    return {"sentences": decode_sample["nsentences"], "sentences_per_s": decode_sample["nsentences"] / seconds}
+def markdown(r: Dict) -> str:
+    """The tables of ``gpu_figures.json``: tokens/s and ratios (median, range), MFU by 6N, counted FLOPs."""
+    read, gate = aa_gate(r)
+    sheet = r["datasheet_peak_tflops"]
+
+    def rng(m, fmt):
+        return f"{m['median']:{fmt}} ({m['min']:{fmt}}-{m['max']:{fmt}})"
+
+    lines = [
+        f"`{r['command']}`  ",
+        f"{r['date']}, commit `{r['commit']}`, {r['device_name']}, torch {r['torch']}; datasheet dense bf16 peak "
+        f"{f'{sheet:.1f} TFLOP/s' if sheet else 'unknown'} (bf16 GEMM measured {r['gemm_peak_tflops']:.1f} TFLOP/s); "
+        f"optimizer `{r['optimizer']}`; vocabulary {r['vocab']}; shapes (tokens a batch x batches an update) "
+        f"{', '.join(r['shapes'])}; {r['rounds']} interleaved rounds of {r['updates']} updates a side.",
+        *[f"- fallback: {n}" for n in r["fallbacks"]],
+        "",
+        gate,
+        "",
+        "Tokens/s and ratios: median (range) over the rounds; ratio = ours / counterpart, same rounds. MFU: target "
+        "tokens/s x 6N (beside it: the counted FLOPs) per token over the datasheet peak. Skipped: updates whose "
+        "gradients overflowed (no optimizer step).",
+        "",
+        "| pair | precision | shape | ours tok/s | counterpart tok/s | ratio | MFU 6N ours / cp "
+        "| MFU counted FLOPs ours / cp | skipped ours / cp |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, e in r["pairs"].items():
+        for precision in ("bf16", "amp"):
+            for shape, m in e.get(precision, {}).items():
+                row = f"| {name} | {precision} | {shape} |"
+                if "ratio" not in m:
+                    lines.append(f"{row} {m.get('error') or m.get('skipped')} |||||")
+                    continue
+                o, c = m["ours"], m["counterpart"]
+                ratio = rng(m["ratio"], ".3f") if read or name == "aa" else "not read (A/A)"
+                mfu = [
+                    " / ".join(
+                        f"{x['tokens_per_s']['median'] * e[s][flops] / (sheet * 1e12):.1%}"
+                        if sheet and flops in e.get(s, {}) else "-"
+                        for s, x in (("ours", o), ("counterpart", c))
+                    )
+                    for flops in ("six_n_flops_per_token", "counted_flops_per_token")
+                ]  # fmt: skip
+                skipped = f"{o['skipped_updates']} / {c['skipped_updates']} of {o['timed_updates']}"
+                lines.append(
+                    f"{row} {rng(o['tokens_per_s'], ',.0f')} | {rng(c['tokens_per_s'], ',.0f')} | {ratio} "
+                    f"| {mfu[0]} | {mfu[1]} | {skipped} |"
+                )
+    lines += [
+        "",
+        "| pair | side | arch, optimizer | params | 6N FLOPs/token | counted FLOPs/token | counted / 6N "
+        "| kernels/update, GPU busy ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, e in r["pairs"].items():
+        for side in ("ours", "counterpart"):
+            s = e.get(side, {})
+            if "params" not in s:
+                continue
+            k = s.get("kernels", {})
+            kernels = k.get("error") or k.get("skipped") or f"{k.get('kernels', '-')}, {k.get('busy_ms') or '-'}"
+            lines.append(
+                f"| {name} | {side} | `{' '.join(s['arch_args'])}`, {s['optimizer']} | {s['params']:,} "
+                f"| {s['six_n_flops_per_token'] / 1e6:,.1f} M | {s['counted_flops_per_token'] / 1e6:,.1f} M "
+                f"| {s['counted_flops_per_token'] / s['six_n_flops_per_token']:.2f} | {kernels} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
-def measure_precision(side, batches, decode_sample, precision: str, a, peaks: Dict, counts: Dict) -> Dict:
-    """The timed training and decoding figures of one side in one precision: MFU is the counted FLOPs
-    per token (and, ``mfu_6n``, six times the matmul weights) x tokens/s over each peak of ``peaks``
-    (FLOP/s; None where unknown). No profiler runs here."""
-    for i in range(a.warmup):
-        step(side, batches[i % len(batches)], precision, 1 + i)
-    if a.device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    timed_batches = [batches[i % len(batches)] for i in range(a.steps)]
-    seconds = timed(lambda: [step(side, s, precision, 2 + i) for i, s in enumerate(timed_batches)], a.device)
-    tokens = sum(s["ntokens"] for s in timed_batches)
-    out = {
-        "target_tokens_per_s": tokens / seconds,
-        "step_s": seconds / a.steps,
-        "peak_memory_mib": torch.cuda.max_memory_allocated() / 2**20 if a.device == "cuda" else None,
-    }
-    for flops, key in (("matmul_flops_per_token", "mfu"), ("six_n_flops_per_token", "mfu_6n")):
-        for peak_name, peak in peaks.items():
-            suffix = "" if peak_name == "measured" else "_" + peak_name
-            out[key + suffix] = counts[flops] * tokens / seconds / peak if peak else None
-    # whether the timed steps trained: an AMP loss scale that kept falling means every step overflowed
-    scaler = getattr(side[3], "scaler", None)
-    out["amp_loss_scale"] = scaler.get_scale() if precision == "amp" and scaler is not None else None
-    out["weights_finite"] = all(bool(torch.isfinite(p).all()) for p in side[1].parameters())
-    try:
-        out["beam5"] = beam_speed(side, decode_sample, precision, a.decode_length, a.device)
-    except Exception as ex:  # the training figures stand without it
-        logger.exception("beam search failed")
-        out["beam5"] = {"error": f"{type(ex).__name__}: {ex}"}
-    return out
-
-
-def release(device: str) -> None:
-    """Free what the last side held, so that the next one's peak memory is its own."""
-    import gc
-
-    gc.collect()
-    if device == "cuda":
-        torch.cuda.empty_cache()
+def shape(spec: str) -> str:
+    """A ``--shapes`` entry: ``TOKENSxFREQ``, both positive integers."""
+    parts = spec.split("x")
+    if len(parts) != 2 or not all(x.isdigit() and int(x) > 0 for x in parts):
+        raise argparse.ArgumentTypeError(f"{spec!r} is not TOKENSxFREQ (e.g. 32768x1)")
+    return spec
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -177,95 +326,17 @@ def get_parser() -> argparse.ArgumentParser:
     add = p.add_argument
     add("--device", choices=("cuda", "cpu"), default="cuda")
     add("--pairs", nargs="*", help=f"pairs (default: all of {', '.join(counterparts.PAPER_PAIRS)})")
-    add("--precisions", nargs="*", choices=tuple(DTYPES), default=list(DTYPES))
-    add("--tiny", action="store_true", help="each pair at its tiny widths (the CPU smoke run)")
+    add("--tiny", action="store_true", help="each pair at its tiny widths (the CPU dry run)")
     add("--vocab", type=int, default=32000, help="joint vocabulary size (a paper-size joint BPE)")
-    add("--max-tokens", type=int, default=8192, help="tokens per batch (batch size x longest sentence)")
     add("--max-len", type=int, default=128, help="longest sentence of the length distribution")
-    add("--warmup", type=int, default=3, help="untimed steps first (cuDNN autotuning, allocator growth)")
-    add("--steps", type=int, default=8, help="timed training steps per side and precision")
-    add("--decode-sentences", type=int, default=128)
-    add("--decode-length", type=int, default=32, help="output length every hypothesis is forced to")
-    add("--gemm-size", type=int, default=8192, help="n of the n x n x n GEMM of the peak")
-    add("--budget-s", type=float, default=270, help="skip what starts later than this many seconds in")
-    add("--kernels-s", type=float, default=40, help="seconds of the budget kept for the kernel counts at the end")
+    add("--shapes", nargs="+", type=shape, default=["32768x1", "8192x4"], help="TOKENSxFREQ: tokens a batch x batches")
+    add("--updates", type=int, default=2, help="updates a side in each round (distinct batches)")
+    add("--rounds", type=int, default=5, help="interleaved timed rounds")
+    add("--gemm-size", type=int, default=8192, help="n of the n x n x n GEMM of the measured peak")
+    add("--budget-s", type=float, default=230, help="skip what would start later than this many seconds in")
+    add("--kernels-s", type=float, default=35, help="seconds of the budget kept for the kernel counts at the end")
     add("--out", default="benchmarks/out/gpu-figures")
     return p
-
-
-def _pct(x) -> str:
-    return f"{x:.1%}" if x is not None else "-"
-
-
-def markdown(r: Dict) -> str:
-    """The per-pair table of ``gpu_figures.json``: figures of ours as ratios against the counterpart
-    measured in the same run, MFU as a share of the measured GEMM peak and of the datasheet's."""
-    peak = r["gemm_peak_tflops"]
-    sheet = r.get("datasheet_peak_tflops")
-    lines = [
-        f"`{r['command']}`  ",
-        f"{r['date']}, {r['device_name']}, torch {r['torch']}; GEMM peak measured: bf16 {peak['bf16']:.1f} TFLOP/s, "
-        f"fp16 {peak['amp']:.1f} TFLOP/s; datasheet dense peak {f'{sheet:.1f} TFLOP/s' if sheet else 'unknown'}; "
-        f"batches of {r['max_tokens']} tokens, vocabulary {r['vocab']}.",
-        "",
-        "MFU: counted matmul FLOPs per target token (6N: six times the matmul weights) x tokens/s, over the "
-        "precision's measured GEMM peak / the datasheet peak. Ratios: ours / counterpart, same run.",
-        "",
-        "| pair | side | precision | tok/s | ratio | MFU measured (6N) | MFU datasheet (6N) | MFU ratio "
-        "| peak MiB | ratio | kernels/step (convention), GPU busy | beam-5 sent/s | ratio |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, e in r["pairs"].items():
-        for precision in r["precisions"]:
-            cells = {s: e.get(s, {}).get(precision) for s in ("ours", "counterpart")}
-            for side, c in cells.items():
-                if not isinstance(c, dict) or "target_tokens_per_s" not in c:
-                    why = c or e.get(side, {}).get("error") or e.get(side, {}).get("skipped") or "not measured"
-                    lines.append(f"| {name} | {side} | {precision} | {why} ||||||||||")
-                    continue
-                base = cells["counterpart"] if isinstance(cells["counterpart"], dict) else {}
-
-                def ratio(key, sub=None):
-                    mine, theirs = (x.get(key) if sub is None else x.get(sub, {}).get(key) for x in (c, base))
-                    return f"{mine / theirs:.2f}" if mine and theirs and side == "ours" else ""
-
-                k = c.get("kernels_per_step", {})
-                convention = e[side]["counts"]["convention_launches"]
-                kernels = f"{k['kernels']:,} ({convention:,})" if "kernels" in k else f"- ({convention:,})"
-                if k.get("busy_ms"):  # the device's busy share of the timed step's wall time
-                    kernels += f", {k['busy_ms'] / 1e3 / c['step_s']:.0%}"
-                mem = f"{c['peak_memory_mib']:.0f}" if c.get("peak_memory_mib") else "-"
-                beam = c["beam5"].get("error") or f"{c['beam5']['sentences_per_s']:.1f}"
-                if not c.get("weights_finite", True):
-                    beam += " (weights not finite after the timed steps)"
-                lines.append(
-                    f"| {name} | {side} | {precision} | {c['target_tokens_per_s']:,.0f} "
-                    f"| {ratio('target_tokens_per_s')} "
-                    f"| {_pct(c.get('mfu'))} ({_pct(c.get('mfu_6n'))}) "
-                    f"| {_pct(c.get('mfu_datasheet'))} ({_pct(c.get('mfu_6n_datasheet'))}) | {ratio('mfu')} "
-                    f"| {mem} | {ratio('peak_memory_mib')} | {kernels} "
-                    f"| {beam} | {ratio('sentences_per_s', 'beam5')} |"
-                )
-    lines += [
-        "",
-        "| pair | side | params | matmul weights | counted FLOPs/token | 6N FLOPs/token | counted / 6N |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name, e in r["pairs"].items():
-        for side in ("ours", "counterpart"):
-            counts = e.get(side, {}).get("counts")
-            if counts:
-                lines.append(
-                    f"| {name} | {side} | {e[side]['params']:,} | {counts['matmul_weights']:,.0f} "
-                    f"| {counts['matmul_flops_per_token'] / 1e6:,.1f} M "
-                    f"| {counts['six_n_flops_per_token'] / 1e6:,.1f} M "
-                    f"| {counts['matmul_flops_per_token'] / counts['six_n_flops_per_token']:.2f} |"
-                )
-    return "\n".join(lines) + "\n"
-
-
-def write(r: Dict, out: str) -> None:
-    report.write_results(r, out, "gpu_figures", markdown)
 
 
 def main(argv=None) -> int:
@@ -280,96 +351,109 @@ def main(argv=None) -> int:
     except ValueError as e:
         raise SystemExit(f"error: {e}")
     if a.device == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    n = a.gemm_size if a.device == "cuda" else min(a.gemm_size, 512)
-    peak = {p: gemm_peak(a.device, DTYPES[p], n, 10 if a.device == "cuda" else 2) for p in DTYPES}
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    else:  # the dry run: one thread, as the CPU benchmarks (a shared machine's cores are oversubscribed)
+        torch.set_num_threads(1)
+    optimizer, bf16_option, fallbacks = installed_names()
+    for note in fallbacks:
+        logger.warning("fallback: %s", note)
     device_name = torch.cuda.get_device_name(0) if a.device == "cuda" else platform.processor() or "cpu"
-    datasheet = datasheet_peak(device_name) if a.device == "cuda" else None
-    peaks = {p: {"measured": peak[p], "datasheet": datasheet} for p in DTYPES}
+    sheet = datasheet_peak(device_name) if a.device == "cuda" else None
     r = {
         "command": "python -m benchmarks.gpu_figures " + " ".join(argv),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": report.git_commit(),
         "device_name": device_name,
         "torch": torch.__version__,
-        "gemm_peak_tflops": {p: v / 1e12 for p, v in peak.items()},
-        "datasheet_peak_tflops": datasheet / 1e12 if datasheet else None,
-        "precisions": a.precisions,
-        "max_tokens": a.max_tokens,
-        "vocab": a.vocab,
+        "gemm_peak_tflops": gemm_peak(a.device, a.gemm_size if a.device == "cuda" else 256, 10) / 1e12,
+        "datasheet_peak_tflops": sheet / 1e12 if sheet else None,
+        **{k: getattr(a, k) for k in ("shapes", "rounds", "updates", "vocab")},
+        "optimizer": optimizer,
+        "fallbacks": fallbacks,
         "pairs": {},
     }
-    batches = [
-        synthetic.make_batch(synthetic.batch_lengths(a.max_tokens, a.max_len, quantile=q), a.vocab, device=a.device)
-        for q in (0.2, 0.4, 0.6, 0.8)
-    ]
-    pool = synthetic.sample_lengths(a.decode_sentences * 50, a.max_len, seed=2)[::50][: a.decode_sentences]
-    decode_sample = synthetic.make_batch(pool, a.vocab, seed=2, device=a.device)
+    transformer = counterparts.PAPER_PAIRS["wt_a"]["tiny_counterpart" if a.tiny else "counterpart"]
+    # name -> side -> (arch arguments, optimizer)
+    sides = {"aa": {"ours": (transformer, optimizer), "counterpart": (transformer, optimizer)}}
+    for n, p in pairs.items():
+        sides[n] = {s: (p[f"tiny_{s}" if a.tiny else s], optimizer) for s in ("ours", "counterpart")}
+    first = a.shapes[:1]
+    jobs = [("aa", "bf16", a.shapes)] + [(n, "bf16", a.shapes) for n in pairs]
+    if optimizer != "adam":  # the fused optimizer (ours) against fairseq's adam (counterpart)
+        sides["fused_vs_adam"] = {"ours": (transformer, optimizer), "counterpart": (transformer, "adam")}
+        jobs.append(("fused_vs_adam", "bf16", first))
+    jobs += [(n, "amp", first) for n in pairs]
+    shapes = make_shapes(a)
     failed = False
 
-    def over_budget(kernels: bool = False) -> bool:
-        """Past the budget (the timed figures leave ``--kernels-s`` of it to the kernel counts)."""
-        return time.time() - started > a.budget_s - (0 if kernels else a.kernels_s)
+    def build(name, side, precision, dict_dir):
+        return build_trainer(dict_dir, *sides[name][side], precision, bf16_option, a.device)
 
-    def guarded(what: str, args, precision: str, fn, *fn_args):
-        """``fn(side, *fn_args)`` on a side built for ``precision`` (one model on the device at a time),
-        or the error it raised: one failing model must not lose the others' figures."""
-        nonlocal failed
-        try:
-            return fn(synthetic.build(dict_dir, args, amp=precision == "amp", device=a.device), *fn_args)
-        except Exception as ex:
-            logger.exception("%s failed", what)
-            failed = True
-            return {"error": f"{type(ex).__name__}: {ex}"}
-        finally:
-            release(a.device)
-            write(r, a.out)
-
-    skipped = f"over --budget-s {a.budget_s:.0f}"
-    with tempfile.TemporaryDirectory() as tmp:
+    # on a CPU, LSTMs on a kernel that runs bfloat16 there (op_counts.cpu_lstm_kernel; CUDA's are cuDNN's)
+    with tempfile.TemporaryDirectory() as tmp, op_counts.cpu_lstm_kernel(torch.bfloat16):
         dict_dir = synthetic.write_dicts(tmp, a.vocab)
-        # the timed figures of every pair first: no profiler has run in this process yet
-        for name, pair in pairs.items():
-            entry = r["pairs"].setdefault(name, {"family": pair["family"]})
-            for side_name in ("ours", "counterpart"):
-                args = pair[f"tiny_{side_name}"] if a.tiny else pair[side_name]
-                e = entry[side_name] = {"arch_args": args}
-                if over_budget():
-                    e["skipped"] = skipped
-                    continue
-                # the counts first, on a model of their own
-                counted = guarded(f"{name} {side_name}", args, "bf16", count_step, batches[0])
-                if "error" in counted:
-                    e["error"] = counted["error"]
-                    continue
-                e["params"], e["counts"] = counted.pop("params"), counted
-                for precision in a.precisions:
-                    if over_budget():
-                        e[precision] = f"skipped: {skipped}"
+        for name, precision, job_shapes in jobs:
+            e = r["pairs"].setdefault(name, {})
+            res = e.setdefault(precision, {})
+            trainers = {}
+            try:
+                for shape in job_shapes:
+                    if time.time() - started > a.budget_s - a.kernels_s:
+                        res[shape] = {"skipped": f"over --budget-s {a.budget_s:.0f}"}
                         continue
-                    logger.info("%s %s %s", name, side_name, precision)
-                    e[precision] = guarded(
-                        f"{name} {side_name} {precision}", args, precision, measure_precision,
-                        batches, decode_sample, precision, a, peaks[precision], e["counts"],
-                    )  # fmt: skip
-                    if "error" in e[precision]:
-                        e["error"] = e.pop(precision)["error"]
-                        break
-        # then the kernels of one step of each, under the profiler (CUPTI stays active afterwards)
-        for name, entry in r["pairs"].items():
-            for side_name in ("ours", "counterpart"):
-                e = entry[side_name]
-                for precision in [p for p in a.precisions if isinstance(e.get(p), dict)]:
-                    e[precision]["kernels_per_step"] = (
-                        {"skipped": skipped} if over_budget(kernels=True) else guarded(
-                            f"{name} {side_name} kernels", e["arch_args"], precision, count_kernels,
-                            batches[0], precision, a.device,
-                        )
-                    )  # fmt: skip
+                    if not trainers:
+                        logger.info("%s %s: building both sides", name, precision)
+                        trainers = {s: build(name, s, precision, dict_dir) for s in ("ours", "counterpart")}
+                        for s, t in trainers.items():
+                            e.setdefault(s, dict(zip(("arch_args", "optimizer"), sides[name][s])))
+                            if "params" not in e[s] and precision == "bf16":
+                                batches = [b for u in shapes[first[0]] for b in u]
+                                src_per_tgt = sum(int(b["net_input"]["src_lengths"].sum()) for b in batches) / sum(
+                                    int(b["ntokens"]) for b in batches
+                                )
+                                e[s].update(count_side(t, batches[0], src_per_tgt))
+                    logger.info("%s %s %s: timing", name, precision, shape)
+                    res[shape] = time_shape(trainers, shapes[shape], a.rounds, a.device)
+                    logger.info("%s %s %s: ratio %s", name, precision, shape, res[shape]["ratio"])
+            except Exception as ex:  # one failing model must not lose the others' figures
+                logger.exception("%s %s failed", name, precision)
+                failed = True
+                res[shape] = {"error": f"{type(ex).__name__}: {ex}"}
+            finally:
+                trainers = None
+                release(a.device)
+                report.write_results(r, a.out, "gpu_figures", markdown)
+            if name == "aa" and not aa_gate(r)[0]:
+                logger.warning("%s", aa_gate(r)[1])
+        # last: one profiled bfloat16 update of each distinct side (the profiler stays active once started)
+        profiled = {}
+        for name, e in r["pairs"].items():
+            for side in [s for s in ("ours", "counterpart") if "params" in e.get(s, {})]:
+                key = str(sides[name][side])
+                if key not in profiled and time.time() - started > a.budget_s:
+                    profiled[key] = {"skipped": f"over --budget-s {a.budget_s:.0f}"}
+                elif key not in profiled:
+                    try:
+                        profiled[key] = count_kernels(build(name, side, "bf16", dict_dir), shapes[first[0]], a.device)
+                    except Exception as ex:
+                        logger.exception("%s %s kernels failed", name, side)
+                        profiled[key] = {"error": f"{type(ex).__name__}: {ex}"}
+                    release(a.device)
+                e[side]["kernels"] = profiled[key]
+                report.write_results(r, a.out, "gpu_figures", markdown)
     r["seconds"] = time.time() - started
-    write(r, a.out)
+    report.write_results(r, a.out, "gpu_figures", markdown)
     print(markdown(r))
     return 1 if failed else 0
+
+
+def release(device: str) -> None:
+    """Free what the last pair held, so that the next one has the device's memory to itself."""
+    import gc
+
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

@@ -1,46 +1,70 @@
 #!/usr/bin/env bash
-# Every GPU figure of the paper-size pairs, then the CUDA tests, in at most 8 minutes on one GPU machine
-# (Python 3.12, torch + CUDA, no fairseq, no network), from the repository root; results go to $OUT as they come.
+# The prepared GPU command: the CUDA tests, every paper preset in mixed precision, then the training
+# figures, in one call of at most 9 minutes on one GPU machine (Python 3.12, torch + CUDA, no fairseq, no
+# network), from the repository root. Each stage writes to $OUT as it finishes: a time-out returns what ran.
 #
-#   benchmarks/gpu_figures.sh                                  # on the GPU machine (carry .gpu: the wheels)
-#   DEVICE=cpu TESTS_S=0 ARGS="--tiny --vocab 200 --max-tokens 256 --steps 1 --warmup 1" benchmarks/gpu_figures.sh
+#   benchmarks/gpu_figures.sh      # device tool: run(command="benchmarks/gpu_figures.sh", carry=[".gpu"], timeout_s=600)
+#   DEVICE=cpu TESTS_S=0 PRESETS_ARGS="--tiny ..." FIGURES_ARGS="--tiny ..." benchmarks/gpu_figures.sh   # dry run
 #
-# Stages, each under its own time cap (install 60 s + FIGURES_S + TESTS_S <= 8 minutes):
-#   install  when fairseq does not import (with SITE on the path: a rerun on the same machine installs
-#            nothing): pip install --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl (the
-#            wheels prepared by benchmarks/gpu_wheels.sh), then PYTHONPATH=$PWD:/tmp/site -> OUT/install.log
-#   figures  python -m benchmarks.gpu_figures (GEMM peak; per pair, in the order of --pairs, and precision:
-#            tok/s, MFU, peak memory, beam-5 sent/s; then kernels/step under the profiler, after every
-#            timing) -> OUT/gpu_figures.{json,md}, OUT/figures.log
-#   tests    pytest tests/test_cuda.py tests/test_precision.py -> OUT/cuda_tests.log (TESTS_S=0 skips it;
-#            stopped with SIGINT at its cap, so that pytest still prints its summary)
-# Environment: OUT (benchmarks/out/gpu-figures), DEVICE (cuda), PYTHON (python3), FIGURES_S (270), TESTS_S (150),
-# ARGS (more benchmarks.gpu_figures options, e.g. "--pairs wt_a deep_att"), SITE (/tmp/site: where the wheels go).
+# stage    cap (s)           expected on one H100/H200                      writes to OUT
+# install  INSTALL_S=30      8 s (2026-11-27: 7-8 s; none on a rerun)        install.log, machine.txt
+# tests    TESTS_S=140       102-128 s (2026-11-27, H200)                    cuda_tests.log
+# presets  PRESETS_S=100     about 70 s, estimated from 2026-11-27's steps   presets.{json,md}, presets.log
+#                            (25-170 ms at 8k tokens): 6 presets x 2
+#                            precisions x (build 2 s, 50 updates at 4k
+#                            tokens, one decode)
+# figures  FIGURES_S: what   about 260 s, estimated: 8 bf16 jobs x 15 s     gpu_figures.{json,md}, figures.log
+#          is left of        (2 builds, a count, 2 shapes x 2 sides x 12
+#          TOTAL_S=540       updates of 0.1-0.4 s), fused/adam 9 s, 7 amp
+#                            jobs x 9 s, 13 kernel profiles x 4 s
+# stages.log has each stage's exit status and start time.
+#   install  only when fairseq does not import (SITE on the path): the wheels of benchmarks/gpu_wheels.sh
+#            (.gpu/whl) into SITE (benchmarks/gpu_install.sh)
+#   tests    pytest tests/test_cuda.py tests/test_precision.py, stopped with SIGINT at its cap (pytest still
+#            prints its summary)
+#   presets  python -m benchmarks.gpu_presets (50 updates of each paper preset under --amp and bfloat16, loss
+#            and loss scale logged, one beam-5 decode each); stops starting presets at 80% of its cap
+#   figures  python -m benchmarks.gpu_figures (the A/A pair first; 32,768-token batches and 8,192 x
+#            --update-freq 4; interleaved rounds; bfloat16 headline, --amp skipped updates; fused optimizer
+#            and fairseq's adam once; 6N MFU); stops starting measurements at 85% of its cap
+# Environment: OUT (benchmarks/out/gpu-figures), DEVICE (cuda), PYTHON (python3), SITE (/tmp/site), the caps
+# above (0 skips a stage; FIGURES_S a fixed cap), PRESETS_ARGS / FIGURES_ARGS (more options of each module).
 set -uo pipefail
 OUT=${OUT:-benchmarks/out/gpu-figures}
 DEVICE=${DEVICE:-cuda}
 PYTHON=${PYTHON:-python3}
-FIGURES_S=${FIGURES_S:-270}
-TESTS_S=${TESTS_S:-150}
-ARGS=${ARGS:-}
 SITE=${SITE:-/tmp/site}
+INSTALL_S=${INSTALL_S:-30}
+TESTS_S=${TESTS_S:-140}
+PRESETS_S=${PRESETS_S:-100}
+TOTAL_S=${TOTAL_S:-540}
+PRESETS_ARGS=${PRESETS_ARGS:-"--presets deep_att dense_rnn gru densenmt_wmt densenmt_iwslt wt_a"}
+FIGURES_ARGS=${FIGURES_ARGS:-}
 mkdir -p "$OUT"
 START=$(date +%s)
 log() { echo "[$(($(date +%s) - START)) s] $*" | tee -a "$OUT/stages.log"; }
 
-log "start: DEVICE=$DEVICE FIGURES_S=$FIGURES_S TESTS_S=$TESTS_S ARGS=$ARGS"
+log "start: DEVICE=$DEVICE TOTAL_S=$TOTAL_S TESTS_S=$TESTS_S PRESETS_S=$PRESETS_S FIGURES_S=${FIGURES_S:-rest}"
 # shellcheck source=benchmarks/gpu_install.sh
 source "$(dirname "$0")/gpu_install.sh"
 gpu_install
-
-# shellcheck disable=SC2086
-timeout -k 10 "$FIGURES_S" "$PYTHON" -m benchmarks.gpu_figures --device "$DEVICE" --out "$OUT" \
-    --budget-s $((FIGURES_S * 85 / 100)) $ARGS >"$OUT/figures.log" 2>&1
-log "figures: exit $? (OUT/gpu_figures.md)"
 
 if [ "$TESTS_S" -gt 0 ]; then
     timeout -s INT -k 15 "$TESTS_S" "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/test_cuda.py \
         tests/test_precision.py >"$OUT/cuda_tests.log" 2>&1
     log "tests: exit $? ($(tail -1 "$OUT/cuda_tests.log"))"
+fi
+if [ "$PRESETS_S" -gt 0 ]; then
+    # shellcheck disable=SC2086
+    timeout -k 10 "$PRESETS_S" "$PYTHON" -m benchmarks.gpu_presets --device "$DEVICE" --out "$OUT" \
+        --budget-s $((PRESETS_S * 80 / 100)) $PRESETS_ARGS >"$OUT/presets.log" 2>&1
+    log "presets: exit $? (OUT/presets.md)"
+fi
+FIGURES_S=${FIGURES_S:-$((TOTAL_S - $(date +%s) + START))}
+if [ "$FIGURES_S" -gt 0 ]; then
+    # shellcheck disable=SC2086
+    timeout -k 10 "$FIGURES_S" "$PYTHON" -m benchmarks.gpu_figures --device "$DEVICE" --out "$OUT" \
+        --budget-s $((FIGURES_S * 85 / 100)) $FIGURES_ARGS >"$OUT/figures.log" 2>&1
+    log "figures: exit $? (cap $FIGURES_S s; OUT/gpu_figures.md)"
 fi
 log "done"

@@ -157,7 +157,7 @@ def timed(fn, device: str = "cpu") -> float:
     return time.perf_counter() - t0
 
 
-def _timed_rounds(sides: Dict, items: list, rounds: int, step, device: str) -> Dict:
+def timed_rounds(sides: Dict, items: list, rounds: int, step, device: str) -> Dict:
     """Run ``step(side, item, i)`` for every item, each side in turn, ``rounds`` times (the order of
     the sides reversed every other round).
 
@@ -194,13 +194,19 @@ def _timed_rounds(sides: Dict, items: list, rounds: int, step, device: str) -> D
     }
 
 
+def round_ratios(per_round: list, slow: str, fast: str, clock: str = "cpu_s") -> List[float]:
+    """Side ``slow``'s seconds / side ``fast``'s of each round of :func:`timed_rounds`, sorted (``clock``:
+    ``s`` wall, ``cpu_s``)."""
+    return sorted(p[f"{slow}_{clock}"] / p[f"{fast}_{clock}"] for p in per_round if p[f"{fast}_{clock}"])
+
+
 def median_ratio(per_round: list, slow: str, fast: str, clock: str = "cpu_s") -> Optional[float]:
-    """Median over the rounds of side ``slow``'s seconds / side ``fast``'s (``clock``: ``s`` wall, ``cpu_s``)."""
-    ratios = sorted(p[f"{slow}_{clock}"] / p[f"{fast}_{clock}"] for p in per_round if p[f"{fast}_{clock}"])
+    """Median over the rounds of :func:`round_ratios` (the upper one of an even number)."""
+    ratios = round_ratios(per_round, slow, fast, clock)
     return ratios[len(ratios) // 2] if ratios else None
 
 
-def _build_trainable(train_args: List[str]):
+def build_trainable(train_args: List[str]):
     """``(task, model, criterion, optimizer, cfg)`` as ``fairseq-train <train_args>`` builds them."""
     from fairseq import optim, options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -237,13 +243,13 @@ def paired_train_speed(
         batches: training batches per round (the first of a shuffled epoch, cycled if fewer).
         rounds: rounds; the ratio (ours tokens/s / baseline tokens/s) is their median.
     """
-    sides = {"ours": _build_trainable(ours_args), "baseline": _build_trainable(baseline_args)}
+    sides = {"ours": build_trainable(ours_args), "baseline": build_trainable(baseline_args)}
     return train_speed(sides, batches=batches, rounds=rounds, device=device)
 
 
 def train_speed(sides: Dict, *, batches: int, rounds: int, device: str = "cpu") -> Dict:
-    """Training steps of ``sides`` (``{name: _build_trainable(...)}``) on the same real batches of the
-    first side's training split, interleaved (:func:`_timed_rounds`); arguments as :func:`paired_train_speed`."""
+    """Training steps of ``sides`` (``{name: build_trainable(...)}``) on the same real batches of the
+    first side's training split, interleaved (:func:`timed_rounds`); arguments as :func:`paired_train_speed`."""
     from fairseq import utils
 
     task, model, _, _, cfg = next(iter(sides.values()))
@@ -264,7 +270,7 @@ def train_speed(sides: Dict, *, batches: int, rounds: int, device: str = "cpu") 
         # warm-up: every batch shape once (on CUDA: cuDNN algorithm search, allocator growth)
         for sample in samples if device == "cuda" else samples[:1]:
             _train_step(side, sample, 1)
-    res = _timed_rounds(sides, samples[1:], rounds, lambda side, s, i: _train_step(side, s, 2 + i), device)
+    res = timed_rounds(sides, samples[1:], rounds, lambda side, s, i: _train_step(side, s, 2 + i), device)
     return {**res, "batches": batches, "target_tokens_per_round": sum(int(s["ntokens"]) for s in samples[1:])}
 
 
@@ -294,7 +300,8 @@ def spread_batches(dataset, sentences: int, batch_size: int, device: str) -> lis
     return _batches(dataset, list(range(len(dataset)))[::step][:sentences], batch_size, device)
 
 
-def _generator(model, task, beam: int, fixed_length: int = 0):
+def generator(model, task, beam: int, fixed_length: int = 0):
+    """fairseq's ``SequenceGenerator`` of beam ``beam``; ``fixed_length``: every hypothesis that many tokens."""
     from fairseq.sequence_generator import SequenceGenerator
 
     length = {"max_len_a": 0, "max_len_b": fixed_length, "min_len": fixed_length} if fixed_length else {}
@@ -312,12 +319,12 @@ def paired_decode(
         sentences: test sentences, spread over the split.
         length: every hypothesis forced to this many tokens.
     """
-    sides = {name: (model, _generator(model, task, 5, length)) for name, (model, task) in models.items()}
+    sides = {name: (model, generator(model, task, 5, length)) for name, (model, task) in models.items()}
     batches = spread_batches(models["baseline"][1].dataset("test"), sentences, batch_size, device)
     with torch.inference_mode():
         for model, gen in sides.values():  # warm-up: allocator, thread pools
             gen.generate([model], batches[0])
-        res = _timed_rounds(sides, batches, rounds, lambda side, s, i: side[1].generate([side[0]], s), device)
+        res = timed_rounds(sides, batches, rounds, lambda side, s, i: side[1].generate([side[0]], s), device)
     return {**res, "sentences": sum(len(b["id"]) for b in batches), "fixed_length": length}
 
 
@@ -333,7 +340,7 @@ def beam_bleu(ckpt: str, data_bin: str, raw_test_tgt: str, a) -> Dict:
     sentences, batch_size, device, tgt_lang = a.decode_sentences, a.decode_batch_size, a.device, a.tgt
     model, task = load_checkpoint(ckpt, data_bin, device, a.bf16)
     n = len(task.dataset("test"))
-    gen, hyps, seconds = _generator(model, task, 5), {}, 0.0
+    gen, hyps, seconds = generator(model, task, 5), {}, 0.0
     with torch.inference_mode():
         for sample in _batches(task.dataset("test"), list(range(min(n, sentences or n))), batch_size, device):
             t0 = time.perf_counter()

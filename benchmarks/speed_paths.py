@@ -6,7 +6,7 @@
 
 Each family's ``<family>_small`` on the quick-start's data (``--work-dir``), one thread, thread CPU
 time, the sides alternating per item and their order reversed every other round
-(:func:`benchmarks.measure._timed_rounds`); prints the median over ``--rounds`` of the ratio off
+(:func:`benchmarks.measure.timed_rounds`); prints the median over ``--rounds`` of the ratio off
 seconds / on seconds (the gain) and the rounds. The paths (docs/benchmarks.md, "Speed tricks"):
 
 - ``reorder-skip`` (kept): beam 5 on 128 test sentences in batches of 64 forced to 12 tokens
@@ -62,14 +62,14 @@ def _beam_setup(family: str, data_bin: str):
     torch.manual_seed(1)
     model, task = cpu_speed._decode_models(data_bin, ["--arch", f"{family}_small"])
     batches = measure.spread_batches(task.dataset("test"), 128, 64, "cpu")
-    return model, measure._generator(model, task, 5, 12), batches
+    return model, measure.generator(model, task, 5, 12), batches
 
 
 def _beam_gain(batches: list, rounds: int, run) -> dict:
     """``run(side, sample, i)`` for the sides ``on`` and ``off``, warmed up, in alternating rounds."""
     with torch.inference_mode():
         run("on", batches[0], 0), run("off", batches[0], 0)  # warm-up
-        res = measure._timed_rounds({"on": "on", "off": "off"}, batches, rounds, run, "cpu")
+        res = measure.timed_rounds({"on": "on", "off": "off"}, batches, rounds, run, "cpu")
     return {"gain": measure.median_ratio(res["rounds"], "off", "on"), "rounds": res["rounds"]}
 
 
@@ -91,7 +91,7 @@ def int16_dropout_path(family: str, data_bin: str, rounds: int) -> dict:
     sides = {}
     for name, args in (("on", ours), ("off", ours), ("counterpart", base)):
         torch.manual_seed(1)
-        sides[name] = measure._build_trainable(synthetic.train_args(data_bin, args, max_tokens=cpu_speed.MAX_TOKENS))
+        sides[name] = measure.build_trainable(synthetic.train_args(data_bin, args, max_tokens=cpu_speed.MAX_TOKENS))
     use_int16_dropout(sides["on"][1])
     res = measure.train_speed(sides, batches=4, rounds=rounds)
     per_round = res["rounds"]

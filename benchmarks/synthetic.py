@@ -94,12 +94,15 @@ def make_batch(lengths: List[tuple], vocab: int, *, seed: int = 1, device: str =
     return apply_to_sample(lambda t: t.to(device), sample)
 
 
-def train_args(dict_dir: str, arch_args: List[str], *, max_tokens: int = 4096, amp: bool = False) -> List[str]:
-    """``fairseq-train`` arguments of the harness (task, criterion, Adam, clipping) on ``dict_dir``."""
+def train_args(
+    dict_dir: str, arch_args: List[str], *, max_tokens: int = 4096, amp: bool = False, device: str = "cpu"
+) -> List[str]:
+    """``fairseq-train`` arguments of the harness (task, criterion, Adam, clipping) on ``dict_dir``
+    (``--cpu`` on ``device`` cpu, where ``amp``'s float16 autocast and loss scaling turn themselves off)."""
     from benchmarks import measure, run
 
     options = ["--max-tokens", str(max_tokens), "--budget-minutes", "600", "--log-interval", "10"]
-    options += ["--validate-interval-updates", "0"] + (["--device", "cuda", "--amp"] if amp else [])
+    options += ["--validate-interval-updates", "0", "--device", device] + (["--amp"] if amp else [])
     a = run.get_parser().parse_args(options)  # the harness's recipe (rate, warm-up, seed, languages)
     return measure.common_args(dict_dir, os.path.join(dict_dir, "unused-save-dir"), a) + list(arch_args)
 
@@ -109,7 +112,8 @@ def build(dict_dir: str, arch_args: List[str], *, amp: bool = False, device: Opt
     from benchmarks import measure
 
     torch.manual_seed(1)
-    task, model, criterion, optimizer, cfg = measure._build_trainable(train_args(dict_dir, arch_args, amp=amp))
+    args = train_args(dict_dir, arch_args, amp=amp, device=device or "cpu")
+    task, model, criterion, optimizer, cfg = measure.build_trainable(args)
     if device:
         model.to(device)
         criterion.to(device)

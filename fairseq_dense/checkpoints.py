@@ -28,6 +28,8 @@ FAIRSEQ_NAME = re.compile(r"^checkpoint(_last|_best|\d+|_\d+_\d+|\.best_.+)\.pt$
 RESUMABLE_NAME = re.compile(r"^checkpoint(_last|_best|\d+|_\d+_\d+)\.pt$")
 #: ``extra_state`` key of the project's tasks: validations since the best score (``--patience``)
 PATIENCE_KEY = "fairseq_dense_patience"
+#: ``extra_state`` key of the project's tasks: the identity of the data files (:mod:`fairseq_dense.trajectory`)
+DATA_KEY = "fairseq_dense_data"
 #: ``extra_state`` key of :class:`fairseq_dense.resume.OneWrite` (an empty dict once saved)
 ONE_WRITE_KEY = "fairseq_dense_one_write"
 #: ``checkpoint<epoch>.pt`` (end of an epoch) and ``checkpoint_<epoch>_<updates>.pt`` (``--save-interval-updates``)
@@ -78,6 +80,7 @@ class CheckpointInfo:
     size: int
     mtime_ns: int
     runs_without_improvement: int = 0  # validations since the best score (saved by the project's tasks)
+    end_of_epoch: bool = False  # saved at an epoch's end (no iterations into ``next_epoch`` yet)
 
     @property
     def name(self) -> str:
@@ -103,7 +106,21 @@ def read_info(path: str) -> Optional[CheckpointInfo]:
         size=st.st_size,
         mtime_ns=st.st_mtime_ns,
         runs_without_improvement=int((extra.get(PATIENCE_KEY) or {}).get("runs", 0)),
+        end_of_epoch=int(itr.get("iterations_in_epoch", 0)) == 0,
     )
+
+
+def crc_error(path: str) -> Optional[str]:
+    """Why the zip archive ``path`` (torch's format) fails its CRC check, or None if every member passes (and for a
+    file in torch's legacy format, which has no checksums). Reads the whole file, not its tensors into memory."""
+    try:
+        if not zipfile.is_zipfile(path):
+            return None
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except Exception as e:  # a damaged header or directory entry
+        return f"{type(e).__name__}: {e}"
+    return None if bad is None else f"{bad} fails its CRC check"
 
 
 def checkpoint_paths(save_dir: str) -> List[str]:
@@ -174,11 +191,19 @@ def average_checkpoints(paths: Sequence[str]) -> dict:
     return state
 
 
-def atomic_copy(source: str, dest: str) -> None:
-    """Copy ``source`` over ``dest`` so that ``dest`` is at all times the old or the new file."""
+def atomic_copy(source: str, dest: str, times: Optional[os.stat_result] = None) -> None:
+    """Copy ``source`` over ``dest`` so that ``dest`` is at all times the old or the new file (a failed copy
+    leaves no temporary file); ``times``: give the copy these access and modification times."""
     tmp = dest + TMP_SUFFIX
-    shutil.copyfile(source, tmp)
-    os.replace(tmp, dest)
+    try:
+        shutil.copyfile(source, tmp)
+        if times is not None:
+            os.utime(tmp, ns=(times.st_atime_ns, times.st_mtime_ns))
+        os.replace(tmp, dest)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def atomic_save(state: dict, dest: str) -> None:

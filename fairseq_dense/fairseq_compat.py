@@ -257,6 +257,28 @@ def _failed_save(exc: BaseException) -> Optional[str]:
     )
 
 
+def _fairseq_start_error(exc: BaseException) -> Optional[str]:
+    """One line for two errors of ``fairseq-train``'s start: its check that ``--save-dir`` is writable (a file
+    ``dummy`` written before any plugin code runs) and a mid-epoch resume into fewer batches than it had done."""
+    frames = {f.f_code.co_name: f for f in _frames(exc.__traceback__)}
+    if isinstance(exc, OSError) and "verify_checkpoint_directory" in frames:
+        save_dir = frames["verify_checkpoint_directory"].f_locals.get("save_dir")
+        return (
+            f"cannot write to the save folder {save_dir} ({exc.strerror or exc}): fairseq-train writes a test file "
+            "there before anything else, so a run in a folder it cannot write (a finished one too) cannot be resumed "
+            "or checked; copy the folder somewhere writable and pass that --save-dir"
+        )
+    if isinstance(exc, RuntimeError) and "dataloader mismatch" in str(exc) and "load_state_dict" in frames:
+        state = frames["load_state_dict"].f_locals.get("state_dict") or {}
+        return (
+            f"cannot resume in the middle of epoch {state.get('epoch')}: the checkpoint had done "
+            f"{state.get('iterations_in_epoch')} of its batches, and the training data or batch options of this "
+            "command give no more than that (a smaller or other training set: see the warning above); resume from "
+            "an end-of-epoch checkpoint (--restore-file checkpoint<N>.pt) or train in a new --save-dir"
+        )
+    return None
+
+
 def clear_error_message(exc: BaseException, argv=None) -> Optional[str]:
     """The one-line message for ``exc`` (its ``__cause__``/``__context__`` chain searched), or None to keep
     Python's traceback; ``argv`` (default ``sys.argv``) for the ``--bf16`` hint."""
@@ -277,6 +299,9 @@ def clear_error_message(exc: BaseException, argv=None) -> Optional[str]:
         if isinstance(e, FairseqDenseError) or (isinstance(e, ValueError) and _raised_in_package(e)):
             return str(e)
     msg = str(first)
+    special = _fairseq_start_error(first)
+    if special:
+        return special
     corrupt = _unreadable_checkpoint(first)
     if corrupt:
         from fairseq_dense.resume import unreadable_message

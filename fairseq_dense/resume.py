@@ -11,8 +11,10 @@ beside older copies. A moment of full disk can leave a "saved" file that does no
 The copies cannot be made atomic from a plugin: they run inside ``save_checkpoint``
 between the first write and its return, with no hook, registry or option between them
 (the task's ``post_save`` comes after). So :func:`start_training` (where ``fairseq-train``
-is about to load ``checkpoint_last.pt``, never when a model is built) locks the folder,
-undoes each of these (:func:`recover_at_restart`) and ends a run that already finished;
+is about to load ``checkpoint_last.pt``, never when a model is built) locks the folder, makes its
+files its own (:func:`~fairseq_dense.save_lock.own_files`), undoes each of these and trusts no archive
+that fails its CRC check (:func:`recover_at_restart`), ends a run that already finished and says when
+the command or data differ from the checkpoint's (:mod:`fairseq_dense.trajectory`);
 :func:`check_after_save` stops a run whose save does not load. Every file is replaced
 atomically, so a kill during a repair is repaired at the next restart (docs/reliability.md).
 """
@@ -26,6 +28,7 @@ from typing import Dict, Iterable, Optional, Tuple
 
 from fairseq_dense.checkpoints import (
     BEST,
+    DATA_KEY,
     FAIRSEQ_NAME,
     LAST,
     RESUMABLE_NAME,
@@ -34,10 +37,12 @@ from fairseq_dense.checkpoints import (
     CheckpointInfo,
     atomic_copy,
     checkpoint_paths,
+    crc_error,
     read_info,
     read_state,
 )
-from fairseq_dense.save_lock import lock_save_dir
+from fairseq_dense.save_lock import SaveDirError, lock_save_dir, own_files
+from fairseq_dense.trajectory import changes, root_config, task_data_identity
 from fairseq_dense.validation import FairseqDenseError
 
 logger = logging.getLogger(__name__)
@@ -165,26 +170,68 @@ def repair_or_set_aside(path: str, candidates: Iterable[CheckpointInfo]) -> Opti
     return None
 
 
-def _settle_last(save_dir: str, infos: Dict[str, Optional[CheckpointInfo]], new_last: bool) -> Optional[CheckpointInfo]:
-    """Make ``checkpoint_last.pt`` the newest checkpoint that loads; returns its info (None: none)."""
+def _trusted(infos: Dict[str, Optional[CheckpointInfo]]):
+    """A check that a checkpoint's archive passes its CRC check, once per file; a file that fails is dropped from
+    ``infos`` and (but ``checkpoint_last.pt``, which :func:`_settle_last` keeps aside) renamed ``<name>.unreadable``."""
+    seen: Dict[str, bool] = {}
+
+    def trust(info: CheckpointInfo) -> bool:
+        if info.path not in seen:
+            error = crc_error(info.path)
+            seen[info.path] = error is None
+            if error is not None:
+                infos[info.name] = None
+                aside = info.name != LAST
+                if aside:
+                    os.replace(info.path, info.path + UNREADABLE_SUFFIX)
+                logger.warning(
+                    f"{info.path} loads but its archive is damaged ({error}: a byte changed since it was written)"
+                    + (f"; set aside as {info.name}{UNREADABLE_SUFFIX}" if aside else "")
+                )
+        return seen[info.path]
+
+    return trust
+
+
+def _newest_trusted(infos: Iterable[CheckpointInfo], trust) -> Optional[CheckpointInfo]:
+    """:func:`_newest` of those that pass ``trust`` (each checked only until one passes)."""
+    pool = list(infos)
+    while (found := _newest(pool)) is not None and not trust(found):
+        pool.remove(found)
+    return found
+
+
+def _settle_last(
+    save_dir: str, infos: Dict[str, Optional[CheckpointInfo]], new_last: bool, trust
+) -> Tuple[Optional[CheckpointInfo], Optional[CheckpointInfo]]:
+    """Make ``checkpoint_last.pt`` the newest checkpoint that loads and passes ``trust``; returns its info (None:
+    none) and the checkpoint it was copied from (None: it was already)."""
     last, current = os.path.join(save_dir, LAST), infos.get(LAST)
     others = [i for n, i in infos.items() if i is not None and n != LAST and RESUMABLE_NAME.match(n)]
-    if current is not None:
-        source = _newest(i for i in others if i.num_updates > current.num_updates and i.mtime_ns > current.mtime_ns)
+    damaged = current is not None and not trust(current)
+    if current is not None and not damaged:
+        newer = (i for i in others if i.num_updates > current.num_updates and i.mtime_ns > current.mtime_ns)
+        source = _newest_trusted(newer, trust)
         if source is None:
-            return current
+            return current, None
         logger.warning(
             f"{last} holds {current.num_updates} updates but {source.name}, written after it, holds "
             f"{source.num_updates} (a kill before fairseq copied that save to {LAST}): resuming from {source.path}"
         )
-    elif (source := _newest(others)) is None:
-        return None  # fairseq starts afresh, or its error names the file that does not load
+    elif (source := _newest_trusted(others, trust)) is None:
+        if damaged:
+            raise CheckpointError(
+                f"{last} is damaged (its archive fails its CRC check) and no other checkpoint of {save_dir} is intact: "
+                "restore an intact copy over it"
+            )
+        return None, None  # fairseq starts afresh, or its error names the file that does not load
     elif os.path.exists(last):
-        shutil.copyfile(last, last + UNREADABLE_SUFFIX)
+        atomic_copy(last, last + UNREADABLE_SUFFIX)
+        state = "is damaged (its archive fails its CRC check" if damaged else "does not load (truncated or not a "
+        state += "" if damaged else "torch checkpoint, e.g. a crash while fairseq copied it"
         logger.warning(
-            f"{last} does not load (truncated or not a torch checkpoint, e.g. a crash while fairseq copied it; "
-            f"kept as {LAST}{UNREADABLE_SUFFIX}): resuming from {source.path} ({source.num_updates} updates), "
-            "the newest checkpoint that loads"
+            f"{last} {state}; kept as {LAST}{UNREADABLE_SUFFIX}): resuming from {source.path} ({source.num_updates} "
+            "updates), the newest checkpoint that loads"
         )
     elif new_last:
         logger.warning(
@@ -192,25 +239,28 @@ def _settle_last(save_dir: str, infos: Dict[str, Optional[CheckpointInfo]], new_
             f"from it ({source.num_updates} updates)"
         )
     else:
-        return None
-    return _copy_over(source, last)
+        return None, None
+    return _copy_over(source, last), source
 
 
-def _settle_best(save_dir: str, infos: Dict[str, Optional[CheckpointInfo]], resume: CheckpointInfo) -> None:
+def _settle_best(save_dir: str, infos: Dict[str, Optional[CheckpointInfo]], resume: CheckpointInfo, trust) -> None:
     """Make ``checkpoint_best.pt`` hold the best validation score ``resume`` knows of (a kill can come
     before fairseq copied a new best there, and resuming from a newer file skips the saves that would)."""
     current = infos.get(BEST)
+    if current is not None and not trust(current):
+        current = None
     if resume.best is None or (current is not None and current.val_loss == resume.best):
         return
-    source = _newest(
+    candidates = (
         i
-        for n, i in infos.items()
+        for n, i in list(infos.items())
         if i is not None
         and n != BEST
         and RESUMABLE_NAME.match(n)
         and i.val_loss == resume.best
         and i.num_updates <= resume.num_updates
     )
+    source = _newest_trusted(candidates, trust)
     if source is None:
         return
     best = os.path.join(save_dir, BEST)
@@ -222,23 +272,67 @@ def _settle_best(save_dir: str, infos: Dict[str, Optional[CheckpointInfo]], resu
     _copy_over(source, best)
 
 
-def recover_at_restart(save_dir: str, new_last: bool = True) -> Optional[CheckpointInfo]:
+def _finish_save(save_dir: str, save: CheckpointInfo, cfg) -> None:
+    """What fairseq's ``save_checkpoint`` does after the copies to ``checkpoint_best.pt`` (made by
+    :func:`_settle_best`) and ``checkpoint_last.pt``, for the save ``save`` that a kill cut short: its
+    ``--keep-best-checkpoints`` copy (same name and condition as fairseq's) and the removal of the files its
+    ``--keep-*`` options no longer keep. ``cfg``: the run's checkpoint options."""
+    import numpy as np
+    from fairseq.checkpoint_utils import checkpoint_paths as fairseq_paths
+    from fairseq.data import data_utils
+
+    keep_best = option(cfg, "keep_best_checkpoints") or 0
+    metric, maximize = option(cfg, "best_checkpoint_metric") or "loss", option(cfg, "maximize_best_checkpoint_metric")
+    best_pattern = r"checkpoint\.best_{}_(\d+\.?\d*)\.pt".format(metric)
+    if keep_best > 0 and save.val_loss is not None:
+        kept = fairseq_paths(save_dir, pattern=best_pattern)
+        worst = float(os.path.basename(kept[-1 if maximize else 0]).rsplit("_")[-1][:-3]) if kept else save.best
+        itr_epoch = save.next_epoch - (1 if save.end_of_epoch else 0)
+        with data_utils.numpy_seed(itr_epoch, save.num_updates, save.val_loss):
+            suffix = np.random.randint(0, keep_best)
+        name = f"checkpoint.best_{metric}_{save.val_loss:.3f}{suffix}.pt"
+        better = worst is None or (save.val_loss >= worst if maximize else save.val_loss <= worst)
+        if better and not os.path.exists(os.path.join(save_dir, name)):
+            logger.warning(f"{name} was missing (a kill before fairseq copied {save.name} there): copied from it")
+            atomic_copy(save.path, os.path.join(save_dir, name))
+    removed = []
+    interval, pattern = option(cfg, "keep_interval_updates") or 0, option(cfg, "keep_interval_updates_pattern")
+    if interval > 0 and not save.end_of_epoch:
+        found = fairseq_paths(save_dir, pattern=r"checkpoint_\d+_(\d+)\.pt", keep_match=True)
+        removed += [p for p, u in found if pattern in (None, -1) or u % pattern != 0][interval:]
+    if (epochs := option(cfg, "keep_last_epochs") or 0) > 0:
+        removed += fairseq_paths(save_dir, pattern=r"checkpoint(\d+)\.pt")[epochs:]
+    if keep_best > 0:
+        kept = fairseq_paths(save_dir, pattern=best_pattern)
+        removed += (kept if maximize else kept[::-1])[keep_best:]
+    for path in removed:
+        os.remove(path)
+        logger.warning(f"removed {path}, as fairseq would have after the save of {save.name} (--keep-* options)")
+
+
+def recover_at_restart(save_dir: str, new_last: bool = True, checkpoint_cfg=None) -> Optional[CheckpointInfo]:
     """Check and repair ``save_dir`` before training resumes from its ``checkpoint_last.pt``.
 
     Partial ``*.tmp`` writes and superseded ``*.unreadable`` files go; every ``checkpoint*.pt`` that does
     not load is repaired from the checkpoint it was a copy of or set aside (an unreadable
     ``checkpoint_last.pt`` is kept as ``checkpoint_last.pt.unreadable``); ``checkpoint_last.pt`` becomes
-    the newest checkpoint that loads and ``checkpoint_best.pt`` the best it knows of. Each change is
-    logged; a consistent folder is not written.
+    the newest checkpoint that loads and whose archive passes its CRC check (:func:`crc_error`; one that fails
+    is set aside too), ``checkpoint_best.pt`` the best it knows of, and a save that a kill cut short before
+    its copies is finished as fairseq would have (:func:`_finish_save`). Each change is logged; a consistent
+    folder is not written.
 
     Args:
         save_dir: the ``--save-dir`` folder (nothing happens if it is not a local folder).
         new_last: write a missing ``checkpoint_last.pt`` from another checkpoint that loads; False where
             a missing one means something else (``--finetune-from-model``, ``--continue-once``,
             ``--no-last-checkpoints``).
+        checkpoint_cfg: the run's checkpoint options (fairseq's ``CheckpointConfig``) for :func:`_finish_save`.
 
     Returns:
         the checkpoint training resumes from (``checkpoint_last.pt``), or None if there is none.
+
+    Raises:
+        CheckpointError: ``checkpoint_last.pt`` is damaged and no other checkpoint is intact.
     """
     if not os.path.isdir(save_dir):
         return None
@@ -248,10 +342,13 @@ def recover_at_restart(save_dir: str, new_last: bool = True) -> Optional[Checkpo
     for name, info in list(infos.items()):
         if info is None and name != LAST:
             infos[name] = repair_or_set_aside(os.path.join(save_dir, name), intact)
-    resume = _settle_last(save_dir, infos, new_last)
+    trust = _trusted(infos)
+    resume, source = _settle_last(save_dir, infos, new_last, trust)
     if resume is not None:
         infos[LAST] = resume
-        _settle_best(save_dir, infos, resume)
+        _settle_best(save_dir, infos, resume, trust)
+        if source is not None and checkpoint_cfg is not None:
+            _finish_save(save_dir, source, checkpoint_cfg)
     return resume
 
 
@@ -378,12 +475,58 @@ def broadcast_globals() -> list:
     return classes + [collections.defaultdict, dict, list, int]
 
 
+def _without_refused_retry(record: logging.LogRecord) -> bool:
+    """A filter of fairseq's checkpoint logger: fairseq logs the traceback of its last failed write try before it
+    raises; where that try was refused (:class:`RetryRefused`), the error's one line says it all."""
+    return not (record.levelno >= logging.ERROR and RetryRefused.__name__ in str(record.msg))
+
+
+def _prepare(cfg, save_dir: str) -> Tuple[Optional[CheckpointInfo], Optional[str]]:
+    """Rank 0's part of :func:`start_training` under the lock: ``(resume, message)``, ``message`` saying why the run
+    already finished (None: it goes on)."""
+    if os.path.isdir(save_dir):
+        own_files(save_dir)
+    if not checks_files(cfg):
+        return None, None
+    root = root_config(cfg)
+    # a missing checkpoint_last.pt means "start from another file" (or "never write one") there
+    others = ("finetune_from_model", "continue_once", "no_last_checkpoints")
+    new_last = not any(option(cfg, k) for k in others)
+    recover_at_restart(save_dir, new_last=new_last, checkpoint_cfg=root.checkpoint if root is not None else None)
+    resume = read_info(os.path.join(save_dir, LAST))
+    reason = resume and finished_reason(
+        resume,
+        max_update=option(cfg, "max_update") or 0,
+        max_epoch=option(cfg, "max_epoch") or 0,
+        stop_time_hours=option(cfg, "stop_time_hours") or 0.0,
+        count_updates=not option(cfg, "reset_optimizer"),
+        count_epochs=not option(cfg, "reset_dataloader"),
+        patience=option(cfg, "patience") or 0,
+    )
+    if reason:
+        return resume, (
+            f"training already finished: {resume.path} holds {reason}; nothing to train (raise the limit to go on)"
+        )
+    if resume is not None and root is not None:
+        state = read_state(resume.path, mmap=True)
+        extra = state.get("extra_state") or {}
+        found = changes(root, state.get("cfg"), task_data_identity(cfg), extra.get(DATA_KEY))
+        if found:
+            more = f" and {len(found) - 8} more" if len(found) > 8 else ""
+            logger.warning(
+                f"{resume.path} was written by a run with other options or data than this command "
+                f"({'; '.join(found[:8])}{more}): training goes on from it, but no longer as an exact continuation"
+            )
+    return resume, None
+
+
 def start_training(cfg) -> Optional[CheckpointInfo]:
     """Where a training starts, before fairseq loads ``checkpoint_last.pt``: lock, repair, stop if finished.
 
-    Rank 0 locks ``--save-dir`` (:func:`lock_save_dir`) and, where :func:`checks_files`, repairs it
-    (:func:`recover_at_restart`) and reads ``checkpoint_last.pt``; every other rank takes rank 0's answer
-    (other nodes may not see its folder).
+    Rank 0 locks ``--save-dir`` (:func:`lock_save_dir`), makes its files its own (:func:`own_files`) and,
+    where :func:`checks_files`, repairs it (:func:`recover_at_restart`), reads ``checkpoint_last.pt`` and
+    warns if the command or data differ from its own (:func:`fairseq_dense.trajectory.changes`); every other
+    rank takes rank 0's answer (other nodes may not see its folder).
 
     Args:
         cfg: the task's config (``TranslationExactResumeConfig``: the checkpoint and stopping options).
@@ -393,6 +536,8 @@ def start_training(cfg) -> Optional[CheckpointInfo]:
 
     Raises:
         SaveDirBusy: another live training holds the folder.
+        SaveDirError: a file there cannot be made the run's own, or a repair cannot be written (a full disk).
+        CheckpointError: ``checkpoint_last.pt`` is damaged and no other checkpoint is intact.
         TrainingFinished: the run already reached a stopping point (exit status 0; no file changed).
     """
     import torch
@@ -405,23 +550,15 @@ def start_training(cfg) -> Optional[CheckpointInfo]:
     distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     if not option(cfg, "distributed_rank"):
         lock_save_dir(save_dir)
-        if checks_files(cfg):
-            # a missing checkpoint_last.pt means "start from another file" (or "never write one") there
-            others = ("finetune_from_model", "continue_once", "no_last_checkpoints")
-            recover_at_restart(save_dir, new_last=not any(option(cfg, k) for k in others))
-            resume = read_info(os.path.join(save_dir, LAST))
-            reason = resume and finished_reason(
-                resume,
-                max_update=option(cfg, "max_update") or 0,
-                max_epoch=option(cfg, "max_epoch") or 0,
-                stop_time_hours=option(cfg, "stop_time_hours") or 0.0,
-                count_updates=not option(cfg, "reset_optimizer"),
-                count_epochs=not option(cfg, "reset_dataloader"),
-                patience=option(cfg, "patience") or 0,
-            )
-            if reason:
-                message = f"training already finished: {resume.path} holds {reason}; nothing to train"
-                message += " (raise the limit to go on)"
+        logging.getLogger("fairseq.checkpoint_utils").addFilter(_without_refused_retry)
+        try:
+            resume, message = _prepare(cfg, save_dir)
+        except OSError as e:  # every write above is a copy and a rename: the folder is as it was, or repaired
+            what = f"{e.strerror or e}" + (f" ({e.filename})" if e.filename else "")
+            raise SaveDirError(
+                f"cannot prepare {save_dir} for training: {what}; its checkpoints are intact: free space (or fix "
+                "the folder) and run the same command again"
+            ) from None
     if distributed:
         decision = [(resume, message)]  # rank 0's folder decides for every rank
         dist.broadcast_object_list(decision, src=0)

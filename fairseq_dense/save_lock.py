@@ -1,12 +1,18 @@
-"""One training per save folder: the lock a training holds on its ``--save-dir`` (two trainings on one
-folder, e.g. a job requeued while the first still runs, would overwrite each other's checkpoints); one
-export per ``--out``: :func:`held_folder`."""
+"""One training per save folder, and a folder of its own: the lock a training holds on its ``--save-dir``
+(two trainings on one folder, e.g. a job requeued while the first still runs, would overwrite each other's
+checkpoints), and its checkpoint files made its own before it writes (:func:`own_files`); one export per
+``--out``: :func:`held_folder`."""
 
 import contextlib
+import logging
 import os
+import stat
 from typing import Callable, Dict, Iterator, Optional
 
+from fairseq_dense.checkpoints import TMP_SUFFIX, atomic_copy
 from fairseq_dense.validation import FairseqDenseError
+
+logger = logging.getLogger(__name__)
 
 try:
     import fcntl
@@ -16,6 +22,10 @@ except ImportError:  # not a POSIX system: no lock
 
 class SaveDirBusy(FairseqDenseError):
     """Another live training holds the save folder (:func:`lock_save_dir`)."""
+
+
+class SaveDirError(FairseqDenseError):
+    """A ``--save-dir`` entry that a training cannot make its own (:func:`own_files`)."""
 
 
 def lock_save_dir(save_dir: str) -> Optional[int]:
@@ -107,10 +117,45 @@ def _lock_holder(st: os.stat_result) -> str:
                     pid = fields[fields.index(inode) - 1]
                     try:
                         with open(f"/proc/{pid}/cmdline", "rb") as c:
-                            cmd = " ".join(c.read().decode("utf-8", "replace").split("\0")).strip()[:80]
+                            cmd = " ".join(c.read().decode("utf-8", "replace").split("\0")).strip()
                     except OSError:
                         cmd = ""
                     return f"process {pid}" + (f": {cmd}" if cmd else "")
     except OSError:
         pass
     return "another process"
+
+
+def own_files(save_dir: str) -> None:
+    """Make every ``checkpoint*`` entry of ``save_dir`` a file of this folder alone, before a training writes there.
+
+    fairseq copies each save over ``checkpoint_best.pt``, ``checkpoint_last.pt`` (and more) by opening the old
+    file for writing: through a symbolic link it would write the link's target, through a hard link (a folder
+    copied with ``cp -al``) the other folder's file. A symbolic link is replaced by a copy of its target, written
+    now (so ``checkpoint_last.pt -> checkpoint_1_25.pt`` resumes from update 25); a file with other hard links
+    by a copy with its times. Each is logged; the other file is not written.
+
+    Raises:
+        SaveDirError: a ``checkpoint*`` entry is not a file (a directory, a dangling link).
+    """
+    for name in sorted(os.listdir(save_dir)):
+        path = os.path.join(save_dir, name)
+        if not name.startswith("checkpoint") or name.endswith(TMP_SUFFIX):
+            continue
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            target = os.path.realpath(path)
+            if not os.path.isfile(path):
+                what = "is missing" if not os.path.lexists(target) else "is not a file"
+                raise SaveDirError(f"{path} is a link to {target}, which {what}: remove the link or copy a file there")
+            atomic_copy(path, path)
+            logger.warning(f"{path} was a link to {target}: replaced by a copy of it (a run writes only its own files)")
+        elif not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise SaveDirError(f"{path} is {kind}, not a checkpoint: move it out of {save_dir}")
+        elif st.st_nlink > 1:
+            atomic_copy(path, path, times=st)
+            logger.warning(
+                f"{path} shared its data with {st.st_nlink - 1} other hard link(s) (a folder copied with cp -al?): "
+                "replaced by a copy of its own, so this run's saves leave the other copy as it is"
+            )

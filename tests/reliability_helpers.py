@@ -80,8 +80,8 @@ def write_corpus(
     return directory
 
 
-def preprocess_inprocess(raw: Path, dest: Path) -> Path:
-    """``fairseq-preprocess`` (joined dictionary) in this process."""
+def preprocess_inprocess(raw: Path, dest: Path, srcdict: Optional[Path] = None) -> Path:
+    """``fairseq-preprocess`` (joined dictionary, or ``srcdict``'s) in this process."""
     from fairseq import options
     from fairseq_cli import preprocess
 
@@ -103,6 +103,7 @@ def preprocess_inprocess(raw: Path, dest: Path) -> Path:
             "--workers",
             "1",
             "--joined-dictionary",
+            *(["--srcdict", str(srcdict)] if srcdict else []),
         ]
     )
     preprocess.main(args)
@@ -265,6 +266,22 @@ def deterministic_parts(ckpt: dict) -> dict:
         "train_iterator": ckpt["extra_state"]["train_iterator"],
         "val_loss": ckpt["extra_state"]["val_loss"],
     }
+
+
+def flip_tensor_byte(path: Path) -> None:
+    """Flip one byte of the first tensor's data in the checkpoint ``path``: it still loads, but its archive fails
+    its CRC check (as a bit flipped on a disk or in a copy)."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        member = next(i for i in archive.infolist() if "/data/" in i.filename)
+    with open(path, "r+b") as f:
+        f.seek(member.header_offset + 26)  # the local header's name and extra field lengths
+        name_len, extra_len = (int.from_bytes(f.read(2), "little") for _ in range(2))
+        f.seek(member.header_offset + 30 + name_len + extra_len + 3)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte ^ 0x10]))
 
 
 def max_abs_diff(a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor]) -> float:

@@ -294,7 +294,7 @@ def test_int16_dropout_mask_keeps_one_minus_p_and_rescales():
 
 def test_timed_rounds_times_any_number_of_sides():
     seen = []
-    res = measure._timed_rounds({"a": 1, "b": 2, "c": 3}, [0, 1], 2, lambda side, item, i: seen.append(side), "cpu")
+    res = measure.timed_rounds({"a": 1, "b": 2, "c": 3}, [0, 1], 2, lambda side, item, i: seen.append(side), "cpu")
     assert seen == [1, 2, 3, 1, 2, 3, 3, 2, 1, 3, 2, 1]  # the order reversed every other round
     assert res["ratio"] is None and len(res["rounds"]) == 2
     assert set(res["rounds"][0]) == {"a_s", "b_s", "c_s", "a_cpu_s", "b_cpu_s", "c_cpu_s"}

@@ -194,6 +194,15 @@ def _children(pid: int):
     return out
 
 
+def _state(pid: int) -> str:
+    """A process's state letter (``Z``: ended, not yet reaped), or ``""`` if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
 def _two_nodes(train_args, port):
     """Two ``fairseq-dense-train-ddp`` launchers on this machine: nodes 0 and 1, one CPU process each."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -225,9 +234,9 @@ def _finish(nodes, timeout=300):
 
 def test_two_nodes_on_one_machine_train_as_one_process_and_resume_after_a_kill(tmp_path):
     """``--nnodes 2`` with node ranks 0 and 1 (static rendezvous on 127.0.0.1, gloo, one CPU
-    process per node) trains the model one process trains with the double batch; after a
-    SIGKILL of node 1's training process and a restart of both launchers the run resumes
-    and ends with the uninterrupted two-node run's checkpoint, bit for bit."""
+    process per node) trains the model one process trains with the double batch; a SIGKILL of
+    node 1's launcher ends its training process too, and after a restart of both launchers the
+    run resumes and ends with the uninterrupted two-node run's checkpoint, bit for bit."""
     from fairseq_dense.checkpoints import read_info
     from fairseq_dense.resume import newest_loadable_checkpoint
 
@@ -254,8 +263,12 @@ def test_two_nodes_on_one_machine_train_as_one_process_and_resume_after_a_kill(t
         assert time.monotonic() < deadline and all(n.poll() is None for n in nodes), "the two nodes did not train"
         time.sleep(0.05)
     (worker,) = _children(nodes[1].pid)  # node 1's only training process
-    os.kill(worker, 9)
-    outs = _finish(nodes, timeout=60)  # node 0 fails at its next all-reduce (or is killed after 60 s)
+    os.kill(nodes[1].pid, 9)  # its launcher: the rank must not train on unsupervised (end_with_launcher)
+    gone_by = time.monotonic() + 5  # PR_SET_PDEATHSIG acts at once
+    while _state(worker) not in ("", "Z"):
+        assert time.monotonic() < gone_by, f"rank {worker} outlived its killed launcher"
+        time.sleep(0.05)
+    outs = _finish(nodes, timeout=15)  # node 0's rank fails at its next all-reduce; its launcher is killed after 15 s
     assert nodes[1].returncode != 0, outs[1][-3000:]
     _, newest = newest_loadable_checkpoint(str(save), exclude="")
     assert newest < updates, "the kill came after the run ended"

@@ -1,7 +1,7 @@
 """SIGKILL a real training process at several moments, inside saves too, and restart it each time.
 
 One ``translation_exact_resume_simplex`` run of ``gru_attention_tiny`` (30 updates, a save every 3
-updates and at every epoch end, validation at each save, ``reduce_lr_on_plateau``) is killed seven times and started
+updates and at every epoch end, validation at each save, ``reduce_lr_on_plateau``) is killed eight times and started
 again with the same command line after each kill:
 
 1. inside ``torch.save`` of a save's first file (a partial ``checkpoint_1_6.pt.tmp``);
@@ -11,18 +11,22 @@ again with the same command line after each kill:
 4. inside the copy to ``checkpoint_last.pt`` (cut at 30%);
 5. right after the copy to ``checkpoint_best.pt`` opened its file (0 bytes);
 6. between a save's first file and its copies (a new best not yet copied anywhere);
-7. at whatever moment the kill lands two updates after the last of those (not paused: the process runs on).
+7. at whatever moment the kill lands two updates after the last of those (not paused: the process runs on);
+8. between the last save's first file and its copies: the restart only finishes that save and stops.
 
-For the first six the process stops itself at that point (``SIGSTOP``, after the bytes
+The run keeps its best three checkpoints (``--keep-best-checkpoints 3``), its ``checkpoint_last.pt`` is rolled
+back by a link to an earlier save after kill 2, and a byte flips in every file of its newest save after kill 7.
+
+For all but the seventh the process stops itself at that point (``SIGSTOP``, after the bytes
 written so far are flushed) and the test sends ``SIGKILL``. Each restart must resume from
 the newest save that finished before the kill (its "Loaded checkpoint" line), say what it
 removed, repaired or set aside, and the finished run must hold the same final and best
-checkpoints, bit for bit, as an uninterrupted run; every ``checkpoint*.pt`` loads and no
+checkpoints, bit for bit, as an uninterrupted run (each file); every ``checkpoint*.pt`` loads and no
 ``*.tmp``/``*.unreadable`` is left. Starting the finished run once more through the
 ``fairseq-train`` command trains nothing and changes no file.
 
 The runs are processes forked from a server that imported fairseq once
-(``multiprocessing``'s forkserver), so the nine runs cost one import.
+(``multiprocessing``'s forkserver), so the ten runs cost one import.
 """
 
 import io
@@ -70,6 +74,8 @@ def _args(data: Path, save: Path):
         "--max-tokens-valid",
         "200",
         *rh.HALVING_PLATEAU,
+        "--keep-best-checkpoints",
+        "3",
     )
     args.remove("--no-epoch-checkpoints")  # epoch checkpoints too: the newest save may have any name
     return [str(a) for a in args]
@@ -250,6 +256,7 @@ def test_sigkill_at_any_moment_then_restart(tmp_path):
         ("copy", BEST, b2, 0.0),
         ("copy", BEST, b3, None),
         ("update", b3 + 2),
+        ("copy", BEST, MAX_UPDATE, None),  # the last save: the restart only repairs, then finds the run finished
         None,
     ]
     args = _args(data, save)
@@ -259,7 +266,10 @@ def test_sigkill_at_any_moment_then_restart(tmp_path):
         report = _run(ctx, args, log, moment)
         if i > 0:  # the restart after kill i - 1
             text = log.read_text()
-            assert _resumed_at(log) == resume, (log.name, moments[i - 1])
+            if report[0] == "finished":
+                assert resume == MAX_UPDATE and "Loaded checkpoint" not in text, log.name
+            else:
+                assert _resumed_at(log) == resume, (log.name, moments[i - 1])
             for line in expect:
                 assert line in text, f"{log.name} does not say {line!r}"
         if moment is None:
@@ -288,10 +298,29 @@ def test_sigkill_at_any_moment_then_restart(tmp_path):
                 expect = [f"{BEST} holds", "but the best validation score so far is"]
             if dst.name != LAST:
                 expect.append(f"{save / LAST} holds")  # checkpoint_last.pt is older: replaced by the newer save
+                # and the save's --keep-best-checkpoints copy, due after the best one, is made
+                expect.append(f"was missing (a kill before fairseq copied {src.name} there): copied from it")
         elif kind == "epoch":  # right after epoch 1's save: the resume must make that epoch's LR step
             assert report[2] == resume == 8, (report, resume)
+            # then rolled back by a link to an earlier save: the restart resumes there and writes no file through it
+            (save / LAST).unlink()
+            (save / LAST).symlink_to("checkpoint_1_6.pt")
+            resume, expect = 6, [f"{save / LAST} was a link to {save / 'checkpoint_1_6.pt'}: replaced by a copy"]
         else:
             assert kind == "update" and resume <= MAX_UPDATE
+            # then a byte flips in the newest save's tensors: the restart resumes from the newest intact one
+            newest = [p for p in save.glob("checkpoint*.pt") if RESUMABLE_NAME.match(p.name) and _loads(p) == resume]
+            for path in newest:
+                rh.flip_tensor_byte(path)
+                assert _loads(path) == resume  # torch still reads it
+            resume = max(
+                c
+                for p in save.glob("checkpoint*.pt")
+                if RESUMABLE_NAME.match(p.name) and p not in newest
+                for c in [_loads(p)]
+                if c is not None
+            )
+            expect = ["loads but its archive is damaged (", "fails its CRC check"]
 
     # the finished run: everything loads, nothing left over, same checkpoints as without kills
     names = sorted(p.name for p in save.iterdir())
@@ -299,7 +328,8 @@ def test_sigkill_at_any_moment_then_restart(tmp_path):
     assert sorted(p.name for p in ref.iterdir()) == names
     for name in names:
         assert _loads(save / name) is not None, name
-    for name in (LAST, BEST):
+    assert len([n for n in names if n.startswith("checkpoint.best_")]) == 3, names
+    for name in names:  # every file: last, best, each epoch and interval save, the kept best three
         rh.assert_tensors_identical(_training_state(ref / name), _training_state(save / name), name)
 
     # started once more through the command line: trains nothing, changes nothing

@@ -24,6 +24,7 @@ built on it; :func:`reliability_helpers.default_task`): with fairseq's own
 
 import os
 import shutil
+import subprocess
 
 import pytest
 import torch
@@ -158,7 +159,7 @@ def test_crash_while_saving_keeps_previous_checkpoint(data_bin, tmp_path, monkey
     arch = rh.tiny_archs()[0]
     save = tmp_path / "ckpt"
     rh.train_inprocess(rh.base_train_args(data_bin, save, arch, 2, *EXTRA))
-    before = {p.name: p.read_bytes() for p in save.iterdir()}
+    before = {p.name: p.read_bytes() for p in save.iterdir() if p.name != "checkpoint_best.pt.unreadable"}
     assert "checkpoint_last.pt" in before
 
     def crashing_save(obj, f, *a, **k):
@@ -421,3 +422,153 @@ def test_a_saved_file_that_does_not_load_stops_the_run(saved_run, tmp_path):
     assert str(stopped.value).endswith(f"a restart resumes from {save / 'checkpoint_last.pt'} (2 updates)")
     assert _updates(save / "checkpoint_last.pt") == 2 and (save / "checkpoint_2_4.pt.unreadable").exists()
     assert not saved.exists()
+
+
+# ------------------------------------------------------------------ what a restart resumes
+
+SAVED_RUN_EXTRA = ["--optimizer", "adam", "--lr", "0.003", "--batch-size", "8", "--save-interval-updates", "2"]
+
+
+def _variant(data_bin, dest, pick):
+    """A data-bin with ``data_bin``'s dictionary whose training set holds the sentences ``pick(n)`` names."""
+    raw = data_bin.parent / "raw"
+    shutil.copytree(raw, dest / "raw")
+    for side in ("src", "tgt"):
+        lines = (raw / f"train.{side}").read_text().splitlines(keepends=True)
+        (dest / "raw" / f"train.{side}").write_text("".join(lines[i] for i in pick(len(lines))))
+    return rh.preprocess_inprocess(dest / "raw", dest / "bin", srcdict=data_bin / "dict.src.txt")
+
+
+def test_a_restart_says_what_changed_and_a_smaller_training_set_is_one_line(saved_run, data_bin, tmp_path, caplog):
+    """Other options or data than the checkpoint's: one warning naming each; the same command again: none. A training
+    set with fewer batches than a mid-epoch checkpoint had done: one line, not fairseq's internal error."""
+    import random
+
+    from fairseq_dense.fairseq_compat import clear_error_message
+
+    arch, extra = rh.tiny_archs()[0], [*SAVED_RUN_EXTRA, "--lr", "0.001"]  # the later --lr wins
+    save = tmp_path / "ckpt"
+    shutil.copytree(saved_run, save)
+    shuffled = _variant(data_bin, tmp_path / "shuffled", lambda n: random.Random(1).sample(range(n), n))
+    with caplog.at_level("WARNING", logger="fairseq_dense.resume"):
+        assert sorted(rh.train_inprocess(rh.base_train_args(shuffled, save, arch, 6, *extra))) == [5, 6]
+    said = [r.getMessage() for r in caplog.records if "exact continuation" in r.getMessage()]
+    assert said == [
+        f"{save / 'checkpoint_last.pt'} was written by a run with other options or data than this command (--lr 0.003 "
+        "-> 0.001; data files changed: train.src-tgt.src.bin, train.src-tgt.src.idx, train.src-tgt.tgt.bin, "
+        "train.src-tgt.tgt.idx): training goes on from it, but no longer as an exact continuation"
+    ], caplog.text  # --max-update and the data path differ too, but decide nothing the checkpoint did
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="fairseq_dense.resume"):
+        assert sorted(rh.train_inprocess(rh.base_train_args(shuffled, save, arch, 7, *extra))) == [7]
+    assert "exact continuation" not in caplog.text
+
+    small = _variant(data_bin, tmp_path / "small", lambda n: range(8))  # one batch an epoch
+    save = tmp_path / "small_ckpt"
+    shutil.copytree(saved_run, save)  # 4 updates: epoch 2, one of its three batches done
+    with pytest.raises(RuntimeError) as refused:
+        rh.train_inprocess(rh.base_train_args(small, save, arch, 6, *SAVED_RUN_EXTRA))
+    assert clear_error_message(refused.value).startswith(
+        "cannot resume in the middle of epoch 2: the checkpoint had done 1 of its batches, and the training data or "
+        "batch options of this command give no more than that"
+    )
+
+
+def test_a_forked_folder_and_a_linked_file_are_never_written(saved_run, data_bin, tmp_path, caplog):
+    """A folder forked with ``cp -al`` and one of its checkpoints a link to a file outside it: training the fork
+    writes neither the original folder nor that file; the original, restarted, resumes its own state."""
+    arch = rh.tiny_archs()[0]
+    a, b, outside = tmp_path / "a", tmp_path / "b", tmp_path / "outside.pt"
+    shutil.copytree(saved_run, a)
+    subprocess.run(["cp", "-al", str(a), str(b)], check=True)
+    shutil.copyfile(b / "checkpoint_best.pt", outside)
+    (b / "checkpoint_best.pt").unlink()
+    (b / "checkpoint_best.pt").symlink_to(outside)
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in [outside, *a.iterdir()]}
+    with caplog.at_level("WARNING", logger="fairseq_dense.save_lock"):
+        assert sorted(rh.train_inprocess(rh.base_train_args(data_bin, b, arch, 6, *SAVED_RUN_EXTRA))) == [5, 6]
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in [outside, *a.iterdir()]} == before
+    assert f"{b / 'checkpoint_last.pt'} shared its data with 1 other hard link(s)" in caplog.text
+    assert f"{b / 'checkpoint_best.pt'} was a link to {outside}: replaced by a copy of it" in caplog.text
+    assert all(not p.is_symlink() and p.stat().st_nlink == 1 for p in [*a.iterdir(), *b.iterdir()])
+    assert sorted(rh.train_inprocess(rh.base_train_args(data_bin, a, arch, 6, *SAVED_RUN_EXTRA))) == [5, 6]
+    rh.assert_tensors_identical(
+        rh.deterministic_parts(rh.load_checkpoint(a / "checkpoint_last.pt")),
+        rh.deterministic_parts(rh.load_checkpoint(b / "checkpoint_last.pt")),
+    )
+
+
+def _start(save):
+    """:func:`fairseq_dense.resume.start_training` on ``save`` as rank 0 of a ``translation_exact_resume`` run."""
+    from types import SimpleNamespace
+
+    from fairseq_dense import save_lock
+    from fairseq_dense.resume import start_training
+
+    try:
+        return start_training(SimpleNamespace(save_dir=str(save), restore_file="checkpoint_last.pt"))
+    finally:
+        for fd in save_lock._HELD.values():
+            os.close(fd)
+        save_lock._HELD.clear()
+
+
+def test_a_damaged_archive_is_set_aside_and_what_cannot_be_used_is_one_line(saved_run, tmp_path, monkeypatch, caplog):
+    """A byte flipped in the newest save's tensors (and its copies): the restart resumes from the newest intact one.
+    A directory or a dangling link with a checkpoint's name, a full disk during the restart's own repair, fairseq's
+    write test in a folder it cannot write: one line each, and the folder as it was."""
+    import errno
+
+    from fairseq import checkpoint_utils
+
+    from fairseq_dense import checkpoints
+    from fairseq_dense.fairseq_compat import clear_error_message
+    from fairseq_dense.save_lock import SaveDirError
+
+    save = _copy_of(saved_run, tmp_path)
+    newest = [p for p in save.iterdir() if _updates(p) == 4]
+    for path in newest:
+        rh.flip_tensor_byte(path)
+    with caplog.at_level("WARNING", logger="fairseq_dense.resume"):
+        assert _start(save).num_updates == 2
+    interval = save / "checkpoint_2_4.pt"
+    assert f"{interval} loads but its archive is damaged (" in caplog.text and "fails its CRC check" in caplog.text
+    assert f"set aside as {interval.name}.unreadable" in caplog.text
+    resumed = f"kept as checkpoint_last.pt.unreadable): resuming from {save / 'checkpoint_1_2.pt'} (2 updates)"
+    assert resumed in caplog.text
+    assert _updates(save / "checkpoint_last.pt") == 2 and (save / "checkpoint_2_4.pt.unreadable").exists()
+
+    last = save / "checkpoint_last.pt"
+    last.write_bytes(last.read_bytes()[:1000])  # a repair is due: the copy of the newest save over it
+    before = {p.name: p.read_bytes() for p in save.iterdir() if p.name != "checkpoint_best.pt.unreadable"}
+
+    def disk_full(src, dst, **kwargs):
+        with open(dst, "wb") as f:
+            f.write(b"partial")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), dst)
+
+    monkeypatch.setattr(checkpoints.shutil, "copyfile", disk_full)
+    with pytest.raises(SaveDirError) as refused:
+        _start(save)
+    monkeypatch.undo()
+    assert clear_error_message(refused.value) == (
+        f"cannot prepare {save} for training: No space left on device ({last}.unreadable.tmp); its checkpoints are "
+        "intact: free space (or fix the folder) and run the same command again"
+    )
+    assert {p.name: p.read_bytes() for p in save.iterdir()} == before  # but a set-aside best that loads again
+
+    last.unlink()
+    last.mkdir()
+    with pytest.raises(SaveDirError, match=f"^{last} is a directory, not a checkpoint: move it out of {save}$"):
+        _start(save)
+    last.rmdir()
+    last.symlink_to(tmp_path / "gone.pt")
+    with pytest.raises(SaveDirError, match=f"^{last} is a link to {tmp_path / 'gone.pt'}, which is missing: remove"):
+        _start(save)
+
+    (tmp_path / "finished" / "dummy").mkdir(parents=True)  # as root, a read-only folder cannot be made: the write fails
+    with pytest.raises(OSError) as refused:
+        checkpoint_utils.verify_checkpoint_directory(str(tmp_path / "finished"))
+    assert clear_error_message(refused.value).startswith(
+        f"cannot write to the save folder {tmp_path / 'finished'} (Is a directory): fairseq-train writes a test file"
+    )

@@ -84,10 +84,30 @@ def run_train(train_args: Sequence[str]) -> None:
     distributed_utils.call_main(cfg, train.main)
 
 
+#: the launcher's process id, for its ranks (:func:`end_with_launcher`)
+LAUNCHER_ENV = "FAIRSEQ_DENSE_LAUNCHER_PID"
+
+
+def end_with_launcher() -> None:
+    """In a rank that ``fairseq-dense-train-ddp`` started: the system kills this process when its launcher dies,
+    however that ends (Linux ``PR_SET_PDEATHSIG``; torchrun starts the ranks from the launcher's main thread), so
+    no rank trains on unsupervised; a rank whose launcher is already gone ends at once."""
+    launcher = os.environ.get(LAUNCHER_ENV)
+    if not launcher or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != int(launcher):
+        raise SystemExit(f"fairseq-dense-train-ddp: error: the launcher (process {launcher}) has ended")
+
+
 def rank_main(train_args: Sequence[str], backend: Optional[str] = None) -> None:
     """Entry point of one torchrun worker: train with the distributed flags of this rank."""
     import torch
 
+    end_with_launcher()
     try:
         rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -176,6 +196,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     logger.info("torchrun %s", " ".join(targs))
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+    os.environ[LAUNCHER_ENV] = str(os.getpid())  # the ranks' parent (end_with_launcher)
     try:
         torchrun_main(targs)
     except ChildFailedError as e:
@@ -184,6 +205,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         codes = ", ".join(map(str, sorted({f.exitcode for f in e.failures.values()})))
         what = f"rank(s) {ranks} failed with exit code {codes}; their errors are printed above"
         raise SystemExit(f"fairseq-dense-train-ddp: error: {what}")
+    finally:
+        del os.environ[LAUNCHER_ENV]
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II, OmegaConf, open_dict
 
 from fairseq_dense import resume
-from fairseq_dense.checkpoints import ONE_WRITE_KEY, PATIENCE_KEY
+from fairseq_dense.checkpoints import DATA_KEY, ONE_WRITE_KEY, PATIENCE_KEY
+from fairseq_dense.trajectory import task_data_identity
 
 
 @dataclass
@@ -111,6 +112,9 @@ class TranslationExactResumeTask(TranslationTask):
                 saved[cls.__name__] = {"lr_scheduler_counters": counters}
         if resume.checks_files(self.cfg):
             saved[ONE_WRITE_KEY] = resume.OneWrite(resume.option(self.cfg, "save_dir"))
+        if not hasattr(self, "_data_identity"):  # what a restart compares its data with (fairseq_dense.trajectory)
+            self._data_identity = task_data_identity(self.cfg)
+        saved[DATA_KEY] = self._data_identity
         return saved
 
     def set_checkpoint_dict(self, state) -> None:
