@@ -38,7 +38,7 @@ def quickstart_data(work_dir: str) -> str:
     return os.path.join(prep.prepare(raw, os.path.join(work, "data"), tatoeba.SRC, tatoeba.TGT, MERGES), "bin")
 
 
-def _decode_models(data_bin: str, arch_args: List[str]):
+def decode_models(data_bin: str, arch_args: List[str]):
     """``(model, task)`` built as ``fairseq-train`` builds it, in eval mode, the test split loaded."""
     from benchmarks import synthetic
 
@@ -62,7 +62,7 @@ def measure_family(family: str, data_bin: str, a) -> Dict:
         commands = [synthetic.train_args(data_bin, args, max_tokens=MAX_TOKENS) for args in (ours, base)]
         entry["train"] = measure.paired_train_speed(*commands, batches=a.train_batches, rounds=a.rounds)
     if a.decode_sentences:
-        models = {"ours": _decode_models(data_bin, ours), "baseline": _decode_models(data_bin, base)}
+        models = {"ours": decode_models(data_bin, ours), "baseline": decode_models(data_bin, base)}
         entry["decode"] = measure.paired_decode(
             models,
             sentences=a.decode_sentences,

@@ -48,7 +48,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from benchmarks import counterparts, measure, op_counts, proxies, report, synthetic
+from benchmarks import counterparts, measure, op_counts, report, synthetic
 
 logger = logging.getLogger("benchmarks.gpu_figures")
 #: dense (no sparsity) bfloat16 tensor-core peaks of the datasheets, TFLOP/s, by a part of the device's name
@@ -193,7 +193,7 @@ def count_side(trainer, sample: Dict, src_per_tgt: float) -> Dict:
     model = trainer.model
     side = (trainer.task, model, trainer.criterion, trainer.optimizer, trainer.cfg)
     with op_counts.counting(model) as counter:
-        proxies.train_step(side, sample, autocast=True, counter=counter, update=1)
+        measure.train_step(side, sample, 1, dtype=torch.bfloat16, counter=counter)
     return {
         "params": sum(p.numel() for p in model.parameters()),
         "six_n_flops_per_token": 6 * counterparts.matmul_params(model, src_per_tgt),

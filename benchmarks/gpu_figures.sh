@@ -3,7 +3,7 @@
 # figures, in one call of at most 9 minutes on one GPU machine (Python 3.12, torch + CUDA, no fairseq, no
 # network), from the repository root. Each stage writes to $OUT as it finishes: a time-out returns what ran.
 #
-#   benchmarks/gpu_figures.sh      # device tool: run(command="benchmarks/gpu_figures.sh", carry=[".gpu"], timeout_s=600)
+#   benchmarks/gpu_figures.sh      # on the GPU machine, with .gpu/ (the wheels) copied there; one 600-s command
 #   DEVICE=cpu TESTS_S=0 PRESETS_ARGS="--tiny ..." FIGURES_ARGS="--tiny ..." benchmarks/gpu_figures.sh   # dry run
 #
 # stage    cap (s)           expected on one H100/H200                      writes to OUT
@@ -27,13 +27,13 @@
 #   figures  python -m benchmarks.gpu_figures (the A/A pair first; 32,768-token batches and 8,192 x
 #            --update-freq 4; interleaved rounds; bfloat16 headline, --amp skipped updates; fused optimizer
 #            and fairseq's adam once; 6N MFU); stops starting measurements at 85% of its cap
-# Environment: OUT (benchmarks/out/gpu-figures), DEVICE (cuda), PYTHON (python3), SITE (/tmp/site), the caps
+# Environment: OUT (benchmarks/out/gpu-figures), DEVICE (cuda), PYTHON (python3), SITE ($TMPDIR/site), the caps
 # above (0 skips a stage; FIGURES_S a fixed cap), PRESETS_ARGS / FIGURES_ARGS (more options of each module).
 set -uo pipefail
 OUT=${OUT:-benchmarks/out/gpu-figures}
 DEVICE=${DEVICE:-cuda}
 PYTHON=${PYTHON:-python3}
-SITE=${SITE:-/tmp/site}
+SITE=${SITE:-${TMPDIR:-/tmp}/site}
 INSTALL_S=${INSTALL_S:-30}
 TESTS_S=${TESTS_S:-140}
 PRESETS_S=${PRESETS_S:-100}

@@ -11,7 +11,7 @@ gpu_install() {
         log "install: fairseq imports already, nothing installed"
     else
         if ! ls .gpu/whl/*.whl >/dev/null 2>&1; then
-            log "install: error: no wheels in .gpu/whl (prepare them with benchmarks/gpu_wheels.sh, carry .gpu)"
+            log "install: error: no wheels in .gpu/whl (prepare them with benchmarks/gpu_wheels.sh and copy .gpu/ along)"
             exit 2
         fi
         timeout -k 5 "${INSTALL_S:-60}" "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --upgrade \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepare, on a machine with network, the wheels the GPU machine lacks (Python 3.12, torch + CUDA, no
-# fairseq) into .gpu/whl (ignored by git; `run` carries it with carry=[".gpu"]), then check them in a clean
+# fairseq) into .gpu/whl (ignored by git; copied to the GPU machine with the tree), then check them in a clean
 # Python 3.12 environment: installed with the GPU machine's command into a --target folder, imported.
 #
 #   benchmarks/gpu_wheels.sh              # download + build + check
@@ -17,7 +17,7 @@ DEST=${DEST:-.gpu/whl}
 PIP=${PIP:-python3 -m pip}
 CHECK=${CHECK:-1}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.11.0}
-# only what the GPU image lacks (its package list: the device tool's KINDS.md; it has torch, numpy,
+# only what the GPU image lacks (by the GPU machine's package list it has torch, numpy,
 # sacrebleu, regex, tqdm, click, joblib, PyYAML, pytest, safetensors, huggingface-hub, scipy, scikit-learn),
 # pinned to the versions the CPU environment (make venv) tests with
 PKGS=(fairseq-fixed==0.12.3.1 hydra-core==1.3.2 omegaconf==2.3.0 bitarray==3.12.3 sacremoses==0.2.0
@@ -39,7 +39,7 @@ if [ -z "$PY312" ]; then
     echo "no python3.12 found: the install was not checked (set PY312)" >&2
     exit 1
 fi
-CHECK_DIR=$(mktemp -d /tmp/gpu-wheels-check.XXXX)
+CHECK_DIR=$(mktemp -d -t gpu-wheels-check.XXXX)
 echo "checking with $PY312 in $CHECK_DIR"
 "$PY312" -m venv "$CHECK_DIR/venv"
 # the GPU machine's own packages (those the project uses), and torch where a Python 3.12 build can be had (TORCH_INDEX)

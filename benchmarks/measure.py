@@ -11,6 +11,7 @@ apart do not guarantee. Decoding speed forces every hypothesis to the same lengt
 that undertrained models' short or runaway outputs do not decide it.
 """
 
+import contextlib
 import json
 import os
 import statistics
@@ -21,7 +22,8 @@ from typing import Dict, List, Optional
 
 import torch
 
-from fairseq_dense.cli.plot import parse_log
+from benchmarks import op_counts
+from fairseq_dense.logs import parse_log
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_train_child.py")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -224,13 +226,30 @@ def build_trainable(train_args: List[str]):
     return task, model, task.build_criterion(cfg.criterion), optimizer, cfg
 
 
-def _train_step(side, sample, update_num: int) -> None:
+def train_step(side, sample, update: int = 1, *, dtype=None, counter=None, saved=None) -> torch.Tensor:
+    """One training step as fairseq's Trainer takes it: forward under autocast in ``dtype`` (None: none; float16
+    with fairseq's ``--amp`` optimizer, which also scales the loss), gradients over the sample size, clipping,
+    the task's optimizer step; ``counter``/``saved`` (``op_counts``, ``saved_tensors``) watch it in phases.
+    Returns the loss, detached (reading it waits for the device)."""
+    from fairseq.optim.amp_optimizer import AMPOptimizer
+
     task, model, criterion, optimizer, cfg = side
+    phase = counter.phase if counter else lambda name: contextlib.nullcontext()
+    dtype = torch.float16 if isinstance(optimizer, AMPOptimizer) else dtype
     model.train()
-    optimizer.zero_grad()
-    task.train_step(sample, model, criterion, optimizer, update_num)
-    optimizer.clip_grad_norm(cfg.optimization.clip_norm)
-    task.optimizer_step(optimizer, model, update_num)
+    criterion.train()
+    autocast = torch.autocast(sample["target"].device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+    with op_counts.cpu_lstm_kernel(dtype or torch.float32):
+        with phase("forward"), saved or contextlib.nullcontext(), autocast:
+            loss, sample_size, _ = criterion(model, sample)
+        with phase("backward"):
+            optimizer.backward(loss)
+        with phase("optimizer"):
+            optimizer.multiply_grads(1.0 / float(sample_size or 1))
+            optimizer.clip_grad_norm(cfg.optimization.clip_norm)
+            task.optimizer_step(optimizer, model, update)
+            optimizer.zero_grad()
+    return loss.detach()
 
 
 def paired_train_speed(
@@ -269,8 +288,8 @@ def train_speed(sides: Dict, *, batches: int, rounds: int, device: str = "cpu") 
         side[1].to(device)
         # warm-up: every batch shape once (on CUDA: cuDNN algorithm search, allocator growth)
         for sample in samples if device == "cuda" else samples[:1]:
-            _train_step(side, sample, 1)
-    res = timed_rounds(sides, samples[1:], rounds, lambda side, s, i: _train_step(side, s, 2 + i), device)
+            train_step(side, sample, 1)
+    res = timed_rounds(sides, samples[1:], rounds, lambda side, s, i: train_step(side, s, 2 + i), device)
     return {**res, "batches": batches, "target_tokens_per_round": sum(int(s["ntokens"]) for s in samples[1:])}
 
 

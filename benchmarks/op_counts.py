@@ -14,17 +14,23 @@ Three proxies, each independent of the machine's speed:
   operands are bfloat16 or float16.
 - **saved bytes**: the bytes of the distinct storages autograd saves for backward
   (``saved_tensors.py``), which an attention unit here counts as CUDA's fused kernel saves them.
+
+And the host syncs a step would make on a GPU (:class:`SyncCounter`).
 """
 
 import collections
 import contextlib
+import os
 import re
+import traceback
 from typing import Dict, Optional
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from fairseq_dense.modules.low_precision import cpu_lstm_kernel, onednn_lstm_runs  # noqa: F401  (used here and by callers)
 
 aten = torch.ops.aten
 
@@ -44,10 +50,12 @@ CELL_UNITS = (nn.LSTMCell, nn.GRUCell, nn.RNNCell)
 #: are counted analytically (QK^T and PV; backward twice that) in the dtype autocast gives it.
 UNIT_LAUNCHES = {"rnn_per_layer_direction": (2, 3), "cell": (3, 5), "attention": (1, 2)}
 
-#: operator names that run no kernel on a GPU although they are not views
+#: operator names that run no kernel on a GPU although they are not views (the profiler's markers
+#: around a ``torch.optim`` step included)
 NO_KERNEL = set(
     "empty empty_like empty_strided new_empty new_empty_strided _unsafe_view lift_fresh detach alias resize_ set_ "
-    "is_same_size _has_compatible_shallow_copy_type record_stream".split()
+    "is_same_size _has_compatible_shallow_copy_type record_stream _record_function_enter_new "
+    "_record_function_exit".split()
 )
 
 #: names that look like matmul-class work; such a call with no FLOP formula is reported
@@ -122,32 +130,6 @@ for _kind in ("flash", "efficient", "cudnn"):  # CUDA's fused attention kernels,
         FLOPS[_name] = (_registry(_name), _operand)
 
 LOW = (torch.bfloat16, torch.float16)
-
-
-def onednn_lstm_runs(dtype: torch.dtype) -> bool:
-    """Whether this CPU's oneDNN LSTM kernel runs in ``dtype``: float32 always, bfloat16 and float16
-    only with the CPU's instructions for them. Elsewhere an ``nn.LSTM`` or ``torch.lstm`` call under
-    CPU autocast fails in oneDNN ("could not create a primitive descriptor for the LSTM forward
-    propagation primitive")."""
-    if dtype == torch.bfloat16:
-        return torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    if dtype == torch.float16:
-        return torch.ops.mkldnn._is_mkldnn_fp16_supported()
-    return True
-
-
-@contextlib.contextmanager
-def cpu_lstm_kernel(dtype: torch.dtype, onednn: Optional[bool] = None):
-    """Inside, CPU LSTMs run on oneDNN's fused kernel (``onednn``; default: where it runs ``dtype``)
-    or on PyTorch's own form: a GEMM per step, in ``dtype`` under autocast, on any CPU. Only the
-    CPU's kernel changes (oneDNN off inside), not what is counted: an LSTM call is one fused unit
-    either way, its GEMMs the same FLOPs; the bytes saved inside the unit differ."""
-    previous = torch.backends.mkldnn.enabled
-    torch.backends.mkldnn.enabled = previous and (onednn_lstm_runs(dtype) if onednn is None else onednn)
-    try:
-        yield
-    finally:
-        torch.backends.mkldnn.enabled = previous
 
 
 def _tensors(obj):
@@ -362,3 +344,62 @@ class StepCounter(TorchDispatchMode):
         total = sum(self.flops.values())
         low = sum(v for k, v in self.flops.items() if k.endswith(("bfloat16", "float16")))
         return low / total if total else None
+
+
+#: Tensor methods that copy to the host without a scalar read (a ``.to`` counts when it names ``"cpu"``:
+#: ``.to(x.device)`` stays on ``x``'s device)
+HOST_COPIES = ("cpu", "tolist", "numpy", "to")
+_TORCH_DIR = os.path.dirname(torch.__file__)
+
+
+class SyncCounter(TorchDispatchMode):
+    """Counts, while active, the calls that wait for a GPU: scalar reads of a tensor (``item()``,
+    ``float()``, ``int()``, ``bool()``, indexing with one: ATen's ``_local_scalar_dense``) and copies to
+    the host (:data:`HOST_COPIES`), on any device (on the CPU none of them waits).
+
+    ``syncs`` maps ``"<kind> <file>:<line>"`` (the innermost caller outside torch) to its count.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.syncs: Dict[str, int] = collections.Counter()
+
+    def _count(self, kind: str) -> None:
+        site = next(
+            (f for f in reversed(traceback.extract_stack()[:-2]) if not f.filename.startswith(_TORCH_DIR)), None
+        )
+        self.syncs[f"{kind} {os.path.relpath(site.filename) if site else '?'}:{site.lineno if site else 0}"] += 1
+
+    def _wrap(self, name: str):
+        method = getattr(torch.Tensor, name)
+
+        def counted(tensor, *args, **kwargs):
+            if name != "to" or _names_cpu(args, kwargs):
+                self._count(name)
+            return method(tensor, *args, **kwargs)
+
+        return counted
+
+    def __enter__(self):
+        self._own = {name: torch.Tensor.__dict__.get(name) for name in HOST_COPIES}
+        for name in HOST_COPIES:
+            setattr(torch.Tensor, name, self._wrap(name))
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for name, own in self._own.items():
+            if own is None:
+                delattr(torch.Tensor, name)
+            else:
+                setattr(torch.Tensor, name, own)
+        return super().__exit__(*exc)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ == "_local_scalar_dense":
+            self._count("item")
+        return func(*args, **(kwargs or {}))
+
+
+def _names_cpu(args, kwargs) -> bool:
+    device = kwargs.get("device", args[0] if args else None)
+    return isinstance(device, str) and torch.device(device).type == "cpu"

@@ -15,7 +15,6 @@ ratios ours / counterpart against :data:`TARGETS`).
 """
 
 import argparse
-import contextlib
 import datetime
 import logging
 import os
@@ -26,7 +25,7 @@ from typing import Dict, List
 
 import torch
 
-from benchmarks import counterparts, op_counts, report, saved_tensors, synthetic
+from benchmarks import counterparts, measure, op_counts, report, saved_tensors, synthetic
 
 logger = logging.getLogger("benchmarks.proxies")
 
@@ -34,42 +33,17 @@ logger = logging.getLogger("benchmarks.proxies")
 TARGETS = {"launches": 1.5, "saved_bytes": 1.5, "low_precision": 0.99}
 
 
-def train_step(
-    side, sample, *, autocast: bool, dtype=torch.bfloat16, counter=None, saved=None, update: int = 1
-) -> float:
-    """One training step as fairseq's Trainer takes it (forward under autocast, backward outside, gradient
-    scaling, clipping, the task's optimiser step), in phases; ``counter``/``saved`` (``op_counts``) watch
-    it. Autocast runs on the batch's device in ``dtype`` (CPU LSTMs on the kernel ``op_counts.cpu_lstm_kernel``
-    picks for it). Returns the loss."""
-    task, model, criterion, optimizer, cfg = side
-    phase = counter.phase if counter else lambda name: contextlib.nullcontext()
-    model.train()
-    criterion.train()
-    device = sample["target"].device.type
-    with op_counts.cpu_lstm_kernel(dtype if autocast else torch.float32):
-        with phase("forward"), saved or contextlib.nullcontext(), torch.autocast(device, dtype=dtype, enabled=autocast):
-            loss, sample_size, _ = criterion(model, sample)
-        with phase("backward"):
-            loss.backward()
-        with phase("optimizer"):
-            optimizer.multiply_grads(1.0 / float(sample_size or 1))
-            optimizer.clip_grad_norm(cfg.optimization.clip_norm)
-            task.optimizer_step(optimizer, model, update)
-            optimizer.zero_grad()
-    return float(loss.detach())
-
-
 def measure_side(dict_dir: str, arch_args: List[str], sample: Dict) -> Dict:
     """The proxies of one model: a warm-up step, then a counted step in float32 and one under autocast."""
     side = synthetic.build(dict_dir, arch_args)
     model = side[1]
     out = {"arch_args": arch_args, "params": sum(p.numel() for p in model.parameters())}
-    train_step(side, sample, autocast=False)
-    for mode, autocast in (("fp32", False), ("bf16", True)):
+    measure.train_step(side, sample)
+    for mode, dtype in (("fp32", None), ("bf16", torch.bfloat16)):
         saved = saved_tensors.SavedBytes(model)
         t0 = time.perf_counter()
         with op_counts.counting(model, saved) as counter:
-            loss = train_step(side, sample, autocast=autocast, counter=counter, saved=saved, update=2)
+            loss = float(measure.train_step(side, sample, 2, dtype=dtype, counter=counter, saved=saved))
         out[mode] = {
             "launches": dict(counter.launches),
             "launches_total": sum(counter.launches.values()),

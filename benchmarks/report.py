@@ -7,7 +7,8 @@ import platform
 import subprocess
 from typing import Callable, Dict, List
 
-from fairseq_dense.cli.plot import parse_log, plot_loss_curves
+from fairseq_dense.cli.plot import plot_loss_curves
+from fairseq_dense.logs import parse_log
 
 EXPLANATION = """\
 Ratios are ours / counterpart, both trained in this run on the same data with the same optimiser, schedule,

@@ -4,6 +4,7 @@
     python -m benchmarks.speed_paths int16-dropout weighted_transformer
     python -m benchmarks.speed_paths sigmoid-tanh dense_lstm gru_attention fast_forward_lstm
     python -m benchmarks.speed_paths float32-fast-forward fast_forward_lstm
+    python -m benchmarks.speed_paths fused-adam weighted_transformer densenmt gru_attention dense_lstm fast_forward_lstm
 
 Each family's ``<family>_small`` on the quick-start's data (``--work-dir``), one thread, thread CPU
 time, the sides alternating per item and their order reversed every other round
@@ -22,6 +23,9 @@ seconds / on seconds (the gain) and the rounds. The paths (docs/benchmarks.md, "
   autocast, issue 60): training steps with the region on and off, in float32 and under bfloat16 autocast.
 - ``sigmoid-tanh`` (measured, not kept: it gained less than 10%): beam 5 as ``reorder-skip`` with
   every in-place ``tanh_`` (the decoders' additive attention scores) as ``2 sigmoid(2x) - 1``.
+- ``fused-adam`` (an optimizer, not a speed path: where it is at least as fast, the recipes use it):
+  training steps as ``int16-dropout`` times them with ``--optimizer fused_adam`` against fairseq's
+  ``adam``, and the kernel launches of one step of each (``op_counts``, a synthetic batch).
 """
 
 import argparse
@@ -29,7 +33,7 @@ import types
 
 import torch
 
-from benchmarks import cpu_speed, measure, synthetic
+from benchmarks import cpu_speed, measure, op_counts, proxies, synthetic
 
 
 def int16_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
@@ -63,7 +67,7 @@ def _beam_setup(family: str, data_bin: str):
     """``(model, generator, batches)``: ``<family>_small`` untrained, beam 5 forced to 12 tokens, 128 test
     sentences in batches of 64."""
     torch.manual_seed(1)
-    model, task = cpu_speed._decode_models(data_bin, ["--arch", f"{family}_small"])
+    model, task = cpu_speed.decode_models(data_bin, ["--arch", f"{family}_small"])
     batches = measure.spread_batches(task.dataset("test"), 128, 64, "cpu")
     return model, measure.generator(model, task, 5, 12), batches
 
@@ -159,7 +163,30 @@ def float32_fast_forward(family: str, data_bin: str, rounds: int) -> dict:
     return out
 
 
+def fused_adam(family: str, data_bin: str, rounds: int) -> dict:
+    ours = ["--arch", f"{family}_small"]
+    sides = {}
+    for name, extra in (("on", ["--optimizer", "fused_adam"]), ("off", [])):
+        torch.manual_seed(1)
+        train_args = synthetic.train_args(data_bin, ours + extra, max_tokens=cpu_speed.MAX_TOKENS)
+        sides[name] = measure.build_trainable(train_args)
+    res = measure.train_speed(sides, batches=4, rounds=rounds)
+    sample = synthetic.make_batch(synthetic.batch_lengths(cpu_speed.MAX_TOKENS), len(sides["on"][0].target_dictionary))
+    launches = {}
+    for name, side in sides.items():
+        with op_counts.counting(side[1]) as counter:
+            proxies.train_step(side, sample, autocast=False, counter=counter, update=9)
+        launches[name] = dict(counter.launches)
+    return {
+        "gain": measure.median_ratio(res["rounds"], "off", "on"),
+        **{f"optimizer launches {n}": launches[n]["optimizer"] for n in sides},
+        **{f"step launches {n}": sum(launches[n].values()) for n in sides},
+        "rounds": res["rounds"],
+    }
+
+
 PATHS = {
+    "fused-adam": fused_adam,
     "reorder-skip": reorder_skip,
     "int16-dropout": int16_dropout_path,
     "sigmoid-tanh": sigmoid_tanh,

@@ -16,7 +16,7 @@ logging_setup.hold_import_notices()
 if not logging_setup.verbose_from_env():
     logging_setup.hide_noise()
 with logging_setup.keep_root_logger():
-    from fairseq_dense import criterions, fairseq_compat, lr_schedulers, models, tasks  # noqa: E402,F401
+    from fairseq_dense import criterions, fairseq_compat, lr_schedulers, models, optim, tasks  # noqa: E402,F401
     from fairseq_dense.hub import from_pretrained  # noqa: E402,F401
 
 # workarounds for fairseq on modern Python/torch; after the registrations (it wraps the models' loading)

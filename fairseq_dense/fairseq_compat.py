@@ -314,7 +314,8 @@ def clear_error_message(exc: BaseException, argv=None) -> Optional[str]:
     ):
         return (
             "--bf16 needs a TPU in fairseq: fairseq/options.py turns --bf16 into --tpu, which needs "
-            "torch_xla; train in fp32 on CPU, use --fp16 or --amp on GPUs"
+            "torch_xla; for bfloat16 on CPUs and GPUs use --bf16-autocast (--task translation_exact_resume or "
+            "another fairseq-dense task)"
         )
     if isinstance(first, ValueError) and "negative seek position" in msg:
         for frame in _frames(first.__traceback__):

@@ -1,11 +1,13 @@
 """One training per save folder, and a folder of its own: the lock a training holds on its ``--save-dir``
 (two trainings on one folder, e.g. a job requeued while the first still runs, would overwrite each other's
-checkpoints), and its checkpoint files made its own before it writes (:func:`own_files`)."""
+checkpoints), and its checkpoint files made its own before it writes (:func:`own_files`); one export per
+``--out``: :func:`held_folder`."""
 
+import contextlib
 import logging
 import os
 import stat
-from typing import Dict, Optional
+from typing import Callable, Dict, Iterator, Optional
 
 from fairseq_dense.checkpoints import TMP_SUFFIX, atomic_copy
 from fairseq_dense.validation import FairseqDenseError
@@ -52,6 +54,42 @@ def lock_save_dir(save_dir: str) -> Optional[int]:
         ) from None
     _HELD[key] = fd
     return fd
+
+
+@contextlib.contextmanager
+def held_folder(path: str, busy: Callable[[str], Exception]) -> Iterator[None]:
+    """Hold the folder ``path`` (created if missing) locked while the block runs; its holder removes it.
+
+    Raises ``busy(holder)`` when a live process holds it. A folder left by a killed holder is taken
+    over (``flock`` ends with its process). Taken, the lock is checked to be on the folder still at
+    ``path`` (a holder that just ended removed the one it held).
+    """
+    if fcntl is None:
+        yield
+        return
+    while True:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = _lock_holder(os.fstat(fd))
+            os.close(fd)
+            raise busy(holder) from None
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False)):
+                break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+        os.close(fd)
 
 
 #: the folders this process holds, by (device, inode): their locked descriptors

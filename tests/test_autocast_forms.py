@@ -21,7 +21,7 @@ from fairseq_dense.modules import dense_conv
 from fairseq_dense.modules.branched_attention import BranchedAttention
 from fairseq_dense.modules.dense_conv import FeatureBuffer, conv_rows
 from tests import helpers
-from tests.models.test_densenmt import TINY as DENSENMT_TINY
+from tests.models.families import TINY
 
 BF16 = torch.bfloat16
 
@@ -80,7 +80,7 @@ def taps_reference(x, weight, bias, time, left):
     return _TapsReference.apply(x, weight, bias, time, left)
 
 
-DENSENMT = DENSENMT_TINY  # tests/models/test_densenmt.py
+DENSENMT = TINY["densenmt"]  # tests/models/families.py
 DENSENMT_VARIANTS = [
     dict(),
     dict(sumlen=3, encoder_layers=4, decoder_layers=5),

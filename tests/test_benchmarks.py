@@ -11,7 +11,7 @@ import torch
 
 from benchmarks import counterparts, cpu_speed, measure, report
 from benchmarks import run as bench_run
-from fairseq_dense import baselines
+from fairseq_dense import baselines, logs
 from fairseq_dense.cli import plot
 from tests.helpers import write_copy_corpus
 
@@ -43,7 +43,7 @@ LOG = "".join(
 def test_parse_log_and_summary(tmp_path):
     path = tmp_path / "train.log"
     path.write_text(LOG)
-    log = plot.parse_log(str(path))
+    log = logs.parse_log(str(path))
     assert [r["num_updates"] for r in log["train_inner"]] == [2, 4, 6, 8]
     assert [r["loss"] for r in log["valid"]] == [4.8, 4.4]
     assert log["valid"][1]["t"] == 10.0

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import fairseq_dense
+from fairseq_dense import hub
 from fairseq_dense.cli import export as export_cli
 from fairseq_dense.hub import PretrainedModelError
 from tests import helpers
@@ -128,6 +129,45 @@ def test_export_onto_a_symlinked_out_is_one_line(gru, tmp_path, capsys, force):
         and (target / "keep.txt").read_text() == "kept"
         and sorted(target.iterdir()) == [target / "keep.txt"]
     )
+
+
+# ---------------------------------------------------------------- one export per --out, one line, the same bytes
+
+
+def test_export_is_byte_reproducible(gru, tmp_path):
+    """The session's export and a new one of the same checkpoint: the same files, byte for byte."""
+    again = hub.export_checkpoint([gru.ckpt], tmp_path / "again", data=gru.data, bpe_codes=gru.dir.parent / "bpecodes")
+    names = sorted(p.name for p in gru.dir.iterdir())
+    assert names == sorted(p.name for p in again.iterdir()) and "SHA256SUMS" in names
+    assert [n for n in names if (gru.dir / n).read_bytes() != (again / n).read_bytes()] == []
+
+
+def test_one_export_at_a_time_per_out(gru, tmp_path, capsys):
+    """A live export's lock refuses a second one in one line and its temporary folder stays; a dead one's goes."""
+    from fairseq_dense.save_lock import held_folder
+
+    out = tmp_path / "out"
+    argv = [str(gru.ckpt), "--out", str(out), "--data", str(gru.data)]
+    live = tmp_path / ".out.export-0123abcd"
+    with held_folder(str(tmp_path / ".out.export-lock"), RuntimeError):
+        live.mkdir()
+        assert export_cli.main(argv) == 1
+        err = capsys.readouterr().err.strip()
+        assert re.fullmatch(
+            rf"fairseq-dense-export: error: {out}: another export to it is running \(process \d+.*\); wait for it",
+            err,
+        )
+        assert live.is_dir() and not out.exists()
+    assert export_cli.main(argv) == 0  # the lock's holder is gone: its leftover is removed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_export_file_system_failures_are_one_line(gru, tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "out"
+    assert export_cli.main([str(gru.ckpt), "--out", str(out), "--data", str(gru.data)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert re.fullmatch(rf"fairseq-dense-export: error: {tmp_path}/file\S*: [A-Za-z ]+ \(exporting\)", err), err
 
 
 # ---------------------------------------------------------------- the plugin's own code evaluates nothing

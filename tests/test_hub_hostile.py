@@ -224,6 +224,14 @@ DEEP_CASES = {
     "dictionary missing": (lambda d, m: (d / "dict.tgt.txt").unlink(), "dict.tgt.txt: missing"),
     "bpe codes malformed": (write_file("bpecodes", b"#version: 0.2\na b c\n"), "bpecodes: line 2 is not a BPE merge"),
     "bpe codes version": (write_file("bpecodes", b"#version: x\na b\n"), "bpecodes: line 1 is not '#version"),
+    "bpe codes version subword-nmt parses in quadratic time": (
+        write_file("bpecodes", b"#version: 1" + b".0" * 32_000 + b".1\na b\n"),
+        "bpecodes: line 1 is not '#version",
+    ),
+    "dictionary count of 4,301 digits": (
+        lambda d, m: open(d / "dict.tgt.txt", "a").write("zz " + "9" * 4301 + "\n"),
+        "dict.tgt.txt: line 13 is not '<symbol> <count>'",
+    ),
     "bpe codes not text": (write_file("bpecodes", b"\xff\xfe\n"), "bpecodes: not UTF-8"),
     "dictionary not a dictionary": (
         write_file("dict.tgt.txt", b"a\n"),

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from fairseq_dense.hub.schema import write_manifest
 from tests.hub_hostile_helpers import (
     SECRET,
     listed,
@@ -74,7 +75,8 @@ def test_push_dry_run_lists_and_uploads_nothing(gru, tmp_path, marker, fake_hub,
     model_dir = with_strays(gru, tmp_path, marker)
     assert push_cli.main([str(model_dir), "me/tiny", "--dry-run", "--no-pickle"]) == 0
     assert fake_hub == []
-    out = capsys.readouterr().out.splitlines()
+    *out, verdict = capsys.readouterr().out.splitlines()
+    assert verdict == f"{model_dir}: loads as from_pretrained loads it; nothing uploaded (--dry-run)"
     assert sorted(line.split("\t")[0] for line in out) == sorted(
         f"would upload {name}" for name in [*listed(model_dir), "SHA256SUMS", "README.md"]
     )
@@ -128,7 +130,7 @@ def test_push_lists_every_refused_file_and_dry_run_shows_what_uploads(gru, tmp_p
     (model_dir / "README.md").unlink()
     (model_dir / "model.pt").unlink()
     assert push_cli.main([str(model_dir), "me/tiny", "--dry-run"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = capsys.readouterr().out.splitlines()[:-1]
     expected = [*listed(model_dir), "SHA256SUMS"]
     assert sorted(line.split("\t")[0] for line in lines) == sorted(f"would upload {n}" for n in expected)
     for line in lines:
@@ -136,3 +138,49 @@ def test_push_lists_every_refused_file_and_dry_run_shows_what_uploads(gru, tmp_p
         data = (model_dir / name).read_bytes()
         assert size == f"{len(data)} bytes" and digest == f"sha256 {hashlib.sha256(data).hexdigest()}"
     assert fake_hub == []
+
+
+# ---------------------------------------------------------------- push: only what a load accepts, the bytes it checked
+
+RESIGNED = {
+    "a bad dictionary line": (lambda d: open(d / "dict.tgt.txt", "a").write("zz\n"), "dict.tgt.txt: line 13 is not"),
+    "a 3-field bpecodes line": (lambda d: (d / "bpecodes").write_text("a b c\n"), "bpecodes: line 1 is not a BPE"),
+    "garbage weights": (lambda d: (d / "model.safetensors").write_bytes(b"\x08" + b"\0" * 15), "model.safetensors"),
+    "a dictionary of the wrong size": (
+        lambda d: open(d / "dict.tgt.txt", "a").write("zz 1\n"),
+        "dict.tgt.txt: 17 symbols, but config.json",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RESIGNED))
+def test_push_refuses_what_a_load_refuses(gru, tmp_path, marker, fake_hub, capsys, case):
+    from fairseq_dense.cli import push as push_cli
+
+    edit, match = RESIGNED[case]
+    model_dir = tamper(gru.dir, tmp_path, lambda d, m: edit(d), marker, resign=True)
+    for dry_run in ([], ["--dry-run"]):
+        assert push_cli.main([str(model_dir), "me/tiny", *dry_run]) == 1
+        captured = capsys.readouterr()
+        assert match in captured.err and captured.err.count("\n") == 1 and "upload" not in captured.out
+    assert fake_hub == [] and not marker.exists()
+
+
+def test_push_uploads_the_bytes_it_checked(gru, tmp_path, marker, fake_hub, monkeypatch):
+    """Files rewritten (and re-signed) once they are checked: the checked bytes go up, SHA256SUMS included."""
+    from fairseq_dense.hub import push
+
+    model_dir = tamper(gru.dir, tmp_path, lambda d, m: None, marker, resign=False)
+    checked = {name: (model_dir / name).read_bytes() for name in [*listed(model_dir), "SHA256SUMS", "README.md"]}
+    check = push.model_from_files
+
+    def check_then_swap(*args, **kwargs):
+        loaded = check(*args, **kwargs)
+        open(model_dir / "dict.tgt.txt", "a").write("zz 1\n")
+        write_manifest(model_dir, listed(model_dir))
+        return loaded
+
+    monkeypatch.setattr(push, "model_from_files", check_then_swap)
+    push.push_to_hub(model_dir, "me/tiny", include_pickle=False)
+    ((_, files),) = [c for c in fake_hub if c[0] == "create_commit"]
+    assert files == checked and (model_dir / "SHA256SUMS").read_bytes() != checked["SHA256SUMS"]

@@ -17,6 +17,7 @@ from fairseq import options
 import fairseq_dense  # noqa: F401
 from tests.helpers import REPO
 
+TS = "2026-01-01 00:00:00"  # a fairseq log line's timestamp
 HERE = os.path.join(REPO, "examples", "multi30k")
 spec = importlib.util.spec_from_file_location("multi30k_run", os.path.join(HERE, "run.py"))
 run = importlib.util.module_from_spec(spec)
@@ -64,7 +65,7 @@ def test_report_walls_continue_across_resumes(tmp_path):
     report = importlib.import_module("report")
 
     def record(epoch, wall):
-        return f'2026-01-01 00:00:00 | INFO | train | {{"epoch": {epoch}, "train_wall": "{wall}"}}\n'
+        return f'{TS} | INFO | train | {{"epoch": {epoch}, "train_wall": "{wall}"}}\n'
 
     sweep, train = tmp_path / "sweep.log", tmp_path / "train.log"
     sweep.write_text("# fairseq-train sweep\n" + record(1, 100) + record(2, 200))
@@ -82,7 +83,7 @@ def test_sweep_reuses_committed_points_and_trains_the_rest(tmp_path, monkeypatch
 
     def log_lines(losses):
         return "".join(
-            '2026 | INFO | valid | {"epoch": %d, "valid_loss": "%s"}\n' % (e, loss) for e, loss in enumerate(losses, 1)
+            TS + ' | INFO | valid | {"epoch": %d, "valid_loss": "%s"}\n' % (e, loss) for e, loss in enumerate(losses, 1)
         )
 
     (tmp_path / "logs" / "toy" / "model").mkdir(parents=True)
@@ -124,7 +125,7 @@ def _toy_sweep(tmp_path, monkeypatch, losses):
         with open(log, "a") as f:
             for epoch in range(1, run.SWEEP_EPOCHS + 1):
                 loss = losses[lr] + run.SWEEP_EPOCHS - epoch
-                f.write('2026 | INFO | valid | {"epoch": %d, "valid_loss": "%s"}\n' % (epoch, loss))
+                f.write(TS + ' | INFO | valid | {"epoch": %d, "valid_loss": "%s"}\n' % (epoch, loss))
         return Done(cmd)
 
     monkeypatch.setattr(run, "start", fake_start)
@@ -160,7 +161,7 @@ def test_train_hours_stop_the_converging_run_and_the_report_says_so(tmp_path, mo
     monkeypatch.setitem(run.PAIRS, "toy", {"rates": (1e-3,), "model": [], "baseline": [], "warmup": 1})
     os.makedirs(run.side_dir("toy", "model"))
     with open(run._sweep_log("toy", "model", 1e-3), "w") as f:
-        f.write('2026 | INFO | train | {"epoch": 4, "train_wall": "300"}\n')  # the log's wall leaves out validation
+        f.write(TS + ' | INFO | train | {"epoch": 4, "train_wall": "300"}\n')  # the log's wall leaves out validation
     commands = []
     monkeypatch.setattr(run, "run", lambda cmd, log=None, threads=None: commands.append(cmd))
     monkeypatch.setattr(run, "copy_log", lambda src, name: None)
@@ -184,7 +185,7 @@ def test_train_hours_stop_the_converging_run_and_the_report_says_so(tmp_path, mo
     # stopped by that limit and continued later: its checkpoint carries both processes' time,
     # while the log's last record has the second process's only
     with open(os.path.join(run.side_dir("toy", "model"), "train.log"), "w") as f:
-        f.write('# fairseq-train\n2026 | INFO | train | {"epoch": 9, "train_wall": "1500"}\n')
+        f.write("# fairseq-train\n" + TS + ' | INFO | train | {"epoch": 9, "train_wall": "1500"}\n')
     save_checkpoint(2160.0)
     commands.clear()
     run.converge("toy", "model", 1e-3, 1, deadline=time.time() + 1800)
@@ -203,7 +204,7 @@ def test_train_hours_stop_the_converging_run_and_the_report_says_so(tmp_path, mo
 
 def _valid_line(epoch, loss):
     """fairseq's validation record of ``epoch`` (10 updates an epoch)."""
-    return '2026 | INFO | valid | {"epoch": %d, "valid_loss": "%.3f", "valid_num_updates": "%d"}\n' % (
+    return TS + ' | INFO | valid | {"epoch": %d, "valid_loss": "%.3f", "valid_num_updates": "%d"}\n' % (
         epoch,
         loss,
         epoch * 10,
@@ -216,7 +217,7 @@ def _epoch_lines(epochs, wall_per_epoch, loss0=9.0):
     for i, epoch in enumerate(epochs, 1):
         lines.append(_valid_line(epoch, loss0 - epoch / 10))
         wall = i * wall_per_epoch
-        lines.append('2026 | INFO | train | {"epoch": %d, "train_wall": "%d", "train_wps": "100"}\n' % (epoch, wall))
+        lines.append(TS + ' | INFO | train | {"epoch": %d, "train_wall": "%d", "train_wps": "100"}\n' % (epoch, wall))
     return "".join(lines)
 
 

@@ -3,11 +3,13 @@
 * ``--bf16 --cpu``: fairseq (``options.parse_args_and_arch``) turns ``--bf16`` into
   ``--tpu``, so the trainer asks torch_xla for a device and fails, on CPUs and
   GPUs alike; ``fairseq-train`` then prints one line saying so
-  (tests/test_bad_input.py). What we can check on CPU is that every model is
-  dtype-clean: cast to bfloat16, a forward/backward pass keeps bfloat16 and gives
-  finite gradients.
-* GPUs: ``--fp16`` and ``--amp`` train every ``*_tiny`` architecture for a few
-  hundred updates without a non-finite loss or parameter. Skipped without CUDA.
+  (tests/test_bad_input.py). bfloat16 through ``fairseq-train`` is our tasks'
+  ``--bf16-autocast`` (tests/test_bf16_autocast.py trains every family under it on
+  the CPU). Checked here on CPU: every model is dtype-clean: cast to bfloat16, a
+  forward/backward pass keeps bfloat16 and gives finite gradients.
+* GPUs: ``--fp16``, ``--amp`` and ``--bf16-autocast`` train every ``*_tiny``
+  architecture for a few hundred updates without a non-finite loss or parameter.
+  Skipped without CUDA.
 """
 
 import math
@@ -27,7 +29,7 @@ def test_fairseq_turns_bf16_into_tpu():
 
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, ["data", "--arch", ARCHS[0], "--cpu", "--bf16"])
-    assert args.bf16 and args.tpu  # hence no CPU (or GPU) bf16 through fairseq-train
+    assert args.bf16 and args.tpu  # hence fairseq's --bf16 is no bfloat16 on CPUs or GPUs (--bf16-autocast is)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -76,7 +78,7 @@ def gpu_data(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("mode", ["--fp16", "--amp"])
+@pytest.mark.parametrize("mode", ["--fp16", "--amp", "--bf16-autocast"])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_gpu_mixed_precision_trains_without_nan(arch, mode, gpu_data, tmp_path):
     args = rh.base_train_args(
@@ -97,7 +99,7 @@ def test_gpu_mixed_precision_trains_without_nan(arch, mode, gpu_data, tmp_path):
     )
     args.remove("--cpu")
     losses = rh.train_inprocess(args)
-    # fp16 loss scaling may skip a few overflowing steps, but training must go on
+    # fp16 loss scaling may skip a few overflowing steps (bfloat16 has no loss scale), but training must go on
     assert len(losses) >= GPU_UPDATES * 0.9, f"{arch} {mode}: only {len(losses)} updates"
     assert all(math.isfinite(v) for v in losses.values()), f"{arch} {mode}: non-finite loss"
     assert losses[max(losses)] < losses[min(losses)], f"{arch} {mode}: loss did not go down"

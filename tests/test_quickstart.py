@@ -21,10 +21,10 @@ import sys
 import pytest
 
 from fairseq_dense.cli import quickstart, quickstart_steps
-from fairseq_dense.cli.plot import parse_line
 from fairseq_dense.cli.quickstart_steps import Budget, Result, TrainLog, run_command, stop_reason
 from fairseq_dense.data import prepare as prep
 from fairseq_dense.data import tatoeba
+from fairseq_dense.logs import parse_line
 from tests.helpers import REPO
 
 
@@ -142,21 +142,6 @@ def test_a_time_budget_counts_the_time_of_the_run_it_resumes_and_the_stop_comes_
     assert stop_reason(Budget(minutes=6.0), 900, 300.0) == "reached --max-epoch"
 
 
-def test_seed_statistics_and_the_verdict_of_each_pair():
-    assert quickstart.mean_sd([1.0, 2.0, 3.0]) == (2.0, 1.0)
-    assert math.isnan(quickstart.mean_sd([4.0])[1])
-    # pooled sd of [30, 31, 32] and [29, 29.5, 30.5]: sqrt((2 + 1.1667) / 4) = 0.8898; se x sqrt(2/3)
-    diff, bound, word = quickstart.verdict([30.0, 31.0, 32.0], [29.0, 29.5, 30.5], higher_is_better=True)
-    assert math.isclose(diff, 1.3333, abs_tol=1e-4) and math.isclose(bound, 2 * 0.8898 * math.sqrt(2 / 3), rel_tol=1e-3)
-    assert word == "within noise"  # 1.33 < 1.45
-    assert quickstart.verdict([31.0, 31.2, 31.1], [30.0, 30.1, 29.9], True)[2] == "ahead"
-    assert quickstart.verdict([31.0, 31.2, 31.1], [30.0, 30.1, 29.9], False)[2] == "behind"  # a loss: lower wins
-    assert quickstart.verdict([3.9, 3.95, 3.92], [4.1, 4.12, 4.08], False)[2] == "ahead"
-    assert quickstart.verdict([31.0, 31.2, 31.1], [30.0], True)[2] == "ahead"  # 3 and 1 seeds: df 2
-    diff, bound, word = quickstart.verdict([31.0], [30.0], True)
-    assert diff == 1.0 and math.isnan(bound) and word == "one seed each: no spread measured"
-
-
 def _run(label, arch, seed, bleu, loss, family="weighted_transformer", error=""):
     folder = f"checkpoints-wt-seed{seed}" + "-baseline" * (label == "baseline")
     return Result(label, family, arch, [], folder, seed=seed, params=2_530_000, updates=1600, valid_loss=loss,
@@ -182,9 +167,9 @@ def test_the_table_gives_mean_and_sd_over_seeds_with_their_number_and_a_verdict_
     )
     assert lines[3].endswith("| 3 | 3.95 ± 0.00 | 31.30 ± 0.10 | 5,002 |") and len(lines) == 4
     (pair,) = quickstart.pair_lines(runs)
-    # 0.40 BLEU against 2 x 0.10 x sqrt(2/3) = 0.16; loss 0.05 lower, no spread
+    # 0.40 BLEU against t(0.975, 4) x 0.10 x sqrt(2/3) = 0.23; loss 0.05 lower, no spread
     assert pair.startswith("wt_small, 3 seeds, against transformer (width 128), 3 seeds: ")
-    assert "test BLEU +0.40 (2 standard errors: 0.16): ahead; valid loss -0.050" in pair
+    assert "test BLEU +0.40 (95% noise band: 0.23): ahead; valid loss -0.050" in pair
     assert pair.endswith(": ahead")
     # a failed seed is left out and counted; one seed alone has no ±
     runs[4] = _run("plugin", "wt_small", 3, 0, 0, error="error: command failed")
@@ -343,7 +328,7 @@ def test_the_bundled_corpus_is_the_default_and_synthetic_only_explicit():
     assert "--minutes 6" in timed and "--updates" not in timed
     assert "--max-lines 300" in _make_dry_run("MAX_LINES=300") and "--fresh" in _make_dry_run("FRESH=1")
     assert "--corpus synthetic" in _make_dry_run("CORPUS=synthetic")
-    assert "--corpus /data/x --src fr --tgt en" in _make_dry_run("CORPUS=/data/x", "SRC=fr", "TGT=en")
+    assert "--corpus data/x --src fr --tgt en" in _make_dry_run("CORPUS=data/x", "SRC=fr", "TGT=en")
     assert "synthetic" not in _make_dry_run("CORPUS=")
     assert "--baseline" in _make_dry_run("BASELINE=1") and "--baseline" not in default
     several = _make_dry_run("SEEDS=3", "ARCH=densenmt_small weighted_transformer_small", "THREADS=1")

@@ -108,6 +108,14 @@ def test_resume_is_exact_and_training_deterministic(arch, data_bin, tmp_path):
     _check_resume(arch, data_bin, tmp_path, EXTRA)
 
 
+def test_resume_is_exact_with_fused_adam(data_bin, tmp_path):
+    """``--optimizer fused_adam`` (its moments and step counts in the checkpoint) resumes exactly too."""
+    arch = rh.tiny_archs()[0]
+    _check_resume(arch, data_bin, tmp_path, [("fused_adam" if a == "adam" else a) for a in EXTRA])
+    ref, resumed = (rh.load_checkpoint(tmp_path / run / "checkpoint_last.pt") for run in ("full", "cut"))
+    rh.assert_tensors_identical(rh.deterministic_parts(ref), rh.deterministic_parts(resumed), arch)
+
+
 GROUPED_ARCHS = [a for a in rh.tiny_archs() if rh.parameter_groups(a)]
 
 
@@ -146,6 +154,12 @@ def test_resume_with_grouped_schedule_and_freeze_window(arch, data_bin, tmp_path
     assert frozen
     moved = [n for n in frozen if not torch.equal(at_stop[n], final[n])]
     assert not moved, f"{arch}: group {group!r} changed inside its freeze window: {moved}"
+
+
+@pytest.mark.parametrize("arch", rh.tiny_archs() if rh.FULL else rh.tiny_archs()[:1])
+def test_resume_is_exact_under_bf16_autocast(arch, data_bin, tmp_path):
+    """The same under ``--bf16-autocast`` (tests/test_bf16_autocast.py); every family with the full matrix."""
+    _check_resume(arch, data_bin, tmp_path, EXTRA + ["--bf16-autocast"])
 
 
 def test_crash_while_saving_keeps_previous_checkpoint(data_bin, tmp_path, monkeypatch):

@@ -109,3 +109,11 @@ def test_sweep_is_finished_only_when_nothing_is_left_to_try():
     assert ablation.sweep_finished({1e-3: 5.0, 3e-3: 4.0, 6e-3: 4.5})
     assert ablation.sweep_finished({1e-3: 5.0, 3e-3: 4.5, 6e-3: 4.0, 1.2e-2: 4.2})
     assert ablation.sweep_finished({1e-3: 5.0, 3e-3: 4.5, 6e-3: 4.0, 1.2e-2: 3.9, 2.4e-2: 3.8})  # MAX_RATE reached
+
+
+def test_logs_record_paths_relative_to_the_repository(tmp_path, monkeypatch):
+    monkeypatch.setattr(ablation, "WORK", str(tmp_path / "work"))
+    line = "# " + " ".join(ablation.command("wt", 3e-3, 1, 1500, str(tmp_path / "work" / "wt" / "run")))
+    written = ablation.portable(line)
+    assert "fairseq-train wt-ablation-work/data/bin --user-dir user_dir " in written
+    assert "--save-dir wt-ablation-work/wt/run " in written and str(tmp_path) not in written

@@ -32,7 +32,7 @@ run() {  # name arch extra-flags...
     shift 2
     local save="$WORK/$name"
     fairseq-train "$WORK/data/bin" --user-dir "$USER_DIR" --arch "$arch" $SIZES "$@" \
-        --optimizer adam --lr "$LR" --lr-scheduler grouped --group-lr-scale "recurrent=$RECURRENT_LR" \
+        --optimizer fused_adam --lr "$LR" --lr-scheduler grouped --group-lr-scale "recurrent=$RECURRENT_LR" \
         --dropout 0.1 --clip-norm 5.0 --criterion label_smoothed_cross_entropy_with_stats --label-smoothing 0.1 \
         --max-tokens 4096 --stop-time-hours "$HOURS" --max-epoch 100 --cpu --seed 1 --save-dir "$save" \
         --no-epoch-checkpoints --log-format simple --log-interval 50 > "$save.train.log" 2>&1

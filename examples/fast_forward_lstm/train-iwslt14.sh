@@ -23,7 +23,7 @@ RECURRENT_LR=${RECURRENT_LR:-5e-4}
 USER_DIR=${USER_DIR:-$(python -c 'import fairseq_dense, os; print(os.path.dirname(fairseq_dense.__file__))')}
 
 fairseq-train "$DATA/bin" --user-dir "$USER_DIR" --arch "$ARCH" \
-    --optimizer adam --adam-betas '(0.9, 0.999)' \
+    --optimizer fused_adam --adam-betas '(0.9, 0.999)' \
     --lr "$LR" --lr-scheduler grouped --group-lr-scale "recurrent=$RECURRENT_LR" \
     --dropout 0.1 --clip-norm 0.0 \
     --criterion label_smoothed_cross_entropy_with_stats --label-smoothing 0.0 \

@@ -42,7 +42,7 @@ mkdir -p "$OUT"
 for P in $DROPOUTS; do
     SAVE="$OUT/dropout$P"
     fairseq-train "$DATA/bin" --user-dir "$USER_DIR" --arch "$ARCH" -s de -t en --cpu --dropout "$P" \
-        --optimizer adam --lr 0.001 --clip-norm 5.0 --lr-scheduler reduce_lr_on_plateau --lr-shrink 0.5 \
+        --optimizer fused_adam --lr 0.001 --clip-norm 5.0 --lr-scheduler reduce_lr_on_plateau --lr-shrink 0.5 \
         --criterion label_smoothed_cross_entropy_with_stats --label-smoothing 0.0 \
         --max-tokens 2048 --max-epoch "$MAX_EPOCH" --seed 1 --save-dir "$SAVE" --no-epoch-checkpoints \
         --log-format simple --log-interval 50 "$@" 2>&1 | tee "$SAVE.train.log" | grep -E "valid on|done training"

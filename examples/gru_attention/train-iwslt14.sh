@@ -8,7 +8,7 @@ SAVE=${SAVE:-checkpoints/gru_attention_iwslt}
 USER_DIR=${USER_DIR:-$(python -c 'import fairseq_dense, os; print(os.path.dirname(fairseq_dense.__file__))')}
 
 fairseq-train "$DATA/bin" --user-dir "$USER_DIR" --arch gru_attention_iwslt_de_en \
-    --optimizer adam --lr 0.001 --clip-norm 5.0 --lr-scheduler reduce_lr_on_plateau --lr-shrink 0.5 \
+    --optimizer fused_adam --lr 0.001 --clip-norm 5.0 --lr-scheduler reduce_lr_on_plateau --lr-shrink 0.5 \
     --criterion label_smoothed_cross_entropy_with_stats --label-smoothing 0.0 \
     --batch-size 32 --max-epoch 20 --save-dir "$SAVE" --log-format simple "$@"
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Issue 49's Multi30k runs on one GPU machine (Python 3.12, torch + CUDA, no fairseq, no network), all at once
-# under CUDA MPS, from the repository root; progress and results go to $OUT as they come.
+# under CUDA MPS, from the repository root; progress and results go to the folder OUT names as they come.
 #
-#   examples/multi30k/gpu_seeds.sh pack      # here, first: the binarised corpus into .gpu/multi30k (carried)
-#   examples/multi30k/gpu_seeds.sh launch    # GPU call 1 (carry .gpu): install, MPS, start every run, watch
-#   examples/multi30k/gpu_seeds.sh collect   # GPU call 2, right after: wait for the runs (WAIT_S), collect
+#   examples/multi30k/gpu_seeds.sh pack      # here, first: the binarised corpus into .gpu/multi30k (copied along)
+#   examples/multi30k/gpu_seeds.sh launch    # GPU command 1 (.gpu/ copied along): install, MPS, start every run, watch
+#   examples/multi30k/gpu_seeds.sh collect   # GPU command 2, right after: wait for the runs (WAIT_S), collect
 #   examples/multi30k/gpu_seeds.sh unpack DIR  # here, after: the runs' logs from DIR/logs.tgz into logs/
 #
 # The runs (RUNS; "PAIR SIDE SEED" each, ";" between): the DenseNMT and Weighted Transformer pairs, both
@@ -28,20 +28,21 @@
 #            then OUT/logs.tgz (the runs' logs, eval.json, hypotheses) and OUT/runs.tgz (each run's output)
 # Files back (8 at most): stages.log, machine.txt, install.log, progress.txt, logs.tgz, runs.tgz.
 #
-# Environment: OUT (/tmp/m30k-out), DEVICE (cuda; cpu for a dry run), PYTHON (python3), SITE (/tmp/site),
-# BASE (/tmp/m30k: the machine's own copy of the code, work folder and run records; it lasts while the
+# Environment: OUT ($TMPDIR/m30k-out; TMPDIR: /tmp if unset), DEVICE (cuda; cpu for a dry run), PYTHON (python3),
+# SITE ($TMPDIR/site), BASE ($TMPDIR/m30k: the machine's own copy of the code, work folder and run records; it lasts while the
 # machine stays warm), DATA (.gpu/multi30k), RUNS (above), TRAIN_S (540; 0: no limit: every run's training
 # stops cleanly TRAIN_S seconds after this launch began, fairseq's --stop-time-hours, and is evaluated; such a
 # run is reported "no (time limit)" and not counted among the seeds; `launch` again continues it), WATCH_S
 # (500), WAIT_S (collect: 150), MULTI30K_MAX_EPOCH (a lower epoch cap, for a dry run). The defaults fit a
-# 15-minute device budget: examples/multi30k/RESULTS.md, "Seeds on one GPU".
+# 15 minutes on the GPU machine: examples/multi30k/RESULTS.md, "Seeds on one GPU".
 set -uo pipefail
 MODE=${1:-}
-OUT=${OUT:-/tmp/m30k-out}
+TMP=${TMPDIR:-/tmp}
+OUT=${OUT:-$TMP/m30k-out}
 DEVICE=${DEVICE:-cuda}
 PYTHON=${PYTHON:-python3}
-SITE=${SITE:-/tmp/site}
-BASE=${BASE:-/tmp/m30k}
+SITE=${SITE:-$TMP/site}
+BASE=${BASE:-$TMP/m30k}
 DATA=${DATA:-.gpu/multi30k}
 TRAIN_S=${TRAIN_S:-540}
 WATCH_S=${WATCH_S:-500}
@@ -99,7 +100,7 @@ setup() {  # the code, the corpus and MPS, once per machine
     fi
     if [ ! -d "$BASE/work/data/bin" ]; then
         if [ ! -d "$DATA/data/bin" ]; then
-            log "error: no corpus in $DATA (run \`$HERE/gpu_seeds.sh pack\` on the CPU machine, carry .gpu)"
+            log "error: no corpus in $DATA (run \`$HERE/gpu_seeds.sh pack\` on the CPU machine, copy .gpu/ along)"
             exit 2
         fi
         mkdir -p "$BASE/work"

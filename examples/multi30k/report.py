@@ -31,13 +31,13 @@ from run import (
     continues_sweep,
     last_command,
     options,
-    record,
     records,
     split_run,
     trained_lr,
 )
 
-from fairseq_dense.cli import quickstart
+from fairseq_dense.logs import parse_line
+from fairseq_dense.seeds import mean_sd, verdict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -80,9 +80,9 @@ def walls(logs) -> dict:
             for line in f:
                 if line.startswith("# "):
                     offset, last = offset + last, 0.0
-                elif (epoch := record(line, "train")) is not None:
-                    last = float(epoch["train_wall"])
-                    out[int(epoch["epoch"])] = offset + last
+                elif (record := parse_line(line))[0] == "train":
+                    last = record[1]["wall"]
+                    out[int(record[1]["epoch"])] = offset + last
     return out
 
 
@@ -97,8 +97,8 @@ def trained_on(logs):
                     device = "CPU" if " --cpu" in line else "GPU"
                     if not parts or parts[-1][0] != device:
                         parts.append([device, None])
-                elif parts and parts[-1][1] is None and (r := record(line, "train") or record(line, "valid")):
-                    parts[-1][1] = int(r["epoch"])
+                elif parts and parts[-1][1] is None and (r := parse_line(line))[0] in ("train", "valid"):
+                    parts[-1][1] = int(r[1]["epoch"])
     if len(parts) < 2:
         return None
     return parts[0][0] + "".join(f", then {device} from epoch {epoch}" for device, epoch in parts[1:])
@@ -123,7 +123,7 @@ def summarize(pair: str, side: str):
     sweep = {}
     for path in sorted(glob.glob(os.path.join(folder, "sweep-lr*.log"))):
         lr = float(os.path.basename(path)[len("sweep-lr") : -len(".log")])
-        losses = [float(r["valid_loss"]) for r in records(path, "valid") if int(r["epoch"]) <= SWEEP_EPOCHS]
+        losses = [r["loss"] for r in records(path, "valid") if r["epoch"] <= SWEEP_EPOCHS]
         if losses:
             sweep[lr] = min(losses)
     row = {"pair": pair, "side": side, "arch": arch(pair, side), "sweep": sweep, "seed": split_run(side)[1]}
@@ -143,16 +143,16 @@ def summarize(pair: str, side: str):
     # (updates, wall seconds at the end of that epoch, validation loss, epoch)
     curve = [
         (
-            int(r["valid_num_updates"]),
+            int(r["num_updates"]),
             wall.get(int(r["epoch"]), float("nan")),
-            float(r["valid_loss"]),
+            r["loss"],
             int(r["epoch"]),
         )
         for r in valid
     ]
     text = last_command(train_log)  # how the last process ended (a time-stopped run may be continued)
     best = min(curve, key=lambda c: c[2]) if curve else None
-    wps = [float(r["train_wps"]) for r in train.values() if "train_wps" in r]
+    wps = [r["wps"] for r in train.values() if "wps" in r]
     row.update(
         {
             "params": params(train_log) or params(logs[0]),
@@ -293,27 +293,20 @@ def groups(rows) -> dict:
 
 def compare(a, b, better: int = 1) -> dict:
     """The verdict on side ``a``'s values against side ``b``'s (one per seed): the difference of the
-    means (a - b), its noise band (the quick-start's pooled standard error times t(0.975, n_a + n_b
-    - 2): the half-width of its 95% interval), and "confirmed" (``a`` better beyond it; ``better``
+    means (a - b), its noise band (:func:`fairseq_dense.seeds.verdict`: the half-width of its 95%
+    interval), and "confirmed" (``a`` better beyond it; ``better``
     1: higher is better, -1: lower), "not confirmed" or "within noise"."""
-    from scipy.stats import t
-
-    diff, two_se, _ = quickstart.verdict(a, b, better > 0)
-    if math.isnan(two_se):
+    diff, band, word = verdict(a, b, better > 0)
+    if math.isnan(band):
         return {"diff": diff, "band": None, "verdict": "one seed each: no spread to judge by"}
-    band = t.ppf(0.975, len(a) + len(b) - 2) * two_se / 2
-    if abs(diff) <= band:
-        verdict = "within noise"
-    else:
-        verdict = "confirmed" if diff * better > 0 else "not confirmed"
-    return {"diff": diff, "band": band, "verdict": verdict}
+    return {"diff": diff, "band": band, "verdict": {"ahead": "confirmed", "behind": "not confirmed"}.get(word, word)}
 
 
 def spread(runs, key: str, spec: str) -> str:
     """``mean +- sd`` of the runs' ``key`` (the value alone for one run; "-" for none)."""
     if not runs:
         return "-"
-    mean, sd = quickstart.mean_sd([value(r, key) for r in runs])
+    mean, sd = mean_sd([value(r, key) for r in runs])
     return format(mean, spec) + ("" if math.isnan(sd) else f" ± {sd:{spec}}")
 
 
@@ -422,11 +415,7 @@ def sides(pair: str):
     runs = [s for s in (sorted(os.listdir(folder)) if os.path.isdir(folder) else []) if s.split(".")[0] in SIDES]
     named = {split_run(s)[0] for s in runs}
     order = [s for s in SIDES if s in named] + sorted(named - set(SIDES))
-    return [run for side in order for run in sorted((r for r in runs if split_run(r)[0] == side), key=seed_of)]
-
-
-def seed_of(name: str) -> int:
-    return split_run(name)[1]
+    return [run for side in order for run in sorted((r for r in runs if split_run(r)[0] == side), key=split_run)]
 
 
 def main() -> None:

@@ -17,22 +17,9 @@
                                                        #   training stopped after 0.3 h
     examples/multi30k/gpu_seeds.sh launch              # seeds of every pair at once on one GPU
 
-``--train-hours H`` stops the converging run cleanly (fairseq's ``--stop-time-hours``) once the
-command has trained for H hours, its sweep included; its best checkpoint is evaluated and the
-table says it was stopped by time. The side's command run again continues it until early stopping.
-
-Every stage is resumable (finished sweep points and evaluations are kept as JSON; the converging
-run continues from ``checkpoint_last.pt``; a side trained again is scored again). Data and
-checkpoints go to ``multi30k-work/``, the logs the report reads to ``examples/multi30k/logs/``.
-
-The recipe both sides of every pair share: Adam (0.9, 0.98), inverse-sqrt schedule (warm-up per
-pair, ``pairs.py``), the peak rate chosen per model by a short sweep on validation loss
-(SWEEP_EPOCHS epochs per rate; the chosen run is continued), label smoothing 0.1, clip-norm 1.0,
-4096 tokens per batch, early stopping after PATIENCE epochs without a better validation loss;
-beam 5, the length penalty chosen on valid.
-
-``--seed N`` (N > 1) trains the side from update 0 at the rate seed 1's sweep chose, in
-``<side>.seedN``. A finished run keeps only its best checkpoint, without optimizer state.
+Every stage is resumable (sweep points and evaluations kept as JSON, the converging run continued
+from ``checkpoint_last.pt``); data and checkpoints go to ``multi30k-work/``, the logs the report
+reads to ``examples/multi30k/logs/``. The recipe: examples/multi30k/RESULTS.md.
 """
 
 import argparse
@@ -53,10 +40,12 @@ sys.path.insert(0, HERE)
 from pairs import PAIRS, SIDES  # noqa: E402
 
 from fairseq_dense.data.prepare import write_json  # noqa: E402
+from fairseq_dense.logs import parse_line  # noqa: E402
 
 RAW = os.environ.get("MULTI30K_RAW", os.path.join(ROOT, "..", "shared", "data", "multi30k"))
 WORK = os.environ.get("MULTI30K_WORK", os.path.join(ROOT, "multi30k-work"))
 LOGS = os.path.join(HERE, "logs")
+USER_DIR = os.path.join(ROOT, "user_dir")
 DEVICE = os.environ.get("DEVICE", "cpu")  # "cuda": train and decode on the GPU
 SRC, TGT = "en", "de"
 MERGES = 8000
@@ -119,22 +108,13 @@ def start(cmd, log=None, threads=None) -> subprocess.Popen:
         return subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT if f else None)
 
 
-def user_dir() -> str:
-    return os.path.join(ROOT, "user_dir")
-
-
-def record(line: str, kind: str):
-    """The JSON record of a fairseq log line of ``kind`` ('valid' or 'train' epoch summaries), or None."""
-    m = re.search(r"\| INFO \| %s \| (\{.*\})$" % kind, line.rstrip("\n"))
-    return json.loads(m.group(1)) if m else None
-
-
 def records(log: str, kind: str):
-    """The JSON records fairseq logged for ``kind`` in ``log`` (none when there is no log)."""
+    """The statistics fairseq logged for ``kind`` ('valid' or 'train' epoch summaries) in ``log``
+    (:func:`fairseq_dense.logs.parse_line`: ``loss``, ``num_updates``, ...; none without a log)."""
     if not os.path.isfile(log):
         return []
     with open(log) as f:
-        return [r for r in (record(line, kind) for line in f) if r is not None]
+        return [stats for tag, stats, _ in map(parse_line, f) if tag == kind]
 
 
 def trained_lr(log: str):
@@ -196,7 +176,7 @@ def train_args(pair: str, side: str, lr: float):
     """The whole ``fairseq-train`` command of one run of a side (``side`` or ``side.seedN``) at
     peak rate ``lr`` (without stopping options)."""
     return [
-        *("fairseq-train", data_bin(), "--user-dir", user_dir(), *COMMON, "--seed", str(split_run(side)[1])),
+        *("fairseq-train", data_bin(), "--user-dir", USER_DIR, *COMMON, "--seed", str(split_run(side)[1])),
         *(["--cpu"] if DEVICE == "cpu" else []),
         *options(pair, side),  # after COMMON: a pair's own options (e.g. its --task) win
         *("--warmup-updates", str(PAIRS[pair]["warmup"]), "--lr", f"{lr:g}"),
@@ -263,7 +243,7 @@ def _choice(pair: str, side: str, logs: dict, train_point=None):
             if train_point is None:
                 return None
             train_point(lr)
-        losses = [float(r["valid_loss"]) for r in records(logs[lr], "valid") if int(r["epoch"]) <= SWEEP_EPOCHS]
+        losses = [r["loss"] for r in records(logs[lr], "valid") if r["epoch"] <= SWEEP_EPOCHS]
         results[lr] = min(losses)
         print(f"{pair}/{side}: lr {lr:g} -> valid loss {results[lr]:.3f}", flush=True)
     return min(results, key=results.get)
@@ -330,7 +310,7 @@ def generate(pair: str, side: str, lr: float, subset: str, lenpen: float, thread
     (the command, tokenised hypotheses, detokenised hypotheses)."""
     ckpt = os.path.join(side_dir(pair, side), f"lr{lr:g}", "checkpoint_best.pt")
     cmd = [
-        *("fairseq-generate", data or data_bin(), "--user-dir", user_dir(), "--path", ckpt, "-s", SRC, "-t", TGT),
+        *("fairseq-generate", data or data_bin(), "--user-dir", USER_DIR, "--path", ckpt, "-s", SRC, "-t", TGT),
         *(["--cpu"] if DEVICE == "cpu" else []),
         *("--gen-subset", subset, "--beam", "5", "--lenpen", f"{lenpen:g}", "--batch-size", "64"),
         *("--required-batch-size-multiple", "1", "--remove-bpe"),
@@ -374,7 +354,7 @@ def scores(subset: str, tok_hyps, detok_hyps, refs_path=None, tok_refs_path=None
 
 def best_loss(log: str):
     """The best validation loss ``log`` records (None when it records none)."""
-    losses = [float(r["valid_loss"]) for r in records(log, "valid")]
+    losses = [r["loss"] for r in records(log, "valid")]
     return min(losses) if losses else None
 
 
@@ -484,17 +464,14 @@ def machine() -> str:
 def keep_model_only(pair: str, side: str, lr: float) -> None:
     """A finished run's best checkpoint without its optimizer state (a third of its size; what
     fairseq's ``--no-save-optimizer-state`` writes), and its last checkpoint removed."""
-    import torch
+    from fairseq_dense.checkpoints import BEST, LAST, atomic_save, read_state
 
     folder = os.path.join(side_dir(pair, side), f"lr{lr:g}")
-    best = os.path.join(folder, "checkpoint_best.pt")
-    state = torch.load(best, map_location="cpu", weights_only=False)
-    if "last_optimizer_state" in state:
-        del state["last_optimizer_state"]
-        torch.save(state, best + ".tmp")
-        os.replace(best + ".tmp", best)
-    if os.path.isfile(os.path.join(folder, "checkpoint_last.pt")):
-        os.remove(os.path.join(folder, "checkpoint_last.pt"))
+    state = read_state(os.path.join(folder, BEST))
+    if state.pop("last_optimizer_state", None) is not None:
+        atomic_save(state, os.path.join(folder, BEST))
+    if os.path.isfile(os.path.join(folder, LAST)):
+        os.remove(os.path.join(folder, LAST))
 
 
 def side(pair: str, which: str, threads: int, parallel_sweep: bool = False, train_hours=None, seed: int = 1) -> None:
@@ -524,7 +501,7 @@ def run_state(pair: str, name: str):
     log = os.path.join(folder, "train.log")
     if os.path.isfile(log):
         valid = records(log, "valid")
-        best = min(valid, key=lambda r: float(r["valid_loss"])) if valid else None
+        best = min(valid, key=lambda r: r["loss"]) if valid else None
         last = last_command(log)
         if _finished(log):
             how = "early stopped" if "early stop" in last else "epoch cap"
@@ -534,7 +511,7 @@ def run_state(pair: str, name: str):
             how = "training"
         parts.append(
             f"lr {trained_lr(log):g}, epoch {max((int(r['epoch']) for r in valid), default=0)}"
-            + (f", best {float(best['valid_loss']):.3f} at epoch {best['epoch']}" if best else "")
+            + (f", best {best['loss']:.3f} at epoch {int(best['epoch'])}" if best else "")
             + f", {how}"
         )
         evaluated = os.path.join(LOGS, pair, name, "eval.json")

@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import sys
 
-from fairseq_dense.cli.plot import parse_log
+from fairseq_dense.logs import parse_log
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -133,6 +133,12 @@ def command(variant: str, lr: float, seed: int, updates: int, save: str):
     ]
 
 
+def portable(text: str) -> str:
+    """``text`` with the work folder and the repository root as paths relative to the root (``wt-ablation-work``,
+    ``user_dir``): what the committed logs record."""
+    return text.replace(os.path.abspath(WORK), "wt-ablation-work").replace(ROOT + os.sep, "")
+
+
 def valid_losses(log: str):
     """``{updates: validation loss}`` from a fairseq json log."""
     return {int(r["num_updates"]): r["loss"] for r in parse_log(log)["valid"]} if os.path.isfile(log) else {}
@@ -176,7 +182,7 @@ def train(variant: str, lr: float, seed: int, updates: int) -> str:
         subprocess.run(cmd, check=True, stdout=f, stderr=subprocess.STDOUT)
     keep = re.compile(r"^# |\| (valid|train) \| \{|model params")
     with open(log + ".tmp") as f, open(log, "w") as out:
-        out.writelines(line for line in f if keep.search(line))
+        out.writelines(portable(line) for line in f if keep.search(line))
     os.remove(log + ".tmp")
     return log
 

@@ -65,7 +65,7 @@ for ARCH in $ARCHS; do
     fi
     fairseq-train "$DATA/bin" --user-dir "$USER_DIR" --task translation_weighted -s "$SRC" -t "$TGT" "${DEV[@]}" \
         --arch "$ARCH" "${LEARNED[@]}" "${SIZE[@]}" "${SCHED[@]}" \
-        --optimizer adam --adam-betas '(0.9, 0.98)' --adam-eps 1e-9 \
+        --optimizer fused_adam --adam-betas '(0.9, 0.98)' --adam-eps 1e-9 \
         --criterion label_smoothed_cross_entropy_with_stats --label-smoothing 0.1 \
         --max-tokens 4096 --max-update "$MAX_UPDATE" --validate-interval-updates 250 \
         --save-interval-updates 250 --keep-interval-updates 20 --no-epoch-checkpoints \

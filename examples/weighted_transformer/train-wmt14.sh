@@ -42,7 +42,7 @@ fi
 
 fairseq-train "$DATA" --user-dir "$USER_DIR" --task translation_weighted \
     --arch "$ARCH" --learned-branch-weights --share-all-embeddings \
-    --optimizer adam --adam-betas '(0.9, 0.98)' --adam-eps 1e-9 \
+    --optimizer fused_adam --adam-betas '(0.9, 0.98)' --adam-eps 1e-9 \
     --criterion label_smoothed_cross_entropy_with_stats --label-smoothing 0.1 \
     --lr-scheduler grouped --lr "$LR" "${SCHED[@]}" --max-update "$MAX_UPDATE" \
     --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" \

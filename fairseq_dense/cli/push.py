@@ -5,13 +5,13 @@
     fairseq-dense-push exports/gru-deu-eng my-user/gru-deu-eng --dry-run   # list, upload nothing
 
 The token comes from huggingface_hub's usual lookup (``HF_TOKEN`` or
-``hf auth login``); it is never a command-line argument. The directory is checked
-first as a load checks it (``config.json``, ``SHA256SUMS`` and every file they
-name); then exactly the export format's files are uploaded (the files
-``SHA256SUMS`` lists, the ``README.md`` model card, and ``model.pt`` unless
-``--no-pickle``), each a regular file, never a symbolic link; nothing else in the
-folder. The list is printed before anything is uploaded, and the repository is
-created when missing.
+``hf auth login``); it is never a command-line argument. Exactly the export format's
+files are read, once (the files ``SHA256SUMS`` lists, the ``README.md`` model card,
+and ``model.pt`` unless ``--no-pickle``), each a regular file, never a symbolic link;
+nothing else in the folder. Those bytes are loaded as ``from_pretrained`` loads them
+(every file parsed, the model built); only then are the same bytes uploaded. The list
+is printed before anything is uploaded (``--dry-run``: the list and the verdict), and
+the repository is created when missing.
 """
 
 import argparse
@@ -38,6 +38,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging("%(asctime)s | %(levelname)s | %(name)s | %(message)s", verbose=args.verbose)
     from fairseq_dense.hub import PretrainedModelError, push_to_hub
+    from fairseq_dense.hub.schema import shown
 
     try:
         url = push_to_hub(
@@ -55,6 +56,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 1
     if url is not None:
         print(url)
+    else:
+        print(f"{shown(args.model_dir)}: loads as from_pretrained loads it; nothing uploaded (--dry-run)")
     return 0
 
 

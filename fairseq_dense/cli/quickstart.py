@@ -47,6 +47,7 @@ from fairseq_dense.cli.quickstart_steps import (
 from fairseq_dense.data import prepare as prep
 from fairseq_dense.data import synthetic, tatoeba
 from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
+from fairseq_dense.seeds import mean_sd, verdict
 from fairseq_dense.threads import THREADS_ENV, choose_threads
 
 logger = logging.getLogger("fairseq_dense.quickstart")
@@ -198,11 +199,6 @@ def train_all(archs: List[str], data: str, work: str, refs: List[str], tgt: str,
     return results
 
 
-def mean_sd(values: List[float]) -> Tuple[float, float]:
-    """The mean and the sample standard deviation (``nan`` for a single value)."""
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else float("nan")
-
-
 def by_model(results: List[Result]) -> Dict[Tuple[str, str, str], List[Result]]:
     """The runs of each model (family, label, arch), its seeds in order, models in order of appearance."""
     groups: Dict[Tuple[str, str, str], List[Result]] = {}
@@ -244,19 +240,6 @@ def table(results: List[Result]) -> str:
     return "\n".join(lines)
 
 
-def verdict(ours: List[float], theirs: List[float], higher_is_better: bool) -> Tuple[float, float, str]:
-    """``(difference of the means, twice its standard error, word)`` of two models' seeds; one seed on
-    each side measures no spread (``nan``)."""
-    n1, n2 = len(ours), len(theirs)
-    diff = statistics.fmean(ours) - statistics.fmean(theirs)
-    if n1 + n2 < 3:
-        return diff, float("nan"), "one seed each: no spread measured"
-    squares = sum((len(v) - 1) * statistics.variance(v) for v in (ours, theirs) if len(v) > 1)
-    bound = 2 * math.sqrt(squares / (n1 + n2 - 2)) * math.sqrt(1 / n1 + 1 / n2)
-    gain = diff if higher_is_better else -diff
-    return diff, bound, "ahead" if gain > bound else "behind" if gain < -bound else "within noise"
-
-
 def pair_lines(results: List[Result]) -> List[str]:
     """A line per model trained with its baseline: is the plugin model ahead, behind or within noise?"""
     groups = by_model(results)
@@ -271,7 +254,7 @@ def pair_lines(results: List[Result]) -> List[str]:
         said = []
         for name, key, higher, digits in (("test BLEU", "bleu", True, 2), ("valid loss", "valid_loss", False, 3)):
             diff, bound, word = verdict([getattr(r, key) for r in ours], [getattr(r, key) for r in theirs], higher)
-            spread = "" if math.isnan(bound) else f" (2 standard errors: {bound:.{digits}f})"
+            spread = "" if math.isnan(bound) else f" (95% noise band: {bound:.{digits}f})"
             said.append(f"{name} {diff:+.{digits}f}{spread}: {word}")
         seeds = [f"{len(runs)} seed" + "s" * (len(runs) > 1) for runs in (ours, theirs)]
         lines.append(f"{arch}, {seeds[0]}, against {base[0].arch}, {seeds[1]}: " + "; ".join(said))
@@ -337,7 +320,7 @@ def run(args, parser) -> int:
     pairs = pair_lines(results)
     if pairs:
         print("Each model against its baseline, the difference of the means: ahead or behind when it exceeds")
-        print("twice its standard error (pooled standard deviation x sqrt(1/n1 + 1/n2)), else within noise:")
+        print("its 95% noise band (t(0.975, n1 + n2 - 2) x pooled sd x sqrt(1/n1 + 1/n2)), else within noise:")
         print("\n".join("  " + line for line in pairs))
     for r in results:
         seed = f" (seed {r.seed})" if args.seeds > 1 else ""

@@ -24,8 +24,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import fairseq_dense
 from fairseq_dense.checkpoints import BEST, LAST, read_info
-from fairseq_dense.cli.plot import parse_line
 from fairseq_dense.data import prepare as prep
+from fairseq_dense.logs import parse_line
 from fairseq_dense.threads import THREADS_ENV
 
 logger = logging.getLogger("fairseq_dense.quickstart")
@@ -242,7 +242,7 @@ def train_command(bin_dir: str, save_dir: str, model_args: List[str], budget: Bu
     # Weighted Transformer's branch weights (nothing to project in other models);
     # --log-format json --log-interval 1: a record per update, read by TrainLog
     recipe = f"""--cpu --task translation_exact_resume_simplex
-        --optimizer adam --adam-betas (0.9,0.98) --lr 0.003 --clip-norm 1.0
+        --optimizer fused_adam --adam-betas (0.9,0.98) --lr 0.003 --clip-norm 1.0
         --lr-scheduler inverse_sqrt --warmup-updates 100 --warmup-init-lr 1e-4
         --criterion label_smoothed_cross_entropy_with_stats --label-smoothing 0.1
         --max-tokens 2048 --max-epoch 100 --no-epoch-checkpoints --save-interval-updates {SAVE_EVERY}

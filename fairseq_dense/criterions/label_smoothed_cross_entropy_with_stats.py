@@ -1,8 +1,7 @@
 """Label-smoothed cross entropy that also reports token error rate and model statistics."""
 
-import math
 from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, Union
 
 import torch
 from fairseq import metrics
@@ -23,14 +22,14 @@ class LabelSmoothedCrossEntropyWithStatsCriterionConfig(LabelSmoothedCrossEntrop
 
 
 def token_errors(scores: torch.Tensor, target: torch.Tensor, padding_idx: int):
-    """``(n_errors, n_tokens)`` of ``(N,)`` gold ids ``target`` under ``(N, V)`` ``scores`` (logits or
-    log-probabilities), padding excluded. A token is wrong when another word scores strictly higher (a tie
-    counts as right): ``argmax != target`` but on exact ties, and several times cheaper on CPU (``amax``
-    is vectorised, ``argmax`` is not)."""
+    """``(n_errors, n_tokens)`` (0-d tensors, not read back to the host) of ``(N,)`` gold ids ``target``
+    under ``(N, V)`` ``scores`` (logits or log-probabilities), padding excluded. A token is wrong when
+    another word scores strictly higher (a tie counts as right): ``argmax != target`` but on exact ties,
+    and several times cheaper on CPU (``amax`` is vectorised, ``argmax`` is not)."""
     mask = target.ne(padding_idx)
     gold = scores.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
     wrong = gold.lt(scores.amax(dim=-1)) & mask
-    return int(wrong.sum().item()), int(mask.sum().item())
+    return wrong.sum(), mask.sum()
 
 
 @register_criterion(
@@ -44,8 +43,11 @@ class LabelSmoothedCrossEntropyWithStatsCriterion(LabelSmoothedCrossEntropyCrite
       whose argmax prediction under teacher forcing is wrong (Deep-Att, Zhou et al.
       2016, Sec. 4.5.3).
     * any scalars the model exposes through an optional method
-      ``get_logging_stats() -> Dict[str, float]`` (e.g. Weighted Transformer branch
+      ``get_logging_stats() -> Dict[str, Tensor or float]`` (e.g. Weighted Transformer branch
       weights); they are logged as ``model/<name>``, averaged over workers.
+
+    Statistics stay tensors until fairseq's logging reads its meters: the criterion reads no
+    device value (tests/test_host_syncs.py).
     """
 
     def forward(self, model, sample, reduce=True):
@@ -84,12 +86,12 @@ class LabelSmoothedCrossEntropyWithStatsCriterion(LabelSmoothedCrossEntropyCrite
         return scores.reshape(-1, scores.size(-1)), target.reshape(-1)
 
     @staticmethod
-    def model_stats(model) -> Dict[str, float]:
-        """Collect the model's optional scalar statistics for logging."""
+    def model_stats(model) -> Dict[str, Union[torch.Tensor, float]]:
+        """Collect the model's optional scalar statistics for logging (tensors detached, not read)."""
         getter = getattr(model, "get_logging_stats", None)
         if getter is None:
             return {}
-        stats = {MODEL_STAT_PREFIX + k: float(v) for k, v in getter().items()}
+        stats = {MODEL_STAT_PREFIX + k: v.detach() if torch.is_tensor(v) else float(v) for k, v in getter().items()}
         if stats:
             stats[_MODEL_STAT_COUNT] = 1
         return stats
@@ -97,18 +99,16 @@ class LabelSmoothedCrossEntropyWithStatsCriterion(LabelSmoothedCrossEntropyCrite
     @classmethod
     def reduce_metrics(cls, logging_outputs) -> None:
         super().reduce_metrics(logging_outputs)
-        # float(): under data-parallel training fairseq all-reduces these into tensors
-        n_err = float(sum(log.get("n_token_errors", 0) for log in logging_outputs))
-        n_tok = float(sum(log.get("n_scored_tokens", 0) for log in logging_outputs))
-        if n_tok > 0:
+        # tensors (or numbers) summed, not read: fairseq's logging reads the meters
+        if any("n_scored_tokens" in log for log in logging_outputs):
             # "_"-prefixed meters are aggregated but not printed
-            metrics.log_scalar_sum("_ter_errors", n_err)
-            metrics.log_scalar_sum("_ter_tokens", n_tok)
+            metrics.log_scalar_sum("_ter_errors", sum(log.get("n_token_errors", 0) for log in logging_outputs))
+            metrics.log_scalar_sum("_ter_tokens", sum(log.get("n_scored_tokens", 0) for log in logging_outputs))
             metrics.log_derived(
                 "ter",
                 lambda meters: (
-                    round(100.0 * meters["_ter_errors"].sum / meters["_ter_tokens"].sum, 3)
-                    if meters["_ter_tokens"].sum > 0
+                    round(100.0 * float(meters["_ter_errors"].sum) / float(meters["_ter_tokens"].sum), 3)
+                    if float(meters["_ter_tokens"].sum) > 0
                     else float("nan")
                 ),
             )
@@ -116,10 +116,8 @@ class LabelSmoothedCrossEntropyWithStatsCriterion(LabelSmoothedCrossEntropyCrite
         if n_stat > 0:
             keys = {k for log in logging_outputs for k in log if k.startswith(MODEL_STAT_PREFIX)}
             for key in sorted(keys):
-                total = sum(float(log.get(key, 0.0)) for log in logging_outputs)
-                value = total / n_stat
-                if math.isfinite(value):
-                    metrics.log_scalar(key, value, n_stat, round=4)
+                total = sum(log.get(key, 0.0) for log in logging_outputs)
+                metrics.log_scalar(key, total / n_stat, n_stat, round=4)
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:

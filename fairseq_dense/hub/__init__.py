@@ -15,10 +15,47 @@ reads text), :mod:`~fairseq_dense.hub.export` (export and model card),
 is rebuilt through fairseq's registries; nothing is family-specific.
 """
 
-from fairseq_dense.hub.export import ModelCardInfo, export_checkpoint
-from fairseq_dense.hub.loading import from_pretrained, hub_models, load_model
-from fairseq_dense.hub.push import push_to_hub, upload_files
-from fairseq_dense.hub.schema import PretrainedModelError, dense_architectures
+import importlib
+import os
+import sys
+
+#: the third-party modules a load and a translation import (sacremoses brings ``regex`` and ``xml``)
+LOAD_IMPORTS = ("safetensors.torch", "sacremoses", "subword_nmt.apply_bpe")
+
+
+def import_installed(names=LOAD_IMPORTS) -> None:
+    """Import ``names`` (and what they import) without the current directory on ``sys.path``.
+
+    Under ``python -c``, the REPL or Jupyter the current directory comes first on ``sys.path``: a
+    ``safetensors.py`` in a model folder used as the working directory would run when a load first
+    imports safetensors. Imported here, with the package, a load imports nothing from ``sys.path``.
+    """
+    try:
+        cwd = os.getcwd()
+    except OSError:  # removed: nothing can be imported from it
+        cwd = None
+    hidden = [
+        (i, p) for i, p in enumerate(sys.path) if p == "" or cwd and isinstance(p, str) and os.path.abspath(p) == cwd
+    ]
+    for i, _ in reversed(hidden):
+        del sys.path[i]
+    try:
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except ImportError:  # not installed: the load says so when it needs it
+                pass
+    finally:
+        for i, path in hidden:
+            sys.path.insert(i, path)
+
+
+import_installed()
+
+from fairseq_dense.hub.export import ModelCardInfo, export_checkpoint  # noqa: E402
+from fairseq_dense.hub.loading import from_pretrained, hub_models, load_model  # noqa: E402
+from fairseq_dense.hub.push import push_to_hub, upload_files  # noqa: E402
+from fairseq_dense.hub.schema import PretrainedModelError, dense_architectures  # noqa: E402
 
 __all__ = [
     "ModelCardInfo",

@@ -4,7 +4,9 @@ Checkpoints are read with torch's ``weights_only`` loader, their configuration a
 values; the config is checked with the loader's rules before any model is built. The
 directory is written to a temporary sibling, loaded back with
 :func:`~fairseq_dense.hub.loading.load_model`, and only then moved (or with ``force``
-swapped, :func:`swap_paths`) into place.
+swapped, :func:`swap_paths`) into place, all under a lock on ``--out`` (one export at a
+time; the temporary folders of killed exports are removed by the next one). The same
+checkpoint gives the same bytes.
 """
 
 import argparse
@@ -12,6 +14,7 @@ import ctypes
 import dataclasses
 import enum
 import errno
+import functools
 import glob
 import json
 import logging
@@ -19,6 +22,7 @@ import os
 import re
 import secrets
 import shutil
+import struct
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
@@ -52,6 +56,7 @@ from fairseq_dense.hub.schema import (
     write_manifest,
 )
 from fairseq_dense.hub.text import parse_bpe_codes, parse_dictionary, read_record
+from fairseq_dense.save_lock import held_folder
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +162,21 @@ def _task_options(task_cfg: Dict[str, Any], src, tgt, data_dir: Path, path: Path
     return {**options, **{key: _jsonable(task_cfg[key]) for key in TASK_OPTIONS if key in task_cfg}}
 
 
+def one_line_os_errors(func):
+    """``func`` with every file system failure one :class:`PretrainedModelError` line naming the file."""
+
+    @functools.wraps(func)
+    def checked(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except OSError as err:
+            where = shown(err.filename) + ": " if err.filename else ""
+            raise PretrainedModelError(f"{where}{err.strerror or one_line(err)} (exporting)") from None
+
+    return checked
+
+
+@one_line_os_errors
 def export_checkpoint(
     checkpoints: Sequence[Union[str, Path]],
     out_dir: Union[str, Path],
@@ -210,7 +230,7 @@ def export_checkpoint(
     states = [read_checkpoint(p) for p in paths]
     for state in states:  # optimizer state is neither exported nor needed: free it early
         state.pop("last_optimizer_state", None)
-    last, plain = states[-1], states[-1]["plain_cfg"]
+    plain = states[-1]["plain_cfg"]
     arch = plain["model"].get("_name")
     if not isinstance(arch, str) or arch not in dense_architectures():
         raise PretrainedModelError(
@@ -273,9 +293,25 @@ def export_checkpoint(
     }
     check_config(config, paths[-1])  # the same rules as loading, before any model code runs
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    lock = out_dir.parent / f".{out_dir.name}{EXPORT_TMP_MARK}lock"
+
+    def busy(holder: str) -> PretrainedModelError:
+        return PretrainedModelError(f"{shown(out_dir)}: another export to it is running ({holder}); wait for it")
+
+    with held_folder(str(lock), busy):
+        _write_locked(out_dir, config, dict_files, dictionaries, bpe_codes, states, paths, card, write_pickle)
+    logger.info("exported %s (%d checkpoint(s)) to %s", arch, len(paths), shown(out_dir))
+    return out_dir
+
+
+def _write_locked(out_dir, config, dict_files, dictionaries, bpe_codes, states, paths, card, write_pickle):
+    """Write, verify and move the export into place, holding the lock of ``out_dir``."""
+    ours = re.compile(rf"\.{re.escape(out_dir.name + EXPORT_TMP_MARK)}([0-9a-f]+|old-[0-9]+)")
     for leftover in out_dir.parent.glob(f".{glob.escape(out_dir.name)}{EXPORT_TMP_MARK}*"):
-        shutil.rmtree(leftover, ignore_errors=True)  # of an export killed before it finished
+        if ours.fullmatch(leftover.name):  # every live export holds the lock: this one's was killed
+            shutil.rmtree(leftover)
     tmp = new_dir(out_dir.parent, f".{out_dir.name}{EXPORT_TMP_MARK}")
+    last = states[-1]
     try:
         for side, path in dict_files.items():
             shutil.copyfile(path, tmp / config["dictionaries"][side]["file"])
@@ -294,10 +330,14 @@ def export_checkpoint(
             swap_paths(tmp, out_dir)  # the old export is now at tmp, removed below
         else:
             os.replace(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    logger.info("exported %s (%d checkpoint(s)) to %s", arch, len(paths), shown(out_dir))
-    return out_dir
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # the new export: nothing half-written stays
+        raise
+    if tmp.exists():  # the old export, swapped out
+        try:
+            shutil.rmtree(tmp)
+        except OSError as err:  # the next export removes it
+            logger.warning("the export it replaced stays at %s: %s", shown(tmp), err.strerror or err)
 
 
 def new_dir(parent: Path, prefix: str) -> Path:
@@ -340,7 +380,7 @@ def _write_weights(tmp: Path, config, dictionaries, states, paths):
     and shapes against the dictionaries. Tied weights are stored once and listed in
     the safetensors metadata.
     """
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     try:
         averaged = checkpoints.average_models([s["model"] for s in states], [str(p) for p in paths])
@@ -363,8 +403,13 @@ def _write_weights(tmp: Path, config, dictionaries, states, paths):
     aliases = tied_names(model)
     metadata = {"format": "pt", "tied_weights": json.dumps(aliases), "arch": config["arch"]}
     metadata["fairseq_dense_version"] = fairseq_dense.__version__
-    save_file({k: v.contiguous() for k, v in full.items() if k not in aliases}, str(tmp / WEIGHTS_NAME), metadata)
-    shutil.copymode(tmp / CONFIG_NAME, tmp / WEIGHTS_NAME)  # safetensors writes 0o600; config.json has the umask's
+    data = save({k: v.contiguous() for k, v in full.items() if k not in aliases}, metadata)
+    (size,) = struct.unpack("<Q", data[:8])  # safetensors writes its metadata map in a random order: sort it
+    header = json.loads(data[8 : 8 + size])
+    header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # safetensors' alignment of the data
+    (tmp / WEIGHTS_NAME).write_bytes(struct.pack("<Q", len(text)) + text + data[8 + size :])
     return model, full
 
 

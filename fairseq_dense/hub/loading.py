@@ -45,7 +45,7 @@ from fairseq_dense.hub.schema import (
     safe_name,
     shown,
 )
-from fairseq_dense.hub.text import VerifiedSubwordNMTBPE, parse_bpe_codes, parse_dictionary
+from fairseq_dense.hub.text import MAX_BPE_WORD, VerifiedSubwordNMTBPE, parse_bpe_codes, parse_dictionary
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +151,8 @@ class ModelDirectory:
         try:
             self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             if Path(os.path.realpath(self.path)).parent.name == "snapshots":  # a huggingface_hub cache
-                self._blobs = os.open("../../blobs", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=self._fd)
+                with contextlib.suppress(FileNotFoundError):  # a folder that only looks like one
+                    self._blobs = os.open("../../blobs", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=self._fd)
         except OSError as err:
             self.__exit__()
             reason = "no such model directory" if err.errno in (errno.ENOENT, errno.ENOTDIR) else _reason(err)
@@ -222,11 +223,12 @@ def _reason(err: OSError) -> str:
     return f"cannot be read ({errno.errorcode.get(err.errno, err.errno)}: {os.strerror(err.errno or 0)})"
 
 
-def read_files(directory: ModelDirectory) -> Tuple[Dict[str, Any], Dict[str, bytes]]:
-    """The checked ``config.json`` and the verified bytes of every file it names, each read once.
+def read_files(directory: ModelDirectory, own: bool = False) -> Tuple[Dict[str, Any], Dict[str, bytes]]:
+    """The checked ``config.json`` and the bytes of ``SHA256SUMS`` and of every file it names, each read once.
 
-    ``SHA256SUMS`` must list exactly those files; nothing else (``model.pt``, ``README.md``) is opened.
-    A refusal gives the recorded hash only, never a file's own.
+    ``SHA256SUMS`` must list exactly those files, which must have its hashes; nothing else (``model.pt``,
+    ``README.md``) is opened. ``own``: no file may be a link (what push needs). A refusal gives the recorded
+    hash only, never a file's own.
     """
     if directory.refusal(CONFIG_NAME) == "missing":
         raise PretrainedModelError(
@@ -239,11 +241,11 @@ def read_files(directory: ModelDirectory) -> Tuple[Dict[str, Any], Dict[str, byt
             "verify (exports before format version 2 have none): re-export the training checkpoint with "
             "fairseq-dense-export CHECKPOINT --out DIR"
         )
-    sums = parse_manifest(directory.where(MANIFEST_NAME), directory.read(MANIFEST_NAME, MAX_MANIFEST_BYTES))
-    data: Dict[str, bytes] = {}
+    data = {MANIFEST_NAME: directory.read(MANIFEST_NAME, MAX_MANIFEST_BYTES, own)}
+    sums = parse_manifest(directory.where(MANIFEST_NAME), data[MANIFEST_NAME])
 
     def read_verified(name: str, limit: Optional[int] = None) -> None:
-        data[name] = directory.read(name, limit)
+        data[name] = directory.read(name, limit, own)
         if name not in sums:
             raise PretrainedModelError(
                 f"{directory.where(name)}: not listed in {MANIFEST_NAME}; the directory is incomplete or altered"
@@ -477,6 +479,17 @@ def load_model(model_dir: Union[str, Path], overrides: Optional[Dict[str, Any]] 
     """
     with ModelDirectory(model_dir) as directory:
         config, data = read_files(directory)
+    return model_from_files(model_dir, config, data, overrides)
+
+
+def model_from_files(model_dir, config: Dict[str, Any], data: Dict[str, bytes], overrides=None) -> LoadedModel:
+    """The model of :func:`read_files`' ``config`` and verified bytes ``data`` (read from ``model_dir``).
+
+    Each file is parsed (the weights' bytes are then dropped from ``data``), the model built and its
+    weights checked and loaded; torch's global random generator is left as it was (building draws from it).
+    """
+    import torch
+
     where = {name: shown(Path(model_dir) / name) for name in data}
     dictionaries = []
     for side in ("source", "target"):
@@ -484,24 +497,43 @@ def load_model(model_dir: Union[str, Path], overrides: Optional[Dict[str, Any]] 
         dictionaries.append(parse_dictionary(where[name], data[name], size, side))
     codes = parse_bpe_codes(where[BPE_CODES_NAME], data[BPE_CODES_NAME]) if config.get("bpe") else None
     weights = parse_weights(where[WEIGHTS_NAME], data.pop(WEIGHTS_NAME))
-    cfg, task, model = build_model(config, dictionaries, overrides, where[CONFIG_NAME])
+    with torch.random.fork_rng(devices=[]):
+        cfg, task, model = build_model(config, dictionaries, overrides, where[CONFIG_NAME])
     load_weights(model, where[WEIGHTS_NAME], config, weights, cfg.model)
     model.eval()
     return LoadedModel(cfg, task, model, config, codes)
 
 
 class TranslationHubInterface(GeneratorHubInterface):
-    """fairseq's ``GeneratorHubInterface``, refusing in one line an input longer than the model reads."""
+    """fairseq's ``GeneratorHubInterface``, refusing in one line an input longer than the model reads.
+
+    An input of more than :data:`~fairseq_dense.hub.text.MAX_BPE_WORD` characters per source position
+    is refused before the tokenizer sees it; the rest after BPE, by its tokens. A translation without
+    ``sampling`` leaves torch's global random generator as it was (fairseq's batch iterator draws a seed).
+    """
 
     def encode(self, sentence: str):
-        tokens = super().encode(sentence)
         limit = self.max_positions[0] if isinstance(self.max_positions, tuple) else self.max_positions
+        if limit is not None and len(sentence) > MAX_BPE_WORD * limit:
+            raise ValueError(
+                f"input of {len(sentence)} characters: this model reads at most {limit} tokens (its "
+                f"max_source_positions), so at most {MAX_BPE_WORD * limit} characters are tokenized"
+            )
+        tokens = super().encode(sentence)
         if limit is not None and tokens.numel() > limit:
             raise ValueError(
                 f"input of {tokens.numel()} tokens (after tokenizer and BPE, with end of sentence): this model reads "
                 f"at most {limit} (its max_source_positions)"
             )
         return tokens
+
+    def generate(self, *args, **kwargs):
+        import torch
+
+        if kwargs.get("sampling", self.cfg.generation.sampling):  # sampling draws from it: as fairseq does
+            return super().generate(*args, **kwargs)
+        with torch.random.fork_rng(devices=[]):
+            return super().generate(*args, **kwargs)
 
 
 def from_pretrained(name_or_path: Union[str, Path], **kwargs) -> TranslationHubInterface:

@@ -1,9 +1,10 @@
 """Upload an exported model directory to the Hugging Face Hub: exactly the export format's files.
 
-The files ``SHA256SUMS`` lists (checked as a load checks them), the model card
-``README.md``, and ``model.pt`` when asked; each the directory's own regular file
-(not a link, one hard link: a link could publish a private key). Anything else in
-the folder stays local.
+The files ``SHA256SUMS`` lists, the model card ``README.md``, and ``model.pt`` when asked;
+each the directory's own regular file (not a link, one hard link: a link could publish a
+private key), read once. The bytes read are loaded as :func:`load_model` loads them (every
+file parsed, the model built, the weights checked) and are the bytes uploaded: only what a
+load accepts goes up. Anything else in the folder stays local.
 """
 
 import dataclasses
@@ -13,8 +14,8 @@ import logging
 from pathlib import Path
 from typing import Callable, List, Optional, Union
 
-from fairseq_dense.hub.loading import ModelDirectory, read_files
-from fairseq_dense.hub.schema import CARD_NAME, CONFIG_NAME, MANIFEST_NAME, PICKLE_NAME, PretrainedModelError, shown
+from fairseq_dense.hub.loading import ModelDirectory, model_from_files, read_files
+from fairseq_dense.hub.schema import CARD_NAME, CONFIG_NAME, PICKLE_NAME, PretrainedModelError, shown
 
 logger = logging.getLogger(__name__)
 
@@ -28,9 +29,10 @@ class UploadFile:
 
 
 def upload_files(model_dir: Union[str, Path], include_pickle: bool = True) -> List[UploadFile]:
-    """The files ``push_to_hub`` uploads from ``model_dir``, checked (:func:`read_files`) and read.
+    """The files ``push_to_hub`` uploads from ``model_dir``, each read once, checked as a load checks them.
 
-    ``SHA256SUMS`` and the files it lists, ``README.md`` when present, and ``model.pt``
+    ``SHA256SUMS`` and the files it lists (:func:`read_files`, then every check of
+    :func:`load_model` on those bytes), ``README.md`` when present, and ``model.pt``
     when present and ``include_pickle``, in that order.
 
     Raises:
@@ -38,21 +40,18 @@ def upload_files(model_dir: Union[str, Path], include_pickle: bool = True) -> Li
             not the directory's own regular files (all of them are named).
     """
     with ModelDirectory(model_dir) as directory:
-        _, data = read_files(directory)
-        names = [MANIFEST_NAME, *data]
-        optional = (CARD_NAME, PICKLE_NAME) if include_pickle else (CARD_NAME,)
-        names += [n for n in optional if directory.refusal(n) != "missing"]
-        refused = [f"{name} ({reason})" for name in names for reason in [directory.refusal(name)] if reason]
+        optional = [CARD_NAME, PICKLE_NAME] if include_pickle else [CARD_NAME]
+        optional = [name for name in optional if directory.refusal(name) != "missing"]
+        refused = [f"{name} ({reason})" for name in optional for reason in [directory.refusal(name)] if reason]
         if refused:
             raise PretrainedModelError(
                 f"{shown(model_dir)}: not uploaded: {', '.join(refused)}; only regular files of one hard link are "
                 "uploaded (copy each file itself)"
             )
-        upload = [UploadFile(name, directory.read(name, own=True)) for name in names]
-    for item in upload:
-        if item.data != data.get(item.name, item.data):
-            raise PretrainedModelError(f"{directory.where(item.name)}: changed while it was being checked")
-    return upload
+        config, data = read_files(directory, own=True)
+        data.update((name, directory.read(name, own=True)) for name in optional)
+    model_from_files(model_dir, config, dict(data))  # the verdict of a load on these bytes
+    return [UploadFile(name, content) for name, content in data.items()]
 
 
 def push_to_hub(

@@ -5,10 +5,12 @@
   punctuation normaliser before, lower-casing after); with both off it is fairseq's
   ``moses``. The steps are recorded beside the dictionaries (``TEXT_RECORD``, read by
   :func:`read_record`), then in ``config.json`` by the export.
+  Its normaliser is sacremoses' with the one rule that backtracks on runs of dots
+  (de/es/fr) applied in linear time (:func:`dots_before_quote`), same output.
 - :class:`VerifiedSubwordNMTBPE`: fairseq's ``subword_nmt`` BPE from the verified
-  codes text, in time linear in the input's length for any codes.
-- :func:`parse_bpe_codes`, :func:`parse_dictionary`: files that subword-nmt and
-  fairseq read without ending the program or quoting a line.
+  codes text, in time linear in the input's length for any codes, with a bounded word cache.
+- :func:`parse_bpe_codes`, :func:`parse_dictionary`: only what subword-nmt and fairseq write, one regular
+  expression without backtracking a line (so linear in the file's size), before subword-nmt or fairseq sees it.
 """
 
 import io
@@ -27,7 +29,18 @@ from fairseq_dense.hub.schema import MOSES_OPTIONS, PretrainedModelError
 
 #: subword-nmt's time grows with the square of a word's length: longer words are split into pieces of this length.
 MAX_BPE_WORD = 100
-_BPE_VERSION_RE = re.compile(r"#version: \d+(\.\d+)*")
+#: words whose BPE is kept (subword-nmt's cache grows with every distinct word: +102 MB for 100k words).
+MAX_BPE_CACHE = 1 << 14
+#: the versions subword-nmt knows (its ``learn_bpe`` writes 0.2); its own parse of a longer one is quadratic.
+_BPE_VERSION_RE = re.compile(r"#version: 0\.[12]")
+#: a merge as ``learn_bpe`` writes it: two symbols without whitespace, one space between.
+_BPE_MERGE_RE = re.compile(r"\S+ \S+")
+#: a dictionary line as fairseq writes it (and its ``#fairseq:overwrite`` flag): a count Python reads in linear time.
+_DICTIONARY_LINE_RE = re.compile(r"(\S+) ([0-9]{1,18})( #fairseq:overwrite)?")
+#: sacremoses' de/es/fr rule; ``re`` retries ``\.+`` at every dot of a run: quadratic (32k dots: 5.8 s).
+DOTS_BEFORE_QUOTE = r'(\.+)"(\s*[^<])'
+_DOT_RUN_RE = re.compile(r"\.+")
+_QUOTE_TAIL_RE = re.compile(r'"(\s*[^<])')
 
 
 @dataclass
@@ -50,9 +63,35 @@ class PreparedMosesTokenizer(MosesTokenizer):
 
         self.normalizer = MosesPunctNormalizer(lang=cfg.source_lang) if cfg.moses_normalize_punctuation else None
 
+    def normalize(self, text: str) -> str:
+        """``MosesPunctNormalizer.normalize`` (default options), its de/es/fr dots rule in linear time."""
+        for pattern, substitution in self.normalizer.substitutions:
+            if pattern == DOTS_BEFORE_QUOTE:
+                text = dots_before_quote(text)
+            else:
+                text = re.sub(pattern, substitution, text)
+        return text.strip()
+
     def encode(self, x: str) -> str:
-        text = super().encode(self.normalizer.normalize(x) if self.normalizer else x)
+        text = super().encode(self.normalize(x) if self.normalizer else x)
         return text.lower() if self.cfg.moses_lowercase else text
+
+
+def dots_before_quote(text: str) -> str:
+    """``re.sub(DOTS_BEFORE_QUOTE, r'"\\1\\2', text)`` in linear time.
+
+    From any dot of a run, ``\\.+`` can only match up to the run's end, so the rule matches at the
+    run's first dot or at none of its dots: each run is tried once, where ``re`` tries each of its dots.
+    """
+    out, done, start = [], 0, text.find(".")
+    while start >= 0:
+        end = _DOT_RUN_RE.match(text, start).end()
+        tail = _QUOTE_TAIL_RE.match(text, end)
+        if tail:
+            out += [text[done:start], '"', text[start:end], tail.group(1)]
+            done = end = tail.end()  # as re.sub, go on after the match
+        start = text.find(".", end)
+    return "".join(out) + text[done:]
 
 
 def read_record(data_dir: Path) -> Dict[str, Any]:
@@ -81,6 +120,7 @@ class VerifiedSubwordNMTBPE(SubwordNMTBPE):
         from subword_nmt import apply_bpe
 
         self.bpe = apply_bpe.BPE(io.StringIO(codes), -1, separator, None, None)
+        self.bpe.cache = BoundedCache()
         self.bpe_symbol = separator + " "
 
     def encode(self, x: str) -> str:
@@ -93,21 +133,32 @@ class VerifiedSubwordNMTBPE(SubwordNMTBPE):
         return " ".join(out)
 
 
+class BoundedCache(dict):
+    """subword-nmt's word cache, emptied when it holds :data:`MAX_BPE_CACHE` words."""
+
+    def __setitem__(self, key, value):
+        if len(self) >= MAX_BPE_CACHE:
+            self.clear()
+        super().__setitem__(key, value)
+
+
 def parse_bpe_codes(where: str, data: bytes) -> str:
-    """The codes text: an optional ``#version: X.Y`` line, then ``left right`` merges (at least one).
+    """The codes text: an optional ``#version: 0.1`` or ``0.2`` line, then ``left right`` merges (at least one).
 
     subword-nmt itself ends the program (``sys.exit``) on a malformed line or on codes without any merge.
     """
     text = utf8_text(where, data)
     lines = text.rstrip("\n").split("\n")
     start = 1 if lines[0].startswith("#version:") else 0
-    if start and not _BPE_VERSION_RE.fullmatch(lines[0].rstrip("\r ")):
-        raise PretrainedModelError(f"{where}: line 1 is not '#version: <number>'")
+    if start and not _BPE_VERSION_RE.fullmatch(lines[0]):
+        raise PretrainedModelError(f"{where}: line 1 is not '#version: 0.2' (or 0.1, the versions subword-nmt knows)")
     if len(lines) == start or lines == [""]:
         raise PretrainedModelError(f"{where}: holds no BPE merge (a '<left> <right>' line)")
     for number, line in enumerate(lines[start:], start + 1):
-        if len(line.strip("\r\n ").split(" ")) != 2:
-            raise PretrainedModelError(f"{where}: line {number} is not a BPE merge ('<left> <right>')")
+        if not _BPE_MERGE_RE.fullmatch(line):
+            raise PretrainedModelError(
+                f"{where}: line {number} is not a BPE merge ('<left> <right>': two symbols, one space)"
+            )
     return text
 
 
@@ -124,7 +175,8 @@ def utf8_text(where: str, data: bytes) -> str:
 def parse_dictionary(where: str, data: bytes, size: Optional[int] = None, side: str = ""):
     """A fairseq ``Dictionary`` of ``size`` symbols from the bytes of ``dict.<lang>.txt``.
 
-    Each line must be ``<symbol> <count>`` (optionally with fairseq's
+    Each line must be ``<symbol> <count>`` as fairseq writes it (a symbol without
+    whitespace, a count of at most 18 digits; optionally fairseq's
     ``#fairseq:overwrite`` flag), and no symbol may repeat another or one of the
     four special symbols (with the flag, fairseq would keep both). fairseq's
     own messages quote the line; these name it.
@@ -135,9 +187,13 @@ def parse_dictionary(where: str, data: bytes, size: Optional[int] = None, side: 
     seen = dict.fromkeys(dictionary.symbols, 0)
     lines = utf8_text(where, data).split("\n")
     for number, line in enumerate(lines[:-1] if lines[-1] == "" else lines, 1):
-        symbol, _, count = line.rstrip().removesuffix(" #fairseq:overwrite").rpartition(" ")
-        if not symbol or not count.isascii() or not count.isdigit():
-            raise PretrainedModelError(f"{where}: line {number} is not '<symbol> <count>'")
+        match = _DICTIONARY_LINE_RE.fullmatch(line)
+        if not match:
+            raise PretrainedModelError(
+                f"{where}: line {number} is not '<symbol> <count>' (no whitespace in the symbol, a count of at "
+                "most 18 digits)"
+            )
+        symbol, count = match.group(1, 2)
         if symbol in seen:
             earlier = f"the symbol of line {seen[symbol]}" if seen[symbol] else "a special symbol (<s>, <pad>, ...)"
             raise PretrainedModelError(f"{where}: line {number} repeats {earlier}")

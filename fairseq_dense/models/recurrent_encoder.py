@@ -28,10 +28,9 @@ class RecurrentEncoder(Encoder):
         list and aligned with them, plus ``encoder_padding_mask`` ``[(batch, src_len)]`` (True at padding)
         and ``src_lengths`` ``[(batch,)]``."""
         padding_mask = src_tokens.eq(self.padding_idx)
-        src_tokens, left_padded = to_right_padding(src_tokens, self.padding_idx)
+        src_tokens, shift = to_right_padding(src_tokens, self.padding_idx)
         out = self.encode(src_tokens, src_lengths)
-        if left_padded:
-            out = {k: right_to_left_padding(v, src_lengths) if v.dim() == 3 else v for k, v in out.items()}
+        out = {k: right_to_left_padding(v, shift) if v.dim() == 3 else v for k, v in out.items()}
         return {
             **{k: [v] for k, v in out.items()},
             "encoder_padding_mask": [padding_mask],

@@ -5,7 +5,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
-from fairseq import utils
 from fairseq.models import FairseqEncoder, FairseqEncoderDecoderModel, FairseqIncrementalDecoder
 from torch import Tensor
 
@@ -125,21 +124,22 @@ class IncrementalDecoder(FairseqIncrementalDecoder):
         return self.max_target_positions
 
 
-def to_right_padding(src_tokens: Tensor, padding_idx: int) -> Tuple[Tensor, bool]:
-    """``(tokens, was_left_padded)``: the batch right-padded (recurrences and packed
-    sequences want padding after the last word; fairseq pads sources on the left)."""
-    left_padded = bool(src_tokens[:, 0].eq(padding_idx).any())
-    if left_padded:
-        src_tokens = utils.convert_padding_direction(src_tokens, padding_idx, left_to_right=True)
-    return src_tokens, left_padded
+def to_right_padding(src_tokens: Tensor, padding_idx: int) -> Tuple[Tensor, Tensor]:
+    """``(tokens, shift)``: the ``(batch, src_len)`` batch right-padded (recurrences and packed sequences
+    want padding after the last word; fairseq pads sources on the left) and ``(batch,)`` each row's
+    leading padding (0 for rows padded on the right), with no read of a device value."""
+    t = src_tokens.size(1)
+    shift = src_tokens.eq(padding_idx).long().cumprod(dim=1).sum(dim=1)
+    # right position p holds left position (p + shift) mod T
+    idx = (torch.arange(t, device=src_tokens.device).unsqueeze(0) + shift.unsqueeze(1)) % t
+    return src_tokens.gather(1, idx), shift
 
 
-def right_to_left_padding(x: Tensor, lengths: Tensor) -> Tensor:
-    """Move right-padded ``(time, batch, dim)`` features to left padding."""
+def right_to_left_padding(x: Tensor, shift: Tensor) -> Tensor:
+    """Move right-padded ``(time, batch, dim)`` features back by :func:`to_right_padding`'s ``shift``."""
     t = x.size(0)
-    shift = (t - lengths.to(x.device)).long()
     # left position p holds right position (p - shift) mod T
-    idx = (torch.arange(t, device=x.device).unsqueeze(1) - shift.unsqueeze(0)) % t
+    idx = (torch.arange(t, device=x.device).unsqueeze(1) - shift.to(x.device).unsqueeze(0)) % t
     return x.gather(0, idx.unsqueeze(-1).expand_as(x))
 
 

@@ -13,7 +13,7 @@ no file). Everything else is :class:`fairseq.tasks.translation.TranslationTask`.
 import contextlib
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from fairseq.tasks import register_task
@@ -22,6 +22,8 @@ from omegaconf import II, OmegaConf, open_dict
 
 from fairseq_dense import resume
 from fairseq_dense.checkpoints import DATA_KEY, ONE_WRITE_KEY, PATIENCE_KEY
+from fairseq_dense.models.option_checks import flag
+from fairseq_dense.modules.low_precision import bf16_autocast
 from fairseq_dense.trajectory import task_data_identity
 
 
@@ -46,6 +48,35 @@ class TranslationExactResumeConfig(TranslationConfig):
     patience: int = II("checkpoint.patience")
     best_checkpoint_metric: str = II("checkpoint.best_checkpoint_metric")
     maximize_best_checkpoint_metric: bool = II("checkpoint.maximize_best_checkpoint_metric")
+    bf16_autocast: bool = field(
+        default=False,
+        metadata={
+            "help": "forward passes and the criterion (training, validation, generation) under bfloat16 autocast "
+            "on the GPU or CPU, with float32 weights and optimizer state and no loss scaler; fairseq's --bf16 "
+            "means a TPU"
+        },
+    )
+    memory_efficient_fp16: bool = II("common.memory_efficient_fp16")
+    memory_efficient_bf16: bool = II("common.memory_efficient_bf16")
+    bf16: bool = II("common.bf16")
+    fp16: bool = II("common.fp16")
+    amp: bool = II("common.amp")
+    tpu: bool = II("common.tpu")
+
+
+#: fairseq's precision options, none of which combines with --bf16-autocast, in the order checked (fairseq
+#: turns --memory-efficient-fp16 into --fp16 as well, --memory-efficient-bf16 into --bf16, --bf16 into --tpu)
+_OTHER_PRECISIONS = ("memory_efficient_fp16", "memory_efficient_bf16", "bf16", "fp16", "amp", "tpu")
+
+
+def check_precision(cfg) -> None:
+    """A one-line ``ValueError`` where ``--bf16-autocast`` comes with another of fairseq's precisions."""
+    other = next((name for name in _OTHER_PRECISIONS if resume.option(cfg, name)), None)
+    if resume.option(cfg, "bf16_autocast") and other:
+        raise ValueError(
+            f"--bf16-autocast cannot be combined with {flag(other)}: --bf16-autocast is a precision of its own "
+            "(bfloat16 autocast over float32 weights, no loss scaler); drop one of them"
+        )
 
 
 #: the state of torch's LR schedulers that fairseq's wrappers do not save (``ReduceLROnPlateau``'s)
@@ -63,6 +94,7 @@ class TranslationExactResumeTask(TranslationTask):
     """
 
     def __init__(self, cfg: TranslationExactResumeConfig, src_dict, tgt_dict):
+        check_precision(cfg)
         super().__init__(cfg, src_dict, tgt_dict)
         with open_dict(self.cfg) if OmegaConf.is_config(self.cfg) else contextlib.nullcontext():
             self.cfg.rebuild_batches = True
@@ -142,3 +174,33 @@ class TranslationExactResumeTask(TranslationTask):
         """After every save's copies (the run's last included): :func:`fairseq_dense.resume.check_after_save`."""
         if resume.checks_files(self.cfg) and os.path.isdir(os.path.dirname(cp_path)):
             resume.check_after_save(os.path.dirname(cp_path), cp_path)
+
+    def precision(self, model):
+        """The region forward passes run in: :func:`~fairseq_dense.modules.low_precision.bf16_autocast` on the
+        model's device under ``--bf16-autocast``, else none."""
+        if not resume.option(self.cfg, "bf16_autocast"):
+            return contextlib.nullcontext()
+        return bf16_autocast(next(model.parameters()).device.type)
+
+    def _in_precision(self, criterion):
+        """``criterion`` whose calls (the model's forward and the loss) run in :meth:`precision`."""
+
+        def run(model, sample, *args, **kwargs):
+            with self.precision(model):
+                return criterion(model, sample, *args, **kwargs)
+
+        return run
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        """fairseq's step, its forward and loss in :meth:`precision` and its backward outside it (as torch
+        recommends for autocast); the weights, gradients and optimizer state stay as the optimizer keeps them."""
+        return super().train_step(sample, model, self._in_precision(criterion), optimizer, update_num, ignore_grad)
+
+    def valid_step(self, sample, model, criterion):
+        """fairseq's validation step (and ``--eval-bleu``'s decoding, :meth:`inference_step`) in :meth:`precision`."""
+        return super().valid_step(sample, model, self._in_precision(criterion))
+
+    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        """``fairseq-generate``'s and ``fairseq-interactive``'s decoding (and scoring) in :meth:`precision`."""
+        with self.precision(models[0]):
+            return super().inference_step(generator, models, sample, prefix_tokens, constraints)

@@ -7,42 +7,20 @@ import torch
 import torch.nn.functional as F
 
 import fairseq_dense  # noqa: F401
-from fairseq_dense.models.dense_lstm import DenseLSTMConfig, DenseLSTMModel
 from fairseq_dense.modules.dense_lstm_layer import shift_in_time
 from fairseq_dense.modules.encoder_decoder import reverse_padded
 from fairseq_dense.modules.lstm_cell import lstm_cell
 from tests import helpers
-
-VARIANTS = {  # (dense_connections, dense_attention, attention_layer)
-    "baseline": (False, False, 1),
-    "dc": (True, False, 1),
-    "dcda": (True, True, 1),
-    "da": (False, True, 1),
-    "dcda_l2": (True, True, 2),
-}
+from tests.models.families import build as build_family
+from tests.models.families import variant
 
 
-TINY = dict(
-    encoder_embed_dim=8,
-    encoder_hidden_size=10,
-    encoder_layers=3,
-    decoder_embed_dim=8,
-    decoder_hidden_size=12,
-    decoder_layers=3,
-    decoder_out_embed_dim=8,
-    attention_dim=6,
-    dropout=0.0,
-    softmax_dropout=0.0,
-)
-
-
-def build(vocab=16, **overrides):
-    return helpers.build_tiny(DenseLSTMModel, DenseLSTMConfig, TINY, vocab, **overrides)
+def build(**overrides):
+    return build_family("dense_lstm", **overrides)
 
 
 def build_variant(name, **overrides):
-    dc, da, lp = VARIANTS[name]
-    return build(dense_connections=dc, dense_attention=da, attention_layer=lp, **overrides)
+    return variant("dense_lstm", name, **overrides)
 
 
 # ---------------------------------------------------------------- literal Eq. 6 reference
@@ -142,35 +120,6 @@ def test_fused_equals_literal_eq6(variant, bidirectional):
 # ---------------------------------------------------------------- decoding properties
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
-def test_incremental_reorder_padding(variant):
-    model, d = build_variant(variant)
-    sample = helpers.make_sample(d)
-    helpers.check_output_shape(model, sample, len(d))
-    helpers.check_incremental_equals_full(model, sample)
-    helpers.check_reorder_incremental_state(model, sample)
-    helpers.check_padding_invariance(model, sample)
-
-
-@pytest.mark.parametrize("variant", ["baseline", "dcda", "dcda_l2"])
-def test_every_parameter_gets_finite_gradient(variant):
-    model, d = build_variant(variant, dropout=0.3, softmax_dropout=0.3)
-    helpers.check_all_params_get_finite_grads(model, helpers.make_sample(d))
-
-
-def test_attention_shape_and_mass():
-    model, d = build_variant("dcda")
-    model.eval()
-    sample = helpers.make_sample(d)
-    _, extra = model(**sample["net_input"])
-    attn = extra["attn"][0]
-    b, t = sample["net_input"]["prev_output_tokens"].shape
-    assert attn.shape == (b, t, sample["net_input"]["src_tokens"].size(1))
-    torch.testing.assert_close(attn.sum(-1), torch.ones(b, t))
-    pad = sample["net_input"]["src_tokens"].eq(d.pad())
-    assert attn.masked_select(pad.unsqueeze(1).expand_as(attn)).abs().max() == 0
-
-
 def test_dense_attention_has_one_branch_per_encoder_layer():
     model, _ = build_variant("dcda")
     assert len(model.decoder.attentions) == 3 and model.decoder.context_dim == 30
@@ -189,25 +138,10 @@ def test_shift_and_reverse_helpers():
     assert torch.equal(reverse_padded(r, lengths), x)
 
 
-@pytest.mark.parametrize(
-    "overrides, flag",
-    [
-        (dict(attention_layer=4), "--attention-layer"),
-        (dict(attention_layer=0), "--attention-layer"),
-        (dict(encoder_hidden_size=9), "--encoder-hidden-size"),
-        (dict(decoder_layers=0), "--decoder-layers"),
-        (dict(attention_dim=0), "--attention-dim"),
-        (dict(softmax_dropout=1.0), "--softmax-dropout"),
-        (dict(share_decoder_input_output_embed=True, decoder_out_embed_dim=6), "--share-decoder-input-output-embed"),
-    ],
-)
-def test_bad_options_name_the_flag(overrides, flag):
-    with pytest.raises(ValueError, match=flag):
-        build(**overrides)
-
-
 def test_odd_hidden_ok_when_unidirectional():
-    build(encoder_hidden_size=9, no_encoder_bidirectional=True)
+    model, d = build_variant("dc", encoder_hidden_size=9, no_encoder_bidirectional=True)
+    assert model.decoder.context_dim == 3 * 9  # one direction of 9 per layer, all three attended
+    helpers.check_output_shape(model, helpers.make_sample(d), len(d))
 
 
 def test_named_architectures_apply_switches():

@@ -1,7 +1,6 @@
 """Unit and end-to-end tests of DenseNMT."""
 
 import argparse
-import itertools
 
 import pytest
 import sacrebleu
@@ -13,87 +12,14 @@ from fairseq_dense.models.densenmt import DenseNMTConfig, DenseNMTModel
 from fairseq_dense.modules.dense_attention import DenseAttention
 from fairseq_dense.modules.dense_conv import FeatureBuffer, conv_rows, glu_rows
 from tests import helpers
+from tests.models.families import build as build_family
+
+
+def build(**overrides):
+    return build_family("densenmt", **overrides)
+
 
 ARCHS = [arch for arch, model in ARCH_MODEL_NAME_REGISTRY.items() if model == "densenmt"]  # every preset
-
-
-TINY = dict(
-    encoder_embed_dim=8,
-    decoder_embed_dim=8,
-    decoder_out_embed_dim=8,
-    encoder_hidden_size=6,
-    decoder_hidden_size=5,
-    attention_dim=4,
-    encoder_layers=2,
-    decoder_layers=2,
-    dropout=0.0,
-)
-
-
-def build(vocab=16, **overrides):
-    return helpers.build_tiny(DenseNMTModel, DenseNMTConfig, TINY, vocab, **overrides)
-
-
-# attention mode x summary layers x decoder connections (encoder dense unless noted)
-VARIANTS = [
-    dict(attention=att, decoder_connections=dec, **summ)
-    for att, dec, summ in itertools.product(
-        ("multistep", "dense1", "dense2"),
-        ("dense", "residual"),
-        ({}, dict(sumlen=3, encoder_layers=4, decoder_layers=5)),
-    )
-] + [
-    dict(encoder_connections="residual", decoder_connections="residual", attention="multistep"),  # BASE
-    dict(encoder_connections="residual", attention="dense2"),
-    dict(
-        encoder_connections="residual",
-        decoder_connections="residual",
-        attention="multistep",
-        attention_length_scale=True,
-    ),
-    dict(attention="dense2", sumlen=3, encoder_layers=4, attention_length_scale=True),
-    dict(factorized_embed_dim=4, encoder_kernel_size=4, decoder_kernel_size=2, sumlen=2),
-    dict(
-        encoder_hidden_sizes=[3, 5, 7],
-        encoder_kernel_sizes=[3, 1, 5],
-        encoder_layers=3,
-        decoder_hidden_sizes=[4, 6],
-        decoder_kernel_sizes=[1, 3],
-    ),
-]
-
-
-def _id(v):
-    return ",".join(f"{k}={v[k]}" for k in sorted(v)) or "default"
-
-
-@pytest.mark.parametrize("overrides", VARIANTS, ids=_id)
-def test_incremental_equals_full_reorder_padding(overrides):
-    model, d = build(**overrides)
-    sample = helpers.make_sample(d)
-    helpers.check_output_shape(model, sample, len(d))
-    helpers.check_incremental_equals_full(model, sample)
-    helpers.check_reorder_incremental_state(model, sample)
-    helpers.check_padding_invariance(model, sample)
-
-
-@pytest.mark.parametrize("overrides", [VARIANTS[i] for i in (1, 6, 9, 12, 13, 14, 15)], ids=_id)
-def test_every_parameter_gets_finite_gradient(overrides):
-    model, d = build(**dict(overrides, dropout=0.2))
-    helpers.check_all_params_get_finite_grads(model, helpers.make_sample(d))
-
-
-def test_alignment_is_a_distribution_without_mass_on_padding():
-    model, d = build(sumlen=2)
-    model.eval()
-    sample = helpers.make_sample(d)
-    _, extra = model(**sample["net_input"])
-    attn = extra["attn"][0]
-    b, t = sample["net_input"]["prev_output_tokens"].shape
-    assert attn.shape == (b, t, sample["net_input"]["src_tokens"].size(1))
-    torch.testing.assert_close(attn.sum(-1), torch.ones(b, t))
-    pad = sample["net_input"]["src_tokens"].eq(d.pad())
-    assert attn.masked_select(pad.unsqueeze(1).expand_as(attn)).abs().max() == 0
 
 
 def _memory_inputs(dims, embed_dim=6, src_len=5, bsz=2):
@@ -204,25 +130,6 @@ def test_feature_buffer_matches_naive_concatenation():
         torch.autograd.grad((want * weights).sum(), [x0] + ws + bs),
     ):
         torch.testing.assert_close(a, c)
-
-
-@pytest.mark.parametrize(
-    "overrides, flag",
-    [
-        (dict(sumlen=1), "--sumlen"),
-        (dict(sumlen=3, encoder_connections="residual", decoder_connections="residual"), "--sumlen"),
-        (dict(encoder_hidden_sizes=[4, 4, 4]), "--encoder-hidden-sizes"),
-        (dict(decoder_kernel_sizes=[3]), "--decoder-kernel-sizes"),
-        (dict(encoder_connections="residual", encoder_hidden_sizes=[4, 6]), "--encoder-hidden-sizes"),
-        (dict(dropout=1.0), "--dropout"),
-        (dict(factorized_embed_dim=0), "--factorized-embed-dim"),
-        (dict(decoder_layers=0), "--decoder-layers"),
-        (dict(attention_dim=0), "--attention-dim"),
-    ],
-)
-def test_bad_options_name_the_flag(overrides, flag):
-    with pytest.raises(ValueError, match=flag):
-        build(**overrides)
 
 
 def test_named_archs_build_and_keep_their_settings():

@@ -7,74 +7,16 @@ import torch
 import torch.nn as nn
 
 import fairseq_dense  # noqa: F401
-from fairseq_dense.models.fast_forward_lstm import FastForwardLSTMConfig, FastForwardLSTMModel
+from fairseq_dense.models.fast_forward_lstm import FastForwardLSTMModel
 from fairseq_dense.modules.encoder_decoder import reverse_index
 from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTM
 from tests import helpers
-
-SMALL = dict(
-    encoder_embed_dim=8,
-    encoder_hidden_size=6,
-    encoder_layers=3,
-    decoder_embed_dim=8,
-    decoder_hidden_size=7,
-    decoder_layers=3,
-    encoder_fc_dim=9,
-    attention_dim=5,
-    dropout=0.0,
-)
+from tests.models.families import build as build_family
 
 
-def build(vocab=16, randomize_recurrent=True, **overrides):
+def build(randomize_recurrent=True, **overrides):
     """A small model; recurrent matrices are randomised (they start at zero) so the tests see them."""
-    model, d = helpers.build_tiny(
-        FastForwardLSTMModel, FastForwardLSTMConfig, dict(SMALL, init_std=0.3), vocab, **overrides
-    )
-    if randomize_recurrent:
-        with torch.no_grad():
-            for p in model.recurrent_parameters():
-                p.normal_(0.0, 0.3)
-    return model, d
-
-
-VARIANTS = [
-    dict(interface="deep_att"),
-    dict(interface="deep_ed"),
-    dict(interface="deep_att", encoder_columns=1),
-    dict(interface="deep_ed", encoder_columns=1),
-    dict(interface="deep_att", no_fast_forward=True),
-    dict(interface="deep_ed", no_fast_forward=True, no_interleave=True),
-    dict(interface="deep_att", encoder_layers=1, decoder_layers=1),
-    # the top h (7) mapped to the embedding size (8), one table for source, target and softmax
-    dict(interface="deep_att", decoder_out_embed_dim=8, share_all_embeddings=True),
-]
-IDS = ["att", "ed", "att-1col", "ed-1col", "att-noff", "ed-noff-uni", "att-1x1", "att-shared-projected"]
-
-
-@pytest.mark.parametrize("overrides", VARIANTS, ids=IDS)
-def test_model_properties(overrides):
-    """Shape, incremental == full, reorder, left/right padding, finite gradients everywhere."""
-    model, d = build(**overrides)
-    sample = helpers.make_sample(d)
-    helpers.check_output_shape(model, sample, len(d))
-    helpers.check_incremental_equals_full(model, sample)
-    helpers.check_reorder_incremental_state(model, sample)
-    helpers.check_padding_invariance(model, sample)
-    model.decoder.dropout.p = 0.3
-    helpers.check_all_params_get_finite_grads(model, sample)
-
-
-def test_deep_att_returns_attention_on_real_source_positions():
-    model, d = build()
-    model.eval()
-    sample = helpers.make_sample(d)
-    _, extra = model(**sample["net_input"])
-    attn = extra["attn"][0]
-    b, t = sample["net_input"]["prev_output_tokens"].shape
-    assert attn.shape == (b, t, sample["net_input"]["src_tokens"].size(1))
-    torch.testing.assert_close(attn.sum(-1), torch.ones(b, t))
-    pad = sample["net_input"]["src_tokens"].eq(d.pad())
-    assert attn.masked_select(pad.unsqueeze(1).expand_as(attn)).abs().max() == 0
+    return build_family("fast_forward_lstm", randomize_recurrent=randomize_recurrent, **overrides)
 
 
 def test_recurrent_matrices_start_at_zero_and_are_tagged():
@@ -234,25 +176,6 @@ def test_group_learning_rates_land_on_the_right_parameters():
         assert step <= expected * 1.01, step
         if p.dim() == 2 and p.grad.abs().max() > 1e-3:
             assert step > 0.5 * expected, step
-
-
-@pytest.mark.parametrize(
-    "overrides, flag",
-    [
-        (dict(encoder_layers=0), "--encoder-layers"),
-        (dict(decoder_hidden_size=0), "--decoder-hidden-size"),
-        (dict(encoder_columns=3), "--encoder-columns"),
-        (dict(encoder_fc_dim=0), "--encoder-fc-dim"),
-        (dict(attention_dim=0), "--attention-dim"),
-        (dict(dropout=1.0), "--dropout"),
-        (dict(init_std=0.0), "--init-std"),
-        (dict(decoder_out_embed_dim=0), "--decoder-out-embed-dim"),
-        (dict(share_decoder_input_output_embed=True), "--decoder-hidden-size"),
-    ],
-)
-def test_bad_options_name_the_flag(overrides, flag):
-    with pytest.raises(ValueError, match=flag):
-        build(**overrides)
 
 
 def test_deep_ed_does_not_need_attention_sizes():

@@ -1,78 +1,19 @@
 """Unit tests of the attentional GRU baseline."""
 
-import pytest
 import torch
 
 import fairseq_dense  # noqa: F401
-from fairseq_dense.models.gru_attention import GRUAttentionConfig, GRUAttentionModel
 from fairseq_dense.modules.bahdanau_attention import BahdanauAttention
-from tests import helpers
-
-TINY = dict(
-    encoder_embed_dim=8,
-    encoder_hidden_size=8,
-    decoder_embed_dim=8,
-    decoder_hidden_size=12,
-    attention_dim=10,
-    readout_dim=8,
-    dropout=0.0,
-)
+from tests.models.families import build as build_family
 
 
-def build(vocab=16, **overrides):
-    return helpers.build_tiny(GRUAttentionModel, GRUAttentionConfig, TINY, vocab, **overrides)
-
-
-def test_output_shape_and_alignment():
-    model, d = build()
-    sample = helpers.make_sample(d)
-    helpers.check_output_shape(model, sample, len(d))
-    _, extra = model(**sample["net_input"])
-    attn = extra["attn"][0]
-    b, t = sample["net_input"]["prev_output_tokens"].shape
-    assert attn.shape == (b, t, sample["net_input"]["src_tokens"].size(1))
-    torch.testing.assert_close(attn.sum(-1), torch.ones(b, t))
-    # no attention mass on source padding
-    pad = sample["net_input"]["src_tokens"].eq(d.pad())
-    assert attn.masked_select(pad.unsqueeze(1).expand_as(attn)).abs().max() == 0
-
-
-def test_every_parameter_gets_finite_gradient():
-    model, d = build(dropout=0.3)
-    helpers.check_all_params_get_finite_grads(model, helpers.make_sample(d))
-
-
-def test_incremental_equals_full():
-    model, d = build()
-    helpers.check_incremental_equals_full(model, helpers.make_sample(d))
-
-
-def test_reorder_incremental_state():
-    model, d = build()
-    helpers.check_reorder_incremental_state(model, helpers.make_sample(d))
-
-
-def test_left_and_right_padding_agree():
-    model, d = build()
-    helpers.check_padding_invariance(model, helpers.make_sample(d))
+def build(**overrides):
+    return build_family("gru_attention", **overrides)
 
 
 def test_tied_embeddings_share_storage():
     model, _ = build(share_decoder_input_output_embed=True)
     assert model.decoder.output_projection.weight is model.decoder.embed_tokens.weight
-
-
-@pytest.mark.parametrize(
-    "overrides, flag",
-    [
-        (dict(share_decoder_input_output_embed=True, readout_dim=6), "--share-decoder-input-output-embed"),
-        (dict(attention_dim=0), "--attention-dim"),
-        (dict(dropout=1.0), "--dropout"),
-    ],
-)
-def test_bad_options_name_the_flag(overrides, flag):
-    with pytest.raises(ValueError, match=flag):
-        build(**overrides)
 
 
 def test_attention_matches_loop_over_positions():

@@ -13,29 +13,14 @@ from fairseq.tasks.translation import TranslationTask
 from fairseq.trainer import Trainer
 
 import fairseq_dense  # noqa: F401
+from fairseq_dense import baselines
 from fairseq_dense.models.weighted_transformer import WeightedTransformerModel
 from fairseq_dense.modules.simplex import is_on_simplex, project_onto_simplex
 from fairseq_dense.tasks.translation_exact_resume_simplex import TranslationExactResumeSimplexTask
 from tests import helpers
+from tests.models import families
 
-TINY = [
-    "--encoder-layers",
-    "2",
-    "--decoder-layers",
-    "2",
-    "--encoder-embed-dim",
-    "16",
-    "--decoder-embed-dim",
-    "16",
-    "--encoder-ffn-embed-dim",
-    "32",
-    "--decoder-ffn-embed-dim",
-    "32",
-    "--encoder-attention-heads",
-    "4",
-    "--decoder-attention-heads",
-    "4",
-]
+TINY = baselines.flags(**families.TINY["weighted_transformer"])
 
 
 # Most tests here are about kappa and alpha, so they build the paper's form, with the branch
@@ -59,48 +44,21 @@ def build(*flags, arch="weighted_transformer_tiny", vocab=16):
     return WeightedTransformerModel.build_model(args, helpers.DummyTask(d)), d
 
 
-VARIANTS = {
-    "default": [],
-    "branched_self_attn": ["--decoder-branched-self-attn"],
-    "pre_norm": ["--encoder-normalize-before", "--decoder-normalize-before"],
-    "two_heads_per_branch": ["--encoder-branches", "2", "--decoder-branches", "2"],
-    "plain_cross_attn": ["--decoder-plain-cross-attn"],
-}
-
-
-def test_output_shape_and_alignment():
-    model, d = build()
-    sample = helpers.make_sample(d)
-    helpers.check_output_shape(model, sample, len(d))
-    model.eval()
-    _, extra = model(**sample["net_input"])
-    attn = extra["attn"][0]
-    b, t = sample["net_input"]["prev_output_tokens"].shape
-    assert attn.shape == (b, t, sample["net_input"]["src_tokens"].size(1))
-    torch.testing.assert_close(attn.sum(-1), torch.ones(b, t))
-    pad = sample["net_input"]["src_tokens"].eq(d.pad()).unsqueeze(1).expand_as(attn)
-    assert attn.masked_select(pad).abs().max() == 0
-
-
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_incremental_reorder_padding_grads(variant):
-    model, d = build(*VARIANTS[variant])
+def test_plain_cross_attention_decodes_the_same_with_and_without_its_cache():
+    """fairseq's MultiheadAttention keeps encoder-decoder keys in place when the batch size is unchanged
+    (beam copies of a sentence share them), so an arbitrary permutation of the cache is not its
+    contract (tests/models/test_contract.py checks the other variants'): beam search with the cache
+    (reorders, finished sentences leaving the batch) must find what it finds without it."""
+    model, d = build("--decoder-plain-cross-attn")
     sample = helpers.make_sample(d)
     helpers.check_incremental_equals_full(model, sample)
-    if variant == "plain_cross_attn":
-        # fairseq's MultiheadAttention keeps encoder-decoder keys in place when the batch
-        # size is unchanged (beam copies of a sentence share them), so an arbitrary
-        # permutation of the cache is not its contract: beam search with the cache (reorders,
-        # finished sentences leaving the batch) must find what it finds without it
-        sample7 = helpers.make_sample(d, src_lengths=(5, 7, 3, 6, 4, 2, 7), tgt_lengths=(4, 6, 5, 3, 4, 2, 6))
-        model.decoder.output_projection.weight.data[d.eos()] *= 3  # let some sentences finish early
-        helpers.assert_same_hypotheses(
-            helpers.beam_search(model, d, sample7), helpers.beam_search(model, d, sample7, cached=False), atol=1e-4
-        )
-    else:
-        helpers.check_reorder_incremental_state(model, sample)
     helpers.check_padding_invariance(model, sample)
-    model, d = build("--dropout", "0.2", "--attention-dropout", "0.1", *VARIANTS[variant])
+    sample7 = helpers.make_sample(d, src_lengths=(5, 7, 3, 6, 4, 2, 7), tgt_lengths=(4, 6, 5, 3, 4, 2, 6))
+    model.decoder.output_projection.weight.data[d.eos()] *= 3  # let some sentences finish early
+    helpers.assert_same_hypotheses(
+        helpers.beam_search(model, d, sample7), helpers.beam_search(model, d, sample7, cached=False), atol=1e-4
+    )
+    model, d = build("--dropout", "0.2", "--attention-dropout", "0.1", "--decoder-plain-cross-attn")
     helpers.check_all_params_get_finite_grads(model, sample)
 
 

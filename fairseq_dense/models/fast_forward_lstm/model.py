@@ -99,7 +99,7 @@ class FastForwardLSTMModel(EncoderDecoderModel):
     def get_logging_stats(self) -> Dict[str, float]:
         """Norm of the recurrent matrices (they start at zero), logged as ``model/recurrent_norm``."""
         norms = [p.detach().float().norm() ** 2 for p in self.recurrent_parameters()]
-        return {"recurrent_norm": float(sum(norms)) ** 0.5} if norms else {}
+        return {"recurrent_norm": sum(norms) ** 0.5} if norms else {}  # a tensor, not read here (no host sync)
 
 
 def _deep_att(layers=(9, 7), embed: int = 256, hidden: int = 512, **more):

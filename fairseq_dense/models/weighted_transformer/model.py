@@ -224,11 +224,11 @@ class WeightedTransformerModel(ExplainsCheckpointMismatch, TransformerModel):
                 w.copy_(project_onto_simplex(w))
 
     @torch.no_grad()
-    def get_logging_stats(self) -> Dict[str, float]:
-        """Per block and weight vector: entropy (nats) and largest weight.
+    def get_logging_stats(self) -> Dict[str, torch.Tensor]:
+        """Per block and weight vector: entropy (nats) and largest weight (0-d tensors).
 
         Logged by ``label_smoothed_cross_entropy_with_stats`` as e.g.
-        ``model/enc0.kappa_ent``; computed once per update (one device sync).
+        ``model/enc0.kappa_ent``; computed once per update, read only by fairseq's logging.
         """
         cached = getattr(self, "_logging_stats", None)
         if cached is not None:
@@ -241,7 +241,7 @@ class WeightedTransformerModel(ExplainsCheckpointMismatch, TransformerModel):
             p = w.float().clamp_min(0)
             p = p / p.sum().clamp_min(1e-12)
             rows.append(torch.stack([-(p * p.clamp_min(1e-12).log()).sum(), w.float().max()]))
-        values = torch.stack(rows).tolist()  # one device sync
+        values = torch.stack(rows)  # not read here: fairseq's logging reads it
         stats = {f"{name}_{kind}": v for name, row in zip(weights, values) for kind, v in zip(("ent", "max"), row)}
         self._logging_stats = stats
         return stats

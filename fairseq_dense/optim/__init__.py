@@ -1,0 +1,3 @@
+"""Optimizers registered by fairseq-dense."""
+
+from fairseq_dense.optim import fused_adam  # noqa: F401
