@@ -22,11 +22,13 @@ bfloat16 GPU run. CPU float16 / bfloat16 products are slow (about 1 s an update 
 widths), so the suite runs the deepest paper preset of each family for :data:`UPDATES` updates;
 ``FAIRSEQ_DENSE_FULL_RELIABILITY=1`` runs every paper preset for 24.
 
-The GPU stage (``test_paper_preset_trains_on_the_gpu``, skipped without CUDA) trains every paper
-preset at its paper size, 50 updates under float16 (``--amp``'s loss scale) and 50 under bfloat16,
-and decodes one batch with beam 5::
+The GPU stage (skipped without CUDA) trains every paper preset at its paper size, 50 updates under
+float16 (``--amp``'s loss scale) and 50 under bfloat16, and decodes one batch with beam 5
+(``test_paper_preset_trains_on_the_gpu``, 82 tests), and runs ``fairseq-train --fp16`` of every
+Deep-Att / Deep-ED preset (12); the second line is Deep-Att's and Deep-ED's alone (6 tests)::
 
     python -m pytest -q -rA tests/test_mixed_precision.py -k gpu
+    python -m pytest -q -rA tests/test_mixed_precision.py -k "gpu and (deep_att- or deep_ed- or deep_att] or deep_ed])"
 """
 
 import math
