@@ -97,7 +97,7 @@ def parse(arch_args: List[str]):
 
 def reduced(arch: str) -> List[str]:
     """``arch`` at its family's tiny widths of ``PAPER_PAIRS`` (the pair whose arch it is, else the
-    family's first), depth kept; a fixed-std initialisation scaled to keep the paper's per-layer gain."""
+    family's last), depth kept; a fixed-std initialisation scaled to keep the paper's per-layer gain."""
     fam = family(arch)
     pairs = [p for p in counterparts.PAPER_PAIRS.values() if p["family"] == fam]
     pair = next((p for p in pairs if p["ours"][1] == arch), pairs[-1])
