@@ -29,10 +29,8 @@ embedding and positional lookup tables, the output projection included (also whe
 embedding), encoder weights times the batches' source/target token ratio. Beside it, the matmul-class
 FLOPs of one counted bfloat16 step (``op_counts``), which credit redundant work too.
 
-Names this harness uses when the installed package has them, with a fallback said in the results:
-the plugin optimizer ``--optimizer fused_adam`` (else fairseq's ``adam`` on both sides, and no step 3)
-and the task option ``--bf16-autocast`` (else bfloat16 autocast around the criterion's forward, by hooks).
-``--amp`` runs with ``--amp-batch-retries 0``: an overflowed update is skipped, not retried.
+Both sides train on the plugin optimizer ``--optimizer fused_adam``, bfloat16 under the task option
+``--bf16-autocast``. ``--amp`` runs with ``--amp-batch-retries 0``: an overflowed update is skipped, not retried.
 """
 
 import argparse
@@ -55,7 +53,7 @@ logger = logging.getLogger("benchmarks.gpu_figures")
 DATASHEET_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.4, "H200": 989.4, "A100": 312.0}
 #: the A/A ratio must be within this of 1 before any other ratio is read
 AA_TOLERANCE = 0.05
-FUSED_OPTIMIZER, BF16_OPTION = "fused_adam", "--bf16-autocast"
+FUSED_OPTIMIZER = "fused_adam"
 
 
 def datasheet_peak(device_name: str) -> Optional[float]:
@@ -74,28 +72,9 @@ def gemm_peak(device: str, n: int, iters: int) -> float:
     return 2 * n**3 / min(measure.timed(lambda: a @ b, device) for _ in range(iters))
 
 
-def installed_names() -> Tuple[str, bool, List[str]]:
-    """``(optimizer, bf16 option present, fallback notes)``: what the installed package registers of
-    :data:`FUSED_OPTIMIZER` and :data:`BF16_OPTION`."""
-    from fairseq.optim import OPTIMIZER_REGISTRY
-    from fairseq.tasks import TASK_DATACLASS_REGISTRY
-
-    import fairseq_dense  # noqa: F401  (registers the plugin's optimizers and tasks)
-
-    task = measure.default_task()
-    bf16 = BF16_OPTION[2:].replace("-", "_") in getattr(TASK_DATACLASS_REGISTRY.get(task), "__dataclass_fields__", {})
-    optimizer = FUSED_OPTIMIZER if FUSED_OPTIMIZER in OPTIMIZER_REGISTRY else "adam"
-    notes = [] if optimizer != "adam" else [
-        f"no --optimizer {FUSED_OPTIMIZER} in the installed package: fairseq's adam on both sides, no fused/adam pair"
-    ]  # fmt: skip
-    if not bf16:
-        notes.append(f"no {BF16_OPTION} in task {task}: bfloat16 autocast around the criterion's forward (hooks)")
-    return optimizer, bf16, notes
-
-
-def build_trainer(dict_dir: str, arch_args: List[str], optimizer: str, precision: str, bf16_option: bool, device):
+def build_trainer(dict_dir: str, arch_args: List[str], optimizer: str, precision: str, device):
     """fairseq's ``Trainer`` of ``arch_args`` as ``fairseq-train`` builds it (the harness's recipe,
-    ``synthetic.train_args``) for ``precision`` (``amp``: ``--amp``; ``bf16``) and ``optimizer``."""
+    ``synthetic.train_args``) on ``optimizer`` for ``precision`` (``amp``: ``--amp``; ``bf16``: ``--bf16-autocast``)."""
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.trainer import Trainer
@@ -103,33 +82,14 @@ def build_trainer(dict_dir: str, arch_args: List[str], optimizer: str, precision
     torch.manual_seed(1)
     args = synthetic.train_args(dict_dir, arch_args, amp=precision == "amp", device=device)
     args[args.index("--optimizer") + 1] = optimizer
-    args += ["--amp-batch-retries", "0"] if precision == "amp" else [BF16_OPTION] if bf16_option else []
+    args += ["--amp-batch-retries", "0"] if precision == "amp" else ["--bf16-autocast"]
     try:
         cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), args))
     except SystemExit:  # argparse's exit: one side's error, not the run's
         raise ValueError(f"fairseq-train rejects the arguments {' '.join(args)}")
     os.makedirs(cfg.checkpoint.save_dir, exist_ok=True)  # where a failing step saves crash.pt
     task = tasks.setup_task(cfg.task)
-    trainer = Trainer(cfg, task, task.build_model(cfg.model), task.build_criterion(cfg.criterion))
-    if precision == "bf16" and not bf16_option:
-        autocast_forward(trainer.criterion, device)
-    return trainer
-
-
-def autocast_forward(module, device: str) -> None:
-    """bfloat16 autocast around every forward of ``module``, by hooks (inside fairseq's own
-    ``autocast(enabled=False)``, which an autocast around ``train_step`` would not get through)."""
-    entered = []
-
-    def enter(*_):
-        entered.append(torch.autocast(device, dtype=torch.bfloat16))
-        entered[-1].__enter__()
-
-    def leave(*_):
-        entered.pop().__exit__(None, None, None)
-
-    module.register_forward_pre_hook(enter)
-    module.register_forward_hook(leave, always_call=True)
+    return Trainer(cfg, task, task.build_model(cfg.model), task.build_criterion(cfg.criterion))
 
 
 def train_update(trainer, batches: List[Dict]) -> Optional[Dict]:
@@ -258,7 +218,6 @@ def markdown(r: Dict) -> str:
         f"{f'{sheet:.1f} TFLOP/s' if sheet else 'unknown'} (bf16 GEMM measured {r['gemm_peak_tflops']:.1f} TFLOP/s); "
         f"optimizer `{r['optimizer']}`; vocabulary {r['vocab']}; shapes (tokens a batch x batches an update) "
         f"{', '.join(r['shapes'])}; {r['rounds']} interleaved rounds of {r['updates']} updates a side.",
-        *[f"- fallback: {n}" for n in r["fallbacks"]],
         "",
         gate,
         "",
@@ -354,9 +313,6 @@ def main(argv=None) -> int:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     else:  # the dry run: one thread, as the CPU benchmarks (a shared machine's cores are oversubscribed)
         torch.set_num_threads(1)
-    optimizer, bf16_option, fallbacks = installed_names()
-    for note in fallbacks:
-        logger.warning("fallback: %s", note)
     device_name = torch.cuda.get_device_name(0) if a.device == "cuda" else platform.processor() or "cpu"
     sheet = datasheet_peak(device_name) if a.device == "cuda" else None
     r = {
@@ -368,26 +324,24 @@ def main(argv=None) -> int:
         "gemm_peak_tflops": gemm_peak(a.device, a.gemm_size if a.device == "cuda" else 256, 10) / 1e12,
         "datasheet_peak_tflops": sheet / 1e12 if sheet else None,
         **{k: getattr(a, k) for k in ("shapes", "rounds", "updates", "vocab")},
-        "optimizer": optimizer,
-        "fallbacks": fallbacks,
+        "optimizer": FUSED_OPTIMIZER,
         "pairs": {},
     }
     transformer = counterparts.PAPER_PAIRS["wt_a"]["tiny_counterpart" if a.tiny else "counterpart"]
     # name -> side -> (arch arguments, optimizer)
-    sides = {"aa": {"ours": (transformer, optimizer), "counterpart": (transformer, optimizer)}}
+    sides = {"aa": {"ours": (transformer, FUSED_OPTIMIZER), "counterpart": (transformer, FUSED_OPTIMIZER)}}
     for n, p in pairs.items():
-        sides[n] = {s: (p[f"tiny_{s}" if a.tiny else s], optimizer) for s in ("ours", "counterpart")}
+        sides[n] = {s: (p[f"tiny_{s}" if a.tiny else s], FUSED_OPTIMIZER) for s in ("ours", "counterpart")}
     first = a.shapes[:1]
-    jobs = [("aa", "bf16", a.shapes)] + [(n, "bf16", a.shapes) for n in pairs]
-    if optimizer != "adam":  # the fused optimizer (ours) against fairseq's adam (counterpart)
-        sides["fused_vs_adam"] = {"ours": (transformer, optimizer), "counterpart": (transformer, "adam")}
-        jobs.append(("fused_vs_adam", "bf16", first))
+    # the fused optimizer (ours) against fairseq's adam (counterpart)
+    sides["fused_vs_adam"] = {"ours": (transformer, FUSED_OPTIMIZER), "counterpart": (transformer, "adam")}
+    jobs = [("aa", "bf16", a.shapes)] + [(n, "bf16", a.shapes) for n in pairs] + [("fused_vs_adam", "bf16", first)]
     jobs += [(n, "amp", first) for n in pairs]
     shapes = make_shapes(a)
     failed = False
 
     def build(name, side, precision, dict_dir):
-        return build_trainer(dict_dir, *sides[name][side], precision, bf16_option, a.device)
+        return build_trainer(dict_dir, *sides[name][side], precision, a.device)
 
     # on a CPU, LSTMs on a kernel that runs bfloat16 there (op_counts.cpu_lstm_kernel; CUDA's are cuDNN's)
     with tempfile.TemporaryDirectory() as tmp, op_counts.cpu_lstm_kernel(torch.bfloat16):

@@ -6,7 +6,7 @@
 
 The presets are the ``ours`` side of ``counterparts.PAPER_PAIRS`` (each family at its paper's size),
 built as the figures build them (``gpu_figures.build_trainer``: fairseq's Trainer, the harness's recipe,
-the fused optimizer where installed) and trained on synthetic batches of ``--max-tokens`` under
+the fused optimizer) and trained on synthetic batches of ``--max-tokens`` under
 ``--amp`` and in bfloat16. Per preset and precision: the loss and the ``--amp`` loss scale of every
 update, the updates skipped on overflow, whether the weights stayed finite, and one beam-5 decode of
 ``--decode-sentences`` sentences in the precision's dtype (as ``fairseq-generate --fp16`` casts the
@@ -29,9 +29,9 @@ logger = logging.getLogger("benchmarks.gpu_presets")
 DTYPES = {"amp": torch.float16, "bf16": torch.bfloat16}
 
 
-def train_preset(dict_dir: str, arch_args, precision: str, a, optimizer: str, bf16_option: bool) -> Dict:
+def train_preset(dict_dir: str, arch_args, precision: str, a) -> Dict:
     """``a.updates`` updates of one preset in ``precision``, then one beam-5 decode."""
-    trainer = gpu_figures.build_trainer(dict_dir, arch_args, optimizer, precision, bf16_option, a.device)
+    trainer = gpu_figures.build_trainer(dict_dir, arch_args, gpu_figures.FUSED_OPTIMIZER, precision, a.device)
     batches = [
         synthetic.make_batch(synthetic.batch_lengths(a.max_tokens, a.max_len, quantile=q), a.vocab, device=a.device)
         for q in (0.2, 0.4, 0.6, 0.8)
@@ -72,7 +72,6 @@ def markdown(r: Dict) -> str:
         f"`{r['command']}`  ",
         f"{r['date']}, commit `{r['commit']}`, {r['device']}, torch {r['torch']}; optimizer `{r['optimizer']}`; "
         f"{r['updates']} updates of {r['max_tokens']}-token batches.",
-        *[f"- fallback: {n}" for n in r["fallbacks"]],
         "",
         "| preset | precision | loss first -> last | skipped | loss scale first, min, last | finite | beam-5 |",
         "|---|---|---|---|---|---|---|",
@@ -126,15 +125,13 @@ def main(argv=None) -> int:
         raise SystemExit(f"error: {e}")
     if a.device == "cpu":
         torch.set_num_threads(1)
-    optimizer, bf16_option, fallbacks = gpu_figures.installed_names()
     r = {
         "command": "python -m benchmarks.gpu_presets " + " ".join(argv),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "commit": report.git_commit(),
         "device": torch.cuda.get_device_name(0) if a.device == "cuda" else "cpu",
         "torch": torch.__version__,
-        "optimizer": optimizer,
-        "fallbacks": fallbacks,
+        "optimizer": gpu_figures.FUSED_OPTIMIZER,
         **{k: getattr(a, k) for k in ("updates", "max_tokens")},
         "presets": {},
     }
@@ -151,7 +148,7 @@ def main(argv=None) -> int:
                 logger.info("%s %s", name, precision)
                 try:
                     args = pair["tiny_ours" if a.tiny else "ours"]
-                    e[precision] = train_preset(dict_dir, args, precision, a, optimizer, bf16_option)
+                    e[precision] = train_preset(dict_dir, args, precision, a)
                     failed |= not e[precision]["weights_finite"] or "error" in e[precision]["beam5"]
                     failed |= bool(e[precision]["diverged"])
                     failed |= any(x is not None and not math.isfinite(x) for x in e[precision]["losses"])
