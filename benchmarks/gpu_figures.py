@@ -3,34 +3,14 @@
     python -m benchmarks.gpu_figures --device cuda --out OUT [--pairs wt_a deep_att ...] [--budget-s 230]
     python -m benchmarks.gpu_figures --device cpu --tiny --shapes 64x1 32x2 --rounds 2 --vocab 100 ...   # dry run
 
-Both models of a pair train in one process with fairseq's own ``Trainer`` (``train_step``: forward,
-backward, gradients accumulated over the update's batches, clipping, optimizer and learning-rate step,
-``--amp``'s loss scaling, fairseq's logging) on the same synthetic batches (``synthetic.py``). Per batch
-shape (``--shapes``: 32,768 padded tokens a batch, and 8,192 with ``--update-freq 4``): one untimed update
-on every batch of the shape first (cuDNN plans, the allocator, the optimizer's state), then ``--rounds``
-rounds in which the sides take turns update by update (``measure.timed_rounds``: A B A B ..., the order
-reversed every other round). Per side: target tokens/s, median and range over the rounds; per pair: the
-ratio ours / counterpart of each round, median and range.
-
-In this order, each result written to ``--out`` as it comes; what would start past ``--budget-s`` is
-marked skipped:
-
-1. **A/A**: the transformer against itself, bfloat16, every shape. No other ratio is read unless each of
-   its ratios is within ``AA_TOLERANCE`` of 1 (``aa_gate``; the report says so either way).
-2. Every pair of ``--pairs`` in bfloat16 at every shape (the headline), both sides on the fused optimizer.
-3. The transformer on the fused optimizer against itself on fairseq's ``adam`` (bfloat16, first shape).
-4. Every pair under ``--amp`` at the first shape, each side's skipped (overflowed) updates counted.
-5. The kernels of one bfloat16 update of each distinct side under ``torch.profiler`` (last: the profiler stays
-   active once started and slows what follows).
-
-MFU (the headline) = target tokens/s x 6N / the datasheet's dense bfloat16 peak, with N the weights that
-take part in a matmul per target token (``counterparts.matmul_params``): every parameter except the
-embedding and positional lookup tables, the output projection included (also when tied to the
-embedding), encoder weights times the batches' source/target token ratio. Beside it, the matmul-class
-FLOPs of one counted bfloat16 step (``op_counts``), which credit redundant work too.
-
-Both sides train on the plugin optimizer ``--optimizer fused_adam``, bfloat16 under the task option
-``--bf16-autocast``. ``--amp`` runs with ``--amp-batch-retries 0``: an overflowed update is skipped, not retried.
+Both models of a pair train in one process by fairseq's ``Trainer`` on the same synthetic batches, the
+sides taking turns update by update (``measure.timed_rounds``), both on ``--optimizer fused_adam``,
+bfloat16 by ``--bf16-autocast``. In this order, each result written to ``--out`` as it comes, what would
+start past ``--budget-s`` marked skipped: the A/A pair (no other ratio read unless within
+``AA_TOLERANCE`` of 1), every pair in bfloat16 at every shape, fused_adam against fairseq's ``adam``,
+every pair under ``--amp`` (``--amp-batch-retries 0``), then the kernels of one update of each side.
+MFU = target tokens/s x 6N (``counterparts.matmul_params``) / the datasheet's dense bfloat16 peak.
+The method in full: docs/benchmarks.md ("How the figures measure training").
 """
 
 import argparse
@@ -298,29 +278,39 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> int:
+def start(parser: argparse.ArgumentParser, argv, names_option: str):
+    """What both GPU stages start with: ``(arguments, the pairs named by names_option, the results' header)``,
+    logging set up, the device checked, one thread in a CPU dry run (as the CPU benchmarks)."""
     argv = sys.argv[1:] if argv is None else argv
-    a = get_parser().parse_args(argv)
+    a = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
-    started = time.time()
     if a.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("error: --device cuda but torch sees no CUDA device")
     try:
-        pairs = counterparts.paper_pairs(a.pairs)
+        pairs = counterparts.paper_pairs(getattr(a, names_option))
     except ValueError as e:
         raise SystemExit(f"error: {e}")
+    if a.device == "cpu":
+        torch.set_num_threads(1)
+    header = {
+        "command": f"{parser.prog} {' '.join(argv)}",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": report.git_commit(),
+        "torch": torch.__version__,
+    }
+    return a, pairs, header
+
+
+def main(argv=None) -> int:
+    started = time.time()
+    a, pairs, header = start(get_parser(), argv, "pairs")
     if a.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    else:  # the dry run: one thread, as the CPU benchmarks (a shared machine's cores are oversubscribed)
-        torch.set_num_threads(1)
     device_name = torch.cuda.get_device_name(0) if a.device == "cuda" else platform.processor() or "cpu"
     sheet = datasheet_peak(device_name) if a.device == "cuda" else None
     r = {
-        "command": "python -m benchmarks.gpu_figures " + " ".join(argv),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "commit": report.git_commit(),
+        **header,
         "device_name": device_name,
-        "torch": torch.__version__,
         "gemm_peak_tflops": gemm_peak(a.device, a.gemm_size if a.device == "cuda" else 256, 10) / 1e12,
         "datasheet_peak_tflops": sheet / 1e12 if sheet else None,
         **{k: getattr(a, k) for k in ("shapes", "rounds", "updates", "vocab")},
