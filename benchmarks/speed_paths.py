@@ -139,11 +139,10 @@ def sigmoid_tanh(family: str, data_bin: str, rounds: int) -> dict:
 
 
 def float32_fast_forward(family: str, data_bin: str, rounds: int) -> dict:
-    """Training steps (``proxies.train_step``: forward, backward, clipping, Adam) of ``<family>_small`` on 4
+    """Training steps (``measure.train_step``: forward, backward, clipping, Adam) of ``<family>_small`` on 4
     synthetic 2,048-token batches, in float32 and under bfloat16 autocast, with Deep-Att's float32 region
     of the fast-forward stack (on: the default, issue 60) and without it (off: all in autocast's dtype);
     ``gain`` is off seconds / on seconds, below 1 where the region costs time."""
-    from benchmarks import proxies
     from fairseq_dense.models.fast_forward_lstm import decoder, encoder
     from fairseq_dense.modules import low_precision
 
@@ -153,13 +152,13 @@ def float32_fast_forward(family: str, data_bin: str, rounds: int) -> dict:
     samples = [synthetic.make_batch(n, vocab, seed=i) for i, n in enumerate(lengths)]
     plain = low_precision.outside_low_precision
     out = {}
-    for name, autocast in (("float32", False), ("bfloat16", True)):
+    for name, dtype in (("float32", None), ("bfloat16", torch.bfloat16)):
 
         def run(on, sample, i):
             for module in (encoder, decoder):
                 module.outside_low_precision = plain if on else (lambda x, like, enabled=True: plain(x, like, False))
             try:
-                proxies.train_step(side, sample, autocast=autocast, update=i + 1)
+                measure.train_step(side, sample, i + 1, dtype=dtype)
             finally:
                 encoder.outside_low_precision = decoder.outside_low_precision = plain
 
