@@ -114,7 +114,7 @@ def build(arch_args: List[str], device: str):
     with tempfile.TemporaryDirectory() as tmp:
         dict_dir = synthetic.write_dicts(tmp, VOCAB)
         torch.manual_seed(1)
-        args = [dict_dir, "-s", "de", "-t", "en", "--task", measure.default_task(), *arch_args]
+        args = [dict_dir, "-s", "de", "-t", "en", "--task", "translation_exact_resume_simplex", *arch_args]
         args += [*recipe(arch_args[1]), "--criterion", "label_smoothed_cross_entropy_with_stats"]
         side = measure.build_trainable([*args, "--label-smoothing", "0.1"])
     side[1].to(device)
