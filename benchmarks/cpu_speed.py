@@ -20,7 +20,7 @@ from typing import Dict, List
 
 import torch
 
-from benchmarks import report
+from benchmarks import measure, report, synthetic
 
 logger = logging.getLogger("benchmarks.cpu_speed")
 
@@ -40,8 +40,6 @@ def quickstart_data(work_dir: str) -> str:
 
 def decode_models(data_bin: str, arch_args: List[str]):
     """``(model, task)`` built as ``fairseq-train`` builds it, in eval mode, the test split loaded."""
-    from benchmarks import synthetic
-
     task, model = synthetic.build(data_bin, arch_args)[:2]
     task.load_dataset("test")
     return model.eval(), task
@@ -49,7 +47,6 @@ def decode_models(data_bin: str, arch_args: List[str]):
 
 def measure_family(family: str, data_bin: str, a) -> Dict:
     """Training and beam-5 ratios of ``<family>_small`` against its quick-start counterpart."""
-    from benchmarks import measure, synthetic
     from fairseq_dense import baselines
 
     ours = ["--arch", f"{family}_small"]
@@ -76,7 +73,7 @@ def measure_family(family: str, data_bin: str, a) -> Dict:
 
 def _spread(res: Dict, key: str = "cpu_s") -> str:
     """``median (lowest-highest)`` of the per-round ratios of one clock (``s``: wall, ``cpu_s``: thread CPU)."""
-    ratios = sorted(r[f"baseline_{key}"] / r[f"ours_{key}"] for r in res["rounds"])
+    ratios = measure.round_ratios(res["rounds"], "baseline", "ours", key)
     return f"{ratios[len(ratios) // 2]:.3f} ({ratios[0]:.2f}-{ratios[-1]:.2f})"
 
 

@@ -3,36 +3,14 @@
     python -m benchmarks.gpu_figures --device cuda --out OUT [--pairs wt_a deep_att ...] [--budget-s 230]
     python -m benchmarks.gpu_figures --device cpu --tiny --shapes 64x1 32x2 --rounds 2 --vocab 100 ...   # dry run
 
-Both models of a pair train in one process with fairseq's own ``Trainer`` (``train_step``: forward,
-backward, gradients accumulated over the update's batches, clipping, optimizer and learning-rate step,
-``--amp``'s loss scaling, fairseq's logging) on the same synthetic batches (``synthetic.py``). Per batch
-shape (``--shapes``: 32,768 padded tokens a batch, and 8,192 with ``--update-freq 4``): one untimed update
-on every batch of the shape first (cuDNN plans, the allocator, the optimizer's state), then ``--rounds``
-rounds in which the sides take turns update by update (``measure.timed_rounds``: A B A B ..., the order
-reversed every other round). Per side: target tokens/s, median and range over the rounds; per pair: the
-ratio ours / counterpart of each round, median and range.
-
-In this order, each result written to ``--out`` as it comes; what would start past ``--budget-s`` is
-marked skipped:
-
-1. **A/A**: the transformer against itself, bfloat16, every shape. No other ratio is read unless each of
-   its ratios is within ``AA_TOLERANCE`` of 1 (``aa_gate``; the report says so either way).
-2. Every pair of ``--pairs`` in bfloat16 at every shape (the headline), both sides on the fused optimizer.
-3. The transformer on the fused optimizer against itself on fairseq's ``adam`` (bfloat16, first shape).
-4. Every pair under ``--amp`` at the first shape, each side's skipped (overflowed) updates counted.
-5. The kernels of one bfloat16 update of each distinct side under ``torch.profiler`` (last: the profiler stays
-   active once started and slows what follows).
-
-MFU (the headline) = target tokens/s x 6N / the datasheet's dense bfloat16 peak, with N the weights that
-take part in a matmul per target token (``counterparts.matmul_params``): every parameter except the
-embedding and positional lookup tables, the output projection included (also when tied to the
-embedding), encoder weights times the batches' source/target token ratio. Beside it, the matmul-class
-FLOPs of one counted bfloat16 step (``op_counts``), which credit redundant work too.
-
-Names this harness uses when the installed package has them, with a fallback said in the results:
-the plugin optimizer ``--optimizer fused_adam`` (else fairseq's ``adam`` on both sides, and no step 3)
-and the task option ``--bf16-autocast`` (else bfloat16 autocast around the criterion's forward, by hooks).
-``--amp`` runs with ``--amp-batch-retries 0``: an overflowed update is skipped, not retried.
+Both models of a pair train in one process by fairseq's ``Trainer`` on the same synthetic batches, the
+sides taking turns update by update (``measure.timed_rounds``), both on ``--optimizer fused_adam``,
+bfloat16 by ``--bf16-autocast``. In this order, each result written to ``--out`` as it comes, what would
+start past ``--budget-s`` marked skipped: the A/A pair (no other ratio read unless within
+``AA_TOLERANCE`` of 1), every pair in bfloat16 at every shape, fused_adam against fairseq's ``adam``,
+every pair under ``--amp`` (``--amp-batch-retries 0``), then the kernels of one update of each side.
+MFU = target tokens/s x 6N (``counterparts.matmul_params``) / the datasheet's dense bfloat16 peak.
+The method in full: docs/benchmarks.md ("How the figures measure training").
 """
 
 import argparse
@@ -55,7 +33,7 @@ logger = logging.getLogger("benchmarks.gpu_figures")
 DATASHEET_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.4, "H200": 989.4, "A100": 312.0}
 #: the A/A ratio must be within this of 1 before any other ratio is read
 AA_TOLERANCE = 0.05
-FUSED_OPTIMIZER, BF16_OPTION = "fused_adam", "--bf16-autocast"
+FUSED_OPTIMIZER = "fused_adam"
 
 
 def datasheet_peak(device_name: str) -> Optional[float]:
@@ -74,28 +52,9 @@ def gemm_peak(device: str, n: int, iters: int) -> float:
     return 2 * n**3 / min(measure.timed(lambda: a @ b, device) for _ in range(iters))
 
 
-def installed_names() -> Tuple[str, bool, List[str]]:
-    """``(optimizer, bf16 option present, fallback notes)``: what the installed package registers of
-    :data:`FUSED_OPTIMIZER` and :data:`BF16_OPTION`."""
-    from fairseq.optim import OPTIMIZER_REGISTRY
-    from fairseq.tasks import TASK_DATACLASS_REGISTRY
-
-    import fairseq_dense  # noqa: F401  (registers the plugin's optimizers and tasks)
-
-    task = measure.default_task()
-    bf16 = BF16_OPTION[2:].replace("-", "_") in getattr(TASK_DATACLASS_REGISTRY.get(task), "__dataclass_fields__", {})
-    optimizer = FUSED_OPTIMIZER if FUSED_OPTIMIZER in OPTIMIZER_REGISTRY else "adam"
-    notes = [] if optimizer != "adam" else [
-        f"no --optimizer {FUSED_OPTIMIZER} in the installed package: fairseq's adam on both sides, no fused/adam pair"
-    ]  # fmt: skip
-    if not bf16:
-        notes.append(f"no {BF16_OPTION} in task {task}: bfloat16 autocast around the criterion's forward (hooks)")
-    return optimizer, bf16, notes
-
-
-def build_trainer(dict_dir: str, arch_args: List[str], optimizer: str, precision: str, bf16_option: bool, device):
+def build_trainer(dict_dir: str, arch_args: List[str], optimizer: str, precision: str, device):
     """fairseq's ``Trainer`` of ``arch_args`` as ``fairseq-train`` builds it (the harness's recipe,
-    ``synthetic.train_args``) for ``precision`` (``amp``: ``--amp``; ``bf16``) and ``optimizer``."""
+    ``synthetic.train_args``) on ``optimizer`` for ``precision`` (``amp``: ``--amp``; ``bf16``: ``--bf16-autocast``)."""
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.trainer import Trainer
@@ -103,33 +62,14 @@ def build_trainer(dict_dir: str, arch_args: List[str], optimizer: str, precision
     torch.manual_seed(1)
     args = synthetic.train_args(dict_dir, arch_args, amp=precision == "amp", device=device)
     args[args.index("--optimizer") + 1] = optimizer
-    args += ["--amp-batch-retries", "0"] if precision == "amp" else [BF16_OPTION] if bf16_option else []
+    args += ["--amp-batch-retries", "0"] if precision == "amp" else ["--bf16-autocast"]
     try:
         cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), args))
     except SystemExit:  # argparse's exit: one side's error, not the run's
         raise ValueError(f"fairseq-train rejects the arguments {' '.join(args)}")
     os.makedirs(cfg.checkpoint.save_dir, exist_ok=True)  # where a failing step saves crash.pt
     task = tasks.setup_task(cfg.task)
-    trainer = Trainer(cfg, task, task.build_model(cfg.model), task.build_criterion(cfg.criterion))
-    if precision == "bf16" and not bf16_option:
-        autocast_forward(trainer.criterion, device)
-    return trainer
-
-
-def autocast_forward(module, device: str) -> None:
-    """bfloat16 autocast around every forward of ``module``, by hooks (inside fairseq's own
-    ``autocast(enabled=False)``, which an autocast around ``train_step`` would not get through)."""
-    entered = []
-
-    def enter(*_):
-        entered.append(torch.autocast(device, dtype=torch.bfloat16))
-        entered[-1].__enter__()
-
-    def leave(*_):
-        entered.pop().__exit__(None, None, None)
-
-    module.register_forward_pre_hook(enter)
-    module.register_forward_hook(leave, always_call=True)
+    return Trainer(cfg, task, task.build_model(cfg.model), task.build_criterion(cfg.criterion))
 
 
 def train_update(trainer, batches: List[Dict]) -> Optional[Dict]:
@@ -258,7 +198,6 @@ def markdown(r: Dict) -> str:
         f"{f'{sheet:.1f} TFLOP/s' if sheet else 'unknown'} (bf16 GEMM measured {r['gemm_peak_tflops']:.1f} TFLOP/s); "
         f"optimizer `{r['optimizer']}`; vocabulary {r['vocab']}; shapes (tokens a batch x batches an update) "
         f"{', '.join(r['shapes'])}; {r['rounds']} interleaved rounds of {r['updates']} updates a side.",
-        *[f"- fallback: {n}" for n in r["fallbacks"]],
         "",
         gate,
         "",
@@ -339,55 +278,60 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> int:
+def start(parser: argparse.ArgumentParser, argv, names_option: str):
+    """What both GPU stages start with: ``(arguments, the pairs named by names_option, the results' header)``,
+    logging set up, the device checked, one thread in a CPU dry run (as the CPU benchmarks)."""
     argv = sys.argv[1:] if argv is None else argv
-    a = get_parser().parse_args(argv)
+    a = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
-    started = time.time()
     if a.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("error: --device cuda but torch sees no CUDA device")
     try:
-        pairs = counterparts.paper_pairs(a.pairs)
+        pairs = counterparts.paper_pairs(getattr(a, names_option))
     except ValueError as e:
         raise SystemExit(f"error: {e}")
+    if a.device == "cpu":
+        torch.set_num_threads(1)
+    header = {
+        "command": f"{parser.prog} {' '.join(argv)}",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": report.git_commit(),
+        "torch": torch.__version__,
+    }
+    return a, pairs, header
+
+
+def main(argv=None) -> int:
+    started = time.time()
+    a, pairs, header = start(get_parser(), argv, "pairs")
     if a.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    else:  # the dry run: one thread, as the CPU benchmarks (a shared machine's cores are oversubscribed)
-        torch.set_num_threads(1)
-    optimizer, bf16_option, fallbacks = installed_names()
-    for note in fallbacks:
-        logger.warning("fallback: %s", note)
     device_name = torch.cuda.get_device_name(0) if a.device == "cuda" else platform.processor() or "cpu"
     sheet = datasheet_peak(device_name) if a.device == "cuda" else None
     r = {
-        "command": "python -m benchmarks.gpu_figures " + " ".join(argv),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "commit": report.git_commit(),
+        **header,
         "device_name": device_name,
-        "torch": torch.__version__,
         "gemm_peak_tflops": gemm_peak(a.device, a.gemm_size if a.device == "cuda" else 256, 10) / 1e12,
         "datasheet_peak_tflops": sheet / 1e12 if sheet else None,
         **{k: getattr(a, k) for k in ("shapes", "rounds", "updates", "vocab")},
-        "optimizer": optimizer,
-        "fallbacks": fallbacks,
+        "optimizer": FUSED_OPTIMIZER,
         "pairs": {},
     }
     transformer = counterparts.PAPER_PAIRS["wt_a"]["tiny_counterpart" if a.tiny else "counterpart"]
     # name -> side -> (arch arguments, optimizer)
-    sides = {"aa": {"ours": (transformer, optimizer), "counterpart": (transformer, optimizer)}}
+    sides = {"aa": {"ours": (transformer, FUSED_OPTIMIZER), "counterpart": (transformer, FUSED_OPTIMIZER)}}
     for n, p in pairs.items():
-        sides[n] = {s: (p[f"tiny_{s}" if a.tiny else s], optimizer) for s in ("ours", "counterpart")}
+        sides[n] = {s: (p[f"tiny_{s}" if a.tiny else s], FUSED_OPTIMIZER) for s in ("ours", "counterpart")}
     first = a.shapes[:1]
-    jobs = [("aa", "bf16", a.shapes)] + [(n, "bf16", a.shapes) for n in pairs]
-    if optimizer != "adam":  # the fused optimizer (ours) against fairseq's adam (counterpart)
-        sides["fused_vs_adam"] = {"ours": (transformer, optimizer), "counterpart": (transformer, "adam")}
-        jobs.append(("fused_vs_adam", "bf16", first))
+    # the fused optimizer (ours) against fairseq's adam (counterpart)
+    sides["fused_vs_adam"] = {"ours": (transformer, FUSED_OPTIMIZER), "counterpart": (transformer, "adam")}
+    jobs = [("aa", "bf16", a.shapes)] + [(n, "bf16", a.shapes) for n in pairs] + [("fused_vs_adam", "bf16", first)]
     jobs += [(n, "amp", first) for n in pairs]
     shapes = make_shapes(a)
     failed = False
 
     def build(name, side, precision, dict_dir):
-        return build_trainer(dict_dir, *sides[name][side], precision, bf16_option, a.device)
+        return build_trainer(dict_dir, *sides[name][side], precision, a.device)
 
     # on a CPU, LSTMs on a kernel that runs bfloat16 there (op_counts.cpu_lstm_kernel; CUDA's are cuDNN's)
     with tempfile.TemporaryDirectory() as tmp, op_counts.cpu_lstm_kernel(torch.bfloat16):

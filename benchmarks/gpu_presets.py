@@ -1,16 +1,14 @@
 """Every family's paper preset trained a few updates in each low precision, then one beam-5 decode
-(stage 2 of ``benchmarks/gpu_figures.sh``).
+(stage 3 of ``benchmarks/gpu_figures.sh``; docs/benchmarks.md).
 
     python -m benchmarks.gpu_presets --device cuda --updates 50 --out OUT
     python -m benchmarks.gpu_presets --device cpu --tiny --presets wt_a_fixed --updates 2 --max-tokens 64 ...
 
-The presets are the ``ours`` side of ``counterparts.PAPER_PAIRS`` (each family at its paper's size),
-built as the figures build them (``gpu_figures.build_trainer``: fairseq's Trainer, the harness's recipe,
-the fused optimizer where installed) and trained on synthetic batches of ``--max-tokens`` under
-``--amp`` and in bfloat16. Per preset and precision: the loss and the ``--amp`` loss scale of every
-update, the updates skipped on overflow, whether the weights stayed finite, and one beam-5 decode of
-``--decode-sentences`` sentences in the precision's dtype (as ``fairseq-generate --fp16`` casts the
-model), hypotheses forced to ``--decode-length`` tokens. ``presets.{json,md}`` are rewritten after each.
+The ``ours`` side of each ``counterparts.PAPER_PAIRS`` entry, built as the figures build it
+(``gpu_figures.build_trainer``), trained under ``--amp`` and in bfloat16; per preset and precision the
+loss and loss scale of every update, the skipped updates, whether the weights stayed finite, and one
+beam-5 decode in the precision's dtype (as ``fairseq-generate --fp16`` casts the model), hypotheses
+forced to ``--decode-length`` tokens. ``presets.{json,md}`` are rewritten after each.
 """
 
 import argparse
@@ -29,9 +27,9 @@ logger = logging.getLogger("benchmarks.gpu_presets")
 DTYPES = {"amp": torch.float16, "bf16": torch.bfloat16}
 
 
-def train_preset(dict_dir: str, arch_args, precision: str, a, optimizer: str, bf16_option: bool) -> Dict:
+def train_preset(dict_dir: str, arch_args, precision: str, a) -> Dict:
     """``a.updates`` updates of one preset in ``precision``, then one beam-5 decode."""
-    trainer = gpu_figures.build_trainer(dict_dir, arch_args, optimizer, precision, bf16_option, a.device)
+    trainer = gpu_figures.build_trainer(dict_dir, arch_args, gpu_figures.FUSED_OPTIMIZER, precision, a.device)
     batches = [
         synthetic.make_batch(synthetic.batch_lengths(a.max_tokens, a.max_len, quantile=q), a.vocab, device=a.device)
         for q in (0.2, 0.4, 0.6, 0.8)
@@ -72,7 +70,6 @@ def markdown(r: Dict) -> str:
         f"`{r['command']}`  ",
         f"{r['date']}, commit `{r['commit']}`, {r['device']}, torch {r['torch']}; optimizer `{r['optimizer']}`; "
         f"{r['updates']} updates of {r['max_tokens']}-token batches.",
-        *[f"- fallback: {n}" for n in r["fallbacks"]],
         "",
         "| preset | precision | loss first -> last | skipped | loss scale first, min, last | finite | beam-5 |",
         "|---|---|---|---|---|---|---|",
@@ -114,27 +111,12 @@ def get_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    a = get_parser().parse_args(argv)
-    logging.basicConfig(format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
     started = time.time()
-    if a.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("error: --device cuda but torch sees no CUDA device")
-    try:
-        pairs = counterparts.paper_pairs(a.presets)
-    except ValueError as e:
-        raise SystemExit(f"error: {e}")
-    if a.device == "cpu":
-        torch.set_num_threads(1)
-    optimizer, bf16_option, fallbacks = gpu_figures.installed_names()
+    a, pairs, header = gpu_figures.start(get_parser(), argv, "presets")
     r = {
-        "command": "python -m benchmarks.gpu_presets " + " ".join(argv),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "commit": report.git_commit(),
+        **header,
         "device": torch.cuda.get_device_name(0) if a.device == "cuda" else "cpu",
-        "torch": torch.__version__,
-        "optimizer": optimizer,
-        "fallbacks": fallbacks,
+        "optimizer": gpu_figures.FUSED_OPTIMIZER,
         **{k: getattr(a, k) for k in ("updates", "max_tokens")},
         "presets": {},
     }
@@ -151,7 +133,7 @@ def main(argv=None) -> int:
                 logger.info("%s %s", name, precision)
                 try:
                     args = pair["tiny_ours" if a.tiny else "ours"]
-                    e[precision] = train_preset(dict_dir, args, precision, a, optimizer, bf16_option)
+                    e[precision] = train_preset(dict_dir, args, precision, a)
                     failed |= not e[precision]["weights_finite"] or "error" in e[precision]["beam5"]
                     failed |= bool(e[precision]["diverged"])
                     failed |= any(x is not None and not math.isfinite(x) for x in e[precision]["losses"])

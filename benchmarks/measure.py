@@ -29,21 +29,14 @@ CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_train_child.p
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def default_task() -> str:
-    """``translation_exact_resume_simplex`` where registered (the Weighted Transformer's post-step simplex
-    projection; fairseq's translation otherwise), else ``translation``."""
-    from fairseq.tasks import TASK_REGISTRY
-
-    return "translation_exact_resume_simplex" if "translation_exact_resume_simplex" in TASK_REGISTRY else "translation"
-
-
 def common_args(data_bin: str, save_dir: str, a) -> List[str]:
     """The ``fairseq-train`` arguments both models of a pair share (data, optimiser, schedule, budget)."""
     import fairseq_dense
 
-    task, user_dir = default_task(), os.path.dirname(os.path.abspath(fairseq_dense.__file__))
+    user_dir = os.path.dirname(os.path.abspath(fairseq_dense.__file__))
     args = [
-        *(data_bin, "--user-dir", user_dir, "--task", task, "--source-lang", a.src, "--target-lang", a.tgt),
+        *(data_bin, "--user-dir", user_dir, "--task", "translation_exact_resume_simplex"),
+        *("--source-lang", a.src, "--target-lang", a.tgt),
         *"--criterion label_smoothed_cross_entropy_with_stats --label-smoothing 0.1 --optimizer adam".split(),
         *("--adam-betas", "(0.9, 0.98)"),
         *f"--lr {a.lr} --clip-norm 1.0 --lr-scheduler inverse_sqrt --warmup-updates {a.warmup_updates}".split(),

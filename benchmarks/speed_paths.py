@@ -30,7 +30,7 @@ import types
 
 import torch
 
-from benchmarks import cpu_speed, measure, op_counts, proxies, synthetic
+from benchmarks import cpu_speed, measure, op_counts, synthetic
 
 
 def int16_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
@@ -87,15 +87,22 @@ def reorder_skip(family: str, data_bin: str, rounds: int) -> dict:
     return _beam_gain(batches, rounds, run)
 
 
+def _trainables(data_bin: str, sides: dict) -> dict:
+    """``{name: measure.build_trainable(...)}`` of ``sides`` (name -> arguments) on the quick-start's
+    recipe, each built from the same seed."""
+    built = {}
+    for name, args in sides.items():
+        torch.manual_seed(1)
+        built[name] = measure.build_trainable(synthetic.train_args(data_bin, args, max_tokens=cpu_speed.MAX_TOKENS))
+    return built
+
+
 def int16_dropout_path(family: str, data_bin: str, rounds: int) -> dict:
     from fairseq_dense import baselines
 
     ours = ["--arch", f"{family}_small"]
     base = baselines.match_baseline(data_bin, family, ours)[0]["baseline_args"]
-    sides = {}
-    for name, args in (("on", ours), ("off", ours), ("counterpart", base)):
-        torch.manual_seed(1)
-        sides[name] = measure.build_trainable(synthetic.train_args(data_bin, args, max_tokens=cpu_speed.MAX_TOKENS))
+    sides = _trainables(data_bin, {"on": ours, "off": ours, "counterpart": base})
     use_int16_dropout(sides["on"][1])
     res = measure.train_speed(sides, batches=4, rounds=rounds)
     per_round = res["rounds"]
@@ -130,17 +137,13 @@ def sigmoid_tanh(family: str, data_bin: str, rounds: int) -> dict:
 
 def fused_adam(family: str, data_bin: str, rounds: int) -> dict:
     ours = ["--arch", f"{family}_small"]
-    sides = {}
-    for name, extra in (("on", ["--optimizer", "fused_adam"]), ("off", [])):
-        torch.manual_seed(1)
-        train_args = synthetic.train_args(data_bin, ours + extra, max_tokens=cpu_speed.MAX_TOKENS)
-        sides[name] = measure.build_trainable(train_args)
+    sides = _trainables(data_bin, {"on": ours + ["--optimizer", "fused_adam"], "off": ours})
     res = measure.train_speed(sides, batches=4, rounds=rounds)
     sample = synthetic.make_batch(synthetic.batch_lengths(cpu_speed.MAX_TOKENS), len(sides["on"][0].target_dictionary))
     launches = {}
     for name, side in sides.items():
         with op_counts.counting(side[1]) as counter:
-            proxies.train_step(side, sample, autocast=False, counter=counter, update=9)
+            measure.train_step(side, sample, 9, counter=counter)
         launches[name] = dict(counter.launches)
     return {
         "gain": measure.median_ratio(res["rounds"], "off", "on"),
