@@ -63,6 +63,7 @@ def start_training(train_args: List[str], run_dir: str, threads: int):
         os.environ,
         OMP_NUM_THREADS=str(threads),
         MKL_NUM_THREADS=str(threads),
+        FAIRSEQ_DENSE_CLI="1",  # a clean exit (fairseq_dense.cli.fairseq_tools)
         PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])),
     )
     log = open(os.path.join(run_dir, "train.log"), "w")
@@ -290,9 +291,10 @@ def load_checkpoint(path: str, data_bin: str, device: str = "cpu", bf16: bool = 
     """A fairseq checkpoint of any model, in eval mode, and its task with the test split loaded."""
     from fairseq import checkpoint_utils
 
-    import fairseq_dense  # noqa: F401
+    from fairseq_dense.checkpoints import safe_loading  # (imports the plugin: registers every model)
 
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data_bin})
+    with safe_loading():  # the argparse.Namespace of fairseq's lstm, fconv and --optimizer sgd
+        models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data_bin})
     model = models[0].eval().to(device)
     task.load_dataset("test")
     return (model.to(torch.bfloat16) if bf16 else model), task

@@ -1,23 +1,30 @@
 """fairseq-dense: dense and deep NMT architectures as a fairseq plugin.
 
 Importing this package (directly, or through ``--user-dir``) registers every model,
-architecture, criterion and LR scheduler with fairseq's registries. This file is
-the registration list: every module is imported explicitly.
+architecture, criterion, LR scheduler and task with fairseq's registries, and does
+nothing else: the program's warnings filters, loggers, ``sys.excepthook``, exit handlers
+and torch's safe globals stay as they were (importing fairseq changes the root logger;
+that is undone). This file is the registration list: every module is imported explicitly.
+``FAIRSEQ_DENSE_CLI=1`` asks for more in fairseq's command-line tools
+(:mod:`fairseq_dense.cli.fairseq_tools`).
 """
 
 __version__ = "0.1.0"
 
 from fairseq_dense import logging_setup  # noqa: E402
 
-# quiet by default (FAIRSEQ_DENSE_VERBOSE=1 or an entry point's -v shows all): fairseq's
-# import-time notices are held back, its import leaves the root logger as it was, and the
-# warnings of fairseq's dependencies about fairseq's calls are hidden
-logging_setup.hold_import_notices()
-if not logging_setup.verbose_from_env():
-    logging_setup.hide_noise()
-with logging_setup.keep_root_logger():
-    from fairseq_dense import criterions, fairseq_compat, lr_schedulers, models, optim, tasks  # noqa: E402,F401
-    from fairseq_dense.hub import from_pretrained  # noqa: E402,F401
+with logging_setup.importing_fairseq():
+    from fairseq_dense import criterions, lr_schedulers, models, optim, tasks  # noqa: E402,F401
+    from fairseq_dense.cli import fairseq_tools  # noqa: E402
 
-# workarounds for fairseq on modern Python/torch; after the registrations (it wraps the models' loading)
-fairseq_compat.install()
+if fairseq_tools.requested():  # opt-in, for fairseq's command-line tools (docs/cli.md)
+    fairseq_tools.set_up()
+
+
+def __getattr__(name: str):
+    """``fairseq_dense.from_pretrained``: :func:`fairseq_dense.hub.from_pretrained`, imported when first used."""
+    if name == "from_pretrained":
+        from fairseq_dense.hub import from_pretrained
+
+        return from_pretrained
+    raise AttributeError(f"module 'fairseq_dense' has no attribute {name!r}")

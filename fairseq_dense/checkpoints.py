@@ -5,7 +5,9 @@ Files are read with torch's safe ``weights_only`` loader only, and written to ``
 renamed into place (a kill leaves the old file or the new one).
 """
 
+import argparse
 import collections
+import contextlib
 import glob
 import os
 import re
@@ -37,6 +39,20 @@ EPOCH_NAME = re.compile(r"^checkpoint(\d+)\.pt$")
 UPDATE_NAME = re.compile(r"^checkpoint_\d+_(\d+)\.pt$")
 
 
+#: what fairseq checkpoints hold besides tensors and containers: the ``argparse.Namespace`` of the options of
+#: a component registered without a dataclass (``--optimizer sgd``, fairseq's ``lstm``)
+FAIRSEQ_GLOBALS = [argparse.Namespace]
+
+
+@contextlib.contextmanager
+def safe_loading(classes: Sequence = FAIRSEQ_GLOBALS):
+    """torch's safe loader (``weights_only``) also reads ``classes`` inside the block, not after it; what the
+    program allowed before stays allowed (blocks nest; overlapping blocks of two threads do not)."""
+    added = [c for c in classes if c not in torch.serialization.get_safe_globals()]
+    with torch.serialization.safe_globals(added):
+        yield
+
+
 class CheckpointError(FairseqDenseError, ValueError):
     """A file that is not a readable fairseq checkpoint, or checkpoints that cannot be combined."""
 
@@ -51,7 +67,8 @@ def read_state(path: str, mmap: bool = False) -> dict:
     if not os.path.isfile(path):
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap and zipfile.is_zipfile(path))
+        with safe_loading():
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap and zipfile.is_zipfile(path))
     except Exception as e:  # a cut copy, a file of something else, a pickle that is not only weights
         first = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
         raise CheckpointError(

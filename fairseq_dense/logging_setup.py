@@ -1,12 +1,13 @@
-"""Logging set-up shared by the command-line entry points, the Python API and benchmark scripts.
+"""Logging set-up of the project's own programs: the console scripts, benchmark and example scripts.
 
-The plugin is quiet by default: fairseq and the libraries under it print notices the
-user cannot act on (a speech task's optional package, hydra's and torch's deprecation
-notices about fairseq's calls, ``pin_memory`` without a GPU), and fairseq logs its whole
-configuration at INFO. ``import fairseq_dense`` leaves the root logger as it found it
-(:func:`keep_root_logger`) and hides :data:`NOISE_WARNINGS` (:func:`hide_noise`); the
-console scripts (:func:`configure_logging`) also keep :data:`QUIET_LOGGERS` at WARNING.
-``-v`` / ``--verbose``, or ``FAIRSEQ_DENSE_VERBOSE=1`` (for the Python API too), shows everything.
+fairseq and the libraries under it print notices the user cannot act on (a speech task's optional
+package, hydra's and torch's deprecation notices about fairseq's calls, ``pin_memory`` without a GPU),
+and fairseq logs its whole configuration at INFO. ``import fairseq_dense`` changes none of the program's
+logging or warnings settings: it only undoes what importing fairseq does to them (:func:`importing_fairseq`:
+the root logger as it was, the import's notices kept in :data:`HELD`). A program of ours calls
+:func:`configure_logging` in its ``main``: it hides :data:`NOISE_WARNINGS` and keeps :data:`QUIET_LOGGERS` at
+WARNING; ``-v`` / ``--verbose`` or ``FAIRSEQ_DENSE_VERBOSE=1`` shows everything. Another program that wants
+the same quiet calls :func:`hide_noise` itself.
 """
 
 import argparse
@@ -15,7 +16,7 @@ import logging
 import os
 import re
 import warnings
-from typing import Iterator, Optional
+from typing import Iterator, List, Optional
 
 #: ``(category, message regex)`` of the warnings hidden by default
 NOISE_WARNINGS = (
@@ -27,7 +28,7 @@ NOISE_WARNINGS = (
     (FutureWarning, r"\s*`?torch\.cuda\.amp\.\w+\(args\.\.\.\)`? is deprecated"),
     (UserWarning, r".*'pin_memory' argument is set as true but no accelerator is found"),
 )
-#: loggers whose notices are held back by default (on import: "Please install tensorboardX")
+#: loggers whose notices an import of fairseq through this package holds back ("Please install tensorboardX")
 NOISE_LOGGERS = ("fairseq.tasks.text_to_speech", "fairseq.tasks.frm_text_to_speech")
 #: loggers the console scripts keep at WARNING unless verbose (fairseq's configuration dump and notices)
 QUIET_LOGGERS = ("fairseq", "fairseq_cli", "hydra")
@@ -50,36 +51,34 @@ def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: the records of :data:`NOISE_LOGGERS` held back while this package imported fairseq (:func:`show_noise` prints them)
+HELD: List[logging.LogRecord] = []
+
+
 class _Held(logging.Handler):
-    """Keeps a logger's records instead of printing them; :func:`show_noise` prints them."""
-
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.records = []
-
     def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
-def hold_import_notices() -> None:
-    """Hold back :data:`NOISE_LOGGERS`' records (logged while fairseq is imported, before an entry
-    point has read ``-v``); :func:`show_noise` prints them."""
-    for name in NOISE_LOGGERS:
-        logger = logging.getLogger(name)
-        if not any(isinstance(h, _Held) for h in logger.handlers):
-            logger.addHandler(_Held())
-            logger.propagate = False
+        HELD.append(record)
 
 
 @contextlib.contextmanager
-def keep_root_logger() -> Iterator[None]:
-    """Leave the root logger's level and handlers as they were before the block: importing fairseq
-    runs ``logging.basicConfig(level=logging.DEBUG)`` (``fairseq/models/wav2vec/wav2vec2_classification.py``)."""
+def importing_fairseq() -> Iterator[None]:
+    """Leave the logging tree as it was before the block: importing fairseq runs ``logging.basicConfig(level=
+    logging.DEBUG)`` (``fairseq/models/wav2vec/wav2vec2_classification.py``), and :data:`NOISE_LOGGERS`' records
+    logged meanwhile go to :data:`HELD`, not to the program's handlers."""
     root = logging.getLogger()
     level, handlers = root.level, list(root.handlers)
+    loggers = [logging.getLogger(name) for name in NOISE_LOGGERS]
+    propagates = [logger.propagate for logger in loggers]
+    held = _Held()
+    for logger in loggers:
+        logger.addHandler(held)
+        logger.propagate = False
     try:
         yield
     finally:
+        for logger, propagate in zip(loggers, propagates):
+            logger.removeHandler(held)
+            logger.propagate = propagate
         root.setLevel(level)
         for handler in list(root.handlers):
             if handler not in handlers:
@@ -87,10 +86,9 @@ def keep_root_logger() -> Iterator[None]:
 
 
 def hide_noise() -> None:
-    """Hide :data:`NOISE_WARNINGS` and :data:`NOISE_LOGGERS`' records in this process (not its children)."""
+    """Hide :data:`NOISE_WARNINGS` in this process (not its children)."""
     for category, message in NOISE_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category)
-    hold_import_notices()
 
 
 def quiet_loggers(quiet: bool = True) -> None:
@@ -106,15 +104,9 @@ def show_noise() -> None:
     warnings.filters[:] = [
         f for f in warnings.filters if not (f[0] == "ignore" and f[1] is not None and (f[2], f[1].pattern) in hidden)
     ]
-    for name in NOISE_LOGGERS:
-        logger = logging.getLogger(name)
-        held = [h for h in logger.handlers if isinstance(h, _Held)]
-        for handler in held:
-            logger.removeHandler(handler)
-        logger.propagate = True
-        for handler in held:
-            for record in handler.records:
-                logger.handle(record)
+    while HELD:
+        record = HELD.pop(0)
+        logging.getLogger(record.name).handle(record)
 
 
 def configure_logging(fmt: str, datefmt: Optional[str] = None, verbose: Optional[bool] = None) -> None:

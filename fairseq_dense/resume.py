@@ -29,6 +29,7 @@ from typing import Dict, Iterable, Optional, Tuple
 from fairseq_dense.checkpoints import (
     BEST,
     DATA_KEY,
+    FAIRSEQ_GLOBALS,
     FAIRSEQ_NAME,
     LAST,
     RESUMABLE_NAME,
@@ -461,18 +462,29 @@ def broadcast_globals() -> list:
 
     Rank 0 sends the checkpoint's state to the other ranks (``distributed_utils.broadcast_object``:
     ``torch.save``, then torch's safe ``torch.load``), which refuses the OmegaConf ``cfg`` in it. A
-    training rank allows these classes (:func:`start_training`; ``fairseq-dense-train-ddp`` for any
-    task): the state comes from rank 0's own checkpoint.
+    training rank allows these classes while fairseq loads (:func:`loading_globals`;
+    ``fairseq-dense-train-ddp`` for any task): the state comes from rank 0's own checkpoint.
     """
     import typing
 
-    from fairseq.distributed.utils import _TensorPlaceholder  # what stands for each tensor sent apart
     from omegaconf import DictConfig, ListConfig
     from omegaconf.base import ContainerMetadata, Metadata
     from omegaconf.nodes import AnyNode
 
-    classes = [_TensorPlaceholder, DictConfig, ListConfig, ContainerMetadata, Metadata, AnyNode, typing.Any]
+    from fairseq_dense.fairseq_internals import private
+
+    placeholder = private("fairseq.distributed.utils", "_TensorPlaceholder")  # stands for each tensor sent apart
+    classes = [placeholder, DictConfig, ListConfig, ContainerMetadata, Metadata, AnyNode, typing.Any]
     return classes + [collections.defaultdict, dict, list, int]
+
+
+def loading_globals() -> list:
+    """What torch's safe loader reads while ``fairseq-train`` loads ``--restore-file`` (the task's start):
+    :data:`~fairseq_dense.checkpoints.FAIRSEQ_GLOBALS`, and :func:`broadcast_globals` under data parallelism."""
+    import torch.distributed as dist
+
+    distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    return FAIRSEQ_GLOBALS + (broadcast_globals() if distributed else [])
 
 
 def _without_refused_retry(record: logging.LogRecord) -> bool:
@@ -540,7 +552,6 @@ def start_training(cfg) -> Optional[CheckpointInfo]:
         CheckpointError: ``checkpoint_last.pt`` is damaged and no other checkpoint is intact.
         TrainingFinished: the run already reached a stopping point (exit status 0; no file changed).
     """
-    import torch
     import torch.distributed as dist
 
     save_dir = option(cfg, "save_dir")
@@ -563,8 +574,6 @@ def start_training(cfg) -> Optional[CheckpointInfo]:
         decision = [(resume, message)]  # rank 0's folder decides for every rank
         dist.broadcast_object_list(decision, src=0)
         resume, message = decision[0]
-        if resume is not None:  # fairseq sends rank 0's checkpoint state to this rank next
-            torch.serialization.add_safe_globals(broadcast_globals())
     if message is not None:
         logger.info(message)
         raise TrainingFinished(message)

@@ -1,9 +1,9 @@
-"""Errors fairseq-dense reports as one line, and checks of input text (``docs/reliability.md``).
+"""Errors fairseq-dense reports as one line, checks of input text and of checkpoints that do not fit a model.
 
-How they reach the user as one line: :func:`fairseq_dense.fairseq_compat.install_excepthook`.
+How they reach the user as one line: :mod:`fairseq_dense.cli.fairseq_tools` (``docs/reliability.md``).
 """
 
-from typing import Iterable, Iterator, Optional
+from typing import Dict, Iterable, Iterator, Optional
 
 
 class FairseqDenseError(Exception):
@@ -39,3 +39,70 @@ def find_non_utf8(path: str) -> Optional[str]:
             except UnicodeDecodeError as e:
                 return f"{path}:{line_no}: not valid UTF-8 (byte {raw[e.start]:#04x} at column {e.start + 1})"
     return None
+
+
+def explain_state_dict_mismatch(model, state_dict: Dict, model_cfg=None) -> Optional[str]:
+    """Why ``state_dict`` (a checkpoint's ``"model"``) does not load into ``model``, in one sentence; None
+    when the keys and shapes fit. The cause named: the model's own reading of differing names
+    (``model.state_dict_mismatch_hint(missing, unexpected)``), another ``--arch`` (names differ), other
+    dictionaries (only vocabulary-sized rows differ) or other sizes (the first differing tensor)."""
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state_dict))
+    unexpected = sorted(set(state_dict) - set(own))
+    arch = (
+        getattr(model_cfg, "arch", None)
+        or getattr(model_cfg, "_name", None)
+        or getattr(getattr(model, "cfg", None), "_name", None)
+        or type(model).__name__
+    )
+    if missing or unexpected:
+        hint = getattr(model, "state_dict_mismatch_hint", None)
+        reason = hint(missing, unexpected) if hint is not None else None
+        if reason:
+            return reason
+        shared = len(set(own) & set(state_dict))
+        return (
+            f"the checkpoint's parameters do not match {arch} ({len(missing)} missing, e.g. "
+            f"{(missing or ['-'])[0]!r}; {len(unexpected)} unexpected, e.g. {(unexpected or ['-'])[0]!r}; "
+            f"{shared} shared): it was trained with another --arch or model options"
+        )
+    shape_diffs = [
+        (k, tuple(state_dict[k].shape), tuple(v.shape))
+        for k, v in own.items()
+        if hasattr(state_dict[k], "shape") and tuple(state_dict[k].shape) != tuple(v.shape)
+    ]
+    if not shape_diffs:
+        return None
+    sides = ((side, getattr(getattr(model, side, None), "dictionary", None)) for side in ("encoder", "decoder"))
+    vocab = {side: len(d) for side, d in sides if d is not None}
+    vocab_rows = set(vocab.values())
+    if all(len(c) == len(m) and c[1:] == m[1:] and m[0] in vocab_rows for _, c, m in shape_diffs):
+        key, ckpt, mine = shape_diffs[0]
+        sizes = ", ".join(f"{side} {n}" for side, n in vocab.items())
+        return (
+            f"the dictionaries do not match the checkpoint: they hold {sizes} symbols, the checkpoint was trained "
+            f"with {ckpt[0]} ({key}); use the dict.*.txt files of the data the model was trained on"
+        )
+    key, ckpt, mine = shape_diffs[0]
+    return (
+        f"checkpoint parameter {key!r} has shape {list(ckpt)} but {arch} built from the current "
+        f"options has {list(mine)} ({len(shape_diffs)} tensors differ): it was trained with other sizes"
+    )
+
+
+class ExplainsCheckpointMismatch:
+    """First base of every fairseq-dense model class: a ``load_state_dict`` torch rejects with its list
+    of differing tensors is re-raised as :class:`CheckpointMismatchError` naming the cause
+    (:func:`explain_state_dict_mismatch`); nothing else changes."""
+
+    def load_state_dict(self, state_dict, *args, **kwargs):
+        try:
+            return super().load_state_dict(state_dict, *args, **kwargs)
+        except RuntimeError as e:
+            if isinstance(e, CheckpointMismatchError) or "state_dict" not in str(e):
+                raise
+            model_cfg = kwargs.get("model_cfg", args[1] if len(args) > 1 else None)
+            reason = explain_state_dict_mismatch(self, state_dict, model_cfg)
+            if reason is None:
+                raise
+            raise CheckpointMismatchError(reason) from e

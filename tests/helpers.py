@@ -255,6 +255,7 @@ def run_cli(tool: str, *args, cwd=None, check=True, env=None) -> subprocess.Comp
     full_env = dict(os.environ, **(env or {}))
     full_env.setdefault("OMP_NUM_THREADS", "1")
     full_env.setdefault("MKL_NUM_THREADS", "1")
+    full_env.setdefault("FAIRSEQ_DENSE_CLI", "1")  # one-line errors, a clean exit (fairseq_dense.cli.fairseq_tools)
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=full_env)
     if check and proc.returncode != 0:
         raise AssertionError(

@@ -252,7 +252,10 @@ def parameter_groups(arch: str) -> List[str]:
 
 
 def load_checkpoint(path: Path) -> dict:
-    return torch.load(str(path), map_location="cpu", weights_only=True)
+    from fairseq_dense.checkpoints import safe_loading
+
+    with safe_loading():  # the argparse.Namespace of --optimizer sgd's options
+        return torch.load(str(path), map_location="cpu", weights_only=True)
 
 
 def deterministic_parts(ckpt: dict) -> dict:

@@ -1,7 +1,7 @@
 """Building a model with any project task touches no file and never ends the program.
 
 The project's tasks check and repair ``--save-dir`` where ``fairseq-train`` starts a
-training (``task.has_sharded_data("train")``, right before it loads ``checkpoint_last.pt``),
+training (the task's ``start_training``, right before it loads ``checkpoint_last.pt``),
 never in ``setup_task`` or ``build_model``. Here every family is built with every project
 task from a folder whose ``./checkpoints`` (fairseq's default ``--save-dir``) holds a cut
 ``checkpoint_last.pt`` and an intact checkpoint of a finished run (7 updates,
@@ -14,6 +14,7 @@ opened, listed or changed.
 import pytest
 import torch
 
+from fairseq_dense.checkpoints import safe_loading
 from tests import reliability_helpers as rh
 from tests.hub_hostile_helpers import build_checkpoint
 from tests.test_hub_isolation import audited, snapshot, training_folder, under
@@ -37,7 +38,8 @@ def test_building_touches_no_file_and_never_exits(task, tmp_path, monkeypatch):
     for arch in rh.tiny_archs():
         src = tmp_path / arch
         ckpt = build_checkpoint(src, arch, task)  # saved with fairseq's default --save-dir: ./checkpoints
-        state = torch.load(ckpt, weights_only=True)
+        with safe_loading():
+            state = torch.load(ckpt, weights_only=True)
         state.update(
             optimizer_history=[{"optimizer_name": "Adam", "lr_scheduler_state": {}, "num_updates": 0}], extra_state={}
         )
@@ -54,7 +56,8 @@ def test_building_touches_no_file_and_never_exits(task, tmp_path, monkeypatch):
                 fairseq_task = tasks.setup_task(cfg.task)
                 built.append(fairseq_task.build_model(cfg.model))
                 fairseq_task.build_criterion(cfg.criterion)
-                built.extend(checkpoint_utils.load_model_ensemble([str(ckpt)])[0])
+                with safe_loading():  # as fairseq-generate with FAIRSEQ_DENSE_CLI=1 loads
+                    built.extend(checkpoint_utils.load_model_ensemble([str(ckpt)])[0])
             except SystemExit as e:  # pragma: no cover - the failure this test is for
                 pytest.fail(f"{arch} with {task}: building ended the program ({e!r})")
         touched = [e for e in events if under(e[1], save)]

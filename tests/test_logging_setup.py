@@ -1,10 +1,15 @@
-"""Our entry points' logging survives fairseq's own root-logger set-up."""
+"""Importing the package changes nothing in its host; our entry points' logging survives fairseq's own set-up."""
 
 import logging
+import os
+import subprocess
+import sys
 
 import fairseq  # noqa: F401  (configures the root logger on import)
+import pytest
 
 from fairseq_dense.logging_setup import configure_logging
+from tests import helpers
 
 
 def test_configure_logging_replaces_the_root_configuration_fairseq_left():
@@ -71,16 +76,61 @@ def test_entry_points_hide_fairseq_and_torch_noise_unless_verbose():
     assert len(noise) == 4 and everything[-1] == "a warning of the plugin's own"
 
 
-def test_python_api_is_quiet_by_default_and_verbose_on_request(tmp_path):
-    """``import fairseq_dense`` leaves the root logger as it was (fairseq's import sets it to
-    DEBUG with a handler), and loading and translating prints nothing but the translation;
-    ``FAIRSEQ_DENSE_VERBOSE=1`` shows the warnings of fairseq's dependencies again."""
-    import os
-    import subprocess
-    import sys
+#: run in a fresh interpreter that has imported fairseq: the program's state before and after importing the
+#: package (``import``) or loading it as fairseq's ``--user-dir`` does (``user-dir PATH``); prints what changed
+IMPORT_CHECK = r"""
+import atexit, logging, sys, warnings
+import fairseq, torch
+from fairseq.models import ARCH_MODEL_REGISTRY
+
+def state():
+    loggers = {n: (l.level, list(l.handlers), l.propagate, l.disabled)
+               for n, l in logging.root.manager.loggerDict.items() if isinstance(l, logging.Logger)}
+    return {"warnings filters": list(warnings.filters), "loggers": loggers,
+            "root logger": (logging.root.level, list(logging.root.handlers)),
+            "logging.disable": logging.root.manager.disable, "sys.excepthook": sys.excepthook,
+            "atexit handlers": atexit._ncallbacks(), "torch safe globals": set(torch.serialization.get_safe_globals())}
+
+before = state()
+if sys.argv[1] == "import":
+    import fairseq_dense
+else:
+    from argparse import Namespace
+    from fairseq import utils
+    utils.import_user_module(Namespace(user_dir=sys.argv[2]))
+after = state()
+assert "dense_lstm_tiny" in ARCH_MODEL_REGISTRY and "fairseq_dense.hub" not in sys.modules
+# loggers first made by the import (module loggers) are new, at their defaults: they change no output
+new = set(after["loggers"]) - set(before["loggers"])
+assert all(after["loggers"][n] == (logging.NOTSET, [], True, False) for n in new), new
+after["loggers"] = {n: v for n, v in after["loggers"].items() if n not in new}
+print(sorted(k for k in before if before[k] != after[k]))
+"""
+
+
+@pytest.mark.parametrize("how", ["import", "user-dir package", "user-dir checkout"])
+def test_importing_the_package_registers_and_changes_nothing_else(how):
+    """Warnings filters, the logging tree, ``sys.excepthook``, exit handlers and torch's safe globals are as they
+    were, in a program that imported fairseq first; the hub is not imported (``FAIRSEQ_DENSE_CLI`` unset)."""
+    user_dir = {"user-dir package": helpers.REPO / "fairseq_dense", "user-dir checkout": helpers.USER_DIR}
+    argv = ["import"] if how == "import" else ["user-dir", str(user_dir[how])]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRSEQ_DENSE_")}
+    env["PYTHONPATH"] = str(helpers.REPO)
+    proc = subprocess.run(
+        [sys.executable, "-c", IMPORT_CHECK, *argv], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "[]", proc.stdout
+
+
+def test_python_api_leaves_output_to_the_program(tmp_path):
+    """Loading and translating print nothing but the translations: the root logger stays as it was (fairseq's
+    import sets it to DEBUG with a handler), so fairseq's INFO lines do not show; the warnings of fairseq's
+    dependencies are the program's to filter (:func:`fairseq_dense.logging_setup.hide_noise` does it)."""
     from types import SimpleNamespace
 
-    from tests import helpers, test_hub
+    from fairseq_dense import logging_setup
+    from tests import test_hub
 
     raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=160, n_valid=16, n_test=5)
     test_hub.preprocess_inprocess(raw, tmp_path / "bin")
@@ -89,7 +139,8 @@ def test_python_api_is_quiet_by_default_and_verbose_on_request(tmp_path):
     model_dir = test_hub.exported(corpus, "gru_attention_tiny")
     trained = test_hub.trained(corpus, "gru_attention_tiny")
     script = (
-        "import logging, fairseq_dense\n"
+        "import logging, sys, fairseq_dense\n"
+        "if sys.argv[1:]: fairseq_dense.logging_setup.hide_noise()\n"
         "root = logging.getLogger()\n"
         "print('root', root.level, len(root.handlers))\n"
         f"model = fairseq_dense.from_pretrained({str(model_dir)!r})\n"
@@ -101,12 +152,14 @@ def test_python_api_is_quiet_by_default_and_verbose_on_request(tmp_path):
         "print('fairseq hub', hub.translate('a b c', beam=2))\n"
     )
     env = dict(os.environ, PYTHONPATH=str(helpers.REPO), OMP_NUM_THREADS="1")
-    env.pop("FAIRSEQ_DENSE_VERBOSE", None)
-    quiet = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert quiet.returncode == 0, quiet.stderr[-3000:]
-    assert quiet.stdout.splitlines()[0] == f"root {logging.WARNING} 0", quiet.stdout
-    assert [line.split(" ")[0] for line in quiet.stdout.splitlines()[1:]] == ["translation", "fairseq"], quiet.stdout
-    assert quiet.stderr == "", quiet.stderr[-3000:]
-    env["FAIRSEQ_DENSE_VERBOSE"] = "1"
-    loud = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert loud.returncode == 0 and "pin_memory" in loud.stderr, loud.stderr[-3000:]
+    for hide in ([], ["hide"]):
+        proc = subprocess.run(
+            [sys.executable, "-c", script, *hide], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.stdout.splitlines()[0] == f"root {logging.WARNING} 0", proc.stdout
+        assert [line.split(" ")[0] for line in proc.stdout.splitlines()[1:]] == ["translation", "fairseq"], proc.stdout
+        warned = [line for line in proc.stderr.splitlines() if "Warning: " in line]
+        assert len(warned) == len(proc.stderr.splitlines()) // 2, proc.stderr[-3000:]  # each with its source line
+        assert all(logging_setup.matches_noise(line.split("Warning: ", 1)[1]) for line in warned), proc.stderr
+        assert (proc.stderr == "") == bool(hide), proc.stderr[-3000:]

@@ -458,7 +458,7 @@ def test_a_restart_says_what_changed_and_a_smaller_training_set_is_one_line(save
     set with fewer batches than a mid-epoch checkpoint had done: one line, not fairseq's internal error."""
     import random
 
-    from fairseq_dense.fairseq_compat import clear_error_message
+    from fairseq_dense.cli.fairseq_tools import clear_error_message
 
     arch, extra = rh.tiny_archs()[0], [*SAVED_RUN_EXTRA, "--lr", "0.001"]  # the later --lr wins
     save = tmp_path / "ckpt"
@@ -536,7 +536,7 @@ def test_a_damaged_archive_is_set_aside_and_what_cannot_be_used_is_one_line(save
     from fairseq import checkpoint_utils
 
     from fairseq_dense import checkpoints
-    from fairseq_dense.fairseq_compat import clear_error_message
+    from fairseq_dense.cli.fairseq_tools import clear_error_message
     from fairseq_dense.save_lock import SaveDirError
 
     save = _copy_of(saved_run, tmp_path)

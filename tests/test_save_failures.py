@@ -24,7 +24,7 @@ import pytest
 
 import fairseq_dense
 from fairseq_dense.checkpoints import BEST, LAST
-from fairseq_dense.fairseq_compat import clear_error_message
+from fairseq_dense.cli.fairseq_tools import clear_error_message
 from fairseq_dense.resume import SaveFailed, TrainingFinished
 from fairseq_dense.save_lock import SaveDirBusy
 from tests import reliability_helpers as rh
@@ -60,7 +60,7 @@ def test_a_save_that_fails_ends_in_one_line_and_the_restart_resumes(data_bin, tm
         resource.setrlimit(resource.RLIMIT_FSIZE, (size // 2, resource.RLIM_INFINITY))
 
     package = os.path.dirname(os.path.abspath(fairseq_dense.__file__))
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", FAIRSEQ_DENSE_CLI="1")  # one-line errors
     cmd = [sys.executable, "-m", "fairseq_cli.train", *args, "--user-dir", package]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, preexec_fn=limit)
     err = proc.stderr.strip().splitlines()

@@ -1,11 +1,11 @@
-"""fairseq's prefetch threads are parked before interpreter exit (fairseq_dense.fairseq_compat)."""
+"""fairseq's prefetch threads are parked before interpreter exit (fairseq_dense.fairseq_internals)."""
 
 import threading
 import time
 
 from fairseq.data.iterators import BufferedIterator
 
-from fairseq_dense import fairseq_compat
+from fairseq_dense import fairseq_internals
 
 
 class SlowSource:
@@ -40,7 +40,7 @@ class GatedSource:
 
 
 def consumer(itr: BufferedIterator):
-    (thread,) = [t for t in fairseq_compat._prefetch_threads() if t._queue is itr._queue]
+    (thread,) = [t for t in fairseq_internals.prefetch_threads() if t._queue is itr._queue]
     return thread
 
 
@@ -48,9 +48,9 @@ def test_quiesce_waits_until_the_producer_is_parked():
     itr = BufferedIterator(3, SlowSource(50, 0.05))
     assert next(itr) == 0
     thread = consumer(itr)
-    assert not fairseq_compat._parked(thread)  # still producing right after the first batch
-    assert fairseq_compat.quiesce_prefetch_threads(timeout=30, threads=[thread])
-    assert thread.is_alive() and fairseq_compat._parked(thread) and itr._queue.full()
+    assert not fairseq_internals.parked(thread)  # still producing right after the first batch
+    assert fairseq_internals.quiesce_prefetch_threads(timeout=30, threads=[thread])
+    assert thread.is_alive() and fairseq_internals.parked(thread) and itr._queue.full()
     assert [next(itr) for _ in range(3)] == [1, 2, 3]  # parked, not broken
 
 
@@ -58,7 +58,7 @@ def test_quiesce_gives_up_after_its_timeout():
     itr = BufferedIterator(10, SlowSource(20, 0.5))
     next(itr)
     start = time.monotonic()
-    assert not fairseq_compat.quiesce_prefetch_threads(timeout=0.2, threads=[consumer(itr)])
+    assert not fairseq_internals.quiesce_prefetch_threads(timeout=0.2, threads=[consumer(itr)])
     assert time.monotonic() - start < 5
 
 
@@ -70,4 +70,4 @@ def test_finished_threads_count_as_quiet():
     source.gate.set()
     assert list(itr) == [1]
     thread.join(5)
-    assert fairseq_compat.quiesce_prefetch_threads(timeout=5, threads=[thread])
+    assert fairseq_internals.quiesce_prefetch_threads(timeout=5, threads=[thread])

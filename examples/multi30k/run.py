@@ -100,7 +100,7 @@ def run(cmd, log=None, threads=None) -> None:
 def start(cmd, log=None, threads=None) -> subprocess.Popen:
     """Start ``cmd``, its output appended to ``log`` when given (after a ``# command`` line)."""
     print("+", shlex.join(cmd), flush=True)
-    env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
+    env = dict(os.environ, FAIRSEQ_DENSE_CLI="1", **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
     with open(log, "a") if log else contextlib.nullcontext() as f:
         if f:
             f.write("# " + shlex.join(cmd) + "\n")

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import BinaryIO, Iterator, List, Optional, Sequence
 
-from fairseq_dense.fairseq_compat import clear_error_message, install_excepthook
+from fairseq_dense.cli.fairseq_tools import clear_error_message, set_up
 from fairseq_dense.logging_setup import configure_logging, verbose_from_env
 from fairseq_dense.threads import apply_threads
 from fairseq_dense.validation import FairseqDenseError, InputError, check_nonempty_lines
@@ -103,7 +103,7 @@ def fairseq_config(args):
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run fairseq-interactive on checked input; returns 0, ``SystemExit`` with one line on bad input."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    install_excepthook(argv0=PROG)  # one line for checkpoint/dictionary errors too
+    set_up(PROG)  # one line for checkpoint/dictionary errors too, fairseq's checkpoints read, a clean exit
     verbose = any(a in ("-v", "--verbose") for a in argv) or verbose_from_env()
     argv = [a for a in argv if a not in ("-v", "--verbose")]
     # fairseq's format, but on stderr (fairseq-interactive logs to stdout): stdout holds the translations

@@ -219,7 +219,8 @@ def run_command(
     logger.info("$ %s", shlex.join(cmd))
     out_lines = []
     # unbuffered: fairseq's progress shows while training runs, not when it ends
-    env = dict(os.environ, PYTHONUNBUFFERED="1", **(thread_env(threads) if threads else {}))
+    # FAIRSEQ_DENSE_CLI: fairseq's tools end in one line on an error and exit cleanly (fairseq_tools)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", FAIRSEQ_DENSE_CLI="1", **(thread_env(threads) if threads else {}))
     with (
         open(log_path, "a" if append else "w", buffering=1) as log,
         subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env) as proc,

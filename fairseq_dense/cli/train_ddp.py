@@ -18,6 +18,7 @@ import sys
 from typing import List, Optional, Sequence
 
 from fairseq_dense import resume
+from fairseq_dense.checkpoints import safe_loading
 from fairseq_dense.logging_setup import configure_logging
 from fairseq_dense.threads import THREADS_ENV, choose_threads
 
@@ -105,15 +106,13 @@ def end_with_launcher() -> None:
 
 def rank_main(train_args: Sequence[str], backend: Optional[str] = None) -> None:
     """Entry point of one torchrun worker: train with the distributed flags of this rank."""
-    import torch
-
     end_with_launcher()
     try:
         rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     except KeyError as e:
         raise SystemExit(f"fairseq-dense-train-ddp: {e.args[0]} is not set; start workers through torchrun")
-    with torch.serialization.safe_globals(resume.broadcast_globals()):
+    with safe_loading(resume.broadcast_globals()):  # fairseq's resume under any task (loading_globals)
         run_train(distributed_args(train_args, rank, world_size, local_rank, backend))
 
 
@@ -175,9 +174,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     opts, rest = build_parser().parse_known_args(argv[:i])
     train_args = rest + argv[i + 1 :]
     if opts.worker:
-        from fairseq_dense.fairseq_compat import install_excepthook
+        from fairseq_dense.cli.fairseq_tools import set_up
 
-        install_excepthook(argv0="fairseq-dense-train-ddp")  # one-line errors per rank
+        set_up("fairseq-dense-train-ddp")  # one-line errors per rank, fairseq's checkpoints read, a clean exit
         rank_main(train_args, opts.backend)
         return
     if not train_args:

@@ -28,6 +28,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 from fairseq.hub_utils import GeneratorHubInterface
 
 import fairseq_dense
+from fairseq_dense.fairseq_internals import private
 from fairseq_dense.hub.schema import (
     BPE_CODES_NAME,
     CARD_NAME,
@@ -294,7 +295,6 @@ def fairseq_config(config: Dict[str, Any], overrides: Optional[Dict[str, Any]] =
         TypeError: an override that is not a fairseq option.
     """
     from fairseq.dataclass.configs import FairseqConfig
-    from fairseq.dataclass.utils import _set_legacy_defaults
     from fairseq.models import (
         ARCH_CONFIG_REGISTRY,
         ARCH_MODEL_NAME_REGISTRY,
@@ -331,7 +331,7 @@ def fairseq_config(config: Dict[str, Any], overrides: Optional[Dict[str, Any]] =
             if not model_dc:  # fairseq's flat Namespace, as its argument parser leaves it
                 flat = {k: v for name in groups for k, v in cfg[name].items()}
                 flat = argparse.Namespace(**{**flat, **cfg.model})  # the model's values over the task's
-                _set_legacy_defaults(flat, ARCH_MODEL_REGISTRY[arch])
+                private("fairseq.dataclass.utils", "_set_legacy_defaults")(flat, ARCH_MODEL_REGISTRY[arch])
                 flat._name, flat.arch, flat.task = arch, arch, task
                 cfg.model = flat
     except TypeError:

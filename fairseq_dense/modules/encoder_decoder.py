@@ -8,7 +8,7 @@ import torch.nn as nn
 from fairseq.models import FairseqEncoder, FairseqEncoderDecoderModel, FairseqIncrementalDecoder
 from torch import Tensor
 
-from fairseq_dense.fairseq_compat import ExplainsCheckpointMismatch
+from fairseq_dense.validation import ExplainsCheckpointMismatch
 
 
 def embedding(num_embeddings: int, dim: int, padding_idx: int, init: Callable[[Tensor], Any]) -> nn.Embedding:

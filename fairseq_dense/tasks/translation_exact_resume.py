@@ -12,16 +12,15 @@ no file). Everything else is :class:`fairseq.tasks.translation.TranslationTask`.
 
 import contextlib
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
-from omegaconf import II, OmegaConf, open_dict
+from omegaconf import II
 
-from fairseq_dense import resume
-from fairseq_dense.checkpoints import DATA_KEY, ONE_WRITE_KEY, PATIENCE_KEY
+from fairseq_dense import fairseq_internals, resume
+from fairseq_dense.checkpoints import DATA_KEY, ONE_WRITE_KEY, PATIENCE_KEY, safe_loading
 from fairseq_dense.models.option_checks import flag
 from fairseq_dense.modules.low_precision import bf16_autocast
 from fairseq_dense.trajectory import task_data_identity
@@ -84,7 +83,7 @@ _TORCH_SCHEDULER_COUNTERS = ("num_bad_epochs", "cooldown_counter")
 
 
 @register_task("translation_exact_resume", dataclass=TranslationExactResumeConfig)
-class TranslationExactResumeTask(TranslationTask):
+class TranslationExactResumeTask(fairseq_internals.StartsTrainingAtTheLoad, TranslationTask):
     """Translation whose batches depend on the epoch only, not on where the run started.
 
     Args:
@@ -96,20 +95,21 @@ class TranslationExactResumeTask(TranslationTask):
     def __init__(self, cfg: TranslationExactResumeConfig, src_dict, tgt_dict):
         check_precision(cfg)
         super().__init__(cfg, src_dict, tgt_dict)
-        with open_dict(self.cfg) if OmegaConf.is_config(self.cfg) else contextlib.nullcontext():
-            self.cfg.rebuild_batches = True
-        self._started = False
+        fairseq_internals.rebuild_batches(self.cfg)
         self._valid_best, self._valid_runs = None, 0  # fairseq's --patience count, saved with each checkpoint
 
-    def has_sharded_data(self, split):
-        """fairseq's answer. ``fairseq-train`` asks it for ``"train"`` right before it loads ``--restore-file``
-        (and no other code path does): there, once per process, :func:`fairseq_dense.resume.start_training`."""
-        if split == "train" and not self._started:
-            self._started = True
-            info = resume.start_training(self.cfg)
-            if info is not None and not resume.option(self.cfg, "reset_meters"):
-                self._valid_best, self._valid_runs = info.best, info.runs_without_improvement
-        return super().has_sharded_data(split)
+    @contextlib.contextmanager
+    def start_training(self):
+        """Around fairseq-train's load of ``--restore-file`` (:class:`fairseq_internals.StartsTrainingAtTheLoad`):
+        :func:`fairseq_dense.resume.start_training` first, then the wait for fairseq's prefetch threads at exit
+        (:func:`fairseq_internals.quiesce_prefetch_threads`), and torch's safe loader reads the classes of
+        :func:`resume.loading_globals` during the load only."""
+        info = resume.start_training(self.cfg)
+        if info is not None and not resume.option(self.cfg, "reset_meters"):
+            self._valid_best, self._valid_runs = info.best, info.runs_without_improvement
+        fairseq_internals.quiesce_prefetch_threads_at_exit()
+        with safe_loading(resume.loading_globals()):
+            yield
 
     def begin_valid_epoch(self, epoch, model):
         """A validation starts: its first subset's score counts for ``--patience`` (:meth:`post_validate`)."""
@@ -131,12 +131,10 @@ class TranslationExactResumeTask(TranslationTask):
     def get_checkpoint_dict(self):
         """Saved in every checkpoint's ``extra_state``: the ``--patience`` count, :class:`resume.OneWrite` and, under
         the task's class names (the entry fairseq hands to :meth:`set_checkpoint_dict`), the counters of a torch LR
-        scheduler that fairseq leaves out (``reduce_lr_on_plateau``'s ``num_bad_epochs`` and ``cooldown_counter``).
-        ``checkpoint_utils.save_checkpoint(cfg, trainer, ...)`` calls this with no other handle on the trainer: its
-        frame gives it (no hook exists; fragile if fairseq changes).
-        """
-        trainer = sys._getframe(1).f_locals.get("trainer")
-        torch_scheduler = getattr(getattr(trainer, "lr_scheduler", None), "lr_scheduler", None)
+        scheduler that fairseq leaves out (``reduce_lr_on_plateau``'s ``num_bad_epochs`` and ``cooldown_counter``),
+        read from the trainer of fairseq's ``save_checkpoint`` (:data:`fairseq_internals.FRAME_LOCALS`)."""
+        (trainer,) = fairseq_internals.caller_locals("fairseq.checkpoint_utils", "save_checkpoint", "trainer")
+        torch_scheduler = getattr(trainer.lr_scheduler, "lr_scheduler", None)
         counters = {k: getattr(torch_scheduler, k) for k in _TORCH_SCHEDULER_COUNTERS if hasattr(torch_scheduler, k)}
         saved = {PATIENCE_KEY: {"runs": self._valid_runs}}
         for cls in type(self).__mro__:  # a run may be resumed under an earlier name of its task
@@ -154,13 +152,14 @@ class TranslationExactResumeTask(TranslationTask):
         checkpoint its epoch's LR-scheduler step.
 
         fairseq saves an epoch's checkpoint before ``trainer.lr_step(epoch, val_loss)`` and, resuming from it,
-        steps with no loss (``reduce_lr_on_plateau`` would miss the halving, the others their ``best``).
-        ``checkpoint_utils.load_checkpoint(cfg, trainer, ...)`` calls this right before that step: its frame
-        gives the trainer and the loaded ``extra_state``, and the missing step is made here.
+        steps with no loss (``reduce_lr_on_plateau`` would miss the halving, the others their ``best``). fairseq's
+        ``load_checkpoint`` calls this right before that step, with the trainer and the loaded ``extra_state`` in
+        its frame (:data:`fairseq_internals.FRAME_LOCALS`): the missing step is made here.
         """
-        caller = sys._getframe(1).f_locals
-        trainer, extra = caller.get("trainer"), caller.get("extra_state")
-        if trainer is None or caller.get("reset_lr_scheduler"):
+        trainer, extra, reset = fairseq_internals.caller_locals(
+            "fairseq.checkpoint_utils", "load_checkpoint", "trainer", "extra_state", "reset_lr_scheduler"
+        )
+        if reset:
             return
         torch_scheduler = getattr(trainer.lr_scheduler, "lr_scheduler", None)
         for key, value in (state.get("lr_scheduler_counters") or {}).items():

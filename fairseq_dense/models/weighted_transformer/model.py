@@ -14,7 +14,6 @@ from fairseq.models.transformer import TransformerConfig, TransformerModel
 from fairseq.models.transformer.transformer_legacy import base_architecture as fairseq_transformer_base
 from fairseq.utils import safe_getattr
 
-from fairseq_dense.fairseq_compat import ExplainsCheckpointMismatch
 from fairseq_dense.models.arch_defaults import both_sides, register_presets, set_defaults
 from fairseq_dense.models.option_checks import flag
 from fairseq_dense.models.weighted_transformer.config import WeightedTransformerConfig
@@ -22,6 +21,7 @@ from fairseq_dense.models.weighted_transformer.decoder import WeightedTransforme
 from fairseq_dense.models.weighted_transformer.encoder import BranchOptions, WeightedTransformerEncoder
 from fairseq_dense.modules.branched_attention import BranchedAttention
 from fairseq_dense.modules.simplex import PROJECTION_HOOK_ATTR, install_step_hook, is_on_simplex, project_onto_simplex
+from fairseq_dense.validation import ExplainsCheckpointMismatch
 
 SIMPLEX_TASK = "translation_exact_resume_simplex"  # the task that projects kappa/alpha after each step
 
@@ -140,7 +140,7 @@ class WeightedTransformerModel(ExplainsCheckpointMismatch, TransformerModel):
     def state_dict_mismatch_hint(self, missing, unexpected) -> Optional[str]:
         """Why a checkpoint does not load when only kappa/alpha names differ (a checkpoint that learned
         the branch weights this model fixes, or the other way round), else None; read by
-        :func:`fairseq_dense.fairseq_compat.explain_state_dict_mismatch`."""
+        :func:`fairseq_dense.validation.explain_state_dict_mismatch`."""
         names = (".kappa", ".alpha")
         if not all(k.endswith(names) for k in [*missing, *unexpected]):
             return None
