@@ -528,15 +528,16 @@ class TranslationHubInterface(GeneratorHubInterface):
         return tokens
 
     def generate(self, *args, **kwargs):
-        import contextlib
         import warnings
 
         import torch
 
+        from fairseq_dense import logging_setup
+
         sampling = kwargs.get("sampling", self.cfg.generation.sampling)  # sampling draws from it: as fairseq does
         with warnings.catch_warnings(), contextlib.nullcontext() if sampling else torch.random.fork_rng(devices=[]):
             # fairseq's batch iterator asks for pinned memory on every device: torch warns without a GPU
-            warnings.filterwarnings("ignore", r".*'pin_memory' argument is set as true but no accelerator", UserWarning)
+            logging_setup.hide_noise()  # the one list of such warnings, in this scope only
             return super().generate(*args, **kwargs)
 
 
