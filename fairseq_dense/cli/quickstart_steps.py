@@ -22,14 +22,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
-import fairseq_dense
 from fairseq_dense.checkpoints import BEST, LAST, read_info
+from fairseq_dense.cli.fairseq_tools import PACKAGE_DIR
 from fairseq_dense.data import prepare as prep
 from fairseq_dense.logs import parse_line
 from fairseq_dense.threads import THREADS_ENV
 
 logger = logging.getLogger("fairseq_dense.quickstart")
-PACKAGE_DIR = os.path.dirname(os.path.abspath(fairseq_dense.__file__))
 
 #: seconds between progress lines (the first comes with the first update, whatever the speed)
 PROGRESS_S = 30.0

@@ -21,7 +21,9 @@ and the log says what changed.
 """
 
 import argparse
+import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -31,6 +33,7 @@ from multiprocessing import Pool
 from typing import Dict, List, Optional, Sequence
 
 from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
+from fairseq_dense.validation import find_non_utf8
 
 logger = logging.getLogger(__name__)
 
@@ -60,14 +63,11 @@ def read_lines(path: str) -> List[str]:
     """Read a raw text file, failing clearly on missing files or non-UTF-8 bytes."""
     if not os.path.isfile(path):
         raise DataError(f"{path}: file not found")
-    with open(path, "rb") as f:
-        raw = f.read()
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line_no = raw[: e.start].count(b"\n") + 1
-        raise DataError(f"{path}:{line_no}: not valid UTF-8 (byte {raw[e.start]:#04x} at offset {e.start})") from None
-    return text.splitlines()
+        with open(path, encoding="utf-8") as f:
+            return f.read().splitlines()
+    except UnicodeDecodeError:
+        raise DataError(find_non_utf8(path)) from None
 
 
 def check_parallel(raw_dir: str, src: str, tgt: str) -> None:
@@ -192,21 +192,17 @@ def learn_joint_bpe(paths: Sequence[str], codes_path: str, merges: int) -> None:
     """Learn one BPE model on the concatenation of both training sides."""
     from subword_nmt.learn_bpe import learn_bpe
 
-    concat = codes_path + ".train"
-    with open(concat, "w", encoding="utf-8") as out:
-        for p in paths:
-            with open(p, encoding="utf-8") as f:
-                shutil.copyfileobj(f, out)
-    try:
-        with open(concat, encoding="utf-8") as inp, open(codes_path, "w", encoding="utf-8") as out:
-            learn_bpe(inp, out, merges, min_frequency=2, total_symbols=False)
-    except ValueError:
-        # subword-nmt fails on a corpus with no symbol pair at all (single-character
-        # words); an empty list of merges is the right model for it
-        logger.warning("no BPE merge possible on %s; words stay whole", ", ".join(paths))
-        with open(codes_path, "w", encoding="utf-8") as out:
+    with open(codes_path, "w", encoding="utf-8") as out, contextlib.ExitStack() as files:
+        lines = itertools.chain.from_iterable(files.enter_context(open(p, encoding="utf-8")) for p in paths)
+        try:
+            learn_bpe(lines, out, merges, min_frequency=2, total_symbols=False)
+        except ValueError:
+            # subword-nmt fails on a corpus with no symbol pair at all (single-character
+            # words); an empty list of merges is the right model for it
+            logger.warning("no BPE merge possible on %s; words stay whole", ", ".join(paths))
+            out.seek(0)
+            out.truncate()
             out.write("#version: 0.2\n")
-    os.remove(concat)
 
 
 def apply_bpe_file(codes_path: str, src_path: str, dst_path: str) -> None:
