@@ -76,11 +76,8 @@ def _unreadable_checkpoint(exc: BaseException) -> Optional[str]:
     """The checkpoint path if ``exc`` came from fairseq's load of a file that does not load."""
     from fairseq_dense.checkpoints import read_info
 
-    for local in traceback_locals(exc, "fairseq.checkpoint_utils", "load_checkpoint_to_cpu"):
-        path = local.get("local_path") or local.get("path")
-        if isinstance(path, str) and os.path.isfile(path) and read_info(path) is None:
-            return path
-    return None
+    path = _checkpoint_name(exc)
+    return path if path and os.path.isfile(path) and read_info(path) is None else None
 
 
 def _failed_save(exc: BaseException) -> Optional[str]:

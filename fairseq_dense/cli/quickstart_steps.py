@@ -1,13 +1,9 @@
 """One quick-start model from start to finish, as ordinary fairseq commands: train, translate, score, export.
 
-Every step is a fairseq command (``fairseq-train``, ``fairseq-generate``) run with
-``--user-dir`` pointing at this package and logged before it runs, so the quick-start
-doubles as a worked example of the CLI. A finished model leaves ``quickstart-result.json``
-in its checkpoint folder: the settings it was trained with (architecture, budget, seed,
-data) and its figures. A second quick-start with the same settings reads them back and
-trains nothing, so neither the checkpoints nor the logs change; ``--fresh`` deletes the
-model's folder and starts over. A larger budget continues the same training (fairseq
-resumes from ``checkpoint_last.pt``); the training log grows at its end.
+Each step is a ``fairseq-train`` or ``fairseq-generate`` command with ``--user-dir`` pointing at this package,
+logged before it runs. A finished model leaves ``quickstart-result.json`` (its settings and figures) in its
+checkpoint folder: the same settings again read it back and train nothing; a larger budget continues the
+training from ``checkpoint_last.pt``.
 """
 
 import hashlib

@@ -30,7 +30,7 @@ import os
 import shutil
 import time
 from multiprocessing import Pool
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
 from fairseq_dense.validation import find_non_utf8
@@ -57,6 +57,22 @@ def write_json(path: str, obj, indent: int = 2) -> None:
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=indent)
     os.replace(path + ".tmp", path)
+
+
+@contextlib.contextmanager
+def building(dest: str) -> Iterator[str]:
+    """A fresh folder ``DEST.tmp`` to fill, renamed over ``dest`` when the block succeeds and removed when it
+    fails: ``dest`` is never half-written."""
+    tmp = dest.rstrip("/") + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(dest, ignore_errors=True)
+    os.rename(tmp, dest)
 
 
 def read_lines(path: str) -> List[str]:
@@ -147,33 +163,38 @@ def _reusable(dest: str, meta: Dict, raw_dir: str) -> Optional[List[str]]:
     return None
 
 
-_TOKENIZER = None
-
-
-def _init_tokenizer(lang: str, lowercase: bool) -> None:
-    global _TOKENIZER
-    from sacremoses import MosesPunctNormalizer, MosesTokenizer
-
-    _TOKENIZER = (MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang), lowercase)
-
-
-def write_text_record(bin_dir: str, src: str, tgt: str, lowercase: bool) -> None:
-    """Record the text steps of :func:`_tokenize` in ``bin_dir`` (the ``dense_moses`` tokenizer's options)."""
-    record = {
+def text_steps(src: str, tgt: str, lowercase: bool) -> Dict:
+    """The text steps of the preparation: the options of fairseq-dense's ``dense_moses`` tokenizer (sacremoses'
+    punctuation normaliser, tokeniser without escaping or aggressive dash splits, optional lower-casing)."""
+    return {
         "source_lang": moses_lang(src),
         "target_lang": moses_lang(tgt),
         "moses_normalize_punctuation": True,
         "moses_no_escape": True,
-        "moses_no_dash_splits": True,  # sacremoses' default: no aggressive dash splits
+        "moses_no_dash_splits": True,
         "moses_lowercase": lowercase,
     }
-    write_json(os.path.join(bin_dir, TEXT_RECORD), record)
+
+
+def write_text_record(bin_dir: str, src: str, tgt: str, lowercase: bool) -> None:
+    """Record the :func:`text_steps` in ``bin_dir``, beside the dictionaries (read by the export and the hub)."""
+    write_json(os.path.join(bin_dir, TEXT_RECORD), text_steps(src, tgt, lowercase))
+
+
+_TOKENIZER = None
+
+
+def _init_tokenizer(lang: str, lowercase: bool) -> None:
+    """Tokenise ``lang`` text with the ``dense_moses`` tokenizer of the :func:`text_steps`: the training data is
+    prepared by the tokenizer a shared model applies (its normaliser is linear in a line's length)."""
+    global _TOKENIZER
+    from fairseq_dense.hub.text import PreparedMosesConfig, PreparedMosesTokenizer
+
+    _TOKENIZER = PreparedMosesTokenizer(PreparedMosesConfig(**text_steps(lang, lang, lowercase)))
 
 
 def _tokenize(line: str) -> str:
-    norm, tok, lowercase = _TOKENIZER
-    out = tok.tokenize(norm.normalize(line), escape=False, return_str=True)
-    return out.lower() if lowercase else out
+    return _TOKENIZER.encode(line)
 
 
 def tokenize_file(src_path: str, dst_path: str, lang: str, lowercase: bool, workers: int) -> None:
@@ -267,13 +288,11 @@ def prepare(
         if changes:
             logger.warning("rebuilding %s: %s", dest, "; ".join(changes))
     check_parallel(raw_dir, src, tgt)
-    tmp = dest.rstrip("/") + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(os.path.join(tmp, "tok"))
-    os.makedirs(os.path.join(tmp, "bpe"))
     files = [(f"{split}.{lang}", lang) for split in SPLITS for lang in (src, tgt)]
     start = time.time()
-    try:
+    with building(dest) as tmp:
+        os.makedirs(os.path.join(tmp, "tok"))
+        os.makedirs(os.path.join(tmp, "bpe"))
         for name, lang in files:
             tokenize_file(os.path.join(raw_dir, name), os.path.join(tmp, "tok", name), lang, lowercase, workers)
         logger.info("tokenised in %.0fs", time.time() - start)
@@ -285,11 +304,6 @@ def prepare(
         binarize(os.path.join(tmp, "bpe"), os.path.join(tmp, "bin"), src, tgt, workers)
         write_text_record(os.path.join(tmp, "bin"), src, tgt, lowercase)
         write_json(os.path.join(tmp, "prepare.json"), meta)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    shutil.rmtree(dest, ignore_errors=True)
-    os.rename(tmp, dest)
     logger.info("prepared %s in %.0fs", dest, time.time() - start)
     return dest
 
