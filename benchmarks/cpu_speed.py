@@ -26,6 +26,7 @@ logger = logging.getLogger("benchmarks.cpu_speed")
 
 #: the quick-start's training batch size and BPE merges
 MAX_TOKENS, MERGES = 2048, 4000
+SIDES = ("ours", "baseline")
 
 
 def quickstart_data(work_dir: str) -> str:
@@ -56,10 +57,11 @@ def measure_family(family: str, data_bin: str, a) -> Dict:
     entry.update((k, pairing[k]) for k in ("ours_params", "baseline_params", "baseline_width"))
     if a.train_batches:
         torch.manual_seed(1)
-        commands = [synthetic.train_args(data_bin, args, max_tokens=MAX_TOKENS) for args in (ours, base)]
-        entry["train"] = measure.paired_train_speed(*commands, batches=a.train_batches, rounds=a.rounds)
+        sides = {n: synthetic.train_args(data_bin, args, max_tokens=MAX_TOKENS) for n, args in zip(SIDES, (ours, base))}
+        sides = {n: measure.build_trainable(args) for n, args in sides.items()}
+        entry["train"] = measure.train_speed(sides, batches=a.train_batches, rounds=a.rounds)
     if a.decode_sentences:
-        models = {"ours": decode_models(data_bin, ours), "baseline": decode_models(data_bin, base)}
+        models = {n: decode_models(data_bin, args) for n, args in zip(SIDES, (ours, base))}
         entry["decode"] = measure.paired_decode(
             models,
             sentences=a.decode_sentences,

@@ -61,7 +61,7 @@ def train_preset(dict_dir: str, arch_args, precision: str, a) -> Dict:
         result["beam5"] = {"sentences": len(hyps), "tokens": sum(len(h[0]["tokens"]) for h in hyps)}
     except Exception as ex:  # the training figures stand without it
         logger.exception("beam search failed")
-        result["beam5"] = {"error": f"{type(ex).__name__}: {ex}"}
+        result["beam5"] = report.error(ex)
     return result
 
 
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
                     failed |= any(x is not None and not math.isfinite(x) for x in e[precision]["losses"])
                 except Exception as ex:
                     logger.exception("%s %s failed", name, precision)
-                    e[precision], failed = {"error": f"{type(ex).__name__}: {ex}"}, True
+                    e[precision], failed = report.error(ex), True
                 finally:
                     gpu_figures.release(a.device)
                     report.write_results(r, a.out, "presets", markdown)

@@ -144,15 +144,6 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def timed(fn, device: str = "cpu") -> float:
-    """Wall-clock seconds of ``fn()``, the device's queued work included."""
-    sync(device)
-    t0 = time.perf_counter()
-    fn()
-    sync(device)
-    return time.perf_counter() - t0
-
-
 def timed_rounds(sides: Dict, items: list, rounds: int, step, device: str) -> Dict:
     """Run ``step(side, item, i)`` for every item, each side in turn, ``rounds`` times (the order of
     the sides reversed every other round).
@@ -202,14 +193,33 @@ def median_ratio(per_round: list, slow: str, fast: str, clock: str = "cpu_s") ->
     return ratios[len(ratios) // 2] if ratios else None
 
 
-def build_trainable(train_args: List[str]):
-    """``(task, model, criterion, optimizer, cfg)`` as ``fairseq-train <train_args>`` builds them."""
-    from fairseq import optim, options, tasks
+def spread(values: List[float]) -> Dict:
+    """``{"median", "min", "max"}`` of ``values``."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def train_config(train_args: List[str]):
+    """fairseq's configuration of ``fairseq-train <train_args>``.
+
+    Raises:
+        ValueError: where fairseq's option parsing rejects them (argparse would exit the program).
+    """
+    from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     import fairseq_dense  # noqa: F401
 
-    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), train_args))
+    try:
+        return convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), train_args))
+    except SystemExit:
+        raise ValueError(f"fairseq-train rejects the arguments {' '.join(train_args)}")
+
+
+def build_trainable(train_args: List[str]):
+    """``(task, model, criterion, optimizer, cfg)`` as ``fairseq-train <train_args>`` builds them."""
+    from fairseq import optim, tasks
+
+    cfg = train_config(train_args)
     task = tasks.setup_task(cfg.task)
     model = task.build_model(cfg.model)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -246,23 +256,10 @@ def train_step(side, sample, update: int = 1, *, dtype=None, counter=None, saved
     return loss.detach()
 
 
-def paired_train_speed(
-    ours_args: List[str], baseline_args: List[str], *, batches: int, rounds: int, device: str = "cpu"
-) -> Dict:
-    """Training steps (forward, backward, optimizer) of both models on the same real batches, interleaved.
-
-    Args:
-        ours_args / baseline_args: the recorded ``fairseq-train`` arguments of each model.
-        batches: training batches per round (the first of a shuffled epoch, cycled if fewer).
-        rounds: rounds; the ratio (ours tokens/s / baseline tokens/s) is their median.
-    """
-    sides = {"ours": build_trainable(ours_args), "baseline": build_trainable(baseline_args)}
-    return train_speed(sides, batches=batches, rounds=rounds, device=device)
-
-
 def train_speed(sides: Dict, *, batches: int, rounds: int, device: str = "cpu") -> Dict:
-    """Training steps of ``sides`` (``{name: build_trainable(...)}``) on the same real batches of the
-    first side's training split, interleaved (:func:`timed_rounds`); arguments as :func:`paired_train_speed`."""
+    """Training steps (:func:`train_step`) of ``sides`` (``{name: build_trainable(...)}``) on the same
+    ``batches`` real batches of the first side's training split (the first of a shuffled epoch, cycled if
+    fewer), interleaved over ``rounds`` (:func:`timed_rounds`: ``ratio`` is ours / baseline tokens/s)."""
     from fairseq import utils
 
     task, model, _, _, cfg = next(iter(sides.values()))

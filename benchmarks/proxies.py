@@ -178,7 +178,7 @@ def run(a) -> Dict:
                 results["pairs"][name] = measure_pair(dict_dir, pair, sample, tiny=a.tiny)
             except Exception as e:  # one failing model must not lose the others' figures
                 logger.exception("pair %s failed", name)
-                results["pairs"][name] = {"family": pair["family"], "error": f"{type(e).__name__}: {e}"}
+                results["pairs"][name] = {"family": pair["family"], **report.error(e)}
             if a.out:
                 report.write_results(results, a.out, "proxies", markdown)
     return results

@@ -49,6 +49,11 @@ def write_results(results: Dict, out: str, stem: str, to_markdown: Callable[[Dic
         f.write(to_markdown(results))
 
 
+def error(ex: Exception) -> Dict:
+    """The results entry of a measurement that failed (the others' figures stand)."""
+    return {"error": f"{type(ex).__name__}: {ex}"}
+
+
 def file_stem(key: str) -> str:
     """A results key (``family`` or ``family:arch:--flag=v,...``) as a portable file-name part."""
     return key.replace(":", "_").replace("/", "_").replace(",", "_").replace("=", "-")

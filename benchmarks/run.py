@@ -167,13 +167,13 @@ def train_sides(a, data: Dict, runs: Dict[str, List[str]], work: str) -> Dict[st
 def side_by_side(a, entry: Dict, data_bin: str) -> None:
     """The side-by-side training and decoding comparisons of one entry (also for ``--remeasure``)."""
     dirs = [entry[side]["train"]["run_dir"] for side in ("ours", "baseline")]
-    commands = []
-    for d in dirs:
+    sides = {}
+    for side, d in zip(("ours", "baseline"), dirs):
         with open(os.path.join(d, "command.json")) as f:
-            commands.append(json.load(f)[1:])
+            sides[side] = measure.build_trainable(json.load(f)[1:])
     logger.info("training both side by side (%d batches, %d rounds)", a.paired_train_batches, a.paired_rounds)
-    entry["train_paired"] = measure.paired_train_speed(
-        *commands, batches=a.paired_train_batches, rounds=a.paired_rounds, device=a.device
+    entry["train_paired"] = measure.train_speed(
+        sides, batches=a.paired_train_batches, rounds=a.paired_rounds, device=a.device
     )
     ckpts = {side: os.path.join(d, "checkpoint_best.pt") for side, d in zip(("ours", "baseline"), dirs)}
     if all(os.path.isfile(c) for c in ckpts.values()):
@@ -269,7 +269,7 @@ def main(argv=None) -> int:
             results["families"][key] = run_entry(a, data, family, ["--arch", arch, *extra], key, work, baselines)
         except Exception as e:  # one broken family must not cost the others their figures
             logger.exception("%s failed", key)
-            results["families"][key] = {"error": f"{type(e).__name__}: {e}"}
+            results["families"][key] = report.error(e)
         write(results, out)  # after every family: a stopped run keeps its figures
     results["total_wall_s"] = time.time() - started
     write(results, out)
