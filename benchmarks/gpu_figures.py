@@ -279,12 +279,7 @@ def start(parser: argparse.ArgumentParser, argv, names_option: str):
         raise SystemExit(f"error: {e}")
     if a.device == "cpu":
         torch.set_num_threads(1)
-    header = {
-        "command": f"{parser.prog} {' '.join(argv)}",
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "commit": report.git_commit(),
-        "torch": torch.__version__,
-    }
+    header = report.header(parser.prog, argv)
     return a, pairs, header
 
 

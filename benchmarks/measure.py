@@ -1,14 +1,7 @@
-"""The measurements: ``fairseq-train`` in a child process, and both models side by side in one.
-
-Training runs the ``fairseq-train`` CLI users run, one fresh process per model, so that
-peak memory (the child's ``VmHWM``, see ``_train_child.py``) belongs to that model and
-the JSON log gives throughput (fairseq's ``wps``) and the loss curves.
-
-The side-by-side figures load both models into one process and time one model and then
-the other on the same batches (the order alternating per round; ratio = median over the
-rounds): load changes on a shared machine then hit both alike, which two runs minutes
-apart do not guarantee. Decoding speed forces every hypothesis to the same length, so
-that undertrained models' short or runaway outputs do not decide it.
+"""The measurements: ``fairseq-train`` in a child process (one fresh process per model: its peak memory,
+``_train_child.py``, and its JSON log), and models side by side in one process, taking turns on the same
+batches (:func:`timed_rounds`: load changes on a shared machine hit all sides alike). Decoding speed forces
+every hypothesis to one length, so that undertrained models' short or runaway outputs do not decide it.
 """
 
 import contextlib
@@ -146,17 +139,13 @@ def sync(device: str) -> None:
 
 def timed_rounds(sides: Dict, items: list, rounds: int, step, device: str) -> Dict:
     """Run ``step(side, item, i)`` for every item, each side in turn, ``rounds`` times (the order of
-    the sides reversed every other round).
-
-    Each call is timed by the wall clock and by the CPU time of the calling thread (on the CPU
-    with one torch thread all the work runs there; on a shared machine that clock leaves out the
-    time the thread waited for a core).
+    the sides reversed every other round), each call timed by the wall clock and by the CPU time of the
+    calling thread (with one torch thread all the work runs there; it leaves out waits for a core).
 
     Returns:
-        ``{"ratio": median over rounds of baseline seconds / ours seconds, "cpu_ratio": the same
-        of the thread CPU seconds, "rounds": [{"<side>_s": ..., "<side>_cpu_s": ...}, ...]}``
-        (the ratios None unless ``sides`` names ``ours`` and ``baseline``; :func:`median_ratio`
-        gives those of any two sides).
+        ``{"rounds": [{"<side>_s": ..., "<side>_cpu_s": ...}, ...], "ratio": baseline seconds / ours
+        seconds, "cpu_ratio": the same of thread CPU time}`` (:func:`median_ratio`; None unless ``sides``
+        names ``ours`` and ``baseline``).
     """
     per_round = []
     for r in range(rounds):
@@ -322,14 +311,9 @@ def generator(model, task, beam: int, fixed_length: int = 0):
 def paired_decode(
     models: Dict, *, sentences: int, rounds: int, batch_size: int, length: int, device: str = "cpu"
 ) -> Dict:
-    """Beam-5 sentences/s of two models in eval mode on the same test sentences, interleaved.
-
-    Args:
-        models: ``{"ours": (model, task), "baseline": (model, task)}``, the test split loaded
-            in the tasks (the sentences come from the baseline's).
-        sentences: test sentences, spread over the split.
-        length: every hypothesis forced to this many tokens.
-    """
+    """Beam-5 sentences/s of ``models`` (``{"ours"/"baseline": (model in eval mode, task with the test
+    split loaded)}``) on ``sentences`` test sentences of the baseline's spread over the split, every
+    hypothesis forced to ``length`` tokens, interleaved (:func:`timed_rounds`)."""
     sides = {name: (model, generator(model, task, 5, length)) for name, (model, task) in models.items()}
     batches = spread_batches(models["baseline"][1].dataset("test"), sentences, batch_size, device)
     with torch.inference_mode():

@@ -15,7 +15,6 @@ ratios ours / counterpart against :data:`TARGETS`).
 """
 
 import argparse
-import datetime
 import logging
 import os
 import sys
@@ -153,12 +152,9 @@ def run(a) -> Dict:
     lengths = synthetic.batch_lengths(a.max_tokens, a.max_len)
     sample = synthetic.make_batch(lengths, a.vocab)
     results = {
-        "command": "python -m benchmarks.proxies " + " ".join(a.argv),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": report.git_commit(),
+        **report.header("python -m benchmarks.proxies", a.argv),
         "machine": f"{report.cpu_name()}, {os.cpu_count()} logical CPUs, {a.threads} thread(s)",
         "bf16_lstm_kernel": "oneDNN" if op_counts.onednn_lstm_runs(torch.bfloat16) else "PyTorch's per-step GEMMs",
-        "torch": torch.__version__,
         "vocab": a.vocab,
         "batch": {
             "sentences": len(lengths),
