@@ -247,40 +247,46 @@ def shape(spec: str) -> str:
     return spec
 
 
-def get_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_figures", description=__doc__.split("\n\n")[0])
+def stage_parser(module: str, doc: str, names: str, budget_s: float) -> argparse.ArgumentParser:
+    """The options of both GPU stages (``names``: the option that names the pairs)."""
+    p = argparse.ArgumentParser(prog=f"python -m benchmarks.{module}", description=doc.split("\n\n")[0])
     add = p.add_argument
     add("--device", choices=("cuda", "cpu"), default="cuda")
-    add("--pairs", nargs="*", help=f"pairs (default: all of {', '.join(counterparts.PAPER_PAIRS)})")
+    add(f"--{names}", dest="pairs", nargs="*", help=f"pairs (default: all of {', '.join(counterparts.PAPER_PAIRS)})")
     add("--tiny", action="store_true", help="each pair at its tiny widths (the CPU dry run)")
     add("--vocab", type=int, default=32000, help="joint vocabulary size (a paper-size joint BPE)")
     add("--max-len", type=int, default=128, help="longest sentence of the length distribution")
+    add("--budget-s", type=float, default=budget_s, help="start nothing later than this many seconds in")
+    add("--out", default=f"benchmarks/out/{module.replace('_', '-')}")
+    return p
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = stage_parser("gpu_figures", __doc__, "pairs", 230)
+    add = p.add_argument
     add("--shapes", nargs="+", type=shape, default=["32768x1", "8192x4"], help="TOKENSxFREQ: tokens a batch x batches")
     add("--updates", type=int, default=2, help="updates a side in each round (distinct batches)")
     add("--rounds", type=int, default=5, help="interleaved timed rounds")
     add("--gemm-size", type=int, default=8192, help="n of the n x n x n GEMM of the measured peak")
-    add("--budget-s", type=float, default=230, help="skip what would start later than this many seconds in")
     add("--kernels-s", type=float, default=35, help="seconds of the budget kept for the kernel counts at the end")
-    add("--out", default="benchmarks/out/gpu-figures")
     return p
 
 
-def start(parser: argparse.ArgumentParser, argv, names_option: str):
-    """What both GPU stages start with: ``(arguments, the pairs named by names_option, the results' header)``,
-    logging set up, the device checked, one thread in a CPU dry run (as the CPU benchmarks)."""
+def start(parser: argparse.ArgumentParser, argv):
+    """What both GPU stages start with: ``(arguments, the pairs named, the results' header)``, logging set
+    up, the device checked, one thread in a CPU dry run (as the CPU benchmarks)."""
     argv = sys.argv[1:] if argv is None else argv
     a = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
     if a.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("error: --device cuda but torch sees no CUDA device")
     try:
-        pairs = counterparts.paper_pairs(getattr(a, names_option))
+        pairs = counterparts.paper_pairs(a.pairs)
     except ValueError as e:
         raise SystemExit(f"error: {e}")
     if a.device == "cpu":
         torch.set_num_threads(1)
-    header = report.header(parser.prog, argv)
-    return a, pairs, header
+    return a, pairs, report.header(parser.prog, argv)
 
 
 def release(device: str) -> None:
@@ -294,7 +300,7 @@ def release(device: str) -> None:
 
 def main(argv=None) -> int:
     started = time.time()
-    a, pairs, header = start(get_parser(), argv, "pairs")
+    a, pairs, header = start(get_parser(), argv)
     if a.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     device_name = torch.cuda.get_device_name(0) if a.device == "cuda" else platform.processor() or "cpu"
