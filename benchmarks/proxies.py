@@ -112,22 +112,23 @@ def markdown(results: Dict) -> str:
             continue
         o, c, r = e["ours"], e["counterpart"], e["ratios"]
 
-        def mark(ok):
-            return "" if ok else " MISS"
+        def ratio(kind, mode):
+            return f"{r[f'{kind}_{mode}']:.2f}" + ("" if r[f"{kind}_{mode}"] <= t[kind] else " MISS")
 
-        lines.append(
-            f"| {name} | {o['params'] / 1e6:.1f} / {c['params'] / 1e6:.1f} "
-            f"| {o['fp32']['launches_total']:,} / {c['fp32']['launches_total']:,} "
-            f"| {r['launches_fp32']:.2f}{mark(r['launches_fp32'] <= t['launches'])} "
-            f"| {r['launches_bf16']:.2f}{mark(r['launches_bf16'] <= t['launches'])} "
-            f"| {r['low_precision_ours']:.1%} / {r['low_precision_counterpart']:.1%}"
-            f"{mark(r['meets']['low_precision'])} "
-            f"| {o['fp32']['saved_bytes_per_token'] / 1e3:.1f} / {c['fp32']['saved_bytes_per_token'] / 1e3:.1f} "
-            f"| {r['saved_bytes_fp32']:.2f}{mark(r['saved_bytes_fp32'] <= t['saved_bytes'])} "
-            f"| {o['bf16']['saved_bytes_per_token'] / 1e3:.1f} / {c['bf16']['saved_bytes_per_token'] / 1e3:.1f} "
-            f"| {r['saved_bytes_bf16']:.2f}{mark(r['saved_bytes_bf16'] <= t['saved_bytes'])} "
-            f"| {unit_share(o['bf16']):.0%} / {unit_share(c['bf16']):.0%} |"
-        )
+        def kb(mode):
+            return f"{o[mode]['saved_bytes_per_token'] / 1e3:.1f} / {c[mode]['saved_bytes_per_token'] / 1e3:.1f}"
+
+        low = f"{r['low_precision_ours']:.1%} / {r['low_precision_counterpart']:.1%}"
+        cells = [
+            name,
+            f"{o['params'] / 1e6:.1f} / {c['params'] / 1e6:.1f}",
+            f"{o['fp32']['launches_total']:,} / {c['fp32']['launches_total']:,}",
+            *(ratio("launches", m) for m in ("fp32", "bf16")),
+            low + ("" if r["meets"]["low_precision"] else " MISS"),
+            *(f(m) for m in ("fp32", "bf16") for f in (kb, lambda m: ratio("saved_bytes", m))),
+            f"{unit_share(o['bf16']):.0%} / {unit_share(c['bf16']):.0%}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

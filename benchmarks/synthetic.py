@@ -66,31 +66,28 @@ def make_batch(lengths: List[tuple], vocab: int, *, seed: int = 1, device: str =
     """A fairseq translation sample: left-padded source, right-padded target, ``prev_output_tokens``
     the target shifted right behind end-of-sentence (pad 1, eos 2, tokens from 4), sentences in
     decreasing source length as fairseq's collater orders them (``lstm`` packs on that)."""
+    from fairseq.data.data_utils import collate_tokens
+    from fairseq.utils import apply_to_sample
+
     g = torch.Generator().manual_seed(seed)
     lengths = sorted(lengths, key=lambda p: -p[0])
     pad, eos = 1, 2
-    b, s_max, t_max = len(lengths), max(s for s, _ in lengths), max(t for _, t in lengths)
-    src = torch.full((b, s_max), pad, dtype=torch.long)
-    tgt = torch.full((b, t_max), pad, dtype=torch.long)
-    prev = torch.full((b, t_max), pad, dtype=torch.long)
-    for i, (s, t) in enumerate(lengths):
-        src[i, s_max - s :] = torch.cat([torch.randint(4, vocab, (s - 1,), generator=g), torch.tensor([eos])])
-        words = torch.cat([torch.randint(4, vocab, (t - 1,), generator=g), torch.tensor([eos])])
-        tgt[i, :t] = words
-        prev[i, :t] = torch.cat([torch.tensor([eos]), words[:-1]])
+
+    def sentence(n: int) -> torch.Tensor:
+        return torch.cat([torch.randint(4, vocab, (n - 1,), generator=g), torch.tensor([eos])])
+
+    src, tgt = zip(*[(sentence(s), sentence(t)) for s, t in lengths])
     sample = {
-        "id": torch.arange(b),
-        "nsentences": b,
+        "id": torch.arange(len(lengths)),
+        "nsentences": len(lengths),
         "ntokens": sum(t for _, t in lengths),
         "net_input": {
-            "src_tokens": src,
+            "src_tokens": collate_tokens(src, pad, eos, left_pad=True),
             "src_lengths": torch.tensor([s for s, _ in lengths]),
-            "prev_output_tokens": prev,
+            "prev_output_tokens": collate_tokens(tgt, pad, eos, left_pad=False, move_eos_to_beginning=True),
         },
-        "target": tgt,
+        "target": collate_tokens(tgt, pad, eos, left_pad=False),
     }
-    from fairseq.utils import apply_to_sample
-
     return apply_to_sample(lambda t: t.to(device), sample)
 
 
