@@ -4,11 +4,8 @@
     python -m benchmarks.gpu_presets --device cuda --updates 50 --out OUT
     python -m benchmarks.gpu_presets --device cpu --tiny --presets wt_a_fixed --updates 2 --max-tokens 64 ...
 
-The ``ours`` side of each ``counterparts.PAPER_PAIRS`` entry, built as the figures build it
-(``gpu_figures.build_trainer``), trained under ``--amp`` and in bfloat16; per preset and precision the
-loss and loss scale of every update, the skipped updates, whether the weights stayed finite, and one
-beam-5 decode in the precision's dtype (as ``fairseq-generate --fp16`` casts the model), hypotheses
-forced to ``--decode-length`` tokens. ``presets.{json,md}`` are rewritten after each.
+Per preset and precision (``--amp``, bfloat16): the loss and loss scale of every update, the skipped
+updates, finite weights, one beam-5 decode in the precision's dtype; ``presets.{json,md}``.
 """
 
 import argparse

@@ -2,16 +2,10 @@
 
     python -m benchmarks.proxies [--pairs wt_a deep_att ...] [--out benchmarks/out/proxies]
 
-For every pair of ``PAPER_PAIRS`` (``counterparts.py``: each registered family at its
-paper's base size and fairseq's built-in at the paper's size), both models are built as
-``fairseq-train`` builds them (the harness's criterion and Adam) and take one training step
-(forward, backward, gradient scaling, clipping, optimiser step) on the same synthetic batch
-(``synthetic.py``), once in float32 and once under ``torch.autocast('cpu', bfloat16)``
-(standing in for the GPU's mixed precision), after one uncounted warm-up step (Adam's state).
-Measured (``op_counts.py``): kernel launches per step, the low-precision share of the
-matmul-class FLOPs, and the activation bytes saved for backward per target token. Written to
-``--out``: ``proxies.json`` (everything, per phase and per operator) and ``proxies.md`` (the
-ratios ours / counterpart against :data:`TARGETS`).
+Each pair of ``counterparts.PAPER_PAIRS``, built as ``fairseq-train`` builds it, takes one counted training
+step on the same synthetic batch in float32 and under CPU bfloat16 autocast (``op_counts``): kernel
+launches, the low-precision share of the matmul FLOPs, saved bytes per target token; ``proxies.json`` and
+``proxies.md`` (ratios against :data:`TARGETS`). The method: docs/benchmarks.md ("Speed proxies").
 """
 
 import argparse

@@ -5,12 +5,9 @@
         [--device cuda --amp --bf16] [--out DIR]
     python -m benchmarks.run --remeasure DIR/results.json     # speed again with today's code, no training
 
-Steps: prepare the corpus once (``fairseq_dense.data.prepare``); per model, search the
-width of its fairseq counterpart so that the parameter counts match (``counterparts.py``),
-train both with ``fairseq-train`` for the same budget (one after the other, or with
-``--concurrent`` at the same time), time both side by side in one process (training steps
-and beam-5 decoding, ``measure.py``), decode the test split with beam 5 and score it with
-sacreBLEU; write ``results.json``, ``results.md`` and a loss plot per model to ``--out``.
+Per model: the counterpart's width matched in parameters, both trained by ``fairseq-train``, timed side by
+side, decoded with beam 5 and scored; ``results.json``, ``results.md`` and loss plots in ``--out``
+(docs/benchmarks.md).
 """
 
 import argparse

@@ -81,10 +81,8 @@ def float32_fast_forward(family: str, data_bin: str, rounds: int) -> dict:
 
 def fused_adam(family: str, data_bin: str, rounds: int) -> dict:
     ours = ["--arch", f"{family}_small"]
-    sides = {}
-    for name, args in (("on", ours + ["--optimizer", "fused_adam"]), ("off", ours)):
-        torch.manual_seed(1)
-        sides[name] = measure.build_trainable(synthetic.train_args(data_bin, args, max_tokens=cpu_speed.MAX_TOKENS))
+    sides = {"on": ours + ["--optimizer", "fused_adam"], "off": ours}
+    sides = {name: synthetic.build(data_bin, args, max_tokens=cpu_speed.MAX_TOKENS) for name, args in sides.items()}
     res = measure.train_speed(sides, batches=4, rounds=rounds)
     sample = synthetic.make_batch(synthetic.batch_lengths(cpu_speed.MAX_TOKENS), len(sides["on"][0].target_dictionary))
     launches = {}

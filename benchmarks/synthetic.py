@@ -1,13 +1,8 @@
-"""Synthetic training batches and models built as ``fairseq-train`` builds them, with no corpus.
+"""Synthetic batches and models built as ``fairseq-train`` builds them, with no corpus (proxies, GPU figures).
 
-The proxies (``proxies.py``) and the GPU figures (``gpu_figures.py``) train on batches drawn
-here: sentence lengths from a log-normal distribution close to a subword-segmented news
-corpus (median 24 target tokens, a long tail, 2 to ``max_len``), source lengths the target's
-times a noisy factor, tokens uniform over the vocabulary. A batch is what fairseq's
-``batch_by_size`` makes of sentences sorted by length: consecutive sentences, as many as fit
-``max_tokens`` counted as batch size x longest sentence. Models are built from a folder
-that holds only the two dictionary files (``write_dicts``): enough for fairseq's
-translation task to build a model, a criterion and an optimiser.
+Sentence lengths are log-normal, close to a subword-segmented news corpus (median 24 target tokens);
+a batch is what fairseq's ``batch_by_size`` makes of length-sorted sentences. Models are built from a
+folder holding only the two dictionary files (:func:`write_dicts`).
 """
 
 import math
@@ -104,12 +99,14 @@ def train_args(
     return measure.common_args(dict_dir, os.path.join(dict_dir, "unused-save-dir"), a) + list(arch_args)
 
 
-def build(dict_dir: str, arch_args: List[str], *, amp: bool = False, device: Optional[str] = None):
-    """``(task, model, criterion, optimizer, cfg)`` as ``fairseq-train`` builds them, the model on ``device``."""
+def build(
+    dict_dir: str, arch_args: List[str], *, max_tokens: int = 4096, amp: bool = False, device: Optional[str] = None
+):
+    """``(task, model, criterion, optimizer, cfg)`` as ``fairseq-train`` builds them (seed 1), on ``device``."""
     from benchmarks import measure
 
     torch.manual_seed(1)
-    args = train_args(dict_dir, arch_args, amp=amp, device=device or "cpu")
+    args = train_args(dict_dir, arch_args, max_tokens=max_tokens, amp=amp, device=device or "cpu")
     task, model, criterion, optimizer, cfg = measure.build_trainable(args)
     if device:
         model.to(device)
