@@ -52,13 +52,11 @@ def start_training(train_args: List[str], run_dir: str, threads: int):
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, "command.json"), "w") as f:
         json.dump(["fairseq-train", *train_args], f, indent=1)
-    env = dict(
-        os.environ,
-        OMP_NUM_THREADS=str(threads),
-        MKL_NUM_THREADS=str(threads),
-        FAIRSEQ_DENSE_CLI="1",  # a clean exit (fairseq_dense.cli.fairseq_tools)
-        PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])),
-    )
+    from fairseq_dense.cli.quickstart_steps import thread_env
+
+    path = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
+    # FAIRSEQ_DENSE_CLI: a clean exit on an error (fairseq_dense.cli.fairseq_tools)
+    env = dict(os.environ, FAIRSEQ_DENSE_CLI="1", PYTHONPATH=path, **thread_env(threads))
     log = open(os.path.join(run_dir, "train.log"), "w")
     cmd = [sys.executable, CHILD, os.path.join(run_dir, "child_stats.json"), *train_args]
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log
