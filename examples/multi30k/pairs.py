@@ -9,6 +9,8 @@ variant gets a verdict against each side it names under ``against`` (``report.ve
 Sizes are CPU-sized, about 5-10M parameters with the 8k joint BPE vocabulary (7,964 types).
 """
 
+import re
+
 # the two sides of every pair: the plugin family and the model its paper claims to beat
 SIDES = ("model", "baseline")
 
@@ -54,7 +56,7 @@ PAIRS["densenmt"] = {
 # 384; both with embeddings 128 and a tied softmax)
 PAIRS["dense_lstm"] = {
     "claim": "similar BLEU with half the parameters and about half the training time",
-    # both sides chose the top of RNN_RATES (4e-3): the line search goes one rate further
+    # both sides chose the top of RNN_RATES (4e-3): the grid goes one rate further
     "rates": (*RNN_RATES, 8e-3),
     "warmup": 200,
     "model": (
@@ -118,3 +120,29 @@ PAIRS["weighted_transformer"] = {
         },
     },
 }
+
+
+def split_run(name: str):
+    """``(side, seed)`` of a run folder's name: ``model.fixed.seed3`` -> ``("model.fixed", 3)``."""
+    m = re.fullmatch(r"(?P<side>.+)\.seed(?P<seed>[0-9]+)", name)
+    return (m.group("side"), int(m.group("seed"))) if m else (name, 1)
+
+
+def variant(pair: str, side: str):
+    """The pair's variant a run of ``side`` (any seed's) belongs to, or None."""
+    return PAIRS[pair].get("variants", {}).get(split_run(side)[0])
+
+
+def options(pair: str, side: str):
+    """The ``fairseq-train`` options of a run of a side or of a variant (``baseline.gpu-0.3h``, an earlier
+    run of the baseline: the baseline's)."""
+    return variant(pair, side)["options"] if variant(pair, side) else PAIRS[pair][side.split(".")[0]]
+
+
+def arch(pair: str, side: str) -> str:
+    return options(pair, side)[options(pair, side).index("--arch") + 1]
+
+
+def rates(pair: str, side: str):
+    """The peak rates a side's sweep tries, in order."""
+    return sorted((variant(pair, side) or PAIRS[pair])["rates"])
