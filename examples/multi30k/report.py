@@ -83,31 +83,25 @@ def read_json(path: str):
     return None
 
 
-def walls(logs) -> dict:
-    """``{epoch: wall seconds of training to the end of that epoch}`` over ``logs`` in order: fairseq's
-    ``train_wall`` starts at 0 in every process, so each continues where the one before ended (an epoch
-    cut by an interruption is trained again, its time not counted)."""
-    out, offset = {}, 0.0
-    for p in processes(*logs):
-        last = 0.0
-        for r in (r for tag, r in p.records if tag == "train"):
-            last = r["wall"]
-            out[int(r["epoch"])] = offset + last
-        offset += last
-    return out
-
-
-def trained_on(logs):
-    """Where a run trained when not on one kind of device ("GPU, then CPU from epoch 50", by ``--cpu`` in
-    each process's command), else None."""
-    parts = []  # [device, the first epoch it logged]
+def walls_and_devices(logs):
+    """``({epoch: wall seconds of training to the end of that epoch}, where the run trained)`` over ``logs``
+    in order. fairseq's ``train_wall`` starts at 0 in every process, so each continues where the one before
+    ended (an epoch cut by an interruption is trained again, its time not counted). Where: None on one kind
+    of device, else e.g. "GPU, then CPU from epoch 50" (by ``--cpu`` in each process's command)."""
+    walls, offset, parts = {}, 0.0, []  # parts: [device, the first epoch it logged]
     for p in processes(*logs):
         device = "CPU" if " --cpu" in p.command else "GPU"
         if p.command and (not parts or parts[-1][0] != device):
             parts.append([device, None])
         if parts and parts[-1][1] is None and p.records:
             parts[-1][1] = int(p.records[0][1]["epoch"])
-    return parts[0][0] + "".join(f", then {d} from epoch {e}" for d, e in parts[1:]) if len(parts) > 1 else None
+        last = 0.0
+        for r in (r for tag, r in p.records if tag == "train"):
+            last = r["wall"]
+            walls[int(r["epoch"])] = offset + last
+        offset += last
+    where = parts[0][0] + "".join(f", then {d} from epoch {e}" for d, e in parts[1:]) if len(parts) > 1 else None
+    return walls, where
 
 
 def patience_out(valid, patience: int = PATIENCE):
@@ -142,7 +136,7 @@ def summarize(pair: str, side: str) -> dict:
     # by epoch, the last record wins (an interrupted epoch is logged again on resume)
     valid = {int(r["epoch"]): r for log in logs for r in records(log, "valid")}.values()
     wps = [r["wps"] for r in {int(r["epoch"]): r for log in logs for r in records(log, "train")}.values() if "wps" in r]
-    wall = walls(logs)
+    wall, where = walls_and_devices(logs)
     # (updates, wall seconds at the end of that epoch, validation loss, epoch)
     curve = [(int(r["num_updates"]), wall.get(int(r["epoch"]), math.nan), r["loss"], int(r["epoch"])) for r in valid]
     best = min(curve, key=lambda c: c[2]) if curve else (None,) * 4
@@ -150,7 +144,7 @@ def summarize(pair: str, side: str) -> dict:
     row.update(params=params and int(params.group(1).replace(",", "")), lr=trained_lr(train_log), curve=curve)
     row.update(ending=ending(train_log), best_updates=best[0], best_loss=best[2], best_epoch=best[3])
     row.update(best_wall_h=None if best[1] is None else best[1] / 3600, epochs=curve[-1][3] if curve else 0)
-    row.update(patience_out=patience_out([(c[3], c[2]) for c in curve]), trained_on=trained_on(logs))
+    row.update(patience_out=patience_out([(c[3], c[2]) for c in curve]), trained_on=where)
     row.update(wps=sum(wps) / len(wps) if wps else None)
     return row
 
@@ -297,31 +291,22 @@ def comparisons(pair: str):
         yield from ((name, side) for side in variant.get("against", ()))
 
 
-def verdicts(rows) -> list:
-    """One verdict per comparison and metric where both sides have a counted run (one for all metrics where
-    each side has one run: no spread to judge by)."""
-    by, out = groups(rows), []
+def verdict_table(rows) -> str:
+    """One verdict per comparison and metric where both sides have a counted run (one row for all metrics
+    where each side has one run: no spread to judge by)."""
+    by, lines = groups(rows), []
     for pair in PAIRS:
         for a, b in comparisons(pair):
             runs_a, runs_b = by.get((pair, a), {}).get("runs"), by.get((pair, b), {}).get("runs")
             for key, column, spec, better in METRICS if runs_a and runs_b else ():
-                result = compare([value(r, key) for r in runs_a], [value(r, key) for r in runs_b], better)
-                out.append({"pair": pair, "a": a, "b": b, "metric": column, "spec": spec, **result,
-                            "a_runs": runs_a, "b_runs": runs_b, "key": key})  # fmt: skip
-                if result["band"] is None:
+                v = compare([value(r, key) for r in runs_a], [value(r, key) for r in runs_b], better)
+                band = "-" if v["band"] is None else f"± {v['band']:{spec}}"
+                lines.append(
+                    f"| {pair} | {a} vs {b} | {column} | {spread(runs_a, key, spec)} ({len(runs_a)}) | "
+                    f"{spread(runs_b, key, spec)} ({len(runs_b)}) | {v['diff']:+{spec}} | {band} | {v['verdict']} |"
+                )
+                if v["band"] is None:
                     break
-    return out
-
-
-def verdict_table(rows) -> str:
-    lines = []
-    for v in verdicts(rows):
-        spec, n_a, n_b = v["spec"], len(v["a_runs"]), len(v["b_runs"])
-        band = "-" if v["band"] is None else f"± {v['band']:{spec}}"
-        lines.append(
-            f"| {v['pair']} | {v['a']} vs {v['b']} | {v['metric']} | {spread(v['a_runs'], v['key'], spec)} ({n_a}) | "
-            f"{spread(v['b_runs'], v['key'], spec)} ({n_b}) | {v['diff']:+{spec}} | {band} | {v['verdict']} |"
-        )
     head = "pair | side vs side | metric | side (seeds) | other side (seeds) | difference | 95% noise band | verdict"
     return markdown(head, lines)
 
