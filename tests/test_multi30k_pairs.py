@@ -88,7 +88,7 @@ def test_sweep_reuses_committed_points_and_trains_the_rest(tmp_path, monkeypatch
     lost it; an incomplete one is trained; the lowest loss of the grid wins."""
     monkeypatch.setattr(run, "WORK", str(tmp_path / "work"))
     monkeypatch.setattr(run, "LOGS", str(tmp_path / "logs"))
-    monkeypatch.setitem(run.PAIRS, "toy", {"rates": (1e-3, 2e-3, 4e-3, 8e-3), "model": [], "baseline": [], "warmup": 1})
+    monkeypatch.setitem(run.PAIRS, "toy", {"rates": (1e-3, 2e-3, 4e-3, 8e-3), "model": "", "baseline": "", "warmup": 1})
 
     def log_lines(losses):
         return "".join(
@@ -116,7 +116,7 @@ def test_sweep_reuses_committed_points_and_trains_the_rest(tmp_path, monkeypatch
 def test_parallel_sweep_chooses_what_the_serial_sweep_chooses(tmp_path, monkeypatch):
     """Every rate of the grid is trained, at once or one after the other; the lowest loss wins."""
     losses = {1e-3: 6.0, 2e-3: 5.0, 4e-3: 5.5, 8e-3: 4.0}
-    monkeypatch.setitem(run.PAIRS, "toy", {"rates": tuple(losses), "model": [], "baseline": [], "warmup": 1})
+    monkeypatch.setitem(run.PAIRS, "toy", {"rates": tuple(losses), "model": "", "baseline": "", "warmup": 1})
     running = []
 
     def fake_start(cmd, log, threads=None):
@@ -145,7 +145,7 @@ def test_train_hours_stop_the_converging_run_and_the_report_says_so(tmp_path, mo
     import torch
 
     monkeypatch.setattr(run, "WORK", str(tmp_path / "work"))
-    monkeypatch.setitem(run.PAIRS, "toy", {"rates": (1e-3,), "model": [], "baseline": [], "warmup": 1})
+    monkeypatch.setitem(run.PAIRS, "toy", {"rates": (1e-3,), "model": "", "baseline": "", "warmup": 1})
     os.makedirs(run.side_dir("toy", "model"))
     with open(run.sweep_log("toy", "model", 1e-3), "w") as f:
         f.write(TS + ' | INFO | train | {"epoch": 4, "train_wall": "300"}\n')  # the log's wall leaves out validation
@@ -216,7 +216,7 @@ def test_early_stopping_is_checked_against_an_uninterrupted_run(tmp_path, monkey
     assert report.patience_out([]) is None
 
     monkeypatch.setattr(report, "LOGS", str(tmp_path))
-    monkeypatch.setitem(report.PAIRS, "toy", {"model": ["--arch", "a"], "baseline": ["--arch", "b"]})
+    monkeypatch.setitem(report.PAIRS, "toy", {"model": "--arch a", "baseline": "--arch b"})
     folder = tmp_path / "toy" / "model"
     folder.mkdir(parents=True)
     command = "# fairseq-train --lr 0.001\n"
@@ -243,7 +243,7 @@ def test_a_converging_run_restarted_at_update_0_is_not_joined_to_its_sweep(tmp_p
     continued = "# fairseq-train\n" + _epoch_lines(range(5, 8), 10)
     restarted = "# fairseq-train\n" + _epoch_lines(range(1, 8), 100) + "early stop\ndone training\n"
     monkeypatch.setattr(report, "LOGS", str(tmp_path))
-    monkeypatch.setitem(report.PAIRS, "toy", {"model": ["--arch", "a"], "baseline": ["--arch", "b"]})
+    monkeypatch.setitem(report.PAIRS, "toy", {"model": "--arch a", "baseline": "--arch b"})
 
     (folder / "train.log").write_text(continued)
     row = report.summarize("toy", "baseline")
@@ -269,7 +269,7 @@ def test_a_run_stopped_by_time_continues_when_its_side_runs_again(tmp_path, monk
     report = importlib.import_module("report")
     monkeypatch.setattr(run, "WORK", str(tmp_path / "work"))
     monkeypatch.setattr(report, "LOGS", str(tmp_path / "logs"))
-    monkeypatch.setitem(run.PAIRS, "toy", {"rates": (1e-3,), "model": ["--arch", "a"], "baseline": [], "warmup": 1})
+    monkeypatch.setitem(run.PAIRS, "toy", {"rates": (1e-3,), "model": "--arch a", "baseline": "", "warmup": 1})
     os.makedirs(run.side_dir("toy", "model"))
     log = os.path.join(run.side_dir("toy", "model"), "train.log")
     commands = []
@@ -324,7 +324,7 @@ def test_an_earlier_run_of_a_side_is_kept_beside_it(tmp_path, monkeypatch):
     for name in ("baseline.gpu-0.3h", "baseline", "model", "notes"):
         (tmp_path / "toy" / name).mkdir(parents=True)
     monkeypatch.setattr(report, "LOGS", str(tmp_path))
-    monkeypatch.setitem(report.PAIRS, "toy", {"model": ["--arch", "a"], "baseline": ["--arch", "b"]})
+    monkeypatch.setitem(report.PAIRS, "toy", {"model": "--arch a", "baseline": "--arch b"})
     assert report.sides("toy") == ["model", "baseline", "baseline.gpu-0.3h"]
     assert report.arch("toy", "baseline.gpu-0.3h") == "b"
 
@@ -374,7 +374,7 @@ def test_a_rate_chosen_by_a_wider_sweep_sets_the_earlier_rates_log_aside(tmp_pat
 
     monkeypatch.setattr(run, "run", fake_run)
     monkeypatch.setattr(run, "copy_log", lambda src, name: None)
-    monkeypatch.setitem(run.PAIRS, "toy", {"rates": (4e-3, 8e-3), "model": [], "baseline": [], "warmup": 1})
+    monkeypatch.setitem(run.PAIRS, "toy", {"rates": (4e-3, 8e-3), "model": "", "baseline": "", "warmup": 1})
     folder = tmp_path / "work" / "toy" / "baseline"
     run.converge("toy", "baseline", 4e-3, 1)
     (folder / "train.log").write_text("# fairseq-train ... --lr 0.004\n")

@@ -50,7 +50,7 @@ def toy(tmp_path, monkeypatch):
     for module in (run, report):
         monkeypatch.setattr(module, "LOGS", str(tmp_path / "logs"))
     monkeypatch.setattr(run, "WORK", str(tmp_path / "work"))
-    spec = {"rates": (1e-3, 2e-3), "model": ["--arch", "a"], "baseline": ["--arch", "b"], "warmup": 1, "claim": "c"}
+    spec = {"rates": (1e-3, 2e-3), "model": "--arch a", "baseline": "--arch b", "warmup": 1, "claim": "c"}
     monkeypatch.setitem(run.PAIRS, "toy", spec)
     return tmp_path
 
@@ -251,7 +251,7 @@ def test_a_variant_is_judged_against_the_side_it_names(toy, monkeypatch):
     monkeypatch.setitem(
         run.PAIRS["toy"],
         "variants",
-        {"model.x": {"options": ["--arch", "a"], "rates": (1e-3,), "against": ("baseline",)}},
+        {"model.x": {"options": "--arch a", "rates": (1e-3,), "against": ("baseline",)}},
     )
     assert list(report.comparisons("toy")) == [("model", "baseline"), ("model.x", "baseline")]
     assert list(report.comparisons("deep_att")) == [("model", "baseline")]  # its variants name none
