@@ -80,7 +80,10 @@ def test_report_walls_continue_across_resumes(tmp_path):
     sweep.write_text("# fairseq-train sweep\n" + record(1, 100) + record(2, 200))
     # continued from the sweep, then cut during epoch 4 and resumed from epoch 3's checkpoint
     train.write_text("# fairseq-train\n" + record(3, 90) + "# fairseq-train\n" + record(4, 95) + record(5, 190))
-    assert report.walls_and_devices([str(sweep), str(train)]) == ({1: 100, 2: 200, 3: 290, 4: 385, 5: 480}, None)
+    assert report.walls_and_devices(report.processes(str(sweep), str(train))) == (
+        {1: 100, 2: 200, 3: 290, 4: 385, 5: 480},
+        None,
+    )
 
 
 def test_sweep_reuses_committed_points_and_trains_the_rest(tmp_path, monkeypatch):
@@ -310,12 +313,12 @@ def test_the_report_names_both_machines_of_a_run_continued_on_another(tmp_path):
     sweep, train = tmp_path / "sweep.log", tmp_path / "train.log"
     sweep.write_text("# fairseq-train data --lr 0.008\n" + _epoch_lines(range(1, 5), 10))
     train.write_text("# fairseq-train data --lr 0.008\n" + _epoch_lines(range(5, 9), 10))
-    assert report.walls_and_devices([str(sweep), str(train)])[1] is None
+    assert report.walls_and_devices(report.processes(str(sweep), str(train)))[1] is None
     with open(train, "a") as f:
         f.write("# fairseq-train data --cpu --lr 0.008\n" + _epoch_lines(range(8, 10), 60))
         f.write("# fairseq-train data --cpu --lr 0.008\n" + _epoch_lines([10], 60))
-    assert report.walls_and_devices([str(sweep), str(train)])[1] == "GPU, then CPU from epoch 8"
-    assert report.walls_and_devices([str(train)])[1] == "GPU, then CPU from epoch 8"
+    assert report.walls_and_devices(report.processes(str(sweep), str(train)))[1] == "GPU, then CPU from epoch 8"
+    assert report.walls_and_devices(report.processes(str(train)))[1] == "GPU, then CPU from epoch 8"
 
 
 def test_an_earlier_run_of_a_side_is_kept_beside_it(tmp_path, monkeypatch):

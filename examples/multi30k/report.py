@@ -52,25 +52,30 @@ def processes(*logs: str):
     return [p._replace(text="".join(p.text)) for p in out]
 
 
-def records(log: str, kind: str):
-    """The statistics of ``log``'s ``kind`` ('valid' or 'train') epoch records (``loss``, ``num_updates``, ...)."""
-    return [stats for p in processes(log) for tag, stats in p.records if tag == kind]
+def records(procs, kind: str):
+    """The statistics of the ``kind`` ('valid' or 'train') epoch records of a log (a path) or of processes."""
+    return [
+        stats
+        for p in (processes(procs) if isinstance(procs, str) else procs)
+        for tag, stats in p.records
+        if tag == kind
+    ]
 
 
 def epochs(log: str) -> int:
     return len({r["epoch"] for r in records(log, "valid")})
 
 
-def trained_lr(log: str):
-    """The peak rate of the first command in ``log`` that names one (None without)."""
-    found = [m.group(1) for p in processes(log) if (m := re.search(r" --lr (\S+)", p.command))]
+def trained_lr(procs):
+    """The peak rate of the first command of a log's processes that names one (None without)."""
+    found = [m.group(1) for p in procs if (m := re.search(r" --lr (\S+)", p.command))]
     return float(found[0]) if found else None
 
 
-def ending(log: str) -> str:
-    """How the last process of ``log`` ended: "early stopped", "epoch cap", "stopped by time" (``--train-hours``:
-    it may be continued) or "training" (still going, cut, or no log)."""
-    text = (processes(log) or [Process("", [], "")])[-1].text
+def ending(procs) -> str:
+    """How the last of a log's processes ended: "early stopped", "epoch cap", "stopped by time"
+    (``--train-hours``: it may be continued) or "training" (still going, cut, or no log)."""
+    text = procs[-1].text if procs else ""
     if TIME_STOP in text:
         return "stopped by time"
     return ("early stopped" if "early stop" in text else "epoch cap") if "done training" in text else "training"
@@ -83,13 +88,13 @@ def read_json(path: str):
     return None
 
 
-def walls_and_devices(logs):
-    """``({epoch: wall seconds of training to the end of that epoch}, where the run trained)`` over ``logs``
-    in order. fairseq's ``train_wall`` starts at 0 in every process, so each continues where the one before
+def walls_and_devices(procs):
+    """``({epoch: wall seconds of training to the end of that epoch}, where the run trained)`` over a run's
+    processes in order. fairseq's ``train_wall`` starts at 0 in every process, so each continues where the one before
     ended (an epoch cut by an interruption is trained again, its time not counted). Where: None on one kind
     of device, else e.g. "GPU, then CPU from epoch 50" (by ``--cpu`` in each process's command)."""
     walls, offset, parts = {}, 0.0, []  # parts: [device, the first epoch it logged]
-    for p in processes(*logs):
+    for p in procs:
         device = "CPU" if " --cpu" in p.command else "GPU"
         if p.command and (not parts or parts[-1][0] != device):
             parts.append([device, None])
@@ -125,24 +130,25 @@ def summarize(pair: str, side: str) -> dict:
     row = {"pair": pair, "side": side, "arch": arch(pair, side), "sweep": dict(sorted(sweep.items()))}
     row.update(seed=split_run(side)[1], curve=[], epochs=0, eval=read_json(os.path.join(folder, "eval.json")))
     row.update(dict.fromkeys("params lr ending best_loss best_epoch best_updates best_wall_h trained_on wps".split()))
-    train_log = os.path.join(folder, "train.log")
-    if not (sweep or row["seed"] > 1) or not os.path.isfile(train_log):
+    train = processes(os.path.join(folder, "train.log"))
+    if not (sweep or row["seed"] > 1) or not train:
         return row
     # the converging run continues the sweep run at its rate (the one its command names) unless it started
     # at update 0 (its first epoch is 1: the sweep's checkpoint was lost; another seed has no sweep)
-    logs = [train_log]
-    if sweep and [int(r["epoch"]) for r in records(train_log, "train")][:1] != [1]:
-        logs.insert(0, os.path.join(folder, f"sweep-lr{trained_lr(train_log) or min(sweep, key=sweep.get):g}.log"))
+    procs = train
+    if sweep and [int(r["epoch"]) for r in records(train, "train")][:1] != [1]:
+        procs = processes(os.path.join(folder, f"sweep-lr{trained_lr(train) or min(sweep, key=sweep.get):g}.log"))
+        procs += train
     # by epoch, the last record wins (an interrupted epoch is logged again on resume)
-    valid = {int(r["epoch"]): r for log in logs for r in records(log, "valid")}.values()
-    wps = [r["wps"] for r in {int(r["epoch"]): r for log in logs for r in records(log, "train")}.values() if "wps" in r]
-    wall, where = walls_and_devices(logs)
+    valid = {int(r["epoch"]): r for r in records(procs, "valid")}.values()
+    wps = [r["wps"] for r in {int(r["epoch"]): r for r in records(procs, "train")}.values() if "wps" in r]
+    wall, where = walls_and_devices(procs)
     # (updates, wall seconds at the end of that epoch, validation loss, epoch)
     curve = [(int(r["num_updates"]), wall.get(int(r["epoch"]), math.nan), r["loss"], int(r["epoch"])) for r in valid]
     best = min(curve, key=lambda c: c[2]) if curve else (None,) * 4
-    params = re.search(r"model params: ([\d,]+)", "".join(p.text for p in processes(train_log, logs[0])))
-    row.update(params=params and int(params.group(1).replace(",", "")), lr=trained_lr(train_log), curve=curve)
-    row.update(ending=ending(train_log), best_updates=best[0], best_loss=best[2], best_epoch=best[3])
+    params = re.search(r"model params: ([\d,]+)", "".join(p.text for p in train + procs))
+    row.update(params=params and int(params.group(1).replace(",", "")), lr=trained_lr(train), curve=curve)
+    row.update(ending=ending(train), best_updates=best[0], best_loss=best[2], best_epoch=best[3])
     row.update(best_wall_h=None if best[1] is None else best[1] / 3600, epochs=curve[-1][3] if curve else 0)
     row.update(patience_out=patience_out([(c[3], c[2]) for c in curve]), trained_on=where)
     row.update(wps=sum(wps) / len(wps) if wps else None)

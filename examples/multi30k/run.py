@@ -133,10 +133,10 @@ def converge(pair: str, side: str, lr: float, threads: int, deadline=None) -> No
     from fairseq_dense.cli.quickstart_steps import checkpoint_state
 
     log = os.path.join(side_dir(pair, side), "train.log")
-    logged_lr = report.trained_lr(log)
+    logged_lr = report.trained_lr(report.processes(log))
     if logged_lr is not None and logged_lr != lr:  # a wider sweep chose another rate: that run's log is set aside
         os.replace(log, os.path.join(side_dir(pair, side), f"train-lr{logged_lr:g}.log"))
-    if report.ending(log) in report.FINISHED:
+    if report.ending(report.processes(log)) in report.FINISHED:
         return
     os.makedirs(side_dir(pair, side), exist_ok=True)  # another seed's run has no sweep to make it
     with open(os.path.join(side_dir(pair, side), "chosen_lr"), "w") as f:
