@@ -114,8 +114,8 @@ def sweep(pair: str, side: str, threads: int, parallel: bool = False, train: boo
     os.makedirs(side_dir(pair, side), exist_ok=True)
     for group in [todo] if parallel else [[lr] for lr in todo]:
         cmds = {lr: train_args(pair, side, lr) + ["--max-epoch", str(SWEEP_EPOCHS)] for lr in group}
-        codes = {lr: start(cmd, sweep_log(pair, side, lr), threads) for lr, cmd in cmds.items()}
-        codes = {lr: proc.wait() for lr, proc in codes.items()}  # all of them, even after a failure
+        procs = {lr: start(cmd, sweep_log(pair, side, lr), threads) for lr, cmd in cmds.items()}
+        codes = {lr: proc.wait() for lr, proc in procs.items()}  # all of them, even after a failure
         for lr, code in codes.items():
             if code:
                 raise subprocess.CalledProcessError(code, cmds[lr])
@@ -248,7 +248,7 @@ def progress(pairs) -> None:
             if os.path.isfile(folder + "train.log"):
                 row = report.summarize(pair, name)
                 best = f", best {row['best_loss']:.3f} at epoch {row['best_epoch']}" if row["curve"] else ""
-                parts.append(f"lr {row['lr']:g}, epoch {row['epochs']}{best}, {row['ending']}")
+                parts.append(f"lr {report.fmt(row['lr'], 'g')}, epoch {row['epochs']}{best}, {row['ending']}")
                 if row["eval"] and row["eval"].get("best_valid_loss") == row["best_loss"]:
                     parts.append(
                         f"test sacreBLEU {row['eval']['test']['sacrebleu']}, chrF {row['eval']['test']['chrf']}"
