@@ -187,8 +187,8 @@ def table(rows) -> str:
             f"{fmt(test.get('bleu_tok_lc'), '.2f')} | {fmt(test.get('chrf'), '.2f')} | {fmt(r['wps'], ',.0f')} | "
             f"{stopped(r)} | {ev.get('machine', '-')}{f' (trained: {on})' if on else ''} |"
         )
-    head = "pair | side (arch) | params | peak lr (sweep: lr -> valid loss) | epochs run / to best | updates to best "
-    head += (
+    head = (
+        "pair | side (arch) | params | peak lr (sweep: lr -> valid loss) | epochs run / to best | updates to best "
         "| hours to best | best valid loss | test sacreBLEU | BLEU tok+lc | chrF | train tok/s | early stop | machine"
     )
     return markdown(head, lines)

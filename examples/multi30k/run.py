@@ -240,8 +240,10 @@ def progress(pairs) -> None:
     """Each run of ``pairs`` in the work folder: its logs copied to ``logs/`` (a run still training too: the
     report then shows it as interrupted), and a line on how it stands."""
     for pair in pairs:
-        for folder in sorted(glob.glob(os.path.join(glob.escape(os.path.join(WORK, pair)), "*", ""))):
-            name, sweeps = os.path.basename(folder[:-1]), sorted(glob.glob(glob.escape(folder) + "sweep-lr*.log"))
+        root = os.path.join(WORK, pair)
+        for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+            folder = os.path.join(root, name, "")
+            sweeps = sorted(glob.glob(glob.escape(folder) + "sweep-lr*.log"))
             for log in sweeps + glob.glob(glob.escape(folder) + "train.log"):
                 copy_log(log, f"{pair}/{name}/{os.path.basename(log)}")
             parts = [f"sweep {log[len(folder) + 8 : -4]}: {epochs(log)}/{SWEEP_EPOCHS} epochs" for log in sweeps]
