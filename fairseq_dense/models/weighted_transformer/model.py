@@ -46,16 +46,18 @@ def branch_options(cfg) -> BranchOptions:
     return BranchOptions(
         encoder_branches=cfg.encoder_branches or cfg.encoder_attention_heads,
         decoder_branches=cfg.decoder_branches or cfg.decoder_attention_heads,
+        block=dict(
+            simplex=not cfg.no_simplex,
+            learn_kappa=learns(cfg, "kappa"),
+            learn_alpha=learns(cfg, "alpha"),
+            inference_weights=str(cfg.branch_weights_at_inference),
+            init=str(safe_getattr(cfg, "branch_init", "transformer")),
+            residual_dropout=str(safe_getattr(cfg, "branch_residual_dropout", "outputs")),
+            recompute=bool(safe_getattr(cfg, "branch_recompute", False)),
+        ),
+        random_seed=int(cfg.branch_random_seed),
         decoder_branched_self_attn=bool(cfg.decoder_branched_self_attn),
         decoder_plain_cross_attn=bool(safe_getattr(cfg, "decoder_plain_cross_attn", False)),
-        simplex=not cfg.no_simplex,
-        learn_kappa=learns(cfg, "kappa"),
-        learn_alpha=learns(cfg, "alpha"),
-        inference_weights=str(cfg.branch_weights_at_inference),
-        random_seed=int(cfg.branch_random_seed),
-        init=str(safe_getattr(cfg, "branch_init", "transformer")),
-        residual_dropout=str(safe_getattr(cfg, "branch_residual_dropout", "outputs")),
-        recompute=bool(safe_getattr(cfg, "branch_recompute", False)),
     )
 
 
@@ -177,10 +179,6 @@ class WeightedTransformerModel(ExplainsCheckpointMismatch, TransformerModel):
                 if getattr(block, w) is not None:
                     out[f"{name}.{w}"] = getattr(block, w).detach()
         return out
-
-    def needs_projection(self) -> bool:
-        """Whether some learned branch weight must be kept on the simplex."""
-        return any(getattr(p, "on_simplex", False) for p in self.parameters() if p.requires_grad)
 
     def set_num_updates(self, num_updates):
         """Called by fairseq before every training forward and when loading a checkpoint.
