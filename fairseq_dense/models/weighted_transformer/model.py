@@ -14,13 +14,19 @@ from fairseq.models.transformer import TransformerConfig, TransformerModel
 from fairseq.models.transformer.transformer_legacy import base_architecture as fairseq_transformer_base
 from fairseq.utils import safe_getattr
 
-from fairseq_dense.models.arch_defaults import both_sides, register_presets, set_defaults
+from fairseq_dense.models.arch_defaults import both_sides, fill_defaults, register_presets, set_defaults
 from fairseq_dense.models.option_checks import flag
 from fairseq_dense.models.weighted_transformer.config import WeightedTransformerConfig
 from fairseq_dense.models.weighted_transformer.decoder import WeightedTransformerDecoder
 from fairseq_dense.models.weighted_transformer.encoder import BranchOptions, WeightedTransformerEncoder
 from fairseq_dense.modules.branched_attention import BranchedAttention
-from fairseq_dense.modules.simplex import PROJECTION_HOOK_ATTR, install_step_hook, is_on_simplex, project_onto_simplex
+from fairseq_dense.modules.simplex import (
+    PROJECTION_HOOK_ATTR,
+    install_step_hook,
+    is_on_simplex,
+    project_onto_simplex,
+    simplex_parameters,
+)
 from fairseq_dense.validation import ExplainsCheckpointMismatch
 
 SIMPLEX_TASK = "translation_exact_resume_simplex"  # the task that projects kappa/alpha after each step
@@ -51,13 +57,13 @@ def branch_options(cfg) -> BranchOptions:
             learn_kappa=learns(cfg, "kappa"),
             learn_alpha=learns(cfg, "alpha"),
             inference_weights=str(cfg.branch_weights_at_inference),
-            init=str(safe_getattr(cfg, "branch_init", "transformer")),
-            residual_dropout=str(safe_getattr(cfg, "branch_residual_dropout", "outputs")),
-            recompute=bool(safe_getattr(cfg, "branch_recompute", False)),
+            init=str(cfg.branch_init),
+            residual_dropout=str(cfg.branch_residual_dropout),
+            recompute=bool(cfg.branch_recompute),
         ),
         random_seed=int(cfg.branch_random_seed),
         decoder_branched_self_attn=bool(cfg.decoder_branched_self_attn),
-        decoder_plain_cross_attn=bool(safe_getattr(cfg, "decoder_plain_cross_attn", False)),
+        decoder_plain_cross_attn=bool(cfg.decoder_plain_cross_attn),
     )
 
 
@@ -79,7 +85,7 @@ def validate(args) -> None:
     for key in (*unsupported, "no_decoder_final_norm"):
         if safe_getattr(args, key, None):
             raise ValueError(f"{flag(key)} is not supported by --arch weighted_transformer*")
-    if safe_getattr(args, "decoder_plain_cross_attn", False) and args.decoder_branched_self_attn:
+    if args.decoder_plain_cross_attn and args.decoder_branched_self_attn:
         raise ValueError(
             "--decoder-plain-cross-attn already makes the decoder self-attention branched; "
             "drop --decoder-branched-self-attn"
@@ -194,20 +200,15 @@ class WeightedTransformerModel(ExplainsCheckpointMismatch, TransformerModel):
         if getattr(self, PROJECTION_HOOK_ATTR, False) or num_updates == getattr(self, "_checked_update", None):
             return
         self._checked_update = num_updates
-        learned = [
-            (name, w)
-            for name, block in self.branch_blocks()
-            for w in (block.kappa, block.alpha)
-            if w is not None and getattr(w, "on_simplex", False)
-        ]
-        if any(w.dtype not in (torch.float32, torch.float64) for _, w in learned):
+        learned = simplex_parameters(self)
+        if any(w.dtype not in (torch.float32, torch.float64) for w in learned):
             raise SimplexTaskError(
                 "weighted_transformer: with half-precision weights (--fp16, --bf16, --memory-efficient-fp16) "
-                f"only --task {SIMPLEX_TASK} keeps the branch weights ({learned[0][0]}, ...) on the "
+                f"only --task {SIMPLEX_TASK} keeps the branch weights (kappa, alpha) on the "
                 f"probability simplex (it projects the fp32 master copies): train with --task {SIMPLEX_TASK} "
                 "(or its earlier name translation_weighted), or pass --no-simplex"
             )
-        off = [(name, w) for name, w in learned if not is_on_simplex(w, atol=1e-6)]
+        off = [w for w in learned if not is_on_simplex(w, atol=1e-6)]
         if not off:
             return
         if not getattr(self, "_warned_fallback", False):
@@ -218,7 +219,7 @@ class WeightedTransformerModel(ExplainsCheckpointMismatch, TransformerModel):
                 "optimizer step (and reaches fp32 master weights under --fp16/--bf16)"
             )
         with torch.no_grad():
-            for _, w in off:
+            for w in off:
                 w.copy_(project_onto_simplex(w))
 
     @torch.no_grad()
@@ -259,23 +260,8 @@ def weighted_transformer_base(args):
     Paper: Ahmed et al. 2017, Table 2, Weighted Transformer (A): layers=6+6, d_model=512, ffn=2048,
     heads=8, branches=8, dropout=0.1, learned_branch_weights=True
     """
-    set_defaults(
-        args,
-        dict(
-            encoder_branches=0,
-            decoder_branches=0,
-            decoder_branched_self_attn=False,
-            no_simplex=False,
-            learned_branch_weights=True,
-            branch_weights_at_inference="learned",
-            branch_random_seed=1,
-            branch_init="transformer",
-            branch_residual_dropout="outputs",
-            dropout=0.1,
-        ),
-    )
-    args.fixed_kappa = getattr(args, "fixed_kappa", None)  # None: learned_branch_weights decides (learns())
-    args.fixed_alpha = getattr(args, "fixed_alpha", None)
+    set_defaults(args, {"learned_branch_weights": True, "dropout": 0.1})
+    fill_defaults(args, WeightedTransformerConfig)  # fixed_kappa/alpha None: learned_branch_weights decides
     # the paper drops attention probabilities with the residual dropout rate
     set_defaults(args, {"attention_dropout": args.dropout})
     fairseq_transformer_base(args)
