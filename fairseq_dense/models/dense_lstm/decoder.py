@@ -1,6 +1,6 @@
 """Dense (or plain) stacked LSTM decoder with (dense) Bahdanau attention."""
 
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -46,7 +46,7 @@ class DenseLSTMDecoder(IncrementalDecoder):
         embed_dim: target embedding size ``E``.
         hidden_size: size ``H`` of every layer state.
         num_layers: ``L_d``.
-        encoder_layer_dims: sizes of encoder layers ``h^1..h^{L_e}``.
+        encoder_hidden_size, encoder_layers: size and number ``L_e`` of the encoder layers ``h^1..h^{L_e}``.
         dense: dense connections (DC).
         dense_attention: one attention per encoder layer (DA).
         attention_layer: ``l'`` (1-based).
@@ -69,7 +69,8 @@ class DenseLSTMDecoder(IncrementalDecoder):
         embed_dim: int,
         hidden_size: int,
         num_layers: int,
-        encoder_layer_dims: List[int],
+        encoder_hidden_size: int,
+        encoder_layers: int,
         dense: bool = False,
         dense_attention: bool = False,
         attention_layer: int = 1,
@@ -91,13 +92,9 @@ class DenseLSTMDecoder(IncrementalDecoder):
         self.attention_layer = attention_layer
         self.max_target_positions = max_positions
         if dense_attention:
-            if len(set(encoder_layer_dims)) != 1:
-                raise ValueError("dense attention needs equal encoder layer sizes")
-            memory_dims = list(encoder_layer_dims)
-        elif dense:
-            memory_dims = [sum(encoder_layer_dims)]
-        else:
-            memory_dims = [encoder_layer_dims[-1]]
+            memory_dims = [encoder_hidden_size] * encoder_layers
+        else:  # o^{L_e} = [h^1..h^{L_e}] (dense connections) or h^{L_e}
+            memory_dims = [encoder_hidden_size * (encoder_layers if dense else 1)]
         self.context_dim = sum(memory_dims)
         self.attention_dims = [attention_dim or k for k in memory_dims]
         self.attentions = nn.ModuleList(
@@ -126,17 +123,13 @@ class DenseLSTMDecoder(IncrementalDecoder):
             return 2 * (self.embed_dim + j * self.hidden_size) + self.context_dim
         return (self.embed_dim if j == 0 else self.hidden_size) + self.context_dim
 
-    def _memories(self, encoder_out: Dict[str, List[Tensor]]) -> Tensor:
-        """The attended encoder states, ``(src_len, batch, context_dim)``."""
-        if self.dense or self.dense_attention:
-            return encoder_out["encoder_layers"][0]
-        return encoder_out["encoder_out"][0]
-
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None, **unused):
         bsz = prev_output_tokens.size(0)
         padding_mask = encoder_out["encoder_padding_mask"][0]
-        memory = self._memories(encoder_out)  # T x B x C
-        values = memory.transpose(0, 1).chunk(len(self.attentions), -1)  # per branch: B x T x d
+        # the attended encoder states: T x B x context_dim
+        memory = encoder_out["encoder_layers" if self.dense or self.dense_attention else "encoder_out"][0]
+        branches = memory.chunk(len(self.attentions), -1)  # per branch: T x B x d
+        values = [m.transpose(0, 1) for m in branches]  # B x T x d
         cached = self.get_cache(incremental_state)
         if incremental_state is not None:
             prev_output_tokens = prev_output_tokens[:, -1:]
@@ -144,7 +137,7 @@ class DenseLSTMDecoder(IncrementalDecoder):
             hidden = memory.new_zeros(bsz, self.num_layers, self.hidden_size)
             cell = torch.zeros_like(hidden)
             prev_out = memory.new_zeros(bsz, self.embed_dim + self.num_layers * self.hidden_size)
-            proj_keys = self._project_keys(memory)
+            proj_keys = torch.cat([a.project_keys(m) for a, m in zip(self.attentions, branches)], -1)  # B x T x A
         else:
             hidden, cell, prev_out = cached["hidden"], cached["cell"], cached["prev_out"]
             proj_keys = cached["proj_keys"]
@@ -218,9 +211,3 @@ class DenseLSTMDecoder(IncrementalDecoder):
         the layer's parameters; its CUDA kernel needs both biases), each cast once under autocast."""
         lstm = self.layers[j]
         return tuple(cast_once(w) for w in (lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0))
-
-    def _project_keys(self, memory: Tensor) -> Tensor:
-        """``(src_len, batch, context_dim)`` -> ``(batch, src_len, sum of attention dims)``, every
-        branch's keys (:meth:`BahdanauAttention.project_keys`)."""
-        keys_per_branch = memory.split(self.context_dim // len(self.attentions), dim=-1)
-        return torch.cat([a.project_keys(k) for a, k in zip(self.attentions, keys_per_branch)], -1)
