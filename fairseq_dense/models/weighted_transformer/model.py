@@ -273,6 +273,13 @@ def _sizes(layers: int, dim: int, ffn: int, heads: int, dropout: float, learned:
     return dict(sizes, dropout=dropout, learned_branch_weights=learned)
 
 
+def _paper(doc: str, row: str, layers: int, dim=512, ffn=2048, heads=8, dropout=0.1):
+    """``(docstring, options)`` of a row of the paper's Table 2: ``doc``, then its ``Paper:`` claim."""
+    claim = f"layers={layers}+{layers}, d_model={dim}, ffn={ffn}, heads={heads}, branches={heads}, dropout={dropout}"
+    doc += f"\n\nPaper: Ahmed et al. 2017, Table 2, Weighted Transformer {row}: {claim}, learned_branch_weights=True"
+    return doc, _sizes(layers, dim, ffn, heads, dropout)
+
+
 register_presets(
     "weighted_transformer",
     {
@@ -293,40 +300,19 @@ register_presets(
             Project: the project's measured CPU-scale variant, not a paper configuration.""",
             _sizes(2, 128, 512, 4, 0.1, learned=False),
         ),
-        "weighted_transformer_c": (
-            """Configuration (C), the one of the paper's Tables 3-4 ablations.
-
-            Paper: Ahmed et al. 2017, Table 2, Weighted Transformer (C): layers=2+2, d_model=512, ffn=2048,
-            heads=8, branches=8, dropout=0.1, learned_branch_weights=True""",
-            _sizes(2, 512, 2048, 8, 0.1),
+        "weighted_transformer_c": _paper("Configuration (C), the one of the paper's Tables 3-4 ablations.", "(C)", 2),
+        "weighted_transformer_n4": _paper("The N=4 row of Table 2.", "N=4", 4),
+        "weighted_transformer_a": _paper(
+            'Configuration (A), the paper\'s "small" model of Table 1 (same as ``weighted_transformer``).', "(A)", 6
         ),
-        "weighted_transformer_n4": (
-            """The N=4 row of Table 2.
-
-            Paper: Ahmed et al. 2017, Table 2, Weighted Transformer N=4: layers=4+4, d_model=512, ffn=2048,
-            heads=8, branches=8, dropout=0.1, learned_branch_weights=True""",
-            _sizes(4, 512, 2048, 8, 0.1),
+        "weighted_transformer_n8": _paper(
+            "The N=8 row of Table 2 (P_drop 0.3 for the Weighted Transformer, 0.1 for its Transformer).",
+            "N=8",
+            8,
+            dropout=0.3,
         ),
-        "weighted_transformer_a": (
-            """Configuration (A), the paper's "small" model of Table 1 (same as ``weighted_transformer``).
-
-            Paper: Ahmed et al. 2017, Table 2, Weighted Transformer (A): layers=6+6, d_model=512, ffn=2048,
-            heads=8, branches=8, dropout=0.1, learned_branch_weights=True""",
-            _sizes(6, 512, 2048, 8, 0.1),
-        ),
-        "weighted_transformer_n8": (
-            """The N=8 row of Table 2 (P_drop 0.3 for the Weighted Transformer, 0.1 for its Transformer).
-
-            Paper: Ahmed et al. 2017, Table 2, Weighted Transformer N=8: layers=8+8, d_model=512, ffn=2048,
-            heads=8, branches=8, dropout=0.3, learned_branch_weights=True""",
-            _sizes(8, 512, 2048, 8, 0.3),
-        ),
-        "weighted_transformer_b": (
-            """Configuration (B), the paper's "large" model of Table 1.
-
-            Paper: Ahmed et al. 2017, Table 2, Weighted Transformer (B): layers=6+6, d_model=1024, ffn=4096,
-            heads=16, branches=16, dropout=0.3, learned_branch_weights=True""",
-            _sizes(6, 1024, 4096, 16, 0.3),
+        "weighted_transformer_b": _paper(
+            'Configuration (B), the paper\'s "large" model of Table 1.', "(B)", 6, 1024, 4096, 16, dropout=0.3
         ),
     },
     weighted_transformer_base,
