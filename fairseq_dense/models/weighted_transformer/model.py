@@ -235,13 +235,11 @@ class WeightedTransformerModel(ExplainsCheckpointMismatch, TransformerModel):
         weights = self.branch_weights()
         if not weights:
             return {}
-        rows = []
-        for w in weights.values():
+        stats = {}  # tensors, not read here: fairseq's logging reads them
+        for name, w in weights.items():
             p = w.float().clamp_min(0)
-            p = p / p.sum().clamp_min(1e-12)
-            rows.append(torch.stack([-(p * p.clamp_min(1e-12).log()).sum(), w.float().max()]))
-        values = torch.stack(rows)  # not read here: fairseq's logging reads it
-        stats = {f"{name}_{kind}": v for name, row in zip(weights, values) for kind, v in zip(("ent", "max"), row)}
+            stats[f"{name}_ent"] = torch.special.entr(p / p.sum().clamp_min(1e-12)).sum()
+            stats[f"{name}_max"] = w.float().max()
         self._logging_stats = stats
         return stats
 
