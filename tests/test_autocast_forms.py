@@ -76,7 +76,9 @@ class _TapsReference(torch.autograd.Function):
         return grad_x, grad_w, g.sum(dim=1), None, None
 
 
-def taps_reference(x, weight, bias, time, left):
+def taps_reference(x, weight, bias, time=None, left=0):
+    """The taps over frames ``[left, left + time + k - 1)`` of ``x`` (default: all; ``conv_rows``'s form)."""
+    time = x.size(1) - left - weight.size(0) + 1 if time is None else time
     return _TapsReference.apply(x, weight, bias, time, left)
 
 
@@ -120,7 +122,7 @@ def test_conv_rows_window_equals_taps_with_offset():
     bias = torch.randn(6, dtype=torch.float64, requires_grad=True)
     buf = FeatureBuffer(4, t, b, 3, 1, x0)
     buf.append(x0 * 1.0)
-    got = conv_rows(buf.conv_input(k, 2), w, bias, t, 0)
+    got = conv_rows(buf.conv_input(k, 2), w, bias)
     want = taps_reference(buf.rows(), w, bias, t, 2)
     torch.testing.assert_close(got, want)
     g = torch.randn(got.shape, dtype=torch.float64)

@@ -88,7 +88,7 @@ class FeatureBuffer:
 
     def conv_input(self, kernel_size: int, left: int, start: int = 0, end: Optional[int] = None) -> Tensor:
         """The rows a convolution of ``kernel_size`` reads, from frame ``left`` on:
-        ``(C, T + kernel_size - 1, B)``, for :func:`conv_rows` with ``left=0``."""
+        ``(C, T + kernel_size - 1, B)``, for :func:`conv_rows`."""
         return self.rows(start, end, left, left + self.time + kernel_size - 1)
 
     def center(self, rows: Tensor) -> Tensor:
@@ -96,16 +96,12 @@ class FeatureBuffer:
         return rows[:, self.pad_left : self.pad_left + self.time]
 
 
-def conv_rows(x: Tensor, weight: Tensor, bias: Tensor, time: int, left: int) -> Tensor:
-    """1-D convolution over a channel-major, time-padded view, by ``torch.conv_tbc`` (reads it in place).
+def conv_rows(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """1-D convolution without padding over a channel-major view, by ``torch.conv_tbc`` (reads it in place).
 
-    ``x``: ``(C, T_pad, B)``; ``weight``: ``(k, C, O)`` (ConvTBC layout); ``bias``: ``(O,)``; ``left``: the
-    input frame output frame 0 starts at (0 with :meth:`FeatureBuffer.conv_input`). Returns ``(O, time, B)``,
-    frame ``t`` being ``bias + sum_j W_j^T x[:, left + t + j]``.
+    ``x``: ``(C, T + k - 1, B)`` (:meth:`FeatureBuffer.conv_input`); ``weight``: ``(k, C, O)`` (ConvTBC
+    layout); ``bias``: ``(O,)``. Returns ``(O, T, B)``, frame ``t`` being ``bias + sum_j W_j^T x[:, t + j]``.
     """
-    k = weight.size(0)
-    if left or x.size(1) != time + k - 1:
-        x = x[:, left : left + time + k - 1]
     y = torch.conv_tbc(x.permute(1, 2, 0), weight, bias, 0)  # C x T' x B -> T' x B x C -> T x B x O
     return y.permute(2, 0, 1)  # T x B x O -> O x T x B
 

@@ -112,7 +112,7 @@ def test_feature_buffer_matches_naive_concatenation():
         buf = FeatureBuffer(d0 + n * g, t, b, 1, 1, x0)
         buf.append(x0 * 1.0)
         for w, bias in zip(ws, bs):
-            buf.append(glu_rows(conv_rows(buf.rows(), w, bias, t, 0)))
+            buf.append(glu_rows(conv_rows(buf.rows(), w, bias)))
         return buf.center(buf.rows())
 
     def naive():

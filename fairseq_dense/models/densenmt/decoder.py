@@ -204,7 +204,7 @@ class DenseNMTDecoder(IncrementalDecoder):
                 for li in block:
                     i, conv = next(convs)
                     k = self.kernel_sizes[li]
-                    z = glu_rows(conv_rows(buf.conv_input(k, p - (k - 1)), conv.weight, conv.bias, t, 0))
+                    z = glu_rows(conv_rows(buf.conv_input(k, p - (k - 1)), conv.weight, conv.bias))
                     a, attn = self._attend(i, z.permute(2, 1, 0), keys, values, mask)
                     attn_sum = attn if attn_sum is None else attn_sum + attn
                     buf.append(self.dropout_module(z))
@@ -222,7 +222,7 @@ class DenseNMTDecoder(IncrementalDecoder):
             for i, conv in enumerate(self.convs):
                 k = self.kernel_sizes[i]
                 inp = self.dropout_module(buf.conv_input(k, p - (k - 1), start, buf.width))
-                z = glu_rows(conv_rows(inp, conv.weight, conv.bias, t, 0))
+                z = glu_rows(conv_rows(inp, conv.weight, conv.bias))
                 a, attn = self._attend(i, z.permute(2, 1, 0), keys, values, mask)
                 attn_sum = attn if attn_sum is None else attn_sum + attn
                 y = (z + self.attn_out_projs[i](a).permute(2, 1, 0)) * math.sqrt(0.5)

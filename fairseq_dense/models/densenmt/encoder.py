@@ -150,7 +150,7 @@ class DenseNMTEncoder(Encoder):
             start = self.embed_dim
             for conv, k in zip(self.convs, self.kernel_sizes):
                 inp = self.dropout_module(buf.conv_input(k, plen - (k - 1) // 2, start, buf.width))
-                y = glu_rows(conv_rows(inp, conv.weight, conv.bias, t, 0))
+                y = glu_rows(conv_rows(inp, conv.weight, conv.bias))
                 x = (y + x) * math.sqrt(0.5) * keep
                 start = buf.width
                 buf.append(x)
@@ -179,7 +179,7 @@ class DenseNMTEncoder(Encoder):
             keep_buf = keep.to(buf.data.dtype)  # features stay in the buffer's (autocast) dtype
             for i in block:
                 conv, k = next(convs), self.kernel_sizes[i]
-                y = glu_rows(conv_rows(buf.conv_input(k, self.pad_left - (k - 1) // 2), conv.weight, conv.bias, t, 0))
+                y = glu_rows(conv_rows(buf.conv_input(k, self.pad_left - (k - 1) // 2), conv.weight, conv.bias))
                 buf.append(self.dropout_module(y * keep_buf))
             if bi < len(self.blocks) - 1:
                 s = self.summaries[bi]
