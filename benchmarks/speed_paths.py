@@ -2,6 +2,7 @@
 
     python -m benchmarks.speed_paths reorder-skip densenmt gru_attention dense_lstm fast_forward_lstm
     python -m benchmarks.speed_paths float32-fast-forward fast_forward_lstm
+    python -m benchmarks.speed_paths weight-cache densenmt
     python -m benchmarks.speed_paths fused-adam weighted_transformer densenmt gru_attention dense_lstm fast_forward_lstm
 
 Each family's ``<family>_small`` on the quick-start's data (``--work-dir``), one thread, thread CPU
@@ -12,6 +13,9 @@ seconds / on seconds (the gain) and the rounds. The paths (docs/benchmarks.md, "
 - ``reorder-skip`` (kept): beam 5 on 128 test sentences in batches of 64 forced to 12 tokens
   (untrained model), ``model.set_beam_size(5)`` (per-sentence memory left in place) against
   ``set_beam_size(1)`` (beam size unknown: every reorder ``index_select``\\ s).
+- ``weight-cache`` (kept for DenseNMT): beam 5 on 32 test sentences in batches of 16 forced to 12 tokens
+  (untrained model) with the inference weight cache (``fairseq_dense/modules/inference_weights.py``)
+  on and off (every derived weight recomputed on every call).
 - ``float32-fast-forward`` (kept, not a speed path: what Deep-Att's float32 fast-forward stack costs under
   autocast, issue 60): training steps with the region on and off, in float32 and under bfloat16 autocast.
 - ``fused-adam`` (an optimizer, not a speed path: where it is at least as fast, the recipes use it):
@@ -47,6 +51,28 @@ def reorder_skip(family: str, data_bin: str, rounds: int) -> dict:
     with torch.inference_mode():
         run("on", batches[0], 0), run("off", batches[0], 0)  # warm-up
         res = measure.timed_rounds({"on": "on", "off": "off"}, batches, rounds, run, "cpu")
+    return {"gain": gain(res), "rounds": res["rounds"]}
+
+
+def weight_cache(family: str, data_bin: str, rounds: int, arch_args=()) -> dict:
+    from fairseq_dense.modules.inference_weights import InferenceWeightCache
+
+    torch.manual_seed(1)
+    model, task = cpu_speed.decode_models(data_bin, ["--arch", f"{family}_small", *arch_args])
+    batches = measure.spread_batches(task.dataset("test"), 32, 16, "cpu")
+    gen = measure.generator(model, task, 5, 12)
+    cached = InferenceWeightCache.cached_weight
+
+    def run(on, sample, i):
+        InferenceWeightCache.cached_weight = cached if on else (lambda self, key, derive: derive())
+        try:
+            return gen.generate([model], sample)
+        finally:
+            InferenceWeightCache.cached_weight = cached
+
+    with torch.inference_mode():
+        run(True, batches[0], 0), run(False, batches[0], 0)  # warm-up
+        res = measure.timed_rounds({"on": True, "off": False}, batches, rounds, run, "cpu")
     return {"gain": gain(res), "rounds": res["rounds"]}
 
 
@@ -98,7 +124,12 @@ def fused_adam(family: str, data_bin: str, rounds: int) -> dict:
     }
 
 
-PATHS = {"fused-adam": fused_adam, "reorder-skip": reorder_skip, "float32-fast-forward": float32_fast_forward}
+PATHS = {
+    "weight-cache": weight_cache,
+    "fused-adam": fused_adam,
+    "reorder-skip": reorder_skip,
+    "float32-fast-forward": float32_fast_forward,
+}
 
 
 def main() -> None:

@@ -31,7 +31,6 @@ from fairseq.modules import FairseqDropout, LayerNorm
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from fairseq_dense.modules.inference_weights import InferenceWeightCache
 from fairseq_dense.modules.low_precision import compute_dtype
 from fairseq_dense.modules.masked_attention import attend
 from fairseq_dense.modules.simplex import ON_SIMPLEX_ATTR, uniform_simplex
@@ -50,7 +49,7 @@ def _branch_matrix(m: int, fan_in: int, fan_out: int) -> nn.Parameter:
 
 
 @with_incremental_state
-class BranchedAttention(InferenceWeightCache, nn.Module):
+class BranchedAttention(nn.Module):
     """Multi-branch attention + FFN block (Eq. 5-7), self- or encoder-decoder attention.
 
     Args:
@@ -174,15 +173,11 @@ class BranchedAttention(InferenceWeightCache, nn.Module):
         mode = self.inference_weights
         if w is None or self.training or mode == "learned":
             return w
-
-        def fixed() -> Tensor:
-            M = self.num_branches
-            if mode == "uniform":
-                return torch.full((M,), 1.0 / M).to(w)
-            g = torch.Generator().manual_seed(self.random_seed + (name == "alpha"))
-            return uniform_simplex(M, g).to(w)
-
-        return self.cached_weight(f"{name}:{mode}", fixed, sources=(w,))
+        M = self.num_branches
+        if mode == "uniform":
+            return torch.full((M,), 1.0 / M).to(w)
+        g = torch.Generator().manual_seed(self.random_seed + (name == "alpha"))
+        return uniform_simplex(M, g).to(w)
 
     def _kv(self, kv_in: Tensor) -> Tuple[Tensor, Tensor]:
         """``(S, B, kdim)`` -> keys and values ``(B, H, S, d_head)``."""
@@ -284,25 +279,18 @@ class BranchedAttention(InferenceWeightCache, nn.Module):
     ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         """``kappa_i W_i^O``, ``kappa_i b^O``, ``alpha_i W2_i`` (flattened), ``sum(alpha) b^2``.
 
-        A weight fixed to 1 (None) leaves the parameters as they are. Recomputed while
-        training (they carry the gradients of kappa and alpha); in inference cached
-        (:mod:`~fairseq_dense.modules.inference_weights`), as a decoding step would redo
-        these weight-sized products for a handful of tokens.
+        A weight fixed to 1 (None) leaves the parameters as they are. Derived on every call,
+        decoding steps included: caching them in inference gained under 10% of beam-5 decoding
+        (docs/benchmarks.md).
         """
         M, _, C = self.fc2_weight.shape
-
-        def derive() -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-            w_out, b_out = self.out_weight, self.out_bias.view(1, 1, C)
-            if kappa is not None:
-                w_out, b_out = w_out * kappa.view(M, 1, 1), b_out * kappa.view(M, 1, 1)
-            w2, b2 = self.fc2_weight, self.fc2_bias * M
-            if alpha is not None:
-                w2, b2 = w2 * alpha.view(M, 1, 1), self.fc2_bias * alpha.sum()
-            return w_out, b_out, w2.reshape(-1, C), b2
-
-        dtypes = tuple(None if w is None else w.dtype for w in (kappa, alpha))
-        sources = (self.out_weight, self.out_bias, self.fc2_weight, self.fc2_bias, self.kappa, self.alpha)
-        return self.cached_weight(f"scaled:{self.inference_weights}:{dtypes}", derive, sources=sources)
+        w_out, b_out = self.out_weight, self.out_bias.view(1, 1, C)
+        if kappa is not None:
+            w_out, b_out = w_out * kappa.view(M, 1, 1), b_out * kappa.view(M, 1, 1)
+        w2, b2 = self.fc2_weight, self.fc2_bias * M
+        if alpha is not None:
+            w2, b2 = w2 * alpha.view(M, 1, 1), self.fc2_bias * alpha.sum()
+        return w_out, b_out, w2.reshape(-1, C), b2
 
     @staticmethod
     def _mix(alpha: Optional[Tensor], u: Tensor) -> Tensor:

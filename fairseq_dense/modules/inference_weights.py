@@ -3,8 +3,8 @@
 A weight-normalised layer recomputes ``g * v / ||v||`` on every call and fairseq's
 ``LinearizedConvolution`` re-lays its kernel out as ``(out, k * in)`` on every step, while
 a decoding step feeds the layer a handful of tokens (for DenseNMT's ``V x d`` softmax
-matrix the normalisation costs as much as the product). The WT's branched block caches its
-scaled branch matrices and fixed inference branch weights here too. A derived value is kept
+matrix the normalisation costs as much as the product). DenseNMT's layers use it (beam-5
+decoding 1.18-1.21x, docs/benchmarks.md). A derived value is kept
 
 - only in inference (``not self.training`` and autograd off);
 - keyed on the storage and version counter of every source tensor (so ``load_state_dict``
@@ -16,7 +16,7 @@ scaled branch matrices and fixed inference branch weights here too. A derived va
 State dicts are unchanged: plain subclasses with the same parameters and names.
 """
 
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Tuple
 
 import torch
 import torch.nn as nn
@@ -36,18 +36,14 @@ def _sources(module: nn.Module, name: str = "weight") -> Tuple[Tensor, ...]:
 class InferenceWeightCache:
     """Mixin for ``nn.Module`` subclasses: :meth:`cached_weight` memoises a derived weight in inference."""
 
-    def _inference_weights(self) -> Dict[str, Tuple[Any, Tensor]]:
+    def _inference_weights(self) -> Dict[str, Tuple[tuple, Tensor]]:
         return self.__dict__.setdefault("_derived_weights", {})
 
-    def cached_weight(
-        self, key: str, derive: Callable[[], Any], sources: Optional[Sequence[Optional[Tensor]]] = None
-    ) -> Any:
-        """``derive()`` (a tensor or tuple of tensors) stored under ``key``, reused while inference runs
-        on unchanged ``sources`` (None entries skipped; default: the originals of ``weight``)."""
+    def cached_weight(self, key: str, derive: Callable[[], Tensor]) -> Tensor:
+        """``derive()`` stored under ``key``, reused while inference runs on unchanged originals of ``weight``."""
         if self.training or torch.is_grad_enabled():
             return derive()
-        tensors = _sources(self) if sources is None else [t for t in sources if t is not None]
-        version = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in tensors)
+        version = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in _sources(self))
         store = self._inference_weights()
         hit = store.get(key)
         if hit is not None and hit[0] == version:
