@@ -13,9 +13,8 @@ seconds / on seconds (the gain) and the rounds. The paths (docs/benchmarks.md, "
 - ``reorder-skip`` (kept): beam 5 on 128 test sentences in batches of 64 forced to 12 tokens
   (untrained model), ``model.set_beam_size(5)`` (per-sentence memory left in place) against
   ``set_beam_size(1)`` (beam size unknown: every reorder ``index_select``\\ s).
-- ``weight-cache`` (kept for DenseNMT): beam 5 on 32 test sentences in batches of 16 forced to 12 tokens
-  (untrained model) with the inference weight cache (``fairseq_dense/modules/inference_weights.py``)
-  on and off (every derived weight recomputed on every call).
+- ``weight-cache`` (kept for DenseNMT): the same beam 5 in batches of 16, the inference weight cache
+  (``fairseq_dense/modules/inference_weights.py``) on and off (every weight derived on every call).
 - ``float32-fast-forward`` (kept, not a speed path: what Deep-Att's float32 fast-forward stack costs under
   autocast, issue 60): training steps with the region on and off, in float32 and under bfloat16 autocast.
 - ``fused-adam`` (an optimizer, not a speed path: where it is at least as fast, the recipes use it):
@@ -38,42 +37,40 @@ def gain(res: dict) -> float:
     return measure.median_ratio(res["rounds"], "off", "on")
 
 
-def reorder_skip(family: str, data_bin: str, rounds: int) -> dict:
+def beam_gain(family: str, data_bin: str, rounds: int, toggle, batch_size: int = 64) -> dict:
+    """Beam 5 on 128 test sentences in batches of ``batch_size`` forced to 12 tokens (untrained
+    ``<family>_small``), ``toggle(model, on)`` setting the path on or off before each batch."""
     torch.manual_seed(1)
     model, task = cpu_speed.decode_models(data_bin, ["--arch", f"{family}_small"])
-    batches = measure.spread_batches(task.dataset("test"), 128, 64, "cpu")
+    batches = measure.spread_batches(task.dataset("test"), 128, batch_size, "cpu")
     gen = measure.generator(model, task, 5, 12)
-
-    def run(side, sample, i):
-        model.set_beam_size(5 if side == "on" else 1)
-        return gen.generate([model], sample)
-
-    with torch.inference_mode():
-        run("on", batches[0], 0), run("off", batches[0], 0)  # warm-up
-        res = measure.timed_rounds({"on": "on", "off": "off"}, batches, rounds, run, "cpu")
-    return {"gain": gain(res), "rounds": res["rounds"]}
-
-
-def weight_cache(family: str, data_bin: str, rounds: int, arch_args=()) -> dict:
-    from fairseq_dense.modules.inference_weights import InferenceWeightCache
-
-    torch.manual_seed(1)
-    model, task = cpu_speed.decode_models(data_bin, ["--arch", f"{family}_small", *arch_args])
-    batches = measure.spread_batches(task.dataset("test"), 32, 16, "cpu")
-    gen = measure.generator(model, task, 5, 12)
-    cached = InferenceWeightCache.cached_weight
 
     def run(on, sample, i):
-        InferenceWeightCache.cached_weight = cached if on else (lambda self, key, derive: derive())
-        try:
-            return gen.generate([model], sample)
-        finally:
-            InferenceWeightCache.cached_weight = cached
+        toggle(model, on)
+        return gen.generate([model], sample)
 
     with torch.inference_mode():
         run(True, batches[0], 0), run(False, batches[0], 0)  # warm-up
         res = measure.timed_rounds({"on": True, "off": False}, batches, rounds, run, "cpu")
     return {"gain": gain(res), "rounds": res["rounds"]}
+
+
+def reorder_skip(family: str, data_bin: str, rounds: int) -> dict:
+    return beam_gain(family, data_bin, rounds, lambda model, on: model.set_beam_size(5 if on else 1))
+
+
+def weight_cache(family: str, data_bin: str, rounds: int) -> dict:
+    from fairseq_dense.modules.inference_weights import InferenceWeightCache
+
+    cached = InferenceWeightCache.cached_weight
+
+    def toggle(model, on):
+        InferenceWeightCache.cached_weight = cached if on else (lambda self, key, derive: derive())
+
+    try:
+        return beam_gain(family, data_bin, rounds, toggle, batch_size=16)
+    finally:
+        InferenceWeightCache.cached_weight = cached
 
 
 def float32_fast_forward(family: str, data_bin: str, rounds: int) -> dict:
