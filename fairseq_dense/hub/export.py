@@ -23,7 +23,11 @@ import struct
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
+import fairseq
 import torch
+from fairseq.data import data_utils
+from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+from safetensors.torch import save
 
 import fairseq_dense
 from fairseq_dense import checkpoints
@@ -136,8 +140,6 @@ def _checkpoint_paths(paths: Sequence[Union[str, Path]], average_last: Optional[
 
 def _task_options(task_cfg: Dict[str, Any], src, tgt, data_dir: Path, path: Path) -> Dict[str, Any]:
     """The task of ``config.json``: its name, languages (checked before they name files) and :data:`TASK_OPTIONS`."""
-    from fairseq.data import data_utils
-
     name = task_cfg.get("_name")
     if name not in translation_tasks():
         raise PretrainedModelError(
@@ -249,9 +251,6 @@ def export_checkpoint(
     if tokenizer is None and any(given):
         set_flags = ", ".join("--" + k.replace("_", "-") for k, v in zip(MOSES_OPTIONS, given) if v)
         raise PretrainedModelError(f"{set_flags}: Moses options need --tokenizer moses, not none")
-    import fairseq
-    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
-
     config = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -354,8 +353,6 @@ def swap_paths(a: Path, b: Path) -> None:
 def _write_weights(tmp: Path, config, dictionaries, states, paths):
     """Save the (averaged) weights through a model built as the loader builds it (fairseq's state-dict upgrades,
     names and shapes checked against the dictionaries); tied weights stored once. Returns it and its state."""
-    from safetensors.torch import save
-
     try:
         averaged = checkpoints.average_models([s["model"] for s in states], [str(p) for p in paths])
     except checkpoints.CheckpointError as err:

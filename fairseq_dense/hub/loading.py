@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
+from fairseq.data import encoders
+from fairseq.dataclass.configs import FairseqConfig
 from fairseq.hub_utils import GeneratorHubInterface
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_DATACLASS_REGISTRY
+from fairseq.tasks import TASK_DATACLASS_REGISTRY, TASK_REGISTRY
+from omegaconf import OmegaConf, open_dict
+from safetensors.torch import load
 
 import fairseq_dense
 from fairseq_dense import logging_setup
@@ -281,16 +287,6 @@ def fairseq_config(config: Dict[str, Any], overrides: Optional[Dict[str, Any]] =
     ``fairseq-generate`` composes it but without its argument parser (it reads ``sys.argv`` and imports
     any ``--user-dir`` there) or hydra (global state). ``overrides`` set every group's option of that
     name (``TypeError`` if none has it); an argparse-style model gets fairseq's flat ``Namespace``."""
-    from fairseq.dataclass.configs import FairseqConfig
-    from fairseq.models import (
-        ARCH_CONFIG_REGISTRY,
-        ARCH_MODEL_NAME_REGISTRY,
-        ARCH_MODEL_REGISTRY,
-        MODEL_DATACLASS_REGISTRY,
-    )
-    from fairseq.tasks import TASK_DATACLASS_REGISTRY
-    from omegaconf import OmegaConf, open_dict
-
     arch, task = config["arch"], config["task"].get("_name", "translation")
     model_dc = MODEL_DATACLASS_REGISTRY.get(ARCH_MODEL_NAME_REGISTRY[arch])
     try:
@@ -332,8 +328,6 @@ def fairseq_config(config: Dict[str, Any], overrides: Optional[Dict[str, Any]] =
 def build_model(config: Dict[str, Any], dictionaries, overrides: Optional[Dict[str, Any]] = None, where=CONFIG_NAME):
     """``(cfg, task, model)``: the task given the parsed dictionaries, the model built as fairseq's inference
     loads build it (``from_checkpoint=True``: no training-time work)."""
-    from fairseq.tasks import TASK_REGISTRY
-
     cfg = fairseq_config(config, overrides, where)
     try:
         task = TASK_REGISTRY[cfg.task._name](cfg.task, *dictionaries)
@@ -354,8 +348,6 @@ def _fairseq_error(where: str, what: str, err: BaseException) -> PretrainedModel
 def parse_weights(where: str, data: bytes) -> Tuple[Dict[str, Any], Dict[str, str]]:
     """The tensors of ``model.safetensors`` and its tied-weight aliases ``{alias: stored name}``; the header
     is read as strict JSON first (safetensors itself keeps the last of two entries of one tensor name)."""
-    from safetensors.torch import load
-
     (size,) = struct.unpack("<Q", data[:8]) if len(data) >= 8 else (0,)
     try:
         header = parse_json(where, data[8 : 8 + size])
@@ -526,9 +518,6 @@ def from_pretrained(name_or_path: Union[str, Path], **kwargs) -> TranslationHubI
         >>> de_en = fairseq_dense.from_pretrained("exports/gru-deu-eng")
         >>> de_en.translate("Wie geht es dir?", beam=5)
     """
-    from fairseq.data import encoders
-    from omegaconf import OmegaConf, open_dict
-
     load = {k: kwargs.pop(k) for k in _LOAD_KWARGS if k in kwargs}
     text = {k: kwargs.pop(k) for k in ("tokenizer", "bpe") if k in kwargs}
     if any(v is not None for v in text.values()):

@@ -20,6 +20,12 @@ import typing
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Tuple
 
+from fairseq.models import ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_DATACLASS_REGISTRY
+from fairseq.tasks import TASK_REGISTRY
+from fairseq.tasks.translation import TranslationTask
+
+import fairseq_dense
+
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 PICKLE_NAME = "model.pt"
@@ -161,8 +167,6 @@ def parse_json(where: str, data: bytes) -> Any:
 
 def dense_architectures() -> Dict[str, type]:
     """``{arch name: model class}`` of every registered architecture whose model lives in :mod:`fairseq_dense`."""
-    from fairseq.models import ARCH_MODEL_REGISTRY
-
     return {
         arch: cls for arch, cls in sorted(ARCH_MODEL_REGISTRY.items()) if cls.__module__.startswith("fairseq_dense.")
     }
@@ -170,9 +174,6 @@ def dense_architectures() -> Dict[str, type]:
 
 def translation_tasks() -> Tuple[str, ...]:
     """The task names a shared model may name: ``translation`` and fairseq-dense's translation tasks."""
-    from fairseq.tasks import TASK_REGISTRY
-    from fairseq.tasks.translation import TranslationTask
-
     own = [
         n
         for n, c in TASK_REGISTRY.items()
@@ -222,8 +223,6 @@ def _from_action(action: argparse.Action) -> OptionType:
 
 def declared_model_options(arch: str) -> Dict[str, OptionType]:
     """The options architecture ``arch`` declares (dataclass fields, or ``add_args`` flags), with their types."""
-    from fairseq.models import ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_DATACLASS_REGISTRY
-
     dc = MODEL_DATACLASS_REGISTRY.get(ARCH_MODEL_NAME_REGISTRY[arch])
     if dc is not None:
         hints = typing.get_type_hints(dc)
@@ -299,10 +298,6 @@ def _typed(where, key: str, value, otype: OptionType) -> None:
 
 def check_config(config: Any, where: Any) -> None:
     """Check a parsed ``config.json`` (see the module docstring); ``where`` names the file in messages."""
-    from fairseq.models import ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY
-
-    import fairseq_dense
-
     if not isinstance(config, dict) or config.get("format") != FORMAT_NAME:
         raise PretrainedModelError(f'{where}: not a fairseq-dense model config (no "format": "{FORMAT_NAME}")')
     version = config.get("format_version")
