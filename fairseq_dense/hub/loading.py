@@ -20,6 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple, Union
 
+import safetensors.torch
 import torch
 from fairseq.data import encoders
 from fairseq.dataclass.configs import FairseqConfig
@@ -27,7 +28,6 @@ from fairseq.hub_utils import GeneratorHubInterface
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_DATACLASS_REGISTRY
 from fairseq.tasks import TASK_DATACLASS_REGISTRY, TASK_REGISTRY
 from omegaconf import OmegaConf, open_dict
-from safetensors.torch import load
 
 import fairseq_dense
 from fairseq_dense import logging_setup
@@ -139,13 +139,8 @@ def resolve_model_dir(
 
 
 class ModelDirectory:
-    """A model directory opened once; its files are read relative to it, never following a link.
-
-    A path component swapped for a link after the directory was opened changes
-    nothing. The only links read are a huggingface_hub snapshot's links into its
-    ``blobs`` folder (opened once too) and links to a plain name in the directory
-    itself. Use as a context manager.
-    """
+    """A model directory opened once (a context manager); its files are read relative to it, following no link
+    but a huggingface_hub snapshot's into its ``blobs`` folder (opened once too) and one to a plain name beside it."""
 
     def __init__(self, path: Union[str, Path]):
         self.path = Path(path)
@@ -226,12 +221,8 @@ def _reason(err: OSError) -> str:
 
 
 def read_files(directory: ModelDirectory, own: bool = False) -> Tuple[Dict[str, Any], Dict[str, bytes]]:
-    """The checked ``config.json`` and the bytes of ``SHA256SUMS`` and of every file it names, each read once.
-
-    ``SHA256SUMS`` must list exactly those files, which must have its hashes; nothing else (``model.pt``,
-    ``README.md``) is opened. ``own``: no file may be a link (what push needs). A refusal gives the recorded
-    hash only, never a file's own.
-    """
+    """The checked ``config.json`` and the bytes of ``SHA256SUMS`` and of every file it names, each read once and
+    of the hash it lists (a refusal gives that hash only); nothing else is opened. ``own``: no links (push)."""
     if directory.refusal(CONFIG_NAME) == "missing":
         raise PretrainedModelError(
             f"{directory.where(CONFIG_NAME)}: missing; a model directory must hold {CONFIG_NAME}, {WEIGHTS_NAME}, "
@@ -356,7 +347,7 @@ def parse_weights(where: str, data: bytes) -> Tuple[Dict[str, Any], Dict[str, st
         raise PretrainedModelError(f"{where}: corrupted or not a safetensors file ({detail})") from None
     try:
         aliases = json.loads((header.get("__metadata__") or {}).get("tied_weights", "{}"))
-        state = load(data)
+        state = safetensors.torch.load(data)
     except BaseException as err:  # a MemoryError too; pyo3's PanicException is not an Exception
         if not isinstance(err, Exception) and type(err).__name__ != "PanicException":
             raise
@@ -523,23 +514,20 @@ def from_pretrained(name_or_path: Union[str, Path], **kwargs) -> TranslationHubI
     if any(v is not None for v in text.values()):
         raise TypeError("from_pretrained(): tokenizer= and bpe= may only be None (the model's own otherwise)")
     model_dir = resolve_model_dir(name_or_path, **load)
-    loaded = load_model(model_dir, overrides=kwargs)
-    cfg, config = loaded.cfg, loaded.config
+    cfg, task, model, config, codes = load_model(model_dir, overrides=kwargs)
     tokenizer = None if "tokenizer" in text else config.get("tokenizer")
     bpe = None if "bpe" in text else config.get("bpe")
     try:
-        hub_interface = TranslationHubInterface(cfg, loaded.task, [loaded.model])
+        hub_interface = TranslationHubInterface(cfg, task, [model])
         with open_dict(cfg):
             if tokenizer:  # fairseq's moses plus the recorded steps of the training data's preparation
                 cfg.tokenizer = OmegaConf.create({**tokenizer, "_name": "dense_moses"})
                 hub_interface.tokenizer = encoders.build_tokenizer(cfg.tokenizer)
             if bpe:
                 separator = bpe.get("bpe_separator", "@@")
-                hub_interface.bpe = VerifiedSubwordNMTBPE(loaded.bpe_codes, separator)
+                hub_interface.bpe = VerifiedSubwordNMTBPE(codes, separator)
                 cfg.bpe = OmegaConf.create({"_name": "subword_nmt", "bpe_separator": separator})
     except (Exception, SystemExit) as err:
-        raise _fairseq_error(
-            shown(model_dir / CONFIG_NAME), "fairseq cannot set up its tokenizer or BPE", err
-        ) from None
-    logger.info("loaded %s (%s) from %s", loaded.model.__class__.__name__, config["arch"], shown(model_dir))
+        raise _fairseq_error(shown(model_dir / CONFIG_NAME), "fairseq cannot set up tokenizer or BPE", err) from None
+    logger.info("loaded %s (%s) from %s", model.__class__.__name__, config["arch"], shown(model_dir))
     return hub_interface
