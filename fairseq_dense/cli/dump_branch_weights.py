@@ -17,6 +17,7 @@ from typing import List, Optional
 
 import torch
 
+from fairseq_dense.checkpoints import num_updates, read_state
 from fairseq_dense.data.prepare import write_json
 from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
 from fairseq_dense.threads import apply_threads
@@ -29,8 +30,6 @@ SUFFIXES = (".kappa", ".alpha")
 def read_checkpoint(path: str) -> dict:
     """``{"path", "num_updates", "weights": {name: [floats]}}`` of one checkpoint; ``ValueError`` if it is not
     one (:class:`~fairseq_dense.checkpoints.CheckpointError`) or holds no kappa/alpha parameters."""
-    from fairseq_dense.checkpoints import num_updates, read_state
-
     state = read_state(path)
     weights = {
         k: [float(x) for x in v.float().reshape(-1)]
