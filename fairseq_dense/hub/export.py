@@ -7,6 +7,7 @@ under a lock on ``--out``. The same checkpoint gives the same bytes.
 """
 
 import argparse
+import contextlib
 import ctypes
 import dataclasses
 import enum
@@ -326,11 +327,9 @@ def new_dir(parent: Path, prefix: str) -> Path:
     """A new ``parent/<prefix><random>`` with the umask's permissions (``mkdtemp``'s are 0o700)."""
     while True:
         path = parent / f"{prefix}{secrets.token_hex(4)}"
-        try:
+        with contextlib.suppress(FileExistsError):
             path.mkdir()
             return path
-        except FileExistsError:
-            continue
 
 
 def swap_paths(a: Path, b: Path) -> None:

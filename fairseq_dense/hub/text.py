@@ -43,9 +43,7 @@ _QUOTE_TAIL_RE = re.compile(r'"(\s*[^<])')
 class PreparedMosesConfig(MosesTokenizerConfig):
     """fairseq's Moses options plus the two steps of ``fairseq-dense-prepare`` around the tokenizer."""
 
-    moses_normalize_punctuation: bool = field(
-        default=False, metadata={"help": "apply Moses' punctuation normaliser before tokenising"}
-    )
+    moses_normalize_punctuation: bool = field(default=False, metadata={"help": "Moses' punctuation normaliser first"})
     moses_lowercase: bool = field(default=False, metadata={"help": "lower-case after tokenising"})
 
 
