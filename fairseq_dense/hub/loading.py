@@ -109,6 +109,9 @@ def resolve_model_dir(
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)?", text) or text.startswith("-"):
         raise PretrainedModelError(f"{shown(text)}: neither a model directory nor a hub repository id")
 
+    from fairseq_dense.hub import import_installed
+
+    import_installed(("huggingface_hub",))  # not from the current directory, as the load's other imports
     import huggingface_hub
     from huggingface_hub import constants
 
