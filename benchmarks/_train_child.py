@@ -1,11 +1,7 @@
-"""Run ``fairseq-train`` in this process and record its peak memory.
-
-    python benchmarks/_train_child.py STATS.json <fairseq-train arguments>
-
-The harness starts one of these per model. ``VmHWM`` is the peak resident set of this
-process since ``exec``; ``ru_maxrss`` is no substitute, as Linux carries the pre-``exec``
-high-water mark (a copy of the parent) into it. The CUDA allocator peak is only visible here.
-"""
+"""``python benchmarks/_train_child.py STATS.json <fairseq-train arguments>``: ``fairseq-train`` in this
+process (one per model, ``measure.start_training``), then its peak memory into STATS.json: ``VmHWM``, the
+peak resident set since ``exec`` (Linux carries the parent's high-water mark into ``ru_maxrss``), and the
+CUDA allocator's peak, visible only here."""
 
 import json
 import sys

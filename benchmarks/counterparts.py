@@ -88,6 +88,7 @@ _TINY_TRANSFORMER = flags(
 _TINY_FCONV = flags(encoder_embed_dim=32, decoder_embed_dim=32, decoder_out_embed_dim=32)
 _WT_A = ["--arch", "weighted_transformer_a"]
 _TRANSFORMER = ["--arch", "transformer", "--dropout", "0.1", "--attention-dropout", "0.1"]
+_WT_TINY = (_TINY_TRANSFORMER, _TRANSFORMER + _TINY_TRANSFORMER)  # (ours' extra flags, the counterpart's)
 _WMT_SIZES = str([8] * 9 + [16] * 4 + [32] * 2)
 _WMT_LAYERS = "[(32, 3)] * 9 + [(64, 3)] * 4 + [(128, 1)] * 2"
 _WMT, _IWSLT = ["--arch", "fconv_wmt_en_de"], ["--arch", "fconv_iwslt_de_en"]
@@ -99,15 +100,9 @@ _WMT, _IWSLT = ["--arch", "fconv_wmt_en_de"], ["--arch", "fconv_iwslt_de_en"]
 #: layer's output (a bidirectional encoder layer: two directions of half of it, as DenseRNN's;
 #: Deep-Att's columns and the GRU's directions are each of the full width).
 PAPER_PAIRS: Dict[str, Dict] = {
-    "wt_a": _pair("weighted_transformer", _WT_A, _TRANSFORMER, _TINY_TRANSFORMER, _TRANSFORMER + _TINY_TRANSFORMER),
+    "wt_a": _pair("weighted_transformer", _WT_A, _TRANSFORMER, *_WT_TINY),
     # configuration (A) learns kappa and alpha (the paper's); the project's fixed form beside it
-    "wt_a_fixed": _pair(
-        "weighted_transformer",
-        [*_WT_A, "--fixed-kappa", "--fixed-alpha"],
-        _TRANSFORMER,
-        _TINY_TRANSFORMER,
-        _TRANSFORMER + _TINY_TRANSFORMER,
-    ),
+    "wt_a_fixed": _pair("weighted_transformer", [*_WT_A, "--fixed-kappa", "--fixed-alpha"], _TRANSFORMER, *_WT_TINY),
     "densenmt_wmt": _pair(
         "densenmt",
         ["--arch", "densenmt_wmt_en_de_15"],

@@ -2,14 +2,10 @@
 
     python -m benchmarks.cpu_speed --out benchmarks/out/cpu-speed [--families weighted_transformer ...]
 
-Each family's ``<family>_small`` arch against the counterpart the quick-start's ``--baseline``
-pairs it with, on the quick-start's own data (bundled Tatoeba De-En, 4000 joint BPE merges,
-shared with it in ``--work-dir``) and training recipe, timed in one process, one thread, on the
-same batches, the order alternating per round (:mod:`benchmarks.measure`): training steps on
-``--train-batches`` batches (ratio of target tokens/s) and beam 5 on ``--decode-sentences``
-test sentences forced to ``--decode-length`` tokens (ratio of sentences/s), median over
-``--rounds``. Only ratios are reported, of thread CPU time (what a shared machine's load
-changes least) and of the wall clock; the load average is recorded before and after each family.
+Each family's ``<family>_small`` against the counterpart the quick-start's ``--baseline`` pairs it with,
+on the quick-start's data and recipe, one thread, the sides taking turns (``measure.timed_rounds``):
+ratios of training tokens/s and beam-5 sentences/s by thread CPU time and wall clock. The method and
+the figures: docs/benchmarks.md ("CPU speed at the quick-start's size").
 """
 
 import argparse
@@ -26,6 +22,7 @@ logger = logging.getLogger("benchmarks.cpu_speed")
 
 #: the quick-start's training batch size and BPE merges
 MAX_TOKENS, MERGES = 2048, 4000
+SIDES = ("ours", "baseline")
 
 
 def quickstart_data(work_dir: str) -> str:
@@ -55,11 +52,10 @@ def measure_family(family: str, data_bin: str, a) -> Dict:
     entry: Dict = {"family": family, "ours": ours, "baseline": base, "load_before": os.getloadavg()}
     entry.update((k, pairing[k]) for k in ("ours_params", "baseline_params", "baseline_width"))
     if a.train_batches:
-        torch.manual_seed(1)
-        commands = [synthetic.train_args(data_bin, args, max_tokens=MAX_TOKENS) for args in (ours, base)]
-        entry["train"] = measure.paired_train_speed(*commands, batches=a.train_batches, rounds=a.rounds)
+        sides = {n: synthetic.build(data_bin, args, max_tokens=MAX_TOKENS) for n, args in zip(SIDES, (ours, base))}
+        entry["train"] = measure.train_speed(sides, batches=a.train_batches, rounds=a.rounds)
     if a.decode_sentences:
-        models = {"ours": decode_models(data_bin, ours), "baseline": decode_models(data_bin, base)}
+        models = {n: decode_models(data_bin, args) for n, args in zip(SIDES, (ours, base))}
         entry["decode"] = measure.paired_decode(
             models,
             sentences=a.decode_sentences,

@@ -18,7 +18,6 @@ import collections
 import logging
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -34,6 +33,7 @@ DATASHEET_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.4, "H200"
 #: the A/A ratio must be within this of 1 before any other ratio is read
 AA_TOLERANCE = 0.05
 FUSED_OPTIMIZER = "fused_adam"
+SIDES = ("ours", "counterpart")
 
 
 def datasheet_peak(device_name: str) -> Optional[float]:
@@ -45,37 +45,30 @@ def datasheet_peak(device_name: str) -> Optional[float]:
 
 
 def gemm_peak(device: str, n: int, iters: int) -> float:
-    """FLOP/s of an ``n x n x n`` bfloat16 matrix product, best of ``iters`` timed calls."""
+    """FLOP/s of an ``n x n x n`` bfloat16 matrix product, best of ``iters`` timed rounds."""
     a, b = (torch.randn(n, n, device=device).to(torch.bfloat16) for _ in range(2))
-    for _ in range(3):
-        a @ b
-    return 2 * n**3 / min(measure.timed(lambda: a @ b, device) for _ in range(iters))
+    res = measure.timed_rounds({"gemm": None}, [None], iters + 1, lambda *_: a @ b, device)
+    return 2 * n**3 / min(r["gemm_s"] for r in res["rounds"][1:])
 
 
 def build_trainer(dict_dir: str, arch_args: List[str], optimizer: str, precision: str, device):
     """fairseq's ``Trainer`` of ``arch_args`` as ``fairseq-train`` builds it (the harness's recipe,
     ``synthetic.train_args``) on ``optimizer`` for ``precision`` (``amp``: ``--amp``; ``bf16``: ``--bf16-autocast``)."""
-    from fairseq import options, tasks
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq import tasks
     from fairseq.trainer import Trainer
 
     torch.manual_seed(1)
     args = synthetic.train_args(dict_dir, arch_args, amp=precision == "amp", device=device)
     args[args.index("--optimizer") + 1] = optimizer
-    args += ["--amp-batch-retries", "0"] if precision == "amp" else ["--bf16-autocast"]
-    try:
-        cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), args))
-    except SystemExit:  # argparse's exit: one side's error, not the run's
-        raise ValueError(f"fairseq-train rejects the arguments {' '.join(args)}")
+    cfg = measure.train_config(args + (["--amp-batch-retries", "0"] if precision == "amp" else ["--bf16-autocast"]))
     os.makedirs(cfg.checkpoint.save_dir, exist_ok=True)  # where a failing step saves crash.pt
     task = tasks.setup_task(cfg.task)
     return Trainer(cfg, task, task.build_model(cfg.model), task.build_criterion(cfg.criterion))
 
 
 def train_update(trainer, batches: List[Dict]) -> Optional[Dict]:
-    """One update of ``trainer`` on ``batches`` (as many as its ``--update-freq``), its statistics
-    logged under a metrics root of its own. Returns what ``Trainer.train_step`` returns: the update's
-    logged values (None when skipped)."""
+    """``trainer.train_step(batches)`` (as many batches as its ``--update-freq``: the update's logged values,
+    None when skipped), its statistics logged under a metrics root of its own."""
     from fairseq.logging import metrics
 
     with metrics.aggregate(new_root=True):
@@ -99,37 +92,31 @@ def make_shapes(a) -> Dict[str, List[List[Dict]]]:
     return shapes
 
 
-def spread(values: List[float]) -> Dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
 def time_shape(trainers: Dict, updates: List[List[Dict]], rounds: int, device: str) -> Dict:
     """Warm-up on every batch of ``updates``, then ``rounds`` interleaved rounds (:func:`measure.timed_rounds`)."""
 
-    def step(trainer, batches, i):
-        train_update(trainer, batches)
-
     for batches in updates:
         for trainer in trainers.values():
-            step(trainer, batches, 0)
+            train_update(trainer, batches)
     before = {name: t.get_num_updates() for name, t in trainers.items()}
-    res = measure.timed_rounds(trainers, updates, rounds, step, device)
+    res = measure.timed_rounds(
+        trainers, updates, rounds, lambda trainer, batches, i: train_update(trainer, batches), device
+    )
     tokens = sum(int(b["ntokens"]) for batches in updates for b in batches)
     out = {"target_tokens_per_round": tokens, "updates_per_round": len(updates), "rounds": res["rounds"]}
     for name, t in trainers.items():
         out[name] = {
-            "tokens_per_s": spread([tokens / r[f"{name}_s"] for r in res["rounds"]]),
+            "tokens_per_s": measure.spread([tokens / r[f"{name}_s"] for r in res["rounds"]]),
             # an --amp update whose gradients overflowed leaves the update count as it was
             "skipped_updates": rounds * len(updates) - (t.get_num_updates() - before[name]),
             "timed_updates": rounds * len(updates),
         }
-    out["ratio"] = spread(measure.round_ratios(res["rounds"], "counterpart", "ours", "s"))
+    out["ratio"] = measure.spread(measure.round_ratios(res["rounds"], "counterpart", "ours", "s"))
     return out
 
 
 def count_side(trainer, sample: Dict, src_per_tgt: float) -> Dict:
     """Parameters, 6N and the counted matmul FLOPs per target token of one bfloat16 step (``op_counts``)."""
-
     model = trainer.model
     side = (trainer.task, model, trainer.criterion, trainer.optimizer, trainer.cfg)
     with op_counts.counting(model) as counter:
@@ -222,7 +209,7 @@ def markdown(r: Dict) -> str:
                     " / ".join(
                         f"{x['tokens_per_s']['median'] * e[s][flops] / (sheet * 1e12):.1%}"
                         if sheet and flops in e.get(s, {}) else "-"
-                        for s, x in (("ours", o), ("counterpart", c))
+                        for s, x in zip(SIDES, (o, c))
                     )
                     for flops in ("six_n_flops_per_token", "counted_flops_per_token")
                 ]  # fmt: skip
@@ -238,7 +225,7 @@ def markdown(r: Dict) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, e in r["pairs"].items():
-        for side in ("ours", "counterpart"):
+        for side in SIDES:
             s = e.get(side, {})
             if "params" not in s:
                 continue
@@ -260,50 +247,60 @@ def shape(spec: str) -> str:
     return spec
 
 
-def get_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_figures", description=__doc__.split("\n\n")[0])
+def stage_parser(module: str, doc: str, names: str, budget_s: float) -> argparse.ArgumentParser:
+    """The options of both GPU stages (``names``: the option that names the pairs)."""
+    p = argparse.ArgumentParser(prog=f"python -m benchmarks.{module}", description=doc.split("\n\n")[0])
     add = p.add_argument
     add("--device", choices=("cuda", "cpu"), default="cuda")
-    add("--pairs", nargs="*", help=f"pairs (default: all of {', '.join(counterparts.PAPER_PAIRS)})")
+    add(f"--{names}", dest="pairs", nargs="*", help=f"pairs (default: all of {', '.join(counterparts.PAPER_PAIRS)})")
     add("--tiny", action="store_true", help="each pair at its tiny widths (the CPU dry run)")
     add("--vocab", type=int, default=32000, help="joint vocabulary size (a paper-size joint BPE)")
     add("--max-len", type=int, default=128, help="longest sentence of the length distribution")
+    add("--budget-s", type=float, default=budget_s, help="start nothing later than this many seconds in")
+    add("--out", default=f"benchmarks/out/{module.replace('_', '-')}")
+    return p
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = stage_parser("gpu_figures", __doc__, "pairs", 230)
+    add = p.add_argument
     add("--shapes", nargs="+", type=shape, default=["32768x1", "8192x4"], help="TOKENSxFREQ: tokens a batch x batches")
     add("--updates", type=int, default=2, help="updates a side in each round (distinct batches)")
     add("--rounds", type=int, default=5, help="interleaved timed rounds")
     add("--gemm-size", type=int, default=8192, help="n of the n x n x n GEMM of the measured peak")
-    add("--budget-s", type=float, default=230, help="skip what would start later than this many seconds in")
     add("--kernels-s", type=float, default=35, help="seconds of the budget kept for the kernel counts at the end")
-    add("--out", default="benchmarks/out/gpu-figures")
     return p
 
 
-def start(parser: argparse.ArgumentParser, argv, names_option: str):
-    """What both GPU stages start with: ``(arguments, the pairs named by names_option, the results' header)``,
-    logging set up, the device checked, one thread in a CPU dry run (as the CPU benchmarks)."""
+def start(parser: argparse.ArgumentParser, argv):
+    """What both GPU stages start with: ``(arguments, the pairs named, the results' header)``, logging set
+    up, the device checked, one thread in a CPU dry run (as the CPU benchmarks)."""
     argv = sys.argv[1:] if argv is None else argv
     a = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
     if a.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("error: --device cuda but torch sees no CUDA device")
     try:
-        pairs = counterparts.paper_pairs(getattr(a, names_option))
+        pairs = counterparts.paper_pairs(a.pairs)
     except ValueError as e:
         raise SystemExit(f"error: {e}")
     if a.device == "cpu":
         torch.set_num_threads(1)
-    header = {
-        "command": f"{parser.prog} {' '.join(argv)}",
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "commit": report.git_commit(),
-        "torch": torch.__version__,
-    }
-    return a, pairs, header
+    return a, pairs, report.header(parser.prog, argv)
+
+
+def release(device: str) -> None:
+    """Free what the last pair held, so that the next one has the device's memory to itself."""
+    import gc
+
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
 
 
 def main(argv=None) -> int:
     started = time.time()
-    a, pairs, header = start(get_parser(), argv, "pairs")
+    a, pairs, header = start(get_parser(), argv)
     if a.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     device_name = torch.cuda.get_device_name(0) if a.device == "cuda" else platform.processor() or "cpu"
@@ -318,51 +315,53 @@ def main(argv=None) -> int:
         "pairs": {},
     }
     transformer = counterparts.PAPER_PAIRS["wt_a"]["tiny_counterpart" if a.tiny else "counterpart"]
-    # name -> side -> (arch arguments, optimizer)
+    # name -> side -> (arch arguments, optimizer); fused_vs_adam: the fused optimizer against fairseq's adam
     sides = {"aa": {"ours": (transformer, FUSED_OPTIMIZER), "counterpart": (transformer, FUSED_OPTIMIZER)}}
     for n, p in pairs.items():
-        sides[n] = {s: (p[f"tiny_{s}" if a.tiny else s], FUSED_OPTIMIZER) for s in ("ours", "counterpart")}
-    first = a.shapes[:1]
-    # the fused optimizer (ours) against fairseq's adam (counterpart)
+        sides[n] = {s: (p[f"tiny_{s}" if a.tiny else s], FUSED_OPTIMIZER) for s in SIDES}
     sides["fused_vs_adam"] = {"ours": (transformer, FUSED_OPTIMIZER), "counterpart": (transformer, "adam")}
+    first = a.shapes[:1]
     jobs = [("aa", "bf16", a.shapes)] + [(n, "bf16", a.shapes) for n in pairs] + [("fused_vs_adam", "bf16", first)]
     jobs += [(n, "amp", first) for n in pairs]
     shapes = make_shapes(a)
+    counted = [b for u in shapes[first[0]] for b in u]  # the batches of one bfloat16 step's counts
+    src_per_tgt = sum(int(b["net_input"]["src_lengths"].sum()) for b in counted) / sum(
+        int(b["ntokens"]) for b in counted
+    )
     failed = False
 
-    def build(name, side, precision, dict_dir):
-        return build_trainer(dict_dir, *sides[name][side], precision, a.device)
+    def over(budget_s: float) -> Optional[Dict]:
+        return {"skipped": f"over --budget-s {a.budget_s:.0f}"} if time.time() - started > budget_s else None
 
     # on a CPU, LSTMs on a kernel that runs bfloat16 there (op_counts.cpu_lstm_kernel; CUDA's are cuDNN's)
     with tempfile.TemporaryDirectory() as tmp, op_counts.cpu_lstm_kernel(torch.bfloat16):
         dict_dir = synthetic.write_dicts(tmp, a.vocab)
+
+        def build(name, side, precision):
+            return build_trainer(dict_dir, *sides[name][side], precision, a.device)
+
         for name, precision, job_shapes in jobs:
             e = r["pairs"].setdefault(name, {})
             res = e.setdefault(precision, {})
             trainers = {}
             try:
                 for shape in job_shapes:
-                    if time.time() - started > a.budget_s - a.kernels_s:
-                        res[shape] = {"skipped": f"over --budget-s {a.budget_s:.0f}"}
+                    res[shape] = over(a.budget_s - a.kernels_s)
+                    if res[shape]:
                         continue
                     if not trainers:
                         logger.info("%s %s: building both sides", name, precision)
-                        trainers = {s: build(name, s, precision, dict_dir) for s in ("ours", "counterpart")}
-                        for s, t in trainers.items():
-                            e.setdefault(s, dict(zip(("arch_args", "optimizer"), sides[name][s])))
-                            if "params" not in e[s] and precision == "bf16":
-                                batches = [b for u in shapes[first[0]] for b in u]
-                                src_per_tgt = sum(int(b["net_input"]["src_lengths"].sum()) for b in batches) / sum(
-                                    int(b["ntokens"]) for b in batches
-                                )
-                                e[s].update(count_side(t, batches[0], src_per_tgt))
+                        trainers = {s: build(name, s, precision) for s in SIDES}
+                    for s, t in trainers.items():
+                        if s not in e and precision == "bf16":
+                            e[s] = {"arch_args": sides[name][s][0], "optimizer": sides[name][s][1]}
+                            e[s].update(count_side(t, counted[0], src_per_tgt))
                     logger.info("%s %s %s: timing", name, precision, shape)
                     res[shape] = time_shape(trainers, shapes[shape], a.rounds, a.device)
                     logger.info("%s %s %s: ratio %s", name, precision, shape, res[shape]["ratio"])
             except Exception as ex:  # one failing model must not lose the others' figures
                 logger.exception("%s %s failed", name, precision)
-                failed = True
-                res[shape] = {"error": f"{type(ex).__name__}: {ex}"}
+                failed, res[shape] = True, report.error(ex)
             finally:
                 trainers = None
                 release(a.device)
@@ -372,16 +371,17 @@ def main(argv=None) -> int:
         # last: one profiled bfloat16 update of each distinct side (the profiler stays active once started)
         profiled = {}
         for name, e in r["pairs"].items():
-            for side in [s for s in ("ours", "counterpart") if "params" in e.get(s, {})]:
+            for side in [s for s in SIDES if "params" in e.get(s, {})]:
                 key = str(sides[name][side])
-                if key not in profiled and time.time() - started > a.budget_s:
-                    profiled[key] = {"skipped": f"over --budget-s {a.budget_s:.0f}"}
-                elif key not in profiled:
+                if key not in profiled:
+                    profiled[key] = over(a.budget_s)
                     try:
-                        profiled[key] = count_kernels(build(name, side, "bf16", dict_dir), shapes[first[0]], a.device)
+                        profiled[key] = profiled[key] or count_kernels(
+                            build(name, side, "bf16"), shapes[first[0]], a.device
+                        )
                     except Exception as ex:
                         logger.exception("%s %s kernels failed", name, side)
-                        profiled[key] = {"error": f"{type(ex).__name__}: {ex}"}
+                        profiled[key] = report.error(ex)
                     release(a.device)
                 e[side]["kernels"] = profiled[key]
                 report.write_results(r, a.out, "gpu_figures", markdown)
@@ -389,15 +389,6 @@ def main(argv=None) -> int:
     report.write_results(r, a.out, "gpu_figures", markdown)
     print(markdown(r))
     return 1 if failed else 0
-
-
-def release(device: str) -> None:
-    """Free what the last pair held, so that the next one has the device's memory to itself."""
-    import gc
-
-    gc.collect()
-    if device == "cuda":
-        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

@@ -4,11 +4,8 @@
     python -m benchmarks.gpu_presets --device cuda --updates 50 --out OUT
     python -m benchmarks.gpu_presets --device cpu --tiny --presets wt_a_fixed --updates 2 --max-tokens 64 ...
 
-The ``ours`` side of each ``counterparts.PAPER_PAIRS`` entry, built as the figures build it
-(``gpu_figures.build_trainer``), trained under ``--amp`` and in bfloat16; per preset and precision the
-loss and loss scale of every update, the skipped updates, whether the weights stayed finite, and one
-beam-5 decode in the precision's dtype (as ``fairseq-generate --fp16`` casts the model), hypotheses
-forced to ``--decode-length`` tokens. ``presets.{json,md}`` are rewritten after each.
+Per preset and precision (``--amp``, bfloat16): the loss and loss scale of every update, the skipped
+updates, finite weights, one beam-5 decode in the precision's dtype; ``presets.{json,md}``.
 """
 
 import argparse
@@ -21,7 +18,7 @@ from typing import Dict
 
 import torch
 
-from benchmarks import counterparts, gpu_figures, measure, op_counts, report, synthetic
+from benchmarks import gpu_figures, measure, op_counts, report, synthetic
 
 logger = logging.getLogger("benchmarks.gpu_presets")
 DTYPES = {"amp": torch.float16, "bf16": torch.bfloat16}
@@ -61,7 +58,7 @@ def train_preset(dict_dir: str, arch_args, precision: str, a) -> Dict:
         result["beam5"] = {"sentences": len(hyps), "tokens": sum(len(h[0]["tokens"]) for h in hyps)}
     except Exception as ex:  # the training figures stand without it
         logger.exception("beam search failed")
-        result["beam5"] = {"error": f"{type(ex).__name__}: {ex}"}
+        result["beam5"] = report.error(ex)
     return result
 
 
@@ -93,26 +90,19 @@ def markdown(r: Dict) -> str:
 
 
 def get_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_presets", description=__doc__.split("\n\n")[0])
+    p = gpu_figures.stage_parser("gpu_presets", __doc__, "presets", 90)
     add = p.add_argument
-    add("--device", choices=("cuda", "cpu"), default="cuda")
-    add("--presets", nargs="*", help=f"pairs whose ours side to train (default: {', '.join(counterparts.PAPER_PAIRS)})")
     add("--precisions", nargs="+", choices=tuple(DTYPES), default=list(DTYPES))
-    add("--tiny", action="store_true", help="each preset at its tiny widths (the CPU dry run)")
     add("--updates", type=int, default=50)
-    add("--vocab", type=int, default=32000)
     add("--max-tokens", type=int, default=4096)
-    add("--max-len", type=int, default=128)
     add("--decode-sentences", type=int, default=32)
     add("--decode-length", type=int, default=32)
-    add("--budget-s", type=float, default=90, help="start no preset later than this many seconds in")
-    add("--out", default="benchmarks/out/gpu-presets")
     return p
 
 
 def main(argv=None) -> int:
     started = time.time()
-    a, pairs, header = gpu_figures.start(get_parser(), argv, "presets")
+    a, pairs, header = gpu_figures.start(get_parser(), argv)
     r = {
         **header,
         "device": torch.cuda.get_device_name(0) if a.device == "cuda" else "cpu",
@@ -133,13 +123,12 @@ def main(argv=None) -> int:
                 logger.info("%s %s", name, precision)
                 try:
                     args = pair["tiny_ours" if a.tiny else "ours"]
-                    e[precision] = train_preset(dict_dir, args, precision, a)
-                    failed |= not e[precision]["weights_finite"] or "error" in e[precision]["beam5"]
-                    failed |= bool(e[precision]["diverged"])
-                    failed |= any(x is not None and not math.isfinite(x) for x in e[precision]["losses"])
+                    m = e[precision] = train_preset(dict_dir, args, precision, a)
+                    failed |= bool(m["diverged"]) or not m["weights_finite"] or "error" in m["beam5"]
+                    failed |= any(x is not None and not math.isfinite(x) for x in m["losses"])
                 except Exception as ex:
                     logger.exception("%s %s failed", name, precision)
-                    e[precision], failed = {"error": f"{type(ex).__name__}: {ex}"}, True
+                    e[precision], failed = report.error(ex), True
                 finally:
                     gpu_figures.release(a.device)
                     report.write_results(r, a.out, "presets", markdown)

@@ -1,14 +1,7 @@
-"""The measurements: ``fairseq-train`` in a child process, and both models side by side in one.
-
-Training runs the ``fairseq-train`` CLI users run, one fresh process per model, so that
-peak memory (the child's ``VmHWM``, see ``_train_child.py``) belongs to that model and
-the JSON log gives throughput (fairseq's ``wps``) and the loss curves.
-
-The side-by-side figures load both models into one process and time one model and then
-the other on the same batches (the order alternating per round; ratio = median over the
-rounds): load changes on a shared machine then hit both alike, which two runs minutes
-apart do not guarantee. Decoding speed forces every hypothesis to the same length, so
-that undertrained models' short or runaway outputs do not decide it.
+"""The measurements: ``fairseq-train`` in a child process (one fresh process per model: its peak memory,
+``_train_child.py``, and its JSON log), and models side by side in one process, taking turns on the same
+batches (:func:`timed_rounds`: load changes on a shared machine hit all sides alike). Decoding speed forces
+every hypothesis to one length, so that undertrained models' short or runaway outputs do not decide it.
 """
 
 import contextlib
@@ -59,13 +52,11 @@ def start_training(train_args: List[str], run_dir: str, threads: int):
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, "command.json"), "w") as f:
         json.dump(["fairseq-train", *train_args], f, indent=1)
-    env = dict(
-        os.environ,
-        OMP_NUM_THREADS=str(threads),
-        MKL_NUM_THREADS=str(threads),
-        FAIRSEQ_DENSE_CLI="1",  # a clean exit (fairseq_dense.cli.fairseq_tools)
-        PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])),
-    )
+    from fairseq_dense.cli.quickstart_steps import thread_env
+
+    path = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
+    # FAIRSEQ_DENSE_CLI: a clean exit on an error (fairseq_dense.cli.fairseq_tools)
+    env = dict(os.environ, FAIRSEQ_DENSE_CLI="1", PYTHONPATH=path, **thread_env(threads))
     log = open(os.path.join(run_dir, "train.log"), "w")
     cmd = [sys.executable, CHILD, os.path.join(run_dir, "child_stats.json"), *train_args]
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log
@@ -144,28 +135,15 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def timed(fn, device: str = "cpu") -> float:
-    """Wall-clock seconds of ``fn()``, the device's queued work included."""
-    sync(device)
-    t0 = time.perf_counter()
-    fn()
-    sync(device)
-    return time.perf_counter() - t0
-
-
 def timed_rounds(sides: Dict, items: list, rounds: int, step, device: str) -> Dict:
     """Run ``step(side, item, i)`` for every item, each side in turn, ``rounds`` times (the order of
-    the sides reversed every other round).
-
-    Each call is timed by the wall clock and by the CPU time of the calling thread (on the CPU
-    with one torch thread all the work runs there; on a shared machine that clock leaves out the
-    time the thread waited for a core).
+    the sides reversed every other round), each call timed by the wall clock and by the CPU time of the
+    calling thread (with one torch thread all the work runs there; it leaves out waits for a core).
 
     Returns:
-        ``{"ratio": median over rounds of baseline seconds / ours seconds, "cpu_ratio": the same
-        of the thread CPU seconds, "rounds": [{"<side>_s": ..., "<side>_cpu_s": ...}, ...]}``
-        (the ratios None unless ``sides`` names ``ours`` and ``baseline``; :func:`median_ratio`
-        gives those of any two sides).
+        ``{"rounds": [{"<side>_s": ..., "<side>_cpu_s": ...}, ...], "ratio": baseline seconds / ours
+        seconds, "cpu_ratio": the same of thread CPU time}`` (:func:`median_ratio`; None unless ``sides``
+        names ``ours`` and ``baseline``).
     """
     per_round = []
     for r in range(rounds):
@@ -202,14 +180,33 @@ def median_ratio(per_round: list, slow: str, fast: str, clock: str = "cpu_s") ->
     return ratios[len(ratios) // 2] if ratios else None
 
 
-def build_trainable(train_args: List[str]):
-    """``(task, model, criterion, optimizer, cfg)`` as ``fairseq-train <train_args>`` builds them."""
-    from fairseq import optim, options, tasks
+def spread(values: List[float]) -> Dict:
+    """``{"median", "min", "max"}`` of ``values``."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def train_config(train_args: List[str]):
+    """fairseq's configuration of ``fairseq-train <train_args>``.
+
+    Raises:
+        ValueError: where fairseq's option parsing rejects them (argparse would exit the program).
+    """
+    from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     import fairseq_dense  # noqa: F401
 
-    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), train_args))
+    try:
+        return convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), train_args))
+    except SystemExit:
+        raise ValueError(f"fairseq-train rejects the arguments {' '.join(train_args)}")
+
+
+def build_trainable(train_args: List[str]):
+    """``(task, model, criterion, optimizer, cfg)`` as ``fairseq-train <train_args>`` builds them."""
+    from fairseq import optim, tasks
+
+    cfg = train_config(train_args)
     task = tasks.setup_task(cfg.task)
     model = task.build_model(cfg.model)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -246,23 +243,10 @@ def train_step(side, sample, update: int = 1, *, dtype=None, counter=None, saved
     return loss.detach()
 
 
-def paired_train_speed(
-    ours_args: List[str], baseline_args: List[str], *, batches: int, rounds: int, device: str = "cpu"
-) -> Dict:
-    """Training steps (forward, backward, optimizer) of both models on the same real batches, interleaved.
-
-    Args:
-        ours_args / baseline_args: the recorded ``fairseq-train`` arguments of each model.
-        batches: training batches per round (the first of a shuffled epoch, cycled if fewer).
-        rounds: rounds; the ratio (ours tokens/s / baseline tokens/s) is their median.
-    """
-    sides = {"ours": build_trainable(ours_args), "baseline": build_trainable(baseline_args)}
-    return train_speed(sides, batches=batches, rounds=rounds, device=device)
-
-
 def train_speed(sides: Dict, *, batches: int, rounds: int, device: str = "cpu") -> Dict:
-    """Training steps of ``sides`` (``{name: build_trainable(...)}``) on the same real batches of the
-    first side's training split, interleaved (:func:`timed_rounds`); arguments as :func:`paired_train_speed`."""
+    """Training steps (:func:`train_step`) of ``sides`` (``{name: build_trainable(...)}``) on the same
+    ``batches`` real batches of the first side's training split (the first of a shuffled epoch, cycled if
+    fewer), interleaved over ``rounds`` (:func:`timed_rounds`: ``ratio`` is ours / baseline tokens/s)."""
     from fairseq import utils
 
     task, model, _, _, cfg = next(iter(sides.values()))
@@ -325,14 +309,9 @@ def generator(model, task, beam: int, fixed_length: int = 0):
 def paired_decode(
     models: Dict, *, sentences: int, rounds: int, batch_size: int, length: int, device: str = "cpu"
 ) -> Dict:
-    """Beam-5 sentences/s of two models in eval mode on the same test sentences, interleaved.
-
-    Args:
-        models: ``{"ours": (model, task), "baseline": (model, task)}``, the test split loaded
-            in the tasks (the sentences come from the baseline's).
-        sentences: test sentences, spread over the split.
-        length: every hypothesis forced to this many tokens.
-    """
+    """Beam-5 sentences/s of ``models`` (``{"ours"/"baseline": (model in eval mode, task with the test
+    split loaded)}``) on ``sentences`` test sentences of the baseline's spread over the split, every
+    hypothesis forced to ``length`` tokens, interleaved (:func:`timed_rounds`)."""
     sides = {name: (model, generator(model, task, 5, length)) for name, (model, task) in models.items()}
     batches = spread_batches(models["baseline"][1].dataset("test"), sentences, batch_size, device)
     with torch.inference_mode():

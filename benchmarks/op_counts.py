@@ -1,34 +1,24 @@
-"""Counting a training step on the CPU in terms that carry over to a GPU.
+"""Counting a training step on the CPU in terms that carry over to a GPU (docs/benchmarks.md, "Speed proxies").
 
-Three proxies, each independent of the machine's speed:
-
-- **kernel launches**: ATen operator calls that reach the kernels (below autograd, after
-  composite operators are decomposed), counted with a ``TorchDispatchMode``. Calls that run
-  no kernel on a GPU are not counted: views (``view``, ``t``, ``slice``, ``unbind``, ...),
-  ``detach``, allocations without a fill (``empty``, ``empty_strided``) and
-  ``_unsafe_view``. Fused recurrent units are counted as the kernels CUDA runs for them,
-  not as the CPU's per-time-step lowering (see :data:`UNIT_LAUNCHES`).
-- **low-precision share**: of the FLOPs of matmul-class calls (``mm``, ``addmm`` and its
-  in-place form, ``bmm``, ``baddbmm``, ``linear``, convolutions, ``conv_tbc``, the CPU's
-  LSTM layer kernel, scaled-dot-product attention; forward and backward), the share whose
-  operands are bfloat16 or float16.
-- **saved bytes**: the bytes of the distinct storages autograd saves for backward
-  (``saved_tensors.py``), which an attention unit here counts as CUDA's fused kernel saves them.
-
-And the host syncs a step would make on a GPU (:class:`SyncCounter`).
+:class:`StepCounter`: kernel launches (ATen calls below autograd that run a kernel on a GPU; fused
+recurrent units and attention as CUDA runs them, :data:`UNIT_LAUNCHES`) and the FLOPs of matmul-class
+calls by dtype; ``saved_tensors.SavedBytes``: the activation bytes saved for backward;
+:class:`SyncCounter`: the host syncs a step would make on a GPU.
 """
 
 import collections
 import contextlib
+import math
 import os
 import re
 import traceback
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from fairseq_dense.modules.low_precision import cpu_lstm_kernel, onednn_lstm_runs  # noqa: F401  (used here and by callers)
 
@@ -62,20 +52,13 @@ NO_KERNEL = set(
 MATMUL_LIKE = re.compile(r"mm|conv|linear|matmul|rnn|attention|einsum|(?<!_fused_)lstm|(?<!_fused_)gru")
 
 
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
-
-
 def _mm(a, b) -> int:
-    return 2 * _numel(a.shape[:-1]) * a.shape[-1] * b.shape[-1]
+    return 2 * math.prod(a.shape[:-1]) * a.shape[-1] * b.shape[-1]
 
 
 def _sdpa(q, k, v) -> int:
     # QK^T and PV: 2 x batch x heads x L x S x (E + Ev)
-    return 2 * _numel(q.shape[:-1]) * k.shape[-2] * (q.shape[-1] + v.shape[-1])
+    return 2 * math.prod(q.shape[:-1]) * k.shape[-2] * (q.shape[-1] + v.shape[-1])
 
 
 def _conv_tbc(x, w, out) -> int:
@@ -85,7 +68,7 @@ def _conv_tbc(x, w, out) -> int:
 
 def _rnn_layer(x, w_ih, w_hh) -> int:
     # input (T, B, I), W_ih (G*H, I), W_hh (G*H, H): every step multiplies [x_t; h_{t-1}]
-    return 2 * _numel(x.shape[:-1]) * w_ih.shape[0] * (w_ih.shape[1] + w_hh.shape[1])
+    return 2 * math.prod(x.shape[:-1]) * w_ih.shape[0] * (w_ih.shape[1] + w_hh.shape[1])
 
 
 def _cudnn_rnn(x, weights, stride) -> int:
@@ -132,15 +115,13 @@ for _kind in ("flash", "efficient", "cudnn"):  # CUDA's fused attention kernels,
 LOW = (torch.bfloat16, torch.float16)
 
 
-def _tensors(obj):
-    if torch.is_tensor(obj):
-        yield obj
-    elif isinstance(obj, (list, tuple)):  # PackedSequence is a tuple
-        for x in obj:
-            yield from _tensors(x)
-    elif isinstance(obj, dict):
-        for x in obj.values():
-            yield from _tensors(x)
+def _tensors(obj) -> list:
+    return [t for t in tree_flatten(obj)[0] if torch.is_tensor(t)]
+
+
+def _graph_inputs(obj) -> set:
+    """The autograd nodes behind the tensors of ``obj``: where a unit's own nodes end."""
+    return {t.grad_fn for t in _tensors(obj) if t.grad_fn is not None}
 
 
 def rnn_launches(num_layers: int, bidirectional: bool):
@@ -238,7 +219,7 @@ class StepCounter(TorchDispatchMode):
     def _functional_rnn(self, func, args, kwargs):
         """``torch.lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
         batch_first)`` (or its packed form, ``batch_sizes`` second) as one fused unit."""
-        boundary = {t.grad_fn for t in _tensors((args, kwargs)) if t.grad_fn is not None}
+        boundary = _graph_inputs((args, kwargs))
         self._depth += 1
         try:
             out = func(*args, **kwargs)
@@ -250,7 +231,7 @@ class StepCounter(TorchDispatchMode):
 
     def _enter(self, module, args):
         self._depth += 1
-        self._boundary.append({t.grad_fn for t in _tensors(args) if t.grad_fn is not None})
+        self._boundary.append(_graph_inputs(args))
 
     def _leave(self, module, args, output):
         self._depth -= 1
@@ -278,7 +259,7 @@ class StepCounter(TorchDispatchMode):
 
     def _attention(self, func, args, kwargs):
         q, k, v = (kwargs.get(n, a) for n, a in zip(("query", "key", "value"), list(args) + [None] * 3))
-        boundary = {t.grad_fn for t in _tensors((args, kwargs)) if t.grad_fn is not None}
+        boundary = _graph_inputs((args, kwargs))
         self._depth += 1
         self._attention_depth += 1
         if self.saved is not None:
@@ -297,15 +278,20 @@ class StepCounter(TorchDispatchMode):
         if self.saved is not None and torch.is_grad_enabled() and out.requires_grad:
             for t in (q, k, v, out):  # the fused kernel keeps its inputs in the dtype it computes in
                 self.saved.add(t, dtype)
-            self.saved.add_bytes(4 * _numel(q.shape[:-1]), "scaled_dot_product_attention float32")  # row log-sum-exp
+            self.saved.add_bytes(4 * math.prod(q.shape[:-1]), "scaled_dot_product_attention float32")  # row log-sum-exp
         key = f"scaled_dot_product_attention {str(dtype).replace('torch.', '')}"
         self.flops[key] += _sdpa(q, k, v)
         if self._close_unit(boundary, out, UNIT_LAUNCHES["attention"], "attention", self._flop_nodes):
             self._pending_flops[key] += 2 * _sdpa(q, k, v)
         return out
 
-    def _in_unit(self, name: str, node, args, out) -> bool:
-        if self._attention_depth or (node is not None and node in self._flop_nodes):
+    def saving_site(self) -> Tuple[str, bool]:
+        """The ATen call whose autograd node saves what is saved next, and whether it runs inside a fused
+        RNN unit (whose CPU kernel's workspace is not cuDNN's reserve space)."""
+        return self.last_op, bool(self._depth and not self._attention_depth)
+
+    def _in_unit(self, name: str, node, args, out, in_attention: bool) -> bool:
+        if in_attention:
             return True  # attention: everything, the CPU's upcasts included
         if node is not None and node in self._nodes:
             self._unit_grads.update(t.data_ptr() for t in _tensors(out))
@@ -326,7 +312,8 @@ class StepCounter(TorchDispatchMode):
         name = func.overloadpacket.__name__
         self.last_op = name
         node = torch._C._current_autograd_node()
-        if self._attention_depth or (node is not None and node in self._flop_nodes):
+        in_attention = bool(self._attention_depth) or (node is not None and node in self._flop_nodes)
+        if in_attention:
             pass  # attention's FLOPs are counted analytically
         elif name in FLOPS:
             formula, operand = FLOPS[name]
@@ -334,7 +321,7 @@ class StepCounter(TorchDispatchMode):
             self.flops[f"{name} {str(dtype).replace('torch.', '')}"] += formula(args, kwargs, out)
         elif MATMUL_LIKE.search(name) and not func.is_view:
             self.unrecognised[name] += 1
-        if not func.is_view and name not in NO_KERNEL and not self._in_unit(name, node, args, out):
+        if not func.is_view and name not in NO_KERNEL and not self._in_unit(name, node, args, out, in_attention):
             self.launches[self._phase] += 1
             self.ops[name] += 1
         return out

@@ -2,20 +2,13 @@
 
     python -m benchmarks.proxies [--pairs wt_a deep_att ...] [--out benchmarks/out/proxies]
 
-For every pair of ``PAPER_PAIRS`` (``counterparts.py``: each registered family at its
-paper's base size and fairseq's built-in at the paper's size), both models are built as
-``fairseq-train`` builds them (the harness's criterion and Adam) and take one training step
-(forward, backward, gradient scaling, clipping, optimiser step) on the same synthetic batch
-(``synthetic.py``), once in float32 and once under ``torch.autocast('cpu', bfloat16)``
-(standing in for the GPU's mixed precision), after one uncounted warm-up step (Adam's state).
-Measured (``op_counts.py``): kernel launches per step, the low-precision share of the
-matmul-class FLOPs, and the activation bytes saved for backward per target token. Written to
-``--out``: ``proxies.json`` (everything, per phase and per operator) and ``proxies.md`` (the
-ratios ours / counterpart against :data:`TARGETS`).
+Each pair of ``counterparts.PAPER_PAIRS``, built as ``fairseq-train`` builds it, takes one counted training
+step on the same synthetic batch in float32 and under CPU bfloat16 autocast (``op_counts``): kernel
+launches, the low-precision share of the matmul FLOPs, saved bytes per target token; ``proxies.json`` and
+``proxies.md`` (ratios against :data:`TARGETS`). The method: docs/benchmarks.md ("Speed proxies").
 """
 
 import argparse
-import datetime
 import logging
 import os
 import sys
@@ -113,22 +106,23 @@ def markdown(results: Dict) -> str:
             continue
         o, c, r = e["ours"], e["counterpart"], e["ratios"]
 
-        def mark(ok):
-            return "" if ok else " MISS"
+        def ratio(kind, mode):
+            return f"{r[f'{kind}_{mode}']:.2f}" + ("" if r[f"{kind}_{mode}"] <= t[kind] else " MISS")
 
-        lines.append(
-            f"| {name} | {o['params'] / 1e6:.1f} / {c['params'] / 1e6:.1f} "
-            f"| {o['fp32']['launches_total']:,} / {c['fp32']['launches_total']:,} "
-            f"| {r['launches_fp32']:.2f}{mark(r['launches_fp32'] <= t['launches'])} "
-            f"| {r['launches_bf16']:.2f}{mark(r['launches_bf16'] <= t['launches'])} "
-            f"| {r['low_precision_ours']:.1%} / {r['low_precision_counterpart']:.1%}"
-            f"{mark(r['meets']['low_precision'])} "
-            f"| {o['fp32']['saved_bytes_per_token'] / 1e3:.1f} / {c['fp32']['saved_bytes_per_token'] / 1e3:.1f} "
-            f"| {r['saved_bytes_fp32']:.2f}{mark(r['saved_bytes_fp32'] <= t['saved_bytes'])} "
-            f"| {o['bf16']['saved_bytes_per_token'] / 1e3:.1f} / {c['bf16']['saved_bytes_per_token'] / 1e3:.1f} "
-            f"| {r['saved_bytes_bf16']:.2f}{mark(r['saved_bytes_bf16'] <= t['saved_bytes'])} "
-            f"| {unit_share(o['bf16']):.0%} / {unit_share(c['bf16']):.0%} |"
-        )
+        def kb(mode):
+            return f"{o[mode]['saved_bytes_per_token'] / 1e3:.1f} / {c[mode]['saved_bytes_per_token'] / 1e3:.1f}"
+
+        low = f"{r['low_precision_ours']:.1%} / {r['low_precision_counterpart']:.1%}"
+        cells = [
+            name,
+            f"{o['params'] / 1e6:.1f} / {c['params'] / 1e6:.1f}",
+            f"{o['fp32']['launches_total']:,} / {c['fp32']['launches_total']:,}",
+            *(ratio("launches", m) for m in ("fp32", "bf16")),
+            low + ("" if r["meets"]["low_precision"] else " MISS"),
+            *(f(m) for m in ("fp32", "bf16") for f in (kb, lambda m: ratio("saved_bytes", m))),
+            f"{unit_share(o['bf16']):.0%} / {unit_share(c['bf16']):.0%}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -153,12 +147,9 @@ def run(a) -> Dict:
     lengths = synthetic.batch_lengths(a.max_tokens, a.max_len)
     sample = synthetic.make_batch(lengths, a.vocab)
     results = {
-        "command": "python -m benchmarks.proxies " + " ".join(a.argv),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": report.git_commit(),
+        **report.header("python -m benchmarks.proxies", a.argv),
         "machine": f"{report.cpu_name()}, {os.cpu_count()} logical CPUs, {a.threads} thread(s)",
         "bf16_lstm_kernel": "oneDNN" if op_counts.onednn_lstm_runs(torch.bfloat16) else "PyTorch's per-step GEMMs",
-        "torch": torch.__version__,
         "vocab": a.vocab,
         "batch": {
             "sentences": len(lengths),
@@ -178,7 +169,7 @@ def run(a) -> Dict:
                 results["pairs"][name] = measure_pair(dict_dir, pair, sample, tiny=a.tiny)
             except Exception as e:  # one failing model must not lose the others' figures
                 logger.exception("pair %s failed", name)
-                results["pairs"][name] = {"family": pair["family"], "error": f"{type(e).__name__}: {e}"}
+                results["pairs"][name] = {"family": pair["family"], **report.error(e)}
             if a.out:
                 report.write_results(results, a.out, "proxies", markdown)
     return results

@@ -4,24 +4,18 @@ ran on, and ``benchmarks.run``'s ``results.md`` (ratios ours / counterpart) and 
 import json
 import os
 import platform
+import shlex
 import subprocess
+import time
 from typing import Callable, Dict, List
 
 from fairseq_dense.cli.plot import plot_loss_curves
 from fairseq_dense.logs import parse_log
 
-EXPLANATION = """\
-Ratios are ours / counterpart, both trained in this run on the same data with the same optimiser, schedule,
-batch size and budget; > 1 means ours is faster / uses more memory. "CLI" is fairseq's steady-state `wps` of
-each `fairseq-train` run (one after the other, or at once with `--concurrent`); "side by side" builds both
-models in one process and times one and then the other on the same batches (training: forward, backward and
-optimizer step on real training batches; decoding: beam 5 with every hypothesis forced to
-`--decode-length` tokens), the order alternating per round, median of the rounds: the steadier figure on a
-shared machine. "work" is the ratio of matmul weights per target token (encoder weights scaled by the
-source/target token ratio): at equal parameters one model may do more arithmetic. Peak memory is the
-`VmHWM` of each training process (CUDA: the allocator's peak). "Equal updates" compares validation losses
-at the last update both runs validated at; "reached" is when ours first validated at or below the
-counterpart's best loss (updates / seconds of fairseq's log clock)."""
+EXPLANATION = (
+    "Ratios are ours / counterpart (> 1: ours is faster / uses more memory); how each figure is taken and how to "
+    'read it: docs/benchmarks.md ("The figures").'
+)
 
 
 def cpu_name() -> str:
@@ -40,6 +34,18 @@ def git_commit():
     return out.strip() or None
 
 
+def header(prog: str, argv: List[str]) -> Dict:
+    """What every results file starts with: the command, the time (UTC), the commit and torch's version."""
+    import torch
+
+    return {
+        "command": f"{prog} {shlex.join(argv)}",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": git_commit(),
+        "torch": torch.__version__,
+    }
+
+
 def write_results(results: Dict, out: str, stem: str, to_markdown: Callable[[Dict], str]) -> None:
     """``<stem>.json`` (``results``) and ``<stem>.md`` (``to_markdown(results)``) into ``out``."""
     os.makedirs(out, exist_ok=True)
@@ -47,6 +53,11 @@ def write_results(results: Dict, out: str, stem: str, to_markdown: Callable[[Dic
         json.dump(results, f, indent=1, default=str)
     with open(os.path.join(out, f"{stem}.md"), "w") as f:
         f.write(to_markdown(results))
+
+
+def error(ex: Exception) -> Dict:
+    """The results entry of a measurement that failed (the others' figures stand)."""
+    return {"error": f"{type(ex).__name__}: {ex}"}
 
 
 def file_stem(key: str) -> str:

@@ -5,16 +5,12 @@
         [--device cuda --amp --bf16] [--out DIR]
     python -m benchmarks.run --remeasure DIR/results.json     # speed again with today's code, no training
 
-Steps: prepare the corpus once (``fairseq_dense.data.prepare``); per model, search the
-width of its fairseq counterpart so that the parameter counts match (``counterparts.py``),
-train both with ``fairseq-train`` for the same budget (one after the other, or with
-``--concurrent`` at the same time), time both side by side in one process (training steps
-and beam-5 decoding, ``measure.py``), decode the test split with beam 5 and score it with
-sacreBLEU; write ``results.json``, ``results.md`` and a loss plot per model to ``--out``.
+Per model: the counterpart's width matched in parameters, both trained by ``fairseq-train``, timed side by
+side, decoded with beam 5 and scored; ``results.json``, ``results.md`` and loss plots in ``--out``
+(docs/benchmarks.md).
 """
 
 import argparse
-import datetime
 import json
 import logging
 import os
@@ -103,12 +99,8 @@ def prepare_data(a, work: str) -> Dict:
                 raise SystemExit(
                     f"error: {path}: file not found (--corpus needs {{train,valid,test}}.{a.src}/.{a.tgt})"
                 )
-            with open(path, encoding="utf-8") as f:
-                lines = f.readlines()[: n or None]
-            dest = os.path.join(raw, f"{split}.{lang}")
-            if not (os.path.isfile(dest) and open(dest, encoding="utf-8").readlines() == lines):
-                with open(dest, "w", encoding="utf-8") as f:  # unchanged files keep their mtime: reuse
-                    f.writelines(lines)
+            with open(path, encoding="utf-8") as f, open(os.path.join(raw, f"{split}.{lang}"), "w") as out:
+                out.writelines(f.readlines()[: n or None])  # prepare() reuses its output for the same content
     dest = os.path.join(work, f"data-{subset}-bpe{a.bpe_merges}")
     prep = prepare(raw, dest, a.src, a.tgt, merges=a.bpe_merges, workers=max(1, min(8, a.threads)))
     counts = {}
@@ -132,13 +124,8 @@ def pair(a, data: Dict, family: str, ours_args: List[str]) -> Dict:
         ours, _ = baselines.build_in_process(data["bin"], ours_args)
         base, _ = baselines.build_in_process(data["bin"], base_args)
         n_ours, n_base = baselines.count_params(ours), baselines.count_params(base)
-        pairing = {
-            "baseline_args": base_args,
-            "baseline_width": None,
-            "ours_params": n_ours,
-            "baseline_params": n_base,
-            "param_gap": n_base / n_ours - 1,
-        }
+        pairing = {"baseline_args": base_args, "baseline_width": None, "param_gap": n_base / n_ours - 1}
+        pairing.update(ours_params=n_ours, baseline_params=n_base)
     else:
         pairing, ours, base = baselines.match_baseline(
             data["bin"], family, ours_args, a.param_tolerance, a.baseline_param_ratio
@@ -166,16 +153,16 @@ def train_sides(a, data: Dict, runs: Dict[str, List[str]], work: str) -> Dict[st
 
 def side_by_side(a, entry: Dict, data_bin: str) -> None:
     """The side-by-side training and decoding comparisons of one entry (also for ``--remeasure``)."""
-    dirs = [entry[side]["train"]["run_dir"] for side in ("ours", "baseline")]
-    commands = []
-    for d in dirs:
+    dirs = {side: entry[side]["train"]["run_dir"] for side in ("ours", "baseline")}
+    sides = {}
+    for side, d in dirs.items():
         with open(os.path.join(d, "command.json")) as f:
-            commands.append(json.load(f)[1:])
+            sides[side] = measure.build_trainable(json.load(f)[1:])
     logger.info("training both side by side (%d batches, %d rounds)", a.paired_train_batches, a.paired_rounds)
-    entry["train_paired"] = measure.paired_train_speed(
-        *commands, batches=a.paired_train_batches, rounds=a.paired_rounds, device=a.device
+    entry["train_paired"] = measure.train_speed(
+        sides, batches=a.paired_train_batches, rounds=a.paired_rounds, device=a.device
     )
-    ckpts = {side: os.path.join(d, "checkpoint_best.pt") for side, d in zip(("ours", "baseline"), dirs)}
+    ckpts = {side: os.path.join(d, "checkpoint_best.pt") for side, d in dirs.items()}
     if all(os.path.isfile(c) for c in ckpts.values()):
         logger.info("decoding both side by side (%d sentences, %d rounds)", a.paired_sentences, a.paired_rounds)
         models = {side: measure.load_checkpoint(c, data_bin, a.device, a.bf16) for side, c in ckpts.items()}
@@ -215,12 +202,7 @@ def remeasure(a) -> int:
     with open(a.remeasure) as f:
         results = json.load(f)
     torch.set_num_threads(a.threads)
-    note = {
-        "command": "python -m benchmarks.run " + shlex.join(sys.argv[1:] if a.argv is None else a.argv),
-        "date": datetime.date.today().isoformat(),
-        "commit": report.git_commit(),
-        "machine": describe_machine(a.device, a.threads),
-    }
+    note = {**report.header("python -m benchmarks.run", a.argv), "machine": describe_machine(a.device, a.threads)}
     for key, entry in results["families"].items():
         if "error" not in entry:
             logger.info("re-measuring %s", key)
@@ -233,6 +215,7 @@ def remeasure(a) -> int:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     a = get_parser().parse_args(argv)
     a.argv = argv
     logging.basicConfig(format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
@@ -255,7 +238,7 @@ def main(argv=None) -> int:
     data = prepare_data(a, work)
     torch.set_num_threads(a.threads)  # the side-by-side measurements run in this process
     results = {
-        "command": "python -m benchmarks.run " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "command": "python -m benchmarks.run " + shlex.join(argv),
         "machine": describe_machine(a.device, a.threads),
         "options": vars(a),
         "data": data,
@@ -269,7 +252,7 @@ def main(argv=None) -> int:
             results["families"][key] = run_entry(a, data, family, ["--arch", arch, *extra], key, work, baselines)
         except Exception as e:  # one broken family must not cost the others their figures
             logger.exception("%s failed", key)
-            results["families"][key] = {"error": f"{type(e).__name__}: {e}"}
+            results["families"][key] = report.error(e)
         write(results, out)  # after every family: a stopped run keeps its figures
     results["total_wall_s"] = time.time() - started
     write(results, out)

@@ -73,10 +73,8 @@ class SavedBytes:
                 self._live[key][4] = t
             return key
         nbytes = storage.nbytes() if key == storage.data_ptr() else t.numel() * dtype.itemsize
-        label, in_unit = "?", False
-        if self.counter is not None:
-            in_unit = bool(self.counter._depth and not self.counter._attention_depth)
-            label = f"{self.counter.last_op} {str(t.dtype if dtype is None else dtype).replace('torch.', '')}"
+        op, in_unit = self.counter.saving_site() if self.counter is not None else ("?", False)
+        label = f"{op} {str(t.dtype if dtype is None else dtype).replace('torch.', '')}"
         self._live[key] = [1, nbytes, label, in_unit, t if keep else None]
         return key
 

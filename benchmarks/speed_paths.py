@@ -1,8 +1,6 @@
 """A speed path on and off in one process: the before/after that decides whether it stays.
 
     python -m benchmarks.speed_paths reorder-skip densenmt gru_attention dense_lstm fast_forward_lstm
-    python -m benchmarks.speed_paths int16-dropout weighted_transformer
-    python -m benchmarks.speed_paths sigmoid-tanh dense_lstm gru_attention fast_forward_lstm
     python -m benchmarks.speed_paths float32-fast-forward fast_forward_lstm
     python -m benchmarks.speed_paths fused-adam weighted_transformer densenmt gru_attention dense_lstm fast_forward_lstm
 
@@ -14,135 +12,48 @@ seconds / on seconds (the gain) and the rounds. The paths (docs/benchmarks.md, "
 - ``reorder-skip`` (kept): beam 5 on 128 test sentences in batches of 64 forced to 12 tokens
   (untrained model), ``model.set_beam_size(5)`` (per-sentence memory left in place) against
   ``set_beam_size(1)`` (beam size unknown: every reorder ``index_select``\\ s).
-- ``int16-dropout`` (measured, not kept: it gained less than 10%): training steps on the first 4
-  batches of a shuffled epoch with every dropout of the model drawing its mask from 16 random bits
-  an element (``torch.int64.random_`` viewed as ``int16``, keep probability ``1 - p`` to
-  ``2**-16``) instead of ``F.dropout``'s ``bernoulli_``; the counterpart the quick-start pairs
-  with the family is timed in the same rounds (the ratio of each side to it is printed too).
 - ``float32-fast-forward`` (kept, not a speed path: what Deep-Att's float32 fast-forward stack costs under
   autocast, issue 60): training steps with the region on and off, in float32 and under bfloat16 autocast.
-- ``sigmoid-tanh`` (measured, not kept: it gained less than 10%): beam 5 as ``reorder-skip`` with
-  every in-place ``tanh_`` (the decoders' additive attention scores) as ``2 sigmoid(2x) - 1``.
 - ``fused-adam`` (an optimizer, not a speed path: where it is at least as fast, the recipes use it):
-  training steps as ``int16-dropout`` times them with ``--optimizer fused_adam`` against fairseq's
-  ``adam``, and the kernel launches of one step of each (``op_counts``, a synthetic batch).
+  training steps on the first 4 batches of a shuffled epoch with ``--optimizer fused_adam`` against
+  fairseq's ``adam``, and the kernel launches of one step of each (``op_counts``, a synthetic batch).
+
+The paths measured and not kept (int16 dropout masks, ``tanh`` as ``2 sigmoid(2x) - 1``) were timed by
+this script as of ``e686f8d``; their figures are in docs/benchmarks.md.
 """
 
 import argparse
-import types
 
 import torch
 
 from benchmarks import cpu_speed, measure, op_counts, synthetic
 
 
-def int16_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
-    """Inverted dropout with a mask from 16 random bits an element (``P(keep) = 1 - p`` to ``2**-16``)."""
-    n = x.numel()
-    bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device).random_(-(2**63), None)
-    keep = bits.view(torch.int16)[:n].view(x.shape) >= -32768 + round(p * 65536)
-    return torch.where(keep, x * (1.0 / (1.0 - p)), 0.0)
-
-
-def use_int16_dropout(model: torch.nn.Module) -> None:
-    """Every ``FairseqDropout`` of ``model`` and the Weighted Transformer's branch dropout draw int16 masks."""
-    from fairseq.modules import FairseqDropout
-
-    from fairseq_dense.modules.branched_attention import BranchedAttention
-
-    def dropout(self, x, inplace: bool = False):
-        return int16_dropout(x, self.p) if self.p > 0 and (self.training or self.apply_during_inference) else x
-
-    def drop_branches(self, hbar):
-        return self.dropout_module(hbar)
-
-    for m in model.modules():
-        if isinstance(m, FairseqDropout):
-            m.forward = types.MethodType(dropout, m)
-        if isinstance(m, BranchedAttention):
-            m._drop_branches = types.MethodType(drop_branches, m)
-
-
-def _beam_setup(family: str, data_bin: str):
-    """``(model, generator, batches)``: ``<family>_small`` untrained, beam 5 forced to 12 tokens, 128 test
-    sentences in batches of 64."""
-    torch.manual_seed(1)
-    model, task = cpu_speed.decode_models(data_bin, ["--arch", f"{family}_small"])
-    batches = measure.spread_batches(task.dataset("test"), 128, 64, "cpu")
-    return model, measure.generator(model, task, 5, 12), batches
-
-
-def _beam_gain(batches: list, rounds: int, run) -> dict:
-    """``run(side, sample, i)`` for the sides ``on`` and ``off``, warmed up, in alternating rounds."""
-    with torch.inference_mode():
-        run("on", batches[0], 0), run("off", batches[0], 0)  # warm-up
-        res = measure.timed_rounds({"on": "on", "off": "off"}, batches, rounds, run, "cpu")
-    return {"gain": measure.median_ratio(res["rounds"], "off", "on"), "rounds": res["rounds"]}
+def gain(res: dict) -> float:
+    """Median over the rounds of :func:`measure.timed_rounds` of off seconds / on seconds (thread CPU time)."""
+    return measure.median_ratio(res["rounds"], "off", "on")
 
 
 def reorder_skip(family: str, data_bin: str, rounds: int) -> dict:
-    model, gen, batches = _beam_setup(family, data_bin)
+    torch.manual_seed(1)
+    model, task = cpu_speed.decode_models(data_bin, ["--arch", f"{family}_small"])
+    batches = measure.spread_batches(task.dataset("test"), 128, 64, "cpu")
+    gen = measure.generator(model, task, 5, 12)
 
     def run(side, sample, i):
         model.set_beam_size(5 if side == "on" else 1)
         return gen.generate([model], sample)
 
-    return _beam_gain(batches, rounds, run)
-
-
-def _trainables(data_bin: str, sides: dict) -> dict:
-    """``{name: measure.build_trainable(...)}`` of ``sides`` (name -> arguments) on the quick-start's
-    recipe, each built from the same seed."""
-    built = {}
-    for name, args in sides.items():
-        torch.manual_seed(1)
-        built[name] = measure.build_trainable(synthetic.train_args(data_bin, args, max_tokens=cpu_speed.MAX_TOKENS))
-    return built
-
-
-def int16_dropout_path(family: str, data_bin: str, rounds: int) -> dict:
-    from fairseq_dense import baselines
-
-    ours = ["--arch", f"{family}_small"]
-    base = baselines.match_baseline(data_bin, family, ours)[0]["baseline_args"]
-    sides = _trainables(data_bin, {"on": ours, "off": ours, "counterpart": base})
-    use_int16_dropout(sides["on"][1])
-    res = measure.train_speed(sides, batches=4, rounds=rounds)
-    per_round = res["rounds"]
-    return {
-        "gain": measure.median_ratio(per_round, "off", "on"),
-        "on vs counterpart": measure.median_ratio(per_round, "counterpart", "on"),
-        "off vs counterpart": measure.median_ratio(per_round, "counterpart", "off"),
-        "rounds": per_round,
-    }
-
-
-def sigmoid_tanh(family: str, data_bin: str, rounds: int) -> dict:
-    """Beam 5 as ``reorder-skip`` with every in-place ``tanh_`` (the additive attention scores of the GRU,
-    Deep-Att and DenseRNN decoders) computed as ``2 sigmoid(2x) - 1`` (the same function; PyTorch's CPU
-    ``tanh`` costs several ``sigmoid``\\ s on AVX2 machines), against the plain model."""
-    model, gen, batches = _beam_setup(family, data_bin)
-    model.set_beam_size(5)
-    plain = torch.tanh_
-
-    def via_sigmoid(x):
-        return x.mul_(2).sigmoid_().mul_(2).sub_(1)
-
-    def run(side, sample, i):
-        torch.tanh_ = via_sigmoid if side == "on" else plain
-        try:
-            return gen.generate([model], sample)
-        finally:
-            torch.tanh_ = plain
-
-    return _beam_gain(batches, rounds, run)
+    with torch.inference_mode():
+        run("on", batches[0], 0), run("off", batches[0], 0)  # warm-up
+        res = measure.timed_rounds({"on": "on", "off": "off"}, batches, rounds, run, "cpu")
+    return {"gain": gain(res), "rounds": res["rounds"]}
 
 
 def float32_fast_forward(family: str, data_bin: str, rounds: int) -> dict:
-    """Training steps (``measure.train_step``: forward, backward, clipping, Adam) of ``<family>_small`` on 4
-    synthetic 2,048-token batches, in float32 and under bfloat16 autocast, with Deep-Att's float32 region
-    of the fast-forward stack (on: the default, issue 60) and without it (off: all in autocast's dtype);
-    ``gain`` is off seconds / on seconds, below 1 where the region costs time."""
+    """Training steps (``measure.train_step``) of ``<family>_small`` on 4 synthetic 2,048-token batches, in
+    float32 and under bfloat16 autocast, with Deep-Att's float32 region of the fast-forward stack (on: the
+    default, issue 60) and without it (off: all in autocast's dtype); a gain below 1: the region costs time."""
     from fairseq_dense.models.fast_forward_lstm import decoder, encoder
     from fairseq_dense.modules import low_precision
 
@@ -164,14 +75,14 @@ def float32_fast_forward(family: str, data_bin: str, rounds: int) -> dict:
 
         run(True, samples[0], 0), run(False, samples[0], 0)  # warm-up
         res = measure.timed_rounds({"on": True, "off": False}, samples, rounds, run, "cpu")
-        out[f"{name} gain"] = measure.median_ratio(res["rounds"], "off", "on")
-        out[f"{name} rounds"] = res["rounds"]
+        out[f"{name} gain"], out[f"{name} rounds"] = gain(res), res["rounds"]
     return out
 
 
 def fused_adam(family: str, data_bin: str, rounds: int) -> dict:
     ours = ["--arch", f"{family}_small"]
-    sides = _trainables(data_bin, {"on": ours + ["--optimizer", "fused_adam"], "off": ours})
+    sides = {"on": ours + ["--optimizer", "fused_adam"], "off": ours}
+    sides = {name: synthetic.build(data_bin, args, max_tokens=cpu_speed.MAX_TOKENS) for name, args in sides.items()}
     res = measure.train_speed(sides, batches=4, rounds=rounds)
     sample = synthetic.make_batch(synthetic.batch_lengths(cpu_speed.MAX_TOKENS), len(sides["on"][0].target_dictionary))
     launches = {}
@@ -180,29 +91,21 @@ def fused_adam(family: str, data_bin: str, rounds: int) -> dict:
             measure.train_step(side, sample, 9, counter=counter)
         launches[name] = dict(counter.launches)
     return {
-        "gain": measure.median_ratio(res["rounds"], "off", "on"),
+        "gain": gain(res),
         **{f"optimizer launches {n}": launches[n]["optimizer"] for n in sides},
         **{f"step launches {n}": sum(launches[n].values()) for n in sides},
         "rounds": res["rounds"],
     }
 
 
-PATHS = {
-    "fused-adam": fused_adam,
-    "reorder-skip": reorder_skip,
-    "int16-dropout": int16_dropout_path,
-    "sigmoid-tanh": sigmoid_tanh,
-    "float32-fast-forward": float32_fast_forward,
-}
+PATHS = {"fused-adam": fused_adam, "reorder-skip": reorder_skip, "float32-fast-forward": float32_fast_forward}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", choices=sorted(PATHS), help="the speed path to time on and off")
     parser.add_argument("families", nargs="+", help="registered families (each times its <family>_small)")
-    parser.add_argument(
-        "--work-dir", default="quickstart-work", help="the quick-start's work folder (its prepared data)"
-    )
+    parser.add_argument("--work-dir", default="quickstart-work", help="the quick-start's work folder (its data)")
     parser.add_argument("--rounds", type=int, default=7, help="alternating rounds; each ratio is their median")
     args = parser.parse_args()
     torch.set_num_threads(1)

@@ -1,13 +1,8 @@
-"""Synthetic training batches and models built as ``fairseq-train`` builds them, with no corpus.
+"""Synthetic batches and models built as ``fairseq-train`` builds them, with no corpus (proxies, GPU figures).
 
-The proxies (``proxies.py``) and the GPU figures (``gpu_figures.py``) train on batches drawn
-here: sentence lengths from a log-normal distribution close to a subword-segmented news
-corpus (median 24 target tokens, a long tail, 2 to ``max_len``), source lengths the target's
-times a noisy factor, tokens uniform over the vocabulary. A batch is what fairseq's
-``batch_by_size`` makes of sentences sorted by length: consecutive sentences, as many as fit
-``max_tokens`` counted as batch size x longest sentence. Models are built from a folder
-that holds only the two dictionary files (``write_dicts``): enough for fairseq's
-translation task to build a model, a criterion and an optimiser.
+Sentence lengths are log-normal, close to a subword-segmented news corpus (median 24 target tokens);
+a batch is what fairseq's ``batch_by_size`` makes of length-sorted sentences. Models are built from a
+folder holding only the two dictionary files (:func:`write_dicts`).
 """
 
 import math
@@ -66,31 +61,28 @@ def make_batch(lengths: List[tuple], vocab: int, *, seed: int = 1, device: str =
     """A fairseq translation sample: left-padded source, right-padded target, ``prev_output_tokens``
     the target shifted right behind end-of-sentence (pad 1, eos 2, tokens from 4), sentences in
     decreasing source length as fairseq's collater orders them (``lstm`` packs on that)."""
+    from fairseq.data.data_utils import collate_tokens
+    from fairseq.utils import apply_to_sample
+
     g = torch.Generator().manual_seed(seed)
     lengths = sorted(lengths, key=lambda p: -p[0])
     pad, eos = 1, 2
-    b, s_max, t_max = len(lengths), max(s for s, _ in lengths), max(t for _, t in lengths)
-    src = torch.full((b, s_max), pad, dtype=torch.long)
-    tgt = torch.full((b, t_max), pad, dtype=torch.long)
-    prev = torch.full((b, t_max), pad, dtype=torch.long)
-    for i, (s, t) in enumerate(lengths):
-        src[i, s_max - s :] = torch.cat([torch.randint(4, vocab, (s - 1,), generator=g), torch.tensor([eos])])
-        words = torch.cat([torch.randint(4, vocab, (t - 1,), generator=g), torch.tensor([eos])])
-        tgt[i, :t] = words
-        prev[i, :t] = torch.cat([torch.tensor([eos]), words[:-1]])
+
+    def sentence(n: int) -> torch.Tensor:
+        return torch.cat([torch.randint(4, vocab, (n - 1,), generator=g), torch.tensor([eos])])
+
+    src, tgt = zip(*[(sentence(s), sentence(t)) for s, t in lengths])
     sample = {
-        "id": torch.arange(b),
-        "nsentences": b,
+        "id": torch.arange(len(lengths)),
+        "nsentences": len(lengths),
         "ntokens": sum(t for _, t in lengths),
         "net_input": {
-            "src_tokens": src,
+            "src_tokens": collate_tokens(src, pad, eos, left_pad=True),
             "src_lengths": torch.tensor([s for s, _ in lengths]),
-            "prev_output_tokens": prev,
+            "prev_output_tokens": collate_tokens(tgt, pad, eos, left_pad=False, move_eos_to_beginning=True),
         },
-        "target": tgt,
+        "target": collate_tokens(tgt, pad, eos, left_pad=False),
     }
-    from fairseq.utils import apply_to_sample
-
     return apply_to_sample(lambda t: t.to(device), sample)
 
 
@@ -107,12 +99,14 @@ def train_args(
     return measure.common_args(dict_dir, os.path.join(dict_dir, "unused-save-dir"), a) + list(arch_args)
 
 
-def build(dict_dir: str, arch_args: List[str], *, amp: bool = False, device: Optional[str] = None):
-    """``(task, model, criterion, optimizer, cfg)`` as ``fairseq-train`` builds them, the model on ``device``."""
+def build(
+    dict_dir: str, arch_args: List[str], *, max_tokens: int = 4096, amp: bool = False, device: Optional[str] = None
+):
+    """``(task, model, criterion, optimizer, cfg)`` as ``fairseq-train`` builds them (seed 1), on ``device``."""
     from benchmarks import measure
 
     torch.manual_seed(1)
-    args = train_args(dict_dir, arch_args, amp=amp, device=device or "cpu")
+    args = train_args(dict_dir, arch_args, max_tokens=max_tokens, amp=amp, device=device or "cpu")
     task, model, criterion, optimizer, cfg = measure.build_trainable(args)
     if device:
         model.to(device)

@@ -34,9 +34,6 @@ PATIENCE_KEY = "fairseq_dense_patience"
 DATA_KEY = "fairseq_dense_data"
 #: ``extra_state`` key of :class:`fairseq_dense.resume.OneWrite` (an empty dict once saved)
 ONE_WRITE_KEY = "fairseq_dense_one_write"
-#: ``checkpoint<epoch>.pt`` (end of an epoch) and ``checkpoint_<epoch>_<updates>.pt`` (``--save-interval-updates``)
-EPOCH_NAME = re.compile(r"^checkpoint(\d+)\.pt$")
-UPDATE_NAME = re.compile(r"^checkpoint_\d+_(\d+)\.pt$")
 
 
 #: what fairseq checkpoints hold besides tensors and containers: the ``argparse.Namespace`` of the options of
@@ -154,17 +151,15 @@ def last_checkpoints(directory: str, n: int, by_updates: bool, upper_bound: Opti
     Raises:
         CheckpointError: ``directory`` holds fewer than ``n`` such files.
     """
-    pattern = UPDATE_NAME if by_updates else EPOCH_NAME
-    found = []
-    for name in os.listdir(directory):
-        m = pattern.match(name)
-        if m and (upper_bound is None or int(m.group(1)) <= upper_bound):
-            found.append((int(m.group(1)), os.path.join(directory, name)))
+    from fairseq.checkpoint_utils import checkpoint_paths as numbered  # most updates (or latest epoch) first
+
+    pattern = r"checkpoint_\d+_(\d+)\.pt" if by_updates else r"checkpoint(\d+)\.pt"
+    found = [p for p, k in numbered(directory, pattern, keep_match=True) if upper_bound is None or k <= upper_bound]
     if len(found) < n:
         kind = "checkpoint_<epoch>_<updates>.pt" if by_updates else "checkpoint<epoch>.pt"
         bound = f" up to {upper_bound}" if upper_bound is not None else ""
         raise CheckpointError(f"{directory} holds {len(found)} {kind} files{bound}, {n} needed")
-    return [path for _, path in sorted(found)[-n:]]
+    return found[:n][::-1]
 
 
 def average_models(models: Sequence[Dict[str, torch.Tensor]], paths: Sequence[str]) -> Dict[str, torch.Tensor]:

@@ -46,7 +46,7 @@ FRAME_LOCALS = {
     ("fairseq.checkpoint_utils", "verify_checkpoint_directory"): ("save_dir",),
     ("fairseq.data.iterators", "EpochBatchIterator.load_state_dict"): ("state_dict",),
     # the file of a failed load (one-line errors)
-    ("fairseq.checkpoint_utils", "load_checkpoint_to_cpu"): ("path", "local_path"),
+    ("fairseq.checkpoint_utils", "load_checkpoint_to_cpu"): ("path",),
     ("fairseq.checkpoint_utils", "load_model_ensemble_and_task"): ("filename",),
     # fairseq-preprocess reads a non-UTF-8 file to ``ValueError: negative seek position -1`` (one-line errors)
     ("fairseq.data.dictionary", "Dictionary.add_file_to_dictionary"): ("filename",),

@@ -54,7 +54,7 @@ _CHUNK = 1 << 20
 
 
 class TrainingFinished(SystemExit):
-    """Ends ``fairseq-train`` with exit status 0 when the run already reached its stopping point."""
+    """Ends ``fairseq-train`` with exit status 0: the run already reached its stopping point."""
 
     def __init__(self, message: str):
         super().__init__(0)
@@ -70,8 +70,7 @@ class RetryRefused(SaveFailed):
 
 
 def _newest(infos: Iterable[CheckpointInfo]) -> Optional[CheckpointInfo]:
-    """The one with the most updates; on a tie the file a save wrote first (best and last are its copies),
-    then the later written."""
+    """The most updates; on a tie the file a save wrote first (best and last are copies), then the later."""
     return max(infos, key=lambda i: (i.num_updates, i.name not in (BEST, LAST), i.mtime_ns), default=None)
 
 
@@ -129,7 +128,6 @@ def copy_source(path: str, candidates: Iterable[CheckpointInfo]) -> Optional[Che
 
 
 def _copy_over(source: CheckpointInfo, dest: str) -> CheckpointInfo:
-    """:func:`atomic_copy` of ``source`` to ``dest``; returns the info of ``dest``."""
     atomic_copy(source.path, dest)
     st = os.stat(dest)
     return CheckpointInfo(**{**source.__dict__, "path": dest, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
@@ -195,7 +193,7 @@ def _trusted(infos: Dict[str, Optional[CheckpointInfo]]):
 
 
 def _newest_trusted(infos: Iterable[CheckpointInfo], trust) -> Optional[CheckpointInfo]:
-    """:func:`_newest` of those that pass ``trust`` (each checked only until one passes)."""
+    """:func:`_newest` of those that pass ``trust`` (checked newest first, until one passes)."""
     pool = list(infos)
     while (found := _newest(pool)) is not None and not trust(found):
         pool.remove(found)
@@ -314,23 +312,20 @@ def _finish_save(save_dir: str, save: CheckpointInfo, cfg) -> None:
 def recover_at_restart(save_dir: str, new_last: bool = True, checkpoint_cfg=None) -> Optional[CheckpointInfo]:
     """Check and repair ``save_dir`` before training resumes from its ``checkpoint_last.pt``.
 
-    Partial ``*.tmp`` writes and superseded ``*.unreadable`` files go; every ``checkpoint*.pt`` that does
-    not load is repaired from the checkpoint it was a copy of or set aside (an unreadable
-    ``checkpoint_last.pt`` is kept as ``checkpoint_last.pt.unreadable``); ``checkpoint_last.pt`` becomes
-    the newest checkpoint that loads and whose archive passes its CRC check (:func:`crc_error`; one that fails
-    is set aside too), ``checkpoint_best.pt`` the best it knows of, and a save that a kill cut short before
-    its copies is finished as fairseq would have (:func:`_finish_save`). Each change is logged; a consistent
-    folder is not written.
+    Partial ``*.tmp`` writes and superseded ``*.unreadable`` files go; a ``checkpoint*.pt`` that does not load
+    is repaired from the file it was a copy of or set aside; ``checkpoint_last.pt`` becomes the newest
+    checkpoint that loads and passes its CRC check, ``checkpoint_best.pt`` the best it knows of, and a save
+    a kill cut short is finished as fairseq would have (:func:`_finish_save`). Each change is logged; a
+    consistent folder is not written.
 
     Args:
         save_dir: the ``--save-dir`` folder (nothing happens if it is not a local folder).
-        new_last: write a missing ``checkpoint_last.pt`` from another checkpoint that loads; False where
-            a missing one means something else (``--finetune-from-model``, ``--continue-once``,
-            ``--no-last-checkpoints``).
-        checkpoint_cfg: the run's checkpoint options (fairseq's ``CheckpointConfig``) for :func:`_finish_save`.
+        new_last: write a missing ``checkpoint_last.pt`` from another checkpoint; False where a missing one
+            means something else (``--finetune-from-model``, ``--continue-once``, ``--no-last-checkpoints``).
+        checkpoint_cfg: the run's ``CheckpointConfig`` for :func:`_finish_save`.
 
     Returns:
-        the checkpoint training resumes from (``checkpoint_last.pt``), or None if there is none.
+        the checkpoint training resumes from (``checkpoint_last.pt``), or None.
 
     Raises:
         CheckpointError: ``checkpoint_last.pt`` is damaged and no other checkpoint is intact.
@@ -358,8 +353,7 @@ def check_after_save(save_dir: str, saved: str) -> None:
     (one that does not is repaired from the file it is a cut copy of, or set aside).
 
     Raises:
-        SaveFailed: ``saved`` does not load (e.g. a retry after a full disk appended to the partly
-            written file); the folder is recovered (:func:`recover_at_restart`) before the run stops.
+        SaveFailed: ``saved`` does not load; the folder is recovered (:func:`recover_at_restart`) first.
     """
     try:
         read_state(saved, mmap=True)
@@ -367,7 +361,7 @@ def check_after_save(save_dir: str, saved: str) -> None:
         recover_at_restart(save_dir)
         resume = read_info(os.path.join(save_dir, LAST))
         then = f"; a restart resumes from {resume.path} ({resume.num_updates} updates)" if resume else ""
-        trouble = _save_trouble(save_dir) or "it did not load"
+        trouble = save_trouble(save_dir) or "it did not load"
         raise SaveFailed(f"the checkpoint save failed: {e} ({trouble}){then}") from None
     for name in (BEST, LAST):
         path = os.path.join(save_dir, name)
@@ -377,7 +371,7 @@ def check_after_save(save_dir: str, saved: str) -> None:
     _tidy(save_dir, partial=False)
 
 
-def _save_trouble(save_dir: str) -> Optional[str]:
+def save_trouble(save_dir: str) -> Optional[str]:
     """What keeps ``save_dir`` from holding a new checkpoint, as far as can be seen now (None: nothing seen)."""
     if not os.access(save_dir, os.W_OK):
         return f"{save_dir} is read-only"
@@ -395,10 +389,9 @@ def _save_trouble(save_dir: str) -> Optional[str]:
 class OneWrite:
     """Goes into every save's ``extra_state``: a checkpoint is written in one try or not at all.
 
-    fairseq retries a ``torch.save`` that raised (3 tries) into the same open file, behind the bytes of
-    the failed try, and then renames and copies it as if saved. ``torch.save`` pickles this object once
-    per try: the second time it raises :class:`RetryRefused`, so the save fails as a whole (nothing is
-    renamed or copied). It is saved as an empty ``OrderedDict``, which torch's safe loader reads.
+    fairseq retries a ``torch.save`` that raised (3 tries) into the same open file, behind the bytes of the
+    failed try, then renames and copies it as if saved. ``torch.save`` pickles this once per try: the second
+    raises :class:`RetryRefused` and the save fails as a whole. Saved as an empty ``OrderedDict``.
     """
 
     def __init__(self, save_dir: str):
@@ -408,31 +401,22 @@ class OneWrite:
     def __reduce__(self):
         self.tries += 1
         if self.tries > 1:
-            trouble = _save_trouble(self.save_dir) or "its cause has passed"
+            trouble = save_trouble(self.save_dir) or "its cause has passed"
             raise RetryRefused(f"the write failed ({trouble}) and fairseq would retry it into the partly written file")
         return (collections.OrderedDict, ())
 
 
-def finished_reason(
-    info: CheckpointInfo,
-    max_update: int = 0,
-    max_epoch: int = 0,
-    stop_time_hours: float = 0.0,
-    count_updates: bool = True,
-    count_epochs: bool = True,
-    patience: int = 0,
-) -> Optional[str]:
-    """Why training resumed from ``info`` would stop before its first update, or None.
-
-    The limits are fairseq's options (0: unset); ``count_updates`` is False with ``--reset-optimizer``
-    (the count restarts), ``count_epochs`` False with ``--reset-dataloader``.
-    """
-    if count_updates and max_update and info.num_updates >= max_update:
+def finished_reason(info: CheckpointInfo, cfg) -> Optional[str]:
+    """Why training resumed from ``info`` would stop before its first update, or None. ``cfg``: fairseq's limits
+    (unset or 0: none); ``--reset-optimizer`` restarts the update count, ``--reset-dataloader`` the epochs."""
+    max_update, max_epoch = option(cfg, "max_update") or 0, option(cfg, "max_epoch") or 0
+    hours, patience = option(cfg, "stop_time_hours") or 0, option(cfg, "patience") or 0
+    if max_update and not option(cfg, "reset_optimizer") and info.num_updates >= max_update:
         return f"{info.num_updates} updates (--max-update {max_update})"
-    if count_epochs and max_epoch and info.next_epoch > max_epoch:
+    if max_epoch and not option(cfg, "reset_dataloader") and info.next_epoch > max_epoch:
         return f"{info.next_epoch - 1} epochs (--max-epoch {max_epoch})"
-    if stop_time_hours and stop_time_hours > 0 and info.training_seconds / 3600 > stop_time_hours:
-        return f"{info.training_seconds / 3600:.4f} hours of training (--stop-time-hours {stop_time_hours})"
+    if hours > 0 and info.training_seconds / 3600 > hours:
+        return f"{info.training_seconds / 3600:.4f} hours of training (--stop-time-hours {hours})"
     if patience > 0 and info.runs_without_improvement >= patience:
         return f"{info.runs_without_improvement} validations without a better score (--patience {patience})"
     return None
@@ -448,8 +432,8 @@ def option(cfg, name: str):
 
 
 def checks_files(cfg) -> bool:
-    """Whether the run resumes from ``--save-dir``'s ``checkpoint_last.pt`` (fairseq's default) and
-    writes synchronously (every file complete once saved); the same on every rank."""
+    """Whether the run resumes from ``--save-dir``'s ``checkpoint_last.pt`` (fairseq's default) and writes
+    synchronously (every file complete once saved); the same on every rank."""
     return bool(
         option(cfg, "save_dir")
         and option(cfg, "restore_file") == LAST
@@ -458,13 +442,10 @@ def checks_files(cfg) -> bool:
 
 
 def broadcast_globals() -> list:
-    """What fairseq's resume under data parallelism sends through ``torch.load``, besides tensors.
-
-    Rank 0 sends the checkpoint's state to the other ranks (``distributed_utils.broadcast_object``:
-    ``torch.save``, then torch's safe ``torch.load``), which refuses the OmegaConf ``cfg`` in it. A
-    training rank allows these classes while fairseq loads (:func:`loading_globals`;
-    ``fairseq-dense-train-ddp`` for any task): the state comes from rank 0's own checkpoint.
-    """
+    """What fairseq's resume under data parallelism sends through ``torch.load``, besides tensors: rank 0
+    broadcasts the checkpoint's state (``distributed_utils.broadcast_object``: ``torch.save``, then torch's safe
+    ``torch.load``, which refuses its OmegaConf ``cfg``). Allowed while fairseq loads (:func:`loading_globals`;
+    ``fairseq-dense-train-ddp`` for any task): the state comes from rank 0's own checkpoint."""
     import typing
 
     from omegaconf import DictConfig, ListConfig
@@ -506,15 +487,7 @@ def _prepare(cfg, save_dir: str) -> Tuple[Optional[CheckpointInfo], Optional[str
     new_last = not any(option(cfg, k) for k in others)
     recover_at_restart(save_dir, new_last=new_last, checkpoint_cfg=root.checkpoint if root is not None else None)
     resume = read_info(os.path.join(save_dir, LAST))
-    reason = resume and finished_reason(
-        resume,
-        max_update=option(cfg, "max_update") or 0,
-        max_epoch=option(cfg, "max_epoch") or 0,
-        stop_time_hours=option(cfg, "stop_time_hours") or 0.0,
-        count_updates=not option(cfg, "reset_optimizer"),
-        count_epochs=not option(cfg, "reset_dataloader"),
-        patience=option(cfg, "patience") or 0,
-    )
+    reason = resume and finished_reason(resume, cfg)
     if reason:
         return resume, (
             f"training already finished: {resume.path} holds {reason}; nothing to train (raise the limit to go on)"
@@ -536,9 +509,8 @@ def start_training(cfg) -> Optional[CheckpointInfo]:
     """Where a training starts, before fairseq loads ``checkpoint_last.pt``: lock, repair, stop if finished.
 
     Rank 0 locks ``--save-dir`` (:func:`lock_save_dir`), makes its files its own (:func:`own_files`) and,
-    where :func:`checks_files`, repairs it (:func:`recover_at_restart`), reads ``checkpoint_last.pt`` and
-    warns if the command or data differ from its own (:func:`fairseq_dense.trajectory.changes`); every other
-    rank takes rank 0's answer (other nodes may not see its folder).
+    where :func:`checks_files`, repairs it (:func:`recover_at_restart`) and warns if the command or data differ
+    from the checkpoint's (:func:`fairseq_dense.trajectory.changes`); other ranks take rank 0's answer.
 
     Args:
         cfg: the task's config (``TranslationExactResumeConfig``: the checkpoint and stopping options).

@@ -44,11 +44,9 @@ def lock_save_dir(save_dir: str) -> Optional[int]:
     if key in _HELD:
         return _HELD[key]
     fd = os.open(save_dir, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    holder = _flock(fd)
+    if holder:
         os.close(fd)
-        holder = _lock_holder(st)
         raise SaveDirBusy(
             f"{save_dir} is in use by another training ({holder}): wait for it to end, or pass another --save-dir"
         ) from None
@@ -74,12 +72,10 @@ def held_folder(path: str, busy: Callable[[str], Exception]) -> Iterator[None]:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except FileNotFoundError:
             continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = _lock_holder(os.fstat(fd))
+        holder = _flock(fd)
+        if holder:
             os.close(fd)
-            raise busy(holder) from None
+            raise busy(holder)
         with contextlib.suppress(FileNotFoundError):
             if os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False)):
                 break
@@ -106,8 +102,14 @@ def _forget_locks_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_locks_in_child)
 
 
-def _lock_holder(st: os.stat_result) -> str:
-    """``process <pid> (<command>)`` holding a ``flock`` on the folder of ``st``, as Linux's /proc/locks says."""
+def _flock(fd: int) -> Optional[str]:
+    """Lock ``fd`` (a folder) for this process; None, or who holds it: ``process <pid>: <command>`` as Linux's
+    /proc/locks says, else ``another process``."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return None
+    except OSError:
+        st = os.fstat(fd)
     inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     try:
         with open("/proc/locks") as f:

@@ -130,12 +130,11 @@ def changes(root, saved_config, data: Optional[dict], saved_data: Optional[dict]
         now, then = current_options(root), trajectory_options(saved_config)
         out += [f"{k} {_show(then[k])} -> {_show(v)}" for k, v in now.items() if k in then and then[k] != v]
     if isinstance(saved_data, dict) and data is not None:
-        names = sorted(set(data) | set(saved_data))
-        for what, differs in (
-            ("changed", lambda n: n in data and n in saved_data and list(data[n]) != list(saved_data[n])),
-            ("new", lambda n: n not in saved_data),
-            ("gone", lambda n: n not in data),
-        ):
-            if found := [n for n in names if differs(n)]:
-                out.append(f"data files {what}: {', '.join(found)}")
+        changed = sorted(n for n in set(data) & set(saved_data) if list(data[n]) != list(saved_data[n]))
+        new, gone = sorted(set(data) - set(saved_data)), sorted(set(saved_data) - set(data))
+        out += [
+            f"data files {what}: {', '.join(found)}"
+            for what, found in zip(("changed", "new", "gone"), (changed, new, gone))
+            if found
+        ]
     return out

@@ -282,18 +282,6 @@ def test_cpu_speed_side_by_side(tmp_path):
     assert row.startswith("| gru_attention | `gru_attention_small` | `lstm (width ")
 
 
-def test_int16_dropout_mask_keeps_one_minus_p_and_rescales():
-    """benchmarks/speed_paths' measured (not kept) dropout: values 0 or x / (1 - p), keep rate 1 - p."""
-    from benchmarks import speed_paths
-
-    torch.manual_seed(1)
-    y = speed_paths.int16_dropout(torch.ones(1000, 999), 0.1)  # an odd element count (bits cut to size)
-    assert y.shape == (1000, 999)
-    kept = y != 0
-    assert torch.allclose(y[kept], torch.tensor(1 / 0.9))
-    assert abs(kept.float().mean().item() - 0.9) < 0.002
-
-
 def test_timed_rounds_times_any_number_of_sides():
     seen = []
     res = measure.timed_rounds({"a": 1, "b": 2, "c": 3}, [0, 1], 2, lambda side, item, i: seen.append(side), "cpu")

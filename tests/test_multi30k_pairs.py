@@ -23,6 +23,15 @@ spec = importlib.util.spec_from_file_location("multi30k_run", os.path.join(HERE,
 run = importlib.util.module_from_spec(spec)
 sys.path.insert(0, HERE)
 spec.loader.exec_module(run)
+
+
+class Done:
+    """What the fakes of ``run.start`` return: a process that has ended well."""
+
+    def __init__(self, on_wait=lambda: None):
+        self.wait = lambda: on_wait() or 0
+
+
 SHARED = ("dropout", "attention_dropout", "activation_dropout", "share_all_embeddings")
 
 
@@ -71,15 +80,18 @@ def test_report_walls_continue_across_resumes(tmp_path):
     sweep.write_text("# fairseq-train sweep\n" + record(1, 100) + record(2, 200))
     # continued from the sweep, then cut during epoch 4 and resumed from epoch 3's checkpoint
     train.write_text("# fairseq-train\n" + record(3, 90) + "# fairseq-train\n" + record(4, 95) + record(5, 190))
-    assert report.walls([str(sweep), str(train)]) == {1: 100, 2: 200, 3: 290, 4: 385, 5: 480}
+    assert report.walls_and_devices(report.processes(str(sweep), str(train))) == (
+        {1: 100, 2: 200, 3: 290, 4: 385, 5: 480},
+        None,
+    )
 
 
 def test_sweep_reuses_committed_points_and_trains_the_rest(tmp_path, monkeypatch):
     """A sweep point whose committed log is complete is not trained again when the work folder
-    lost it; an incomplete one is trained; the line search stops once the loss grows."""
+    lost it; an incomplete one is trained; the lowest loss of the grid wins."""
     monkeypatch.setattr(run, "WORK", str(tmp_path / "work"))
     monkeypatch.setattr(run, "LOGS", str(tmp_path / "logs"))
-    monkeypatch.setitem(run.PAIRS, "toy", {"rates": (1e-3, 2e-3, 4e-3, 8e-3), "model": [], "baseline": [], "warmup": 1})
+    monkeypatch.setitem(run.PAIRS, "toy", {"rates": (1e-3, 2e-3, 4e-3, 8e-3), "model": "", "baseline": "", "warmup": 1})
 
     def log_lines(losses):
         return "".join(
@@ -91,63 +103,41 @@ def test_sweep_reuses_committed_points_and_trains_the_rest(tmp_path, monkeypatch
     (tmp_path / "logs" / "toy" / "model" / "sweep-lr0.002.log").write_text(log_lines([9, 8]))  # cut short
     trained = []
 
-    def fake_run(cmd, log=None, threads=None):
+    def fake_start(cmd, log, threads=None):
         lr = float(cmd[cmd.index("--lr") + 1])
         trained.append(lr)
         with open(log, "a") as f:
-            f.write(log_lines({2e-3: [8, 7, 6, 5], 4e-3: [8, 7, 6, 5.5]}[lr]))
+            f.write(log_lines({2e-3: [8, 7, 6, 5], 4e-3: [8, 7, 6, 5.5], 8e-3: [8, 7, 6, 6]}[lr]))
+        return Done()
 
-    monkeypatch.setattr(run, "run", fake_run)
+    monkeypatch.setattr(run, "start", fake_start)
     assert run.sweep("toy", "model", 1) == 2e-3
-    assert trained == [2e-3, 4e-3]  # 1e-3 from its committed log; 8e-3 not tried (4e-3 did worse)
+    assert trained == [2e-3, 4e-3, 8e-3]  # 1e-3 from its committed log, the others one after the other
     assert "5.5" in (tmp_path / "logs" / "toy" / "model" / "sweep-lr0.004.log").read_text()
 
 
-def _toy_sweep(tmp_path, monkeypatch, losses):
-    """A four-rate toy pair whose fake trainings write the given final valid losses per rate."""
-    monkeypatch.setattr(run, "WORK", str(tmp_path / "work"))
-    monkeypatch.setattr(run, "LOGS", str(tmp_path / "logs"))
-    monkeypatch.setitem(run.PAIRS, "toy", {"rates": tuple(losses), "model": [], "baseline": [], "warmup": 1})
-    started = []
-
-    class Done:
-        returncode = 0
-
-        def __init__(self, args):
-            self.args = args
-
-        def wait(self):
-            return 0
+def test_parallel_sweep_chooses_what_the_serial_sweep_chooses(tmp_path, monkeypatch):
+    """Every rate of the grid is trained, at once or one after the other; the lowest loss wins."""
+    losses = {1e-3: 6.0, 2e-3: 5.0, 4e-3: 5.5, 8e-3: 4.0}
+    monkeypatch.setitem(run.PAIRS, "toy", {"rates": tuple(losses), "model": "", "baseline": "", "warmup": 1})
+    running = []
 
     def fake_start(cmd, log, threads=None):
         lr = float(cmd[cmd.index("--lr") + 1])
-        started.append(lr)
+        running.append(lr)
         with open(log, "a") as f:
             for epoch in range(1, run.SWEEP_EPOCHS + 1):
                 loss = losses[lr] + run.SWEEP_EPOCHS - epoch
                 f.write(TS + ' | INFO | valid | {"epoch": %d, "valid_loss": "%s"}\n' % (epoch, loss))
-        return Done(cmd)
+        return Done(lambda: waited.append(len(running)))  # how many had started when it is waited for
 
     monkeypatch.setattr(run, "start", fake_start)
-    monkeypatch.setattr(run, "run", lambda cmd, log=None, threads=None: fake_start(cmd, log, threads).wait())
-    return started
-
-
-@pytest.mark.parametrize(
-    "losses, chosen",
-    [
-        ({1e-3: 6.0, 2e-3: 5.0, 4e-3: 5.5, 8e-3: 4.0}, 2e-3),  # the line search never reaches 8e-3
-        ({1e-3: 6.0, 2e-3: 5.0, 4e-3: 4.5, 8e-3: 4.8}, 4e-3),
-    ],
-)
-def test_parallel_sweep_chooses_what_the_line_search_chooses(tmp_path, monkeypatch, losses, chosen):
-    started = _toy_sweep(tmp_path / "a", monkeypatch, losses)
-    assert run.sweep("toy", "model", 1) == chosen
-    serial = list(started)
-    started = _toy_sweep(tmp_path / "b", monkeypatch, losses)
-    assert run.sweep("toy", "model", 1, parallel=True) == chosen
-    assert sorted(started) == sorted(losses)  # every rate trained at once
-    assert set(serial) <= set(started)
+    for parallel in (False, True):
+        monkeypatch.setattr(run, "WORK", str(tmp_path / f"work{parallel}"))
+        monkeypatch.setattr(run, "LOGS", str(tmp_path / f"logs{parallel}"))
+        running, waited = [], []
+        assert run.sweep("toy", "model", 1, parallel=parallel) == 8e-3
+        assert running == sorted(losses) and waited == ([4] * 4 if parallel else [1, 2, 3, 4])
 
 
 def test_train_hours_stop_the_converging_run_and_the_report_says_so(tmp_path, monkeypatch):
@@ -158,9 +148,9 @@ def test_train_hours_stop_the_converging_run_and_the_report_says_so(tmp_path, mo
     import torch
 
     monkeypatch.setattr(run, "WORK", str(tmp_path / "work"))
-    monkeypatch.setitem(run.PAIRS, "toy", {"rates": (1e-3,), "model": [], "baseline": [], "warmup": 1})
+    monkeypatch.setitem(run.PAIRS, "toy", {"rates": (1e-3,), "model": "", "baseline": "", "warmup": 1})
     os.makedirs(run.side_dir("toy", "model"))
-    with open(run._sweep_log("toy", "model", 1e-3), "w") as f:
+    with open(run.sweep_log("toy", "model", 1e-3), "w") as f:
         f.write(TS + ' | INFO | train | {"epoch": 4, "train_wall": "300"}\n')  # the log's wall leaves out validation
     commands = []
     monkeypatch.setattr(run, "run", lambda cmd, log=None, threads=None: commands.append(cmd))
@@ -196,10 +186,9 @@ def test_train_hours_stop_the_converging_run_and_the_report_says_so(tmp_path, mo
     assert "--stop-time-hours" not in commands[0]
 
     report = importlib.import_module("report")
-    assert report.stopped({"early_stopped": False, "stopped_by_time": True}) == "no (time limit)"
-    assert report.stopped({"early_stopped": True}) == "yes"
-    assert report.stopped({"early_stopped": False, "finished": False}) == "no (interrupted)"
-    assert report.stopped({"early_stopped": False, "finished": True}) == "no"  # --max-epoch reached
+    ends = {"stopped by time": "no (time limit)", "early stopped": "yes", "training": "no (interrupted)"}
+    for ending, word in {**ends, "epoch cap": "no"}.items():  # the epoch cap: --max-epoch reached
+        assert report.stopped({"ending": ending, "epochs": 9, "patience_out": None}) == word
 
 
 def _valid_line(epoch, loss):
@@ -230,7 +219,7 @@ def test_early_stopping_is_checked_against_an_uninterrupted_run(tmp_path, monkey
     assert report.patience_out([]) is None
 
     monkeypatch.setattr(report, "LOGS", str(tmp_path))
-    monkeypatch.setitem(report.PAIRS, "toy", {"model": ["--arch", "a"], "baseline": ["--arch", "b"]})
+    monkeypatch.setitem(report.PAIRS, "toy", {"model": "--arch a", "baseline": "--arch b"})
     folder = tmp_path / "toy" / "model"
     folder.mkdir(parents=True)
     command = "# fairseq-train --lr 0.001\n"
@@ -256,12 +245,10 @@ def test_a_converging_run_restarted_at_update_0_is_not_joined_to_its_sweep(tmp_p
     (folder / "sweep-lr0.001.log").write_text("# fairseq-train sweep\n" + _epoch_lines(range(1, 5), 10, loss0=8.0))
     continued = "# fairseq-train\n" + _epoch_lines(range(5, 8), 10)
     restarted = "# fairseq-train\n" + _epoch_lines(range(1, 8), 100) + "early stop\ndone training\n"
-    assert run.continues_sweep(str(tmp_path / "absent.log"))
     monkeypatch.setattr(report, "LOGS", str(tmp_path))
-    monkeypatch.setitem(report.PAIRS, "toy", {"model": ["--arch", "a"], "baseline": ["--arch", "b"]})
+    monkeypatch.setitem(report.PAIRS, "toy", {"model": "--arch a", "baseline": "--arch b"})
 
     (folder / "train.log").write_text(continued)
-    assert run.continues_sweep(str(folder / "train.log"))
     row = report.summarize("toy", "baseline")
     assert [c[3] for c in row["curve"]] == [1, 2, 3, 4, 5, 6, 7]
     assert row["curve"][4][1] == 40 + 10  # the sweep's 40 s, then this process's
@@ -272,12 +259,11 @@ def test_a_converging_run_restarted_at_update_0_is_not_joined_to_its_sweep(tmp_p
     assert report.summarize("toy", "baseline")["curve"][4][1] == 40 + 10
 
     (folder / "train.log").write_text(restarted)
-    assert not run.continues_sweep(str(folder / "train.log"))
     row = report.summarize("toy", "baseline")
     assert [c[3] for c in row["curve"]] == [1, 2, 3, 4, 5, 6, 7]
     assert [c[1] for c in row["curve"]] == [100, 200, 300, 400, 500, 600, 700]
     assert row["curve"][0][2] == 8.9  # the restarted run's epoch 1, not the sweep's
-    assert row["early_stopped"]
+    assert row["ending"] == "early stopped"
 
 
 def test_a_run_stopped_by_time_continues_when_its_side_runs_again(tmp_path, monkeypatch):
@@ -286,7 +272,7 @@ def test_a_run_stopped_by_time_continues_when_its_side_runs_again(tmp_path, monk
     report = importlib.import_module("report")
     monkeypatch.setattr(run, "WORK", str(tmp_path / "work"))
     monkeypatch.setattr(report, "LOGS", str(tmp_path / "logs"))
-    monkeypatch.setitem(run.PAIRS, "toy", {"rates": (1e-3,), "model": ["--arch", "a"], "baseline": [], "warmup": 1})
+    monkeypatch.setitem(run.PAIRS, "toy", {"rates": (1e-3,), "model": "--arch a", "baseline": "", "warmup": 1})
     os.makedirs(run.side_dir("toy", "model"))
     log = os.path.join(run.side_dir("toy", "model"), "train.log")
     commands = []
@@ -295,7 +281,7 @@ def test_a_run_stopped_by_time_continues_when_its_side_runs_again(tmp_path, monk
     cut = (
         "# fairseq-train --lr 0.001 --stop-time-hours 0.1\n"
         + _epoch_lines(range(1, 4), 100)
-        + f"2026 | INFO | fairseq_cli.train | {run.TIME_STOP}: 0.1 > 0.1 hour(s)\n"
+        + f"2026 | INFO | fairseq_cli.train | {report.TIME_STOP}: 0.1 > 0.1 hour(s)\n"
         + "2026 | INFO | fairseq_cli.train | done training in 300 seconds\n"
     )
     with open(log, "w") as f:
@@ -327,12 +313,12 @@ def test_the_report_names_both_machines_of_a_run_continued_on_another(tmp_path):
     sweep, train = tmp_path / "sweep.log", tmp_path / "train.log"
     sweep.write_text("# fairseq-train data --lr 0.008\n" + _epoch_lines(range(1, 5), 10))
     train.write_text("# fairseq-train data --lr 0.008\n" + _epoch_lines(range(5, 9), 10))
-    assert report.trained_on([str(sweep), str(train)]) is None
+    assert report.walls_and_devices(report.processes(str(sweep), str(train)))[1] is None
     with open(train, "a") as f:
         f.write("# fairseq-train data --cpu --lr 0.008\n" + _epoch_lines(range(8, 10), 60))
         f.write("# fairseq-train data --cpu --lr 0.008\n" + _epoch_lines([10], 60))
-    assert report.trained_on([str(sweep), str(train)]) == "GPU, then CPU from epoch 8"
-    assert report.trained_on([str(train)]) == "GPU, then CPU from epoch 8"
+    assert report.walls_and_devices(report.processes(str(sweep), str(train)))[1] == "GPU, then CPU from epoch 8"
+    assert report.walls_and_devices(report.processes(str(train)))[1] == "GPU, then CPU from epoch 8"
 
 
 def test_an_earlier_run_of_a_side_is_kept_beside_it(tmp_path, monkeypatch):
@@ -341,7 +327,7 @@ def test_an_earlier_run_of_a_side_is_kept_beside_it(tmp_path, monkeypatch):
     for name in ("baseline.gpu-0.3h", "baseline", "model", "notes"):
         (tmp_path / "toy" / name).mkdir(parents=True)
     monkeypatch.setattr(report, "LOGS", str(tmp_path))
-    monkeypatch.setitem(report.PAIRS, "toy", {"model": ["--arch", "a"], "baseline": ["--arch", "b"]})
+    monkeypatch.setitem(report.PAIRS, "toy", {"model": "--arch a", "baseline": "--arch b"})
     assert report.sides("toy") == ["model", "baseline", "baseline.gpu-0.3h"]
     assert report.arch("toy", "baseline.gpu-0.3h") == "b"
 
@@ -357,12 +343,11 @@ def test_committed_scores_are_reused_only_for_the_run_they_scored(tmp_path, monk
     (committed / "eval.json").write_text(json.dumps({"test": {"sacrebleu": 30.0}}))  # no best_valid_loss: older
     decoded = []
 
-    def fake_generate(pair, side, lr, subset, lenpen, threads):
+    def fake_decode(pair, side, lr, subset, lenpen, threads):
         decoded.append((subset, lenpen))
-        return ["cmd"], ["ein Hund ."], ["ein Hund."]
+        return ["cmd"], ["ein Hund."], {"sacrebleu": 40.0}
 
-    monkeypatch.setattr(run, "generate", fake_generate)
-    monkeypatch.setattr(run, "scores", lambda subset, tok, detok: {"sacrebleu": 40.0})
+    monkeypatch.setattr(run, "decode", fake_decode)
     assert run.evaluate("toy", "baseline", 1e-3, 1)["test"]["sacrebleu"] == 30.0  # no work folder: reused
     assert decoded == []
     work = tmp_path / "work" / "toy" / "baseline"
@@ -392,7 +377,7 @@ def test_a_rate_chosen_by_a_wider_sweep_sets_the_earlier_rates_log_aside(tmp_pat
 
     monkeypatch.setattr(run, "run", fake_run)
     monkeypatch.setattr(run, "copy_log", lambda src, name: None)
-    monkeypatch.setitem(run.PAIRS, "toy", {"rates": (4e-3, 8e-3), "model": [], "baseline": [], "warmup": 1})
+    monkeypatch.setitem(run.PAIRS, "toy", {"rates": (4e-3, 8e-3), "model": "", "baseline": "", "warmup": 1})
     folder = tmp_path / "work" / "toy" / "baseline"
     run.converge("toy", "baseline", 4e-3, 1)
     (folder / "train.log").write_text("# fairseq-train ... --lr 0.004\n")
@@ -401,54 +386,3 @@ def test_a_rate_chosen_by_a_wider_sweep_sets_the_earlier_rates_log_aside(tmp_pat
     run.converge("toy", "baseline", 8e-3, 1)
     assert (folder / "train-lr0.004.log").read_text().startswith("# fairseq-train ... --lr 0.004")
     assert not (folder / "train.log").read_text() and (folder / "chosen_lr").read_text() == "0.008\n"
-
-
-def test_a_saved_model_is_scored_on_another_test_set(tmp_path, monkeypatch):
-    """``run.py score``: the set is tokenised, split and binarised with the prepared corpus's
-    BPE codes and dictionaries, decoded as the side's evaluation chose, and scored."""
-    import json
-    import subprocess
-
-    work, logs = tmp_path / "work", tmp_path / "logs"
-    monkeypatch.setattr(run, "WORK", str(work))
-    monkeypatch.setattr(run, "LOGS", str(logs))
-    (work / "data" / "bin").mkdir(parents=True)
-    (work / "data" / "bpecodes").write_text("#version: 0.2\n")  # no merges: BPE is the identity
-    words = {"en": ["a", "dog", "runs", "."], "de": ["ein", "Hund", "läuft", "."]}
-    for lang, vocab in words.items():
-        (work / "data" / "bin" / f"dict.{lang}.txt").write_text("".join(f"{w} 1\n" for w in vocab))
-    (logs / "toy" / "model").mkdir(parents=True)
-    (logs / "toy" / "model" / "eval.json").write_text(json.dumps({"lr": 0.004, "lenpen": 1.4}))
-    src, ref = tmp_path / "set.en", tmp_path / "set.de"
-    src.write_text("A dog runs.\na dog.\n")
-    ref.write_text("Ein Hund läuft.\nein Hund.\n")
-
-    commands = []
-
-    def preprocess(cmd, log=None, threads=None):
-        assert cmd[0] == "fairseq-preprocess"
-        subprocess.run([sys.executable, "-m", "fairseq_cli.preprocess", *cmd[1:]], check=True, capture_output=True)
-
-    def fake_generate(pair, side, lr, subset, lenpen, threads, data=None):
-        commands.append((pair, side, lr, subset, lenpen, data))
-        assert sorted(os.listdir(data)) == sorted(
-            ["dict.en.txt", "dict.de.txt", "test.en-de.en.bin", "test.en-de.en.idx", "test.en-de.de.bin",
-             "test.en-de.de.idx", "preprocess.log"]
-        )  # fmt: skip
-        return ["fairseq-generate"], ["Ein Hund läuft .", "ein Katze ."], ["Ein Hund läuft.", "ein Katze."]
-
-    monkeypatch.setattr(run, "run", preprocess)
-    monkeypatch.setattr(run, "generate", fake_generate)
-    result = run.score("toy", "model", str(src), str(ref), "extra_set", 1)
-    assert commands == [("toy", "model", 0.004, "test", 1.4, str(work / "sets" / "extra_set" / "bin"))]
-    assert (work / "sets" / "extra_set" / "tok" / "test.de").read_text() == "Ein Hund läuft .\nein Hund .\n"
-    assert 0 < result["test"]["sacrebleu"] < 100 and result["set"] == "extra_set"
-    assert json.loads((logs / "toy" / "model" / "score-extra_set.json").read_text()) == result
-
-    ref.write_text("Ein Hund läuft.\n")
-    with pytest.raises(SystemExit, match="2 lines .* 1"):
-        run.score("toy", "model", str(src), str(ref), "extra_set", 1)
-    with pytest.raises(SystemExit, match="--set 'a/b'"):
-        run.score("toy", "model", str(src), str(ref), "a/b", 1)
-    with pytest.raises(SystemExit, match="not evaluated yet"):
-        run.score("toy", "baseline", str(src), str(ref), "extra_set", 1)

@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 from tests.helpers import REPO
 
@@ -51,7 +50,7 @@ def toy(tmp_path, monkeypatch):
     for module in (run, report):
         monkeypatch.setattr(module, "LOGS", str(tmp_path / "logs"))
     monkeypatch.setattr(run, "WORK", str(tmp_path / "work"))
-    spec = {"rates": (1e-3, 2e-3), "model": ["--arch", "a"], "baseline": ["--arch", "b"], "warmup": 1, "claim": "c"}
+    spec = {"rates": (1e-3, 2e-3), "model": "--arch a", "baseline": "--arch b", "warmup": 1, "claim": "c"}
     monkeypatch.setitem(run.PAIRS, "toy", spec)
     return tmp_path
 
@@ -117,21 +116,15 @@ def test_another_seed_trains_at_seed_1s_rate_without_sweeping(toy, monkeypatch):
 
     def fake_run(cmd, log=None, threads=None):
         commands.append(cmd)
-        save = cmd[cmd.index("--save-dir") + 1]
-        os.makedirs(save)
-        state = {"model": {"w": torch.zeros(2)}, "last_optimizer_state": {"state": torch.zeros(1000)}}
-        for name in ("checkpoint_best.pt", "checkpoint_last.pt"):
-            torch.save(state, os.path.join(save, name))
         with open(log, "a") as f:
             f.write("# " + " ".join(cmd) + "\n" + _run_log(2e-3, 2, [6.0, 5.0, 5.1, 5.2])[1:])
 
-    def fake_generate(pair, side, lr, subset, lenpen, threads):
+    def fake_decode(pair, side, lr, subset, lenpen, threads):
         assert (pair, side, lr) == ("toy", "model.seed2", 2e-3)
-        return ["fairseq-generate"], ["ein Hund ."], ["ein Hund."]
+        return ["fairseq-generate"], ["ein Hund."], {"sacrebleu": 30.0, "chrf": 50.0}
 
     monkeypatch.setattr(run, "run", fake_run)
-    monkeypatch.setattr(run, "generate", fake_generate)
-    monkeypatch.setattr(run, "scores", lambda subset, tok, detok: {"sacrebleu": 30.0, "chrf": 50.0})
+    monkeypatch.setattr(run, "decode", fake_decode)
     run.side("toy", "model", 1, seed=2)
     (cmd,) = commands  # no sweep point trained: the converging run only
     assert cmd[cmd.index("--seed") + 1] == "2" and cmd[cmd.index("--lr") + 1] == "0.002"
@@ -139,9 +132,6 @@ def test_another_seed_trains_at_seed_1s_rate_without_sweeping(toy, monkeypatch):
     result = json.loads((toy / "logs" / "toy" / "model.seed2" / "eval.json").read_text())
     assert result["lr"] == 2e-3 and result["best_valid_loss"] == 5.0
     assert "--seed 2" in (toy / "logs" / "toy" / "model.seed2" / "train.log").read_text()
-    kept = toy / "work" / "toy" / "model.seed2" / "lr0.002"
-    assert "last_optimizer_state" not in torch.load(kept / "checkpoint_best.pt", weights_only=False)
-    assert not (kept / "checkpoint_last.pt").exists()
     assert not (toy / "logs" / "toy" / "model" / "eval.json").exists()  # seed 1 untouched
 
     commands.clear()
@@ -157,16 +147,19 @@ def test_another_seed_never_sweeps(toy, monkeypatch):
     monkeypatch.setattr(run, "start", lambda *a, **k: pytest.fail("trained"))
     with pytest.raises(SystemExit, match=r"toy/model: seed 1's sweep is not complete \(rates 0.002\).*side toy model"):
         run.side("toy", "model", 1, parallel_sweep=True, seed=2)
-    # the line search does not need a rate past one that did worse: then the sweep is complete
-    monkeypatch.setitem(run.PAIRS["toy"], "rates", (1e-3, 2e-3, 4e-3, 8e-3))
-    _sweep_logs(toy / "logs" / "toy" / "model", {1e-3: 5.0, 2e-3: 4.0, 4e-3: 4.5})
+    _sweep_logs(toy / "logs" / "toy" / "model", {2e-3: 4.0})  # complete: the rate, nothing trained
     assert run.sweep("toy", "model", 1, train=False) == 2e-3
 
 
-def test_the_seed_option_is_checked(tmp_path):
-    for cmd in (["side", "gru", "model", "--seed", "0"], ["pair", "gru", "--seed", "-1"]):
-        out = subprocess.run([sys.executable, os.path.join(HERE, "run.py"), *cmd], capture_output=True, text=True)
-        assert out.returncode == 2 and "seeds count from 1" in out.stderr
+def test_the_seed_option_and_the_side_are_checked(capsys):
+    for cmd in (["side", "gru", "model", "--seed", "0"], ["pair", "gru", "--seed", "-1"], ["side", "gru", "model.x"]):
+        with pytest.raises(SystemExit) as exit:
+            run.main(cmd)
+        assert exit.value.code == 2
+    errors = capsys.readouterr().err
+    assert (
+        errors.count("seeds count from 1") == 2 and "side 'model.x' of pair gru: choose from model, baseline" in errors
+    )
 
 
 def test_the_verdict_by_hand():
@@ -206,7 +199,7 @@ def test_the_report_gives_each_sides_seeds_mean_spread_and_verdicts(toy, monkeyp
     _write_run(logs, "model.seed2", 2e-3, 2, [6.0, 4.5, 4.1, 4.2, 4.2, 4.2, 4.3, 4.3], 38.4)
     _write_run(logs, "model.seed3", 2e-3, 3, [6.0, 4.5, 4.2, 4.0, 4.2, 4.3, 4.3, 4.3, 4.4], 38.2)
     _write_run(logs, "baseline", 2e-3, 1, [4.6, 4.3, 4.4, 4.4, 4.5, 4.5, 4.5], 37.0)
-    time_stop = f"2026 | INFO | fairseq_cli.train | {run.TIME_STOP}: 0.1 > 0.1 hour(s)\ndone training\n"
+    time_stop = f"2026 | INFO | fairseq_cli.train | {report.TIME_STOP}: 0.1 > 0.1 hour(s)\ndone training\n"
     _write_run(logs, "baseline.seed2", 2e-3, 2, [6.0, 5.0], 30.0, end=time_stop)  # not counted
     _write_run(logs, "baseline.seed3", 2e-3, 3, [6.0, 4.6, 4.4, 4.5, 4.5, 4.5, 4.6, 4.6], 37.4)
 
@@ -238,21 +231,18 @@ def test_the_report_gives_each_sides_seeds_mean_spread_and_verdicts(toy, monkeyp
         in seeds
     )
 
-    verdicts = {v["metric"]: v for v in report.verdicts(rows)}
-    assert set(verdicts) == {column for _, column, _, _ in report.METRICS}
-    bleu = verdicts["test sacreBLEU"]
-    assert bleu["diff"] == pytest.approx(1.0) and bleu["verdict"] == "confirmed"
-    assert bleu["band"] == pytest.approx(report.compare([38.0, 38.4, 38.2], [37.0, 37.4])["band"])
+    band = report.compare([38.0, 38.4, 38.2], [37.0, 37.4])["band"]
     table = report.verdict_table(rows)
-    assert "| toy | model vs baseline | test sacreBLEU | 38.20 ± 0.20 (3) | 37.20 ± 0.28 (2) | +1.00 |" in table
-    assert table.count("| toy | model vs baseline |") == len(report.METRICS)
+    bleu = f"| toy | model vs baseline | test sacreBLEU | 38.20 ± 0.20 (3) | 37.20 ± 0.28 (2) | +1.00 | ± {band:.2f} |"
+    assert bleu + " confirmed |" in table
+    assert [line.split(" | ")[2] for line in table.splitlines()[2:]] == [column for _, column, _, _ in report.METRICS]
     front = report.front_table(rows)
     assert "| toy | `a` | 38.20 ± 0.20 (3 seeds) | `b` | 37.20 ± 0.28 (2 seeds) | c |" in front
 
     # one seed a side: one row, no verdict; the front table shows the value as before
     rows = [r for r in rows if r["seed"] == 1]
-    (row,) = report.verdicts(rows)
-    assert row["verdict"] == "one seed each: no spread to judge by"
+    (row,) = report.verdict_table(rows).splitlines()[2:]
+    assert row.endswith("| - | one seed each: no spread to judge by |")
     assert "| toy | `a` | 38.00 | `b` | 37.00 | c |" in report.front_table(rows)
     assert "| toy | model (`a`) | 1 (seed 1) | 38.00 | 63.00 | 4.000 | 6.0 |" in report.seeds_table(rows)
 
@@ -261,7 +251,7 @@ def test_a_variant_is_judged_against_the_side_it_names(toy, monkeypatch):
     monkeypatch.setitem(
         run.PAIRS["toy"],
         "variants",
-        {"model.x": {"options": ["--arch", "a"], "rates": (1e-3,), "against": ("baseline",)}},
+        {"model.x": {"options": "--arch a", "rates": (1e-3,), "against": ("baseline",)}},
     )
     assert list(report.comparisons("toy")) == [("model", "baseline"), ("model.x", "baseline")]
     assert list(report.comparisons("deep_att")) == [("model", "baseline")]  # its variants name none
@@ -299,7 +289,8 @@ def test_progress_reports_each_run_and_copies_its_logs(toy, capsys):
     (toy / "logs" / "toy" / "model.seed3" / "eval.json").write_text(
         json.dumps({"best_valid_loss": 5.0, "test": {"sacrebleu": 31.5, "chrf": 55.0}})
     )
-    assert run.run_state("toy", "model.seed3").endswith("early stopped; test sacreBLEU 31.5, chrF 55.0")
+    run.progress(["toy"])
+    assert capsys.readouterr().out.splitlines()[-1].endswith("early stopped; test sacreBLEU 31.5, chrF 55.0")
 
 
 def test_on_a_gpu_the_length_penalties_are_decoded_at_once(toy, monkeypatch):
@@ -309,16 +300,15 @@ def test_on_a_gpu_the_length_penalties_are_decoded_at_once(toy, monkeypatch):
     barrier = threading.Barrier(len(run.LENPENS), timeout=20)
     order = []
 
-    def fake_generate(pair, side, lr, subset, lenpen, threads):
+    def fake_decode(pair, side, lr, subset, lenpen, threads):
         if subset == "valid":
             barrier.wait()
         order.append((subset, lenpen))
-        return ["fairseq-generate"], ["ein Hund ."], [f"ein Hund {lenpen}."]
+        return ["fairseq-generate"], [f"ein Hund {lenpen}."], {"sacrebleu": lenpen}
 
     monkeypatch.setattr(run, "DEVICE", "cuda")
     monkeypatch.setattr(run, "machine", lambda: "GPU")
-    monkeypatch.setattr(run, "generate", fake_generate)
-    monkeypatch.setattr(run, "scores", lambda subset, tok, detok: {"sacrebleu": float(detok[0].split()[-1][:-1])})
+    monkeypatch.setattr(run, "decode", fake_decode)
     result = run.evaluate("toy", "model.seed2", 1e-3, 1)
     assert result["lenpen"] == max(run.LENPENS) and order[-1] == ("test", max(run.LENPENS))
     assert sorted(order[:-1]) == [("valid", p) for p in sorted(run.LENPENS)]
@@ -361,38 +351,27 @@ def test_gpu_seeds_packs_what_the_gpu_machine_needs_and_unpacks_what_comes_back(
 
 
 def test_a_run_counts_only_once_scored_at_its_best_loss():
-    row = {"finished": True, "best_loss": 4.0, "curve": [(10, 1.0, 4.0, 1)], "eval": {"best_valid_loss": 4.0}}
-    assert report.counted(row)
-    assert report.counted({**row, "eval": {}})  # scores written before they recorded the loss
+    row = {"ending": "early stopped", "best_loss": 4.0, "curve": [(10, 1.0, 4.0, 1)], "eval": {"best_valid_loss": 4.0}}
+    assert report.counted(row) and report.counted({**row, "ending": "epoch cap"})
+    assert report.counted({**row, "eval": {"test": {}}})  # scores written before they recorded the loss
     # trained on after a time limit and finished, the old scores not replaced yet
     stale = {**row, "eval": {"best_valid_loss": 4.2}}
     assert not report.counted(stale) and report.why_left(stale) == "not scored at its best loss yet"
-    assert not report.counted({**row, "stopped_by_time": True}) and not report.counted({**row, "finished": False})
-    assert report.why_left({**row, "finished": False}) == "no (interrupted)"
+    assert not report.counted({**row, "ending": "stopped by time"}) and not report.counted(
+        {**row, "ending": "training"}
+    )
+    assert report.why_left({**row, "ending": "training", "epochs": 1, "patience_out": None}) == "no (interrupted)"
 
 
 def test_the_committed_logs_read_back_to_the_committed_tables():
     """The report of the committed logs is the committed RESULTS.md tables and the README's row per family."""
     rows = [report.summarize(pair, side) for pair in run.PAIRS for side in report.sides(pair)]
     results = (REPO / "examples" / "multi30k" / "RESULTS.md").read_text()
-    for text, (begin, end) in (
-        (report.table(rows), (report.BEGIN, report.END)),
-        (report.seeds_table(rows), report.SEEDS),
-        (report.verdict_table(rows), report.VERDICTS),
-    ):
-        assert results.split(begin)[1].split(end)[0].strip() == text
     readme = (REPO / "README.md").read_text()
-    assert readme.split(report.BEGIN)[1].split(report.END)[0].strip() == report.front_table(rows)
-
-
-def test_a_finished_run_keeps_its_best_weights_without_optimizer_state(toy):
-    """``keep_model_only`` reads the checkpoint with the package's weights-only reader and writes it atomically."""
-    folder = toy / "work" / "toy" / "model" / "lr0.002"
-    folder.mkdir(parents=True)
-    state = {"model": {"w": torch.ones(2)}, "last_optimizer_state": {"m": torch.zeros(2)}, "extra_state": {}}
-    torch.save(state, folder / "checkpoint_best.pt")
-    torch.save(state, folder / "checkpoint_last.pt")
-    run.keep_model_only("toy", "model", 2e-3)
-    kept = torch.load(folder / "checkpoint_best.pt", weights_only=True)
-    assert "last_optimizer_state" not in kept and torch.equal(kept["model"]["w"], torch.ones(2))
-    assert sorted(os.listdir(folder)) == ["checkpoint_best.pt"]
+    for doc, name, text in (
+        (results, "table", report.table(rows)),
+        (results, "seeds", report.seeds_table(rows)),
+        (results, "verdicts", report.verdict_table(rows)),
+        (readme, "table", report.front_table(rows)),
+    ):
+        assert doc.split(f"<!-- multi30k-{name}:begin -->")[1].split(f"<!-- multi30k-{name}:end -->")[0].strip() == text

@@ -295,7 +295,7 @@ def measure_gru_attention(model) -> Dict[str, object]:
     s = shapes(model)
     return {
         "embed": pair(s["encoder.embed_tokens.weight"][1], s["decoder.embed_tokens.weight"][1]),
-        "hidden": pair(s["encoder.gru.weight_hh_l0"][1], s["decoder.hidden_proj.weight"][1]),
+        "hidden": pair(s["encoder.gru.weight_hh_l0"][1], s["decoder.cell.weight_hh"][1]),
         "bidirectional": "encoder.gru.weight_hh_l0_reverse" in s,
         "attention_dim": s["decoder.attention.key_proj.weight"][0],
         "readout": s["decoder.readout.weight"][0],

@@ -22,6 +22,7 @@ built on it; :func:`reliability_helpers.default_task`): with fairseq's own
 ``test_plain_translation_task_resume_differs`` pins down.
 """
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -373,14 +374,18 @@ def test_newer_by_updates_and_by_time(saved_run, tmp_path, caplog):
 
 def test_finished_reason():
     info = CheckpointInfo("c.pt", 10, 1.0, 1.0, next_epoch=3, training_seconds=7200.0, size=1, mtime_ns=0)
-    assert finished_reason(info, max_update=10) == "10 updates (--max-update 10)"
-    assert finished_reason(info, max_update=11) is None
-    assert finished_reason(info, max_update=10, count_updates=False) is None  # --reset-optimizer
-    assert finished_reason(info, max_epoch=2) == "2 epochs (--max-epoch 2)"
-    assert finished_reason(info, max_epoch=3) is None
-    assert finished_reason(info, max_epoch=2, count_epochs=False) is None  # --reset-dataloader
-    assert finished_reason(info, stop_time_hours=1.5) == "2.0000 hours of training (--stop-time-hours 1.5)"
-    assert finished_reason(info, stop_time_hours=2.5) is None
+
+    def reason(**limits):
+        return finished_reason(info, argparse.Namespace(**limits))
+
+    assert reason(max_update=10) == "10 updates (--max-update 10)"
+    assert reason(max_update=11) is None
+    assert reason(max_update=10, reset_optimizer=True) is None
+    assert reason(max_epoch=2) == "2 epochs (--max-epoch 2)"
+    assert reason(max_epoch=3) is None
+    assert reason(max_epoch=2, reset_dataloader=True) is None
+    assert reason(stop_time_hours=1.5) == "2.0000 hours of training (--stop-time-hours 1.5)"
+    assert reason(stop_time_hours=2.5) is None
 
 
 @pytest.mark.parametrize(

@@ -114,6 +114,6 @@ def test_sweep_is_finished_only_when_nothing_is_left_to_try():
 def test_logs_record_paths_relative_to_the_repository(tmp_path, monkeypatch):
     monkeypatch.setattr(ablation, "WORK", str(tmp_path / "work"))
     line = "# " + " ".join(ablation.command("wt", 3e-3, 1, 1500, str(tmp_path / "work" / "wt" / "run")))
-    written = ablation.portable(line)
+    written = ablation.recipes.relative(line, ablation.WORK, "wt-ablation-work")
     assert "fairseq-train wt-ablation-work/data/bin --user-dir user_dir " in written
     assert "--save-dir wt-ablation-work/wt/run " in written and str(tmp_path) not in written

@@ -3,7 +3,7 @@
 # baseline (dense_lstm_baseline_small, 12.4M), same wall-clock budget each.
 set -euo pipefail
 RAW=${RAW:-../shared/data/tatoeba-deu-eng}; DEST=${DEST:-data/tatoeba-deu-eng}; MIN=${MIN:-30}
-python examples/translation/prepare.py --raw "$RAW" --src de --tgt en --dest "$DEST" --bpe-merges 8000
+fairseq-dense-prepare --raw "$RAW" --src de --tgt en --dest "$DEST" --bpe-merges 8000
 for ARCH in dense_lstm_small dense_lstm_baseline_small; do
   DATA="$DEST/bin" ARCH=$ARCH BATCH=64 bash examples/dense_lstm/train.sh --cpu \
       --stop-time-hours $(python -c "print($MIN/60)") --dropout 0.2 --softmax-dropout 0.2

@@ -24,7 +24,7 @@ DEVICE=${DEVICE:-cpu}
 DEV=(); [ "$DEVICE" = cpu ] && DEV=(--cpu)
 
 [ -f "$DATA/bin/dict.en.txt" ] || \
-    python examples/translation/prepare.py --raw "$RAW" --src de --tgt en --dest "$DATA" --bpe-merges 10000
+    fairseq-dense-prepare --raw "$RAW" --src de --tgt en --dest "$DATA" --bpe-merges 10000
 SRC=$(ls "$DATA/bin" | sed -n 's/^train\.\([a-z]*\)-\([a-z]*\)\.\1\.idx$/\1/p' | head -1)
 TGT=$(ls "$DATA/bin" | sed -n 's/^train\.\([a-z]*\)-\([a-z]*\)\.\1\.idx$/\2/p' | head -1)
 

@@ -35,7 +35,7 @@ if [ ! -f "$DATA/bin/dict.en.txt" ]; then
         cp "$RAW/valid.$L" "$DATA.raw/valid.$L"
         cp "$RAW/test.$L" "$DATA.raw/test.$L"
     done
-    python examples/translation/prepare.py --raw "$DATA.raw" --src de --tgt en --dest "$DATA" --bpe-merges 4000
+    fairseq-dense-prepare --raw "$DATA.raw" --src de --tgt en --dest "$DATA" --bpe-merges 4000
 fi
 
 mkdir -p "$OUT"

@@ -11,8 +11,8 @@
 # sides, seeds 2 and 3 (at the rate seed 1's committed sweep chose), and the Weighted Transformer with fixed
 # branch weights (variant model.fixed): seed 1 sweeps its three rates at once and converges; its seeds 2 and
 # 3 start once seed 1's sweep has chosen (its chosen_lr file). Each run is `run.py side PAIR SIDE --seed N`
-# started with setsid nohup (it outlives the call), one CPU thread, to early stopping, then evaluated; a
-# finished run keeps its best checkpoint without optimizer state (run.keep_model_only) in BASE/work.
+# started with setsid nohup (it outlives the call), one CPU thread, to early stopping, then evaluated; its
+# checkpoints stay in BASE/work.
 #
 # Stages:
 #   pack     run.py prepare (with PACK_PYTHON, default .venv/bin/python; only when MULTI30K_WORK, default

@@ -21,15 +21,17 @@ copied to ``examples/weighted_transformer/ablation-logs/``.
 import argparse
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
 
-from fairseq_dense.logs import parse_log
-
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))
+import recipes  # noqa: E402
+from recipes import ROOT, write_between  # noqa: E402
+
+from fairseq_dense.logs import parse_log  # noqa: E402
+
 WORK = os.environ.get("WT_ABLATION_WORK", os.path.join(ROOT, "wt-ablation-work"))
 LOGS = os.path.join(HERE, "ablation-logs")
 DEVICE = os.environ.get("DEVICE", "cpu")
@@ -107,14 +109,6 @@ def data_bin() -> str:
     return os.path.join(WORK, "data", "bin")
 
 
-def prepare() -> None:
-    from fairseq_dense.data.prepare import prepare as prepare_corpus
-    from fairseq_dense.data.tatoeba import extract
-
-    raw = extract(os.path.join(WORK, "raw"))
-    prepare_corpus(raw, os.path.join(WORK, "data"), "de", "en", merges=4000)
-
-
 def command(variant: str, lr: float, seed: int, updates: int, save: str):
     if variant in GROUPED:  # lr_g(u) = scale_g * min(u^-0.5, u W_g^-1.5): peak scale_g / sqrt(W_g)
         scale = lr * 100**0.5
@@ -131,12 +125,6 @@ def command(variant: str, lr: float, seed: int, updates: int, save: str):
         *("--keep-interval-updates", "1", "--no-epoch-checkpoints", "--seed", str(seed), "--save-dir", save),
         *"--log-format json --log-interval 50".split(),
     ]
-
-
-def portable(text: str) -> str:
-    """``text`` with the work folder and the repository root as paths relative to the root (``wt-ablation-work``,
-    ``user_dir``): what the committed logs record."""
-    return text.replace(os.path.abspath(WORK), "wt-ablation-work").replace(ROOT + os.sep, "")
 
 
 def valid_losses(log: str):
@@ -172,17 +160,11 @@ def train(variant: str, lr: float, seed: int, updates: int) -> str:
         return log
     os.makedirs(os.path.dirname(log), exist_ok=True)
     save = os.path.join(WORK, name)
-    cmd = command(variant, lr, seed, updates, save)
-    print("+", shlex.join(cmd), flush=True)
     head = continue_sweep_run(variant, lr, seed, updates, save)
     with open(log + ".tmp", "a") as f:  # a cut run resumes from its checkpoint: keep its log
         f.write(head)
-        f.write("# " + shlex.join(cmd) + "\n")
-        f.flush()
-        subprocess.run(cmd, check=True, stdout=f, stderr=subprocess.STDOUT)
-    keep = re.compile(r"^# |\| (valid|train) \| \{|model params")
-    with open(log + ".tmp") as f, open(log, "w") as out:
-        out.writelines(portable(line) for line in f if keep.search(line))
+    recipes.run(command(variant, lr, seed, updates, save), log + ".tmp")
+    recipes.copy_log(log + ".tmp", log, WORK, "wt-ablation-work")
     os.remove(log + ".tmp")
     return log
 
@@ -296,17 +278,6 @@ def extra_rates(variant: str) -> set:
     return {float(m.group(1)) for m in (re.match(rf"lr([\d.e-]+)-seed1-{UPDATES}\.log$", n) for n in names) if m}
 
 
-def write_table(table: str) -> None:
-    """Put ``table`` between the ablation markers of the docs page and of the family's RESULTS.md."""
-    begin, end = "<!-- wt-ablation:begin -->", "<!-- wt-ablation:end -->"
-    for path in (os.path.join(ROOT, "docs", "weighted_transformer.md"), os.path.join(HERE, "RESULTS.md")):
-        with open(path) as f:
-            head, rest = f.read().split(begin, 1)
-        with open(path + ".tmp", "w") as f:
-            f.write(head + begin + "\n" + table + "\n" + end + rest.split(end, 1)[1])
-        os.replace(path + ".tmp", path)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -319,8 +290,10 @@ def main() -> None:
     rep = sub.add_parser("report")
     rep.add_argument("--write", action="store_true", help="also put the table into the docs and RESULTS.md")
     args = parser.parse_args()
-    if args.cmd == "prepare":
-        prepare()
+    if args.cmd == "prepare":  # the bundled Tatoeba De-En, 4,000 joint BPE merges
+        from fairseq_dense.data.prepare import main as prepare
+
+        prepare(["--corpus", "tatoeba-deu-eng", "--dest", os.path.join(WORK, "data")])
     elif args.cmd == "run":
         if not os.path.isdir(data_bin()):
             sys.exit(f"{data_bin()}: no prepared data; run `python {sys.argv[0]} prepare` first")
@@ -332,8 +305,9 @@ def main() -> None:
             bleu(args.variant, args.lr, seed)
     else:
         table = report()
-        if args.write:
-            write_table(table)
+        for path in (os.path.join(ROOT, "docs", "weighted_transformer.md"), os.path.join(HERE, "RESULTS.md")):
+            if args.write:  # between the ablation markers of the docs page and of the family's RESULTS.md
+                write_between(path, "wt-ablation", table)
         print(table)
 
 

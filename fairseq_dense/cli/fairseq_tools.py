@@ -3,9 +3,9 @@ the project's own commands from their ``main`` (:func:`set_up`; docs/cli.md): on
 (:func:`clear_error_message`), a clean exit, and fairseq checkpoints read by torch's safe loader.
 """
 
-import errno
 import os
 import sys
+import traceback
 from typing import Iterator, Optional
 
 import torch
@@ -41,15 +41,9 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         exc = exc.__cause__ or exc.__context__
 
 
-def _frames(tb):
-    while tb is not None:
-        yield tb.tb_frame
-        tb = tb.tb_next
-
-
 def _raised_in_package(exc: BaseException) -> bool:
-    frames = list(_frames(exc.__traceback__))
-    return bool(frames) and os.path.abspath(frames[-1].f_code.co_filename).startswith(PACKAGE_DIR + os.sep)
+    frames = traceback.extract_tb(exc.__traceback__, limit=-1)  # the frame that raised
+    return bool(frames) and os.path.abspath(frames[-1].filename).startswith(PACKAGE_DIR + os.sep)
 
 
 def _checkpoint_name(exc: BaseException) -> Optional[str]:
@@ -82,43 +76,26 @@ def _unreadable_checkpoint(exc: BaseException) -> Optional[str]:
     """The checkpoint path if ``exc`` came from fairseq's load of a file that does not load."""
     from fairseq_dense.checkpoints import read_info
 
-    for local in traceback_locals(exc, "fairseq.checkpoint_utils", "load_checkpoint_to_cpu"):
-        path = local.get("local_path") or local.get("path")
-        if isinstance(path, str) and os.path.isfile(path) and read_info(path) is None:
-            return path
-    return None
-
-
-#: what a failed write says, by ``errno``
-_WRITE_ERRORS = {
-    errno.ENOSPC: "no space left on device",
-    errno.EROFS: "read-only file system",
-    errno.EFBIG: "file too large (ulimit -f)",
-    errno.EDQUOT: "disk quota exceeded",
-    errno.EACCES: "permission denied",
-}
+    path = _checkpoint_name(exc)
+    return path if path and os.path.isfile(path) and read_info(path) is None else None
 
 
 def _failed_save(exc: BaseException) -> Optional[str]:
-    """One line for an error raised while fairseq saved or copied a checkpoint, else None."""
+    """One line for a failed write while fairseq saved or copied a checkpoint, else None."""
     target = None
     for local in traceback_locals(exc, "fairseq.checkpoint_utils", "save_checkpoint"):
         target = local.get("cp") or (local.get("checkpoints") or ["?"])[0]
     if target is None:
         return None
-    from fairseq_dense.resume import RetryRefused
+    from fairseq_dense.resume import RetryRefused, save_trouble
 
-    reason = None
-    for e in _chain(exc):
-        if isinstance(e, RetryRefused):
-            reason = str(e)
-        elif isinstance(e, OSError) and e.errno in _WRITE_ERRORS:
-            reason = _WRITE_ERRORS[e.errno]
-        elif reason is None:  # torch.save reports a failed write of its own as a RuntimeError
-            reason = next((r for n, r in _WRITE_ERRORS.items() if os.strerror(n).lower() in str(e).lower()), None)
-            if reason is None and "write failed" in str(e):
-                reason = "the write failed"
-    if reason is None:
+    chain = list(_chain(exc))
+    refused = next((e for e in chain if isinstance(e, RetryRefused)), None)
+    if refused is not None:
+        reason = str(refused)
+    elif any(isinstance(e, OSError) or "write failed" in str(e) for e in chain):  # torch.save's own: RuntimeError
+        reason = save_trouble(os.path.dirname(target)) or "the write failed"
+    else:
         return None
     return (
         f"cannot save checkpoint {target}: {reason}; the checkpoints saved before it are intact: free space (or "

@@ -8,19 +8,9 @@
     python -m fairseq_dense.cli.quickstart --corpus DIR --src fr --tgt en
     python -m fairseq_dense.cli.quickstart --corpus synthetic     # the made-up language pair
 
-The default corpus is the Tatoeba German-English split bundled with the package
-(``fairseq_dense/data/tatoeba-deu-eng/``: CC-BY 2.0 FR, tatoeba.org via
-manythings.org/anki), decompressed into the work folder. The data goes through
-:mod:`fairseq_dense.data.prepare` (sacremoses, joint BPE, ``fairseq-preprocess``), each
-model through ``fairseq-train`` and ``fairseq-generate`` (:mod:`.quickstart_steps`), the
-figures into one table. By default every model trains :data:`DEFAULT_UPDATES` updates on
-the same batches, so the figures do not depend on the machine's speed or load; a finished
-model is reported again without training (``--fresh`` starts over). ``--seeds N`` trains
-each model with N seeds, each a run of its own (interrupted, it resumes from its last
-checkpoint); a model's row then gives the mean ± the sample standard deviation over its
-seeds, and a line per pair says whether the plugin model is "ahead" of its baseline,
-"behind" it or "within noise": the difference of the means against twice its standard
-error (the pooled standard deviation times sqrt(1/n1 + 1/n2)).
+The data goes through :mod:`fairseq_dense.data.prepare`, each model through ``fairseq-train`` and
+``fairseq-generate`` (:mod:`.quickstart_steps`), the figures into one table; with several seeds a line
+per pair gives the verdict of :func:`fairseq_dense.seeds.verdict`. docs/quickstart.md describes it all.
 """
 
 import argparse
@@ -346,9 +336,8 @@ def main(argv=None) -> int:
     """Command-line entry point; returns 0, or 130 after Ctrl-C (failures exit with a one-line ``error: ...``)."""
     parser = get_parser()
     args = parser.parse_args(argv)
+    # fairseq's own INFO lines (dictionary sizes, ...) stay in the logs unless --verbose
     configure_logging("%(asctime)s | %(message)s", datefmt="%H:%M:%S", verbose=args.verbose)
-    if not args.verbose:  # fairseq's own INFO lines (dictionary sizes, ...) stay in the logs
-        logging.getLogger("fairseq").setLevel(logging.WARNING)
     try:
         return run(args, parser)
     except KeyboardInterrupt:

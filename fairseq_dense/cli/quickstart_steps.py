@@ -1,13 +1,9 @@
 """One quick-start model from start to finish, as ordinary fairseq commands: train, translate, score, export.
 
-Every step is a fairseq command (``fairseq-train``, ``fairseq-generate``) run with
-``--user-dir`` pointing at this package and logged before it runs, so the quick-start
-doubles as a worked example of the CLI. A finished model leaves ``quickstart-result.json``
-in its checkpoint folder: the settings it was trained with (architecture, budget, seed,
-data) and its figures. A second quick-start with the same settings reads them back and
-trains nothing, so neither the checkpoints nor the logs change; ``--fresh`` deletes the
-model's folder and starts over. A larger budget continues the same training (fairseq
-resumes from ``checkpoint_last.pt``); the training log grows at its end.
+Each step is a ``fairseq-train`` or ``fairseq-generate`` command with ``--user-dir`` pointing at this package,
+logged before it runs. A finished model leaves ``quickstart-result.json`` (its settings and figures) in its
+checkpoint folder: the same settings again read it back and train nothing; a larger budget continues the
+training from ``checkpoint_last.pt``.
 """
 
 import hashlib
@@ -22,14 +18,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
-import fairseq_dense
 from fairseq_dense.checkpoints import BEST, LAST, read_info
+from fairseq_dense.cli.fairseq_tools import PACKAGE_DIR
 from fairseq_dense.data import prepare as prep
 from fairseq_dense.logs import parse_line
 from fairseq_dense.threads import THREADS_ENV
 
 logger = logging.getLogger("fairseq_dense.quickstart")
-PACKAGE_DIR = os.path.dirname(os.path.abspath(fairseq_dense.__file__))
 
 #: seconds between progress lines (the first comes with the first update, whatever the speed)
 PROGRESS_S = 30.0

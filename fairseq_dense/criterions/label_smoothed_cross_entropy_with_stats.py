@@ -9,6 +9,7 @@ from fairseq.criterions import register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterion,
     LabelSmoothedCrossEntropyCriterionConfig,
+    label_smoothed_nll_loss,
 )
 
 #: Prefix of logging-output keys that carry statistics exposed by the model.
@@ -52,7 +53,9 @@ class LabelSmoothedCrossEntropyWithStatsCriterion(LabelSmoothedCrossEntropyCrite
 
     def forward(self, model, sample, reduce=True):
         net_output = model(**sample["net_input"])
-        loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
+        # fairseq's compute_loss, with its log-probabilities kept for the token errors (no second softmax)
+        lprobs, target = self.get_lprobs_and_target(model, net_output, sample)
+        loss, nll_loss = label_smoothed_nll_loss(lprobs, target, self.eps, ignore_index=self.padding_idx, reduce=reduce)
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
         logging_output = {
             "loss": loss.data,
@@ -61,9 +64,7 @@ class LabelSmoothedCrossEntropyWithStatsCriterion(LabelSmoothedCrossEntropyCrite
             "nsentences": sample["target"].size(0),
             "sample_size": sample_size,
         }
-        with torch.no_grad():
-            scores, target = self._scores_and_target(model, net_output, sample)
-            n_err, n_tok = token_errors(scores, target, self.padding_idx)
+        n_err, n_tok = token_errors(lprobs.detach(), target, self.padding_idx)
         logging_output["n_token_errors"] = n_err
         logging_output["n_scored_tokens"] = n_tok
         if self.report_accuracy:
@@ -72,18 +73,6 @@ class LabelSmoothedCrossEntropyWithStatsCriterion(LabelSmoothedCrossEntropyCrite
             logging_output["total"] = total.data
         logging_output.update(self.model_stats(model))
         return loss, sample_size, logging_output
-
-    def _scores_and_target(self, model, net_output, sample):
-        """``(N, V)`` scores whose per-row order is the model's prediction, and ``(N,)`` targets: the logits
-        where they are the full-vocabulary output (a second softmax cost a tenth of a CPU step), else the
-        normalised probabilities (adaptive softmax)."""
-        if getattr(getattr(model, "decoder", None), "adaptive_softmax", None) is not None:
-            return self.get_lprobs_and_target(model, net_output, sample)
-        scores, target = net_output[0], model.get_targets(sample, net_output)
-        if self.ignore_prefix_size > 0:
-            scores = scores[:, self.ignore_prefix_size :, :]
-            target = target[:, self.ignore_prefix_size :]
-        return scores.reshape(-1, scores.size(-1)), target.reshape(-1)
 
     @staticmethod
     def model_stats(model) -> Dict[str, Union[torch.Tensor, float]]:

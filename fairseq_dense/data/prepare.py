@@ -21,16 +21,19 @@ and the log says what changed.
 """
 
 import argparse
+import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import os
 import shutil
 import time
 from multiprocessing import Pool
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
+from fairseq_dense.validation import find_non_utf8
 
 logger = logging.getLogger(__name__)
 
@@ -56,18 +59,31 @@ def write_json(path: str, obj, indent: int = 2) -> None:
     os.replace(path + ".tmp", path)
 
 
+@contextlib.contextmanager
+def building(dest: str) -> Iterator[str]:
+    """A fresh folder ``DEST.tmp`` to fill, renamed over ``dest`` when the block succeeds and removed when it
+    fails: ``dest`` is never half-written."""
+    tmp = dest.rstrip("/") + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(dest, ignore_errors=True)
+    os.rename(tmp, dest)
+
+
 def read_lines(path: str) -> List[str]:
     """Read a raw text file, failing clearly on missing files or non-UTF-8 bytes."""
     if not os.path.isfile(path):
         raise DataError(f"{path}: file not found")
-    with open(path, "rb") as f:
-        raw = f.read()
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line_no = raw[: e.start].count(b"\n") + 1
-        raise DataError(f"{path}:{line_no}: not valid UTF-8 (byte {raw[e.start]:#04x} at offset {e.start})") from None
-    return text.splitlines()
+        with open(path, encoding="utf-8") as f:
+            return f.read().splitlines()
+    except UnicodeDecodeError:
+        raise DataError(find_non_utf8(path)) from None
 
 
 def check_parallel(raw_dir: str, src: str, tgt: str) -> None:
@@ -147,33 +163,38 @@ def _reusable(dest: str, meta: Dict, raw_dir: str) -> Optional[List[str]]:
     return None
 
 
-_TOKENIZER = None
-
-
-def _init_tokenizer(lang: str, lowercase: bool) -> None:
-    global _TOKENIZER
-    from sacremoses import MosesPunctNormalizer, MosesTokenizer
-
-    _TOKENIZER = (MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang), lowercase)
-
-
-def write_text_record(bin_dir: str, src: str, tgt: str, lowercase: bool) -> None:
-    """Record the text steps of :func:`_tokenize` in ``bin_dir`` (the ``dense_moses`` tokenizer's options)."""
-    record = {
+def text_steps(src: str, tgt: str, lowercase: bool) -> Dict:
+    """The text steps of the preparation: the options of fairseq-dense's ``dense_moses`` tokenizer (sacremoses'
+    punctuation normaliser, tokeniser without escaping or aggressive dash splits, optional lower-casing)."""
+    return {
         "source_lang": moses_lang(src),
         "target_lang": moses_lang(tgt),
         "moses_normalize_punctuation": True,
         "moses_no_escape": True,
-        "moses_no_dash_splits": True,  # sacremoses' default: no aggressive dash splits
+        "moses_no_dash_splits": True,
         "moses_lowercase": lowercase,
     }
-    write_json(os.path.join(bin_dir, TEXT_RECORD), record)
+
+
+def write_text_record(bin_dir: str, src: str, tgt: str, lowercase: bool) -> None:
+    """Record the :func:`text_steps` in ``bin_dir``, beside the dictionaries (read by the export and the hub)."""
+    write_json(os.path.join(bin_dir, TEXT_RECORD), text_steps(src, tgt, lowercase))
+
+
+_TOKENIZER = None
+
+
+def _init_tokenizer(lang: str, lowercase: bool) -> None:
+    """Tokenise ``lang`` text with the ``dense_moses`` tokenizer of the :func:`text_steps`: the training data is
+    prepared by the tokenizer a shared model applies (its normaliser is linear in a line's length)."""
+    global _TOKENIZER
+    from fairseq_dense.hub.text import PreparedMosesConfig, PreparedMosesTokenizer
+
+    _TOKENIZER = PreparedMosesTokenizer(PreparedMosesConfig(**text_steps(lang, lang, lowercase)))
 
 
 def _tokenize(line: str) -> str:
-    norm, tok, lowercase = _TOKENIZER
-    out = tok.tokenize(norm.normalize(line), escape=False, return_str=True)
-    return out.lower() if lowercase else out
+    return _TOKENIZER.encode(line)
 
 
 def tokenize_file(src_path: str, dst_path: str, lang: str, lowercase: bool, workers: int) -> None:
@@ -192,21 +213,17 @@ def learn_joint_bpe(paths: Sequence[str], codes_path: str, merges: int) -> None:
     """Learn one BPE model on the concatenation of both training sides."""
     from subword_nmt.learn_bpe import learn_bpe
 
-    concat = codes_path + ".train"
-    with open(concat, "w", encoding="utf-8") as out:
-        for p in paths:
-            with open(p, encoding="utf-8") as f:
-                shutil.copyfileobj(f, out)
-    try:
-        with open(concat, encoding="utf-8") as inp, open(codes_path, "w", encoding="utf-8") as out:
-            learn_bpe(inp, out, merges, min_frequency=2, total_symbols=False)
-    except ValueError:
-        # subword-nmt fails on a corpus with no symbol pair at all (single-character
-        # words); an empty list of merges is the right model for it
-        logger.warning("no BPE merge possible on %s; words stay whole", ", ".join(paths))
-        with open(codes_path, "w", encoding="utf-8") as out:
+    with open(codes_path, "w", encoding="utf-8") as out, contextlib.ExitStack() as files:
+        lines = itertools.chain.from_iterable(files.enter_context(open(p, encoding="utf-8")) for p in paths)
+        try:
+            learn_bpe(lines, out, merges, min_frequency=2, total_symbols=False)
+        except ValueError:
+            # subword-nmt fails on a corpus with no symbol pair at all (single-character
+            # words); an empty list of merges is the right model for it
+            logger.warning("no BPE merge possible on %s; words stay whole", ", ".join(paths))
+            out.seek(0)
+            out.truncate()
             out.write("#version: 0.2\n")
-    os.remove(concat)
 
 
 def apply_bpe_file(codes_path: str, src_path: str, dst_path: str) -> None:
@@ -271,13 +288,11 @@ def prepare(
         if changes:
             logger.warning("rebuilding %s: %s", dest, "; ".join(changes))
     check_parallel(raw_dir, src, tgt)
-    tmp = dest.rstrip("/") + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(os.path.join(tmp, "tok"))
-    os.makedirs(os.path.join(tmp, "bpe"))
     files = [(f"{split}.{lang}", lang) for split in SPLITS for lang in (src, tgt)]
     start = time.time()
-    try:
+    with building(dest) as tmp:
+        os.makedirs(os.path.join(tmp, "tok"))
+        os.makedirs(os.path.join(tmp, "bpe"))
         for name, lang in files:
             tokenize_file(os.path.join(raw_dir, name), os.path.join(tmp, "tok", name), lang, lowercase, workers)
         logger.info("tokenised in %.0fs", time.time() - start)
@@ -289,11 +304,6 @@ def prepare(
         binarize(os.path.join(tmp, "bpe"), os.path.join(tmp, "bin"), src, tgt, workers)
         write_text_record(os.path.join(tmp, "bin"), src, tgt, lowercase)
         write_json(os.path.join(tmp, "prepare.json"), meta)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    shutil.rmtree(dest, ignore_errors=True)
-    os.rename(tmp, dest)
     logger.info("prepared %s in %.0fs", dest, time.time() - start)
     return dest
 

@@ -8,10 +8,9 @@ and ``LICENSE`` beside this file. :func:`extract` decompresses it into a folder 
 import itertools
 import lzma
 import os
-import shutil
 from typing import Dict, Optional
 
-from fairseq_dense.data.prepare import SPLITS, DataError
+from fairseq_dense.data.prepare import SPLITS, DataError, building
 
 NAME = "tatoeba-deu-eng"
 BUNDLED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), NAME)
@@ -31,20 +30,15 @@ def extract(dest: str, max_lines: Optional[int] = None) -> str:
     want = f"{NAME} max_lines={max_lines}\n"
     if os.path.isfile(stamp) and open(stamp, encoding="utf-8").read() == want:
         return dest
-    tmp = dest.rstrip("/") + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    for split in SPLITS:
-        for lang in (SRC, TGT):
-            path = os.path.join(BUNDLED_DIR, f"{split}.{lang}.xz")
-            if not os.path.isfile(path):
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise DataError(f"{path}: bundled corpus file not found (reinstall fairseq-dense)")
-            # bytes, split at b"\n" only: the files decompress verbatim
-            with lzma.open(path, "rb") as inp, open(os.path.join(tmp, f"{split}.{lang}"), "wb") as out:
-                out.writelines(itertools.islice(inp, max_lines))
-    with open(os.path.join(tmp, ".extracted"), "w", encoding="utf-8") as f:
-        f.write(want)
-    shutil.rmtree(dest, ignore_errors=True)
-    os.rename(tmp, dest)
+    with building(dest) as tmp:
+        for split in SPLITS:
+            for lang in (SRC, TGT):
+                path = os.path.join(BUNDLED_DIR, f"{split}.{lang}.xz")
+                if not os.path.isfile(path):
+                    raise DataError(f"{path}: bundled corpus file not found (reinstall fairseq-dense)")
+                # bytes, split at b"\n" only: the files decompress verbatim
+                with lzma.open(path, "rb") as inp, open(os.path.join(tmp, f"{split}.{lang}"), "wb") as out:
+                    out.writelines(itertools.islice(inp, max_lines))
+        with open(os.path.join(tmp, ".extracted"), "w", encoding="utf-8") as f:
+            f.write(want)
     return dest

@@ -29,7 +29,6 @@ master weights (pass ``--fp16-no-flatten-grads``) and the ``composite`` optimize
 
 import logging
 import math
-from collections import OrderedDict
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Dict, List
@@ -63,10 +62,8 @@ class GroupedScheduleConfig(FairseqDataclass):
 def parse_group_values(spec: str, flag: str, cast) -> Dict[str, float]:
     """Parse ``"a=1,b=2"`` into ``{"a": cast("1"), "b": cast("2")}``; ValueError naming ``flag`` on a
     malformed item, a duplicate name or a negative value."""
-    out: Dict[str, float] = OrderedDict()
-    if spec is None:
-        return out
-    for item in str(spec).split(","):
+    out: Dict[str, float] = {}
+    for item in str(spec or "").split(","):
         item = item.strip()
         if not item:
             continue
@@ -100,7 +97,7 @@ def split_param_groups(torch_optimizer) -> List[str]:
     new_groups = []
     for group in torch_optimizer.param_groups:
         names = group.get("param_names")
-        buckets: "OrderedDict[str, list]" = OrderedDict([(DEFAULT_GROUP, [])])
+        buckets: Dict[str, list] = {DEFAULT_GROUP: []}
         for i, p in enumerate(group["params"]):
             tag = getattr(p, "param_group", DEFAULT_GROUP)
             buckets.setdefault(tag, []).append(i)
@@ -152,26 +149,17 @@ class GroupedSchedule(FairseqLRScheduler):
         for name in self.group_names:
             tensors = sum(len(g["params"]) for g in optimizer.param_groups if g[GROUP_NAME_KEY] == name)
             logger.info(
-                f"lr group {name!r}: {tensors} tensors, scale {self.scale(name):g}, warm-up {self.warmup(name)}, "
-                f"frozen for the last {self.freeze_last(name)} updates"
+                f"lr group {name!r}: {tensors} tensors, scale {self.scales.get(name, self.base_lr):g}, warm-up "
+                f"{self.warmups.get(name, 0)}, frozen for the last {self.freezes.get(name, 0)} updates"
             )
         self.lrs: Dict[str, float] = {}
 
-    def scale(self, name: str) -> float:
-        return float(self.scales.get(name, self.base_lr))
-
-    def warmup(self, name: str) -> int:
-        return int(self.warmups.get(name, 0))
-
-    def freeze_last(self, name: str) -> int:
-        return int(self.freezes.get(name, 0))
-
     def lr_at(self, name: str, num_updates: int) -> float:
         """Learning rate of group ``name`` for update ``num_updates + 1`` (0 in its freeze window)."""
-        k = self.freeze_last(name)
+        k = self.freezes.get(name, 0)
         if k > 0 and num_updates >= self.max_update - k:
             return 0.0
-        return self.scale(name) * inverse_sqrt_factor(num_updates + 1, self.warmup(name))
+        return self.scales.get(name, self.base_lr) * inverse_sqrt_factor(num_updates + 1, self.warmups.get(name, 0))
 
     def state_dict(self):
         """The best validation loss and the group names (checked on load); the rates follow ``num_updates``."""
@@ -193,7 +181,7 @@ class GroupedSchedule(FairseqLRScheduler):
 
     def step_update(self, num_updates):
         """Set every group's rate for update ``num_updates + 1``; returns ``{group: lr}``."""
-        self.lrs = OrderedDict((n, self.lr_at(n, num_updates)) for n in OrderedDict.fromkeys(self.group_names))
+        self.lrs = {n: self.lr_at(n, num_updates) for n in self.group_names}
         for group in self.optimizer.param_groups:
             group["lr"] = self.lrs[group[GROUP_NAME_KEY]]
         return dict(self.lrs)

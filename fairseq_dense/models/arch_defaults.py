@@ -55,15 +55,12 @@ def register_presets(model: str, presets: Dict[str, Tuple[str, Dict[str, Any]]],
     base: e.g. every other field from the dataclass defaults).
     """
     for name, (doc, values) in presets.items():
-        register_model_architecture(model, name)(_preset(name, doc, values, finish))
 
+        def arch(cfg, values=values):
+            set_defaults(cfg, values)
+            if finish is not None:
+                finish(cfg)
 
-def _preset(name: str, doc: str, values: Dict[str, Any], finish: Optional[Callable]):
-    def arch(cfg):
-        set_defaults(cfg, values)
-        if finish is not None:
-            finish(cfg)
-
-    arch.__name__ = arch.__qualname__ = name
-    arch.__doc__ = doc
-    return arch
+        arch.__name__ = arch.__qualname__ = name
+        arch.__doc__ = doc
+        register_model_architecture(model, name)(arch)

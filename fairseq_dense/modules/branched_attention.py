@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from fairseq_dense.modules.inference_weights import InferenceWeightCache
-from fairseq_dense.modules.low_precision import compute_dtype, layer_norm_keeping_dtype
+from fairseq_dense.modules.low_precision import compute_dtype
 from fairseq_dense.modules.masked_attention import attend
 from fairseq_dense.modules.simplex import ON_SIMPLEX_ATTR, uniform_simplex
 
@@ -272,7 +272,7 @@ class BranchedAttention(InferenceWeightCache, nn.Module):
             o = self.dropout_module(o)
         # None: fixed to 1 (Table 3), the parameters are then used unscaled
         kappa, alpha = (None if w is None else w.to(x.dtype) for w in map(self.branch_weights, ("kappa", "alpha")))
-        res, f = self._branches(residual.reshape(N, C), o, kappa, alpha, low)
+        res, f = self._branches(residual.reshape(N, C), o, kappa, alpha)
         # y = sum_i alpha_i u_i + dropout(sum_i alpha_i FFN_i(u_i))
         y = res + self.dropout_module(f)
         if not self.normalize_before:
@@ -318,18 +318,18 @@ class BranchedAttention(InferenceWeightCache, nn.Module):
             return torch.native_dropout(hbar, d.p, True)[0]
         return hbar
 
-    def _branches(self, x: Tensor, o: Tensor, kappa: Optional[Tensor], alpha: Optional[Tensor], low: torch.dtype):
+    def _branches(self, x: Tensor, o: Tensor, kappa: Optional[Tensor], alpha: Optional[Tensor]):
         """Eq. 6-7 for all branches: ``(sum_i alpha_i u_i, sum_i alpha_i FFN_i(u_i))``, both ``(N, C)``.
 
         ``x``: ``(N, C)`` residual input; ``o``: ``(N, M, C/M)`` heads; kappa, alpha: ``(M,)`` or
-        None (fixed to 1); ``low``: dtype of the ``(M, N, C)`` branch tensors. kappa scales the
-        output-projection weights and alpha the second FFN matrices (not the activations), so
-        the alpha-sum of the FFNs is one ``(N, d_ff) x (d_ff, C)`` product. The activation runs
-        after the ``(M, N, d_ff/M) -> (N, d_ff)`` transpose so backward keeps one tensor, not two.
+        None (fixed to 1). kappa scales the output-projection weights and alpha the second FFN
+        matrices (not the activations), so the alpha-sum of the FFNs is one ``(N, d_ff) x (d_ff, C)``
+        product. The activation runs after the ``(M, N, d_ff/M) -> (N, d_ff)`` transpose so backward
+        keeps one tensor, not two.
         """
         N = x.size(0)
         w_out, b_out, w2, b2 = self._scaled_weights(kappa, alpha)
-        args = (x, o, w_out, b_out, alpha, low)
+        args = (x, o, w_out, b_out, alpha)
         if self.recompute and self.training and torch.is_grad_enabled():
             res, f = checkpoint(self._residual_sums, *args, use_reentrant=False)
         else:
@@ -340,7 +340,7 @@ class BranchedAttention(InferenceWeightCache, nn.Module):
         # sum_i alpha_i FFN_i(u_i) as one (N, d_ff) x (d_ff, C) product
         return res, torch.addmm(b2, f, w2)
 
-    def _residual_sums(self, x: Tensor, o: Tensor, w_out: Tensor, b_out: Tensor, alpha: Optional[Tensor], low):
+    def _residual_sums(self, x: Tensor, o: Tensor, w_out: Tensor, b_out: Tensor, alpha: Optional[Tensor]):
         """``(sum_i alpha_i u_i, FFN input)``: the branch outputs, their residual sums ``u_i``
         (normalised when post-norm) and the FFN input (``u_i``, or ``LN_f(u_i)`` when pre-norm)."""
         N, C = x.shape
@@ -349,13 +349,13 @@ class BranchedAttention(InferenceWeightCache, nn.Module):
         hbar = torch.baddbmm(b_out, o.transpose(0, 1), w_out)
         if self.drop_outputs:
             hbar = self._drop_branches(hbar)
-        u = (x.view(1, N, C) + hbar).to(low)  # u_i = x + hbar_i, rounded once
+        u = x.view(1, N, C) + hbar  # u_i = x + hbar_i
         if self.normalize_before:
             # sum_i alpha_i u_i = sum(alpha) x + sum_i alpha_i hbar_i: the residual stream
             # stays in x's dtype
             res = x * (M if alpha is None else alpha.sum()) + self._mix(alpha, hbar)
-            f = layer_norm_keeping_dtype(self.final_layer_norm, u)
+            f = self.final_layer_norm(u)
         else:
-            u = f = layer_norm_keeping_dtype(self.attn_layer_norm, u)
+            u = f = self.attn_layer_norm(u)
             res = self._mix(alpha, u)
         return res, f

@@ -143,15 +143,10 @@ def right_to_left_padding(x: Tensor, shift: Tensor) -> Tensor:
     return x.gather(0, idx.unsqueeze(-1).expand_as(x))
 
 
-def reverse_index(lengths: Tensor, total: int) -> Tensor:
-    """``(T, B)`` index reversing each right-padded sequence inside its length (``t < len_b`` ->
-    ``len_b - 1 - t``; padding to itself): its own inverse."""
-    t = torch.arange(total, device=lengths.device).unsqueeze(1)  # T x 1
-    lengths = lengths.unsqueeze(0)  # 1 x B
-    return torch.where(t < lengths, lengths - 1 - t, t)
-
-
 def reverse_padded(x: Tensor, lengths: Tensor) -> Tensor:
-    """Reverse each right-padded ``(time, batch, dim)`` sequence within its length (an involution)."""
-    index = reverse_index(lengths.to(x.device).long(), x.size(0))
+    """Reverse each right-padded ``(time, batch, dim)`` sequence within its length (``t < len_b`` ->
+    ``len_b - 1 - t``; padding stays in place): its own inverse."""
+    t = torch.arange(x.size(0), device=x.device).unsqueeze(1)  # T x 1
+    lengths = lengths.to(x.device).long().unsqueeze(0)  # 1 x B
+    index = torch.where(t < lengths, lengths - 1 - t, t)
     return x.gather(0, index.unsqueeze(-1).expand_as(x))

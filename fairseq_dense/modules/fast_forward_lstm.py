@@ -92,10 +92,6 @@ class FastForwardLSTMLayer(nn.Module):
     ) -> Tuple[Tensor, Tensor, Tuple[Tensor, Tensor]]:
         """Run the layer on ``x`` ``(T, B, input_dim)`` (``input_dim + extra`` with ``extra_weight``).
 
-        The recurrence is one fused LSTM call whose input matrix is ``W_f`` (its gates
-        ``W_f x_t + b + W_hh h_{t-1}`` are the paper's ``f_t + W_hh h_{t-1}``); the
-        ``f`` the caller needs is one more matmul over all steps.
-
         Args:
             x: right-padded inputs.
             lengths: ``(B,)``; needed only when ``reverse``.
@@ -121,13 +117,7 @@ class FastForwardLSTMLayer(nn.Module):
         else:
             h, final = fused_lstm(x, state, *weights)
         n = 4 * self.hidden_size if f_size is None else f_size
-        if n == w.size(0):  # all time steps in one matmul
-            f = F.linear(x, w, b)
-        elif n:
-            f = F.linear(x, w[:n], b[:n])
-        else:
-            f = x.new_zeros(x.shape[:-1] + (0,))
-        return f, h, final
+        return F.linear(x, w[:n], b[:n]), h, final  # f: all time steps in one matmul
 
 
 class FastForwardLSTM(nn.Module):

@@ -9,7 +9,6 @@ under any other task a torch optimizer-step post-hook does (:func:`install_step_
 Parameters whose learning rate is 0 (e.g. ``--group-freeze-last``) are left bit-identical.
 """
 
-import weakref
 from collections import defaultdict
 from typing import Dict, List, Tuple
 
@@ -129,30 +128,21 @@ def _project(pairs: List[Tuple[Tensor, Tensor]]) -> int:
     return len(pairs)
 
 
-# torch optimizer -> (number of parameters it held, [(param group, on_simplex parameter)])
-_held: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _step_hook = None
-
-
-def _held_simplex_parameters(optimizer) -> List[Tuple[dict, Tensor]]:
-    """``(group, parameter)`` for the hook-projected ``on_simplex`` parameters ``optimizer`` holds (cached)."""
-    count = sum(len(group["params"]) for group in optimizer.param_groups)
-    cached = _held.get(optimizer)
-    if cached is None or cached[0] != count:
-        pairs = [
-            (group, p)
-            for group in optimizer.param_groups
-            for p in group["params"]
-            if getattr(p, ON_SIMPLEX_ATTR, False) and p.requires_grad and not getattr(p, PROJECTED_BY_TASK_ATTR, False)
-        ]
-        cached = _held[optimizer] = (count, pairs)
-    return cached[1]
 
 
 @torch.no_grad()
 def _project_after_step(optimizer, args, kwargs) -> None:
-    """Optimizer-step post-hook: project the held ``on_simplex`` parameters (skipping lr-0 groups)."""
-    _project([(p, p) for group, p in _held_simplex_parameters(optimizer) if float(group["lr"]) != 0.0])
+    """Optimizer-step post-hook: project the ``on_simplex`` parameters ``optimizer`` holds that no task
+    projects (``projected_by_task``), skipping lr-0 groups."""
+    held = [
+        (p, p)
+        for group in optimizer.param_groups
+        if float(group["lr"]) != 0.0
+        for p in group["params"]
+        if getattr(p, ON_SIMPLEX_ATTR, False) and p.requires_grad and not getattr(p, PROJECTED_BY_TASK_ATTR, False)
+    ]
+    _project(held)
 
 
 def install_step_hook() -> None:

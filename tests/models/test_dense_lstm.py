@@ -74,7 +74,7 @@ def literal_decoder(model, enc_out, prev_output_tokens):
     """Dense decoder, one step at a time, attention through BahdanauAttention.forward."""
     dec = model.decoder
     bsz, steps = prev_output_tokens.shape
-    memory = dec._memories(enc_out)
+    memory = enc_out["encoder_layers"][0]  # dense: o^{L_e} = [h^1..h^{L_e}]
     mask = enc_out["encoder_padding_mask"][0]
     branches = memory.split(dec.context_dim // len(dec.attentions), -1)
     hs = [torch.zeros(bsz, dec.hidden_size) for _ in dec.layers]

@@ -8,7 +8,7 @@ import torch.nn as nn
 
 import fairseq_dense  # noqa: F401
 from fairseq_dense.models.fast_forward_lstm import FastForwardLSTMModel
-from fairseq_dense.modules.encoder_decoder import reverse_index
+from fairseq_dense.modules.encoder_decoder import reverse_padded
 from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTM
 from tests import helpers
 from tests.models.families import build as build_family
@@ -104,9 +104,11 @@ def test_direction_order_matters():
         assert (h[changed] - h2[changed]).abs().amax(dim=(1, 2)).min() > 0
 
 
-def test_reverse_index_is_an_involution_that_keeps_padding():
-    idx = reverse_index(torch.tensor([3, 1]), 4)
-    assert idx[:, 0].tolist() == [2, 1, 0, 3] and idx[:, 1].tolist() == [0, 1, 2, 3]
+def test_reverse_padded_is_an_involution_that_keeps_padding():
+    x = torch.arange(4.0).view(4, 1, 1).expand(4, 2, 1)
+    rev = reverse_padded(x, torch.tensor([3, 1]))
+    assert rev[:, 0, 0].tolist() == [2, 1, 0, 3] and rev[:, 1, 0].tolist() == [0, 1, 2, 3]
+    assert torch.equal(reverse_padded(rev, torch.tensor([3, 1])), x)
 
 
 def test_deep_ed_vector_is_last_step_and_max_over_time():

@@ -63,3 +63,24 @@ def test_attention_gradients_match_the_tanh_formula():
         grads.append([keys.grad.clone(), query.grad.clone()] + [p.grad.clone() for p in att.parameters()])
     for want, got in zip(*grads):
         torch.testing.assert_close(got, want)
+
+
+def test_split_gru_checkpoints_load_into_the_cell():
+    """A state dict of the earlier split GRU (``W_y y + b_y``, ``W_c c``, ``W_hh s + b_hh``) loads into the
+    ``nn.GRUCell``, whose step equals the hand-rolled one that form ran (reset gate on ``W_hn s + b_hn``)."""
+    torch.manual_seed(0)
+    model, _ = build()
+    sd = model.state_dict()
+    w_ih, b_y, w_hh, b_hh = (sd.pop(f"decoder.cell.{k}") for k in ("weight_ih", "bias_ih", "weight_hh", "bias_hh"))
+    E = model.decoder.encoder_dim
+    w_c, w_y = w_ih[:, :E], w_ih[:, E:]
+    sd.update({"decoder.input_proj_c.weight": w_c, "decoder.input_proj_y.weight": w_y})
+    sd.update({"decoder.input_proj_y.bias": b_y, "decoder.hidden_proj.weight": w_hh, "decoder.hidden_proj.bias": b_hh})
+    loaded, _ = build()
+    loaded.load_state_dict(sd)  # fairseq's load upgrades the state dict first
+    c, y, h = torch.randn(3, E), torch.randn(3, w_y.size(1)), torch.randn(3, w_hh.size(1))
+    i_r, i_z, i_n = (y @ w_y.t() + b_y + c @ w_c.t()).chunk(3, dim=-1)
+    h_r, h_z, h_n = (h @ w_hh.t() + b_hh).chunk(3, dim=-1)
+    r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+    n = torch.tanh(i_n + r * h_n)
+    torch.testing.assert_close(loaded.decoder.cell(torch.cat([c, y], dim=-1), h), n + z * (h - n))

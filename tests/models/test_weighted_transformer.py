@@ -15,7 +15,7 @@ from fairseq.trainer import Trainer
 import fairseq_dense  # noqa: F401
 from fairseq_dense import baselines
 from fairseq_dense.models.weighted_transformer import WeightedTransformerModel
-from fairseq_dense.modules.simplex import is_on_simplex, project_onto_simplex
+from fairseq_dense.modules.simplex import is_on_simplex, project_onto_simplex, simplex_parameters
 from fairseq_dense.tasks.translation_exact_resume_simplex import TranslationExactResumeSimplexTask
 from tests import helpers
 from tests.models import families
@@ -111,9 +111,9 @@ def test_ablation_flags():
     model, _ = build("--fixed-kappa")
     assert all(b.kappa is None and b.alpha is not None for _, b in model.branch_blocks())
     model, _ = build("--fixed-kappa", "--fixed-alpha")
-    assert model.branch_weights() == {} and not model.needs_projection()
+    assert model.branch_weights() == {} and not simplex_parameters(model)
     model, _ = build("--no-simplex")
-    assert not model.needs_projection()
+    assert not simplex_parameters(model)
     model.set_num_updates(1)  # nothing to project: no task needed
 
 

@@ -58,8 +58,6 @@ class DenseLSTMEncoder(RecurrentEncoder):
             for layer in range(num_layers)
         )
         self.dense = dense
-        # sizes of the encoder layers h^1..h^{L_e}, as the decoder's attention sees them
-        self.layer_dims = [hidden_size] * num_layers
 
     def encode(self, src_tokens: Tensor, src_lengths: Tensor) -> Dict[str, Tensor]:
         """``encoder_out``: ``(src_len, batch, hidden)`` top layer ``h^{L_e}``; ``encoder_layers``:

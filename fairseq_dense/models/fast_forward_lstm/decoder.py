@@ -126,16 +126,13 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
         # the fast-forward path and all that reads it in float32 (see fairseq_dense.modules.fast_forward_lstm)
         full_range, y = outside_low_precision(y, self.first.ff.weight, self.rest.fast_forward)
         with full_range:
-            proj_keys = None
-            if self.attention is not None:
-                proj_keys = cached["proj_keys"] if cached is not None else self.attention.project_keys(enc)
+            proj_keys = context_gates = attn = None
             first_state = None if states is None else states[0]
-            attn = None
-            context_gates = None
             if self.attention is None:  # W_c e once per sentence (cached for the decoding steps)
                 context_gates = cached["context_gates"] if cached is not None else self.context_proj(enc)
                 f1, h1, first_final = self._first_with_context(y, context_gates, first_state)
             else:
+                proj_keys = cached["proj_keys"] if cached is not None else self.attention.project_keys(enc)
                 f1_y = self.first.ff(y)  # S x B x 4H, all steps at once
                 f1, h1, first_final, attn = self._attend_and_recur(f1_y, enc, proj_keys, encoder_out, first_state)
             h, finals = h1, []
@@ -148,11 +145,9 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
             cache = {
                 "h": torch.stack([s[0] for s in finals], dim=1),  # B x n_d x H
                 "c": torch.stack([s[1] for s in finals], dim=1),
+                "proj_keys": proj_keys,  # the one of these the interface uses
+                "context_gates": context_gates,
             }
-            if proj_keys is not None:
-                cache["proj_keys"] = proj_keys
-            if context_gates is not None:
-                cache["context_gates"] = context_gates
             self.set_cache(incremental_state, cache)
         features = self.dropout(h.transpose(0, 1))  # S x B x H -> B x S x H
         if self.rest.fast_forward:  # h in [-1, 1]: the softmax side in the model's precision (float16 with --fp16)

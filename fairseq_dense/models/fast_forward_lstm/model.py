@@ -109,6 +109,22 @@ def _deep_att(layers=(9, 7), embed: int = 256, hidden: int = 512, **more):
     return {**base, **sizes, **more}
 
 
+def _paper(
+    doc: str, row: str, layers=(9, 7), hidden=512, columns=2, ff=True, encoder="interleaved", interface="deep_att"
+):
+    """``(docstring, options)`` of a preset of the paper: ``doc``, then the ``Paper:`` claim of its ``row``
+    (``encoder`` None: a single layer, no direction to claim) and, for Deep-Att, the project's fc size."""
+    claim = f"layers={layers[0]}+{layers[1]}, columns={columns}, embed=256, hidden={hidden}, fast_forward={ff}, "
+    claim += (f"encoder={encoder}, " if encoder else "") + f"interface={interface}, dropout=0.1"
+    doc += f"\n\nPaper: Zhou et al. 2016, {row}: {claim}"
+    if interface == "deep_att":
+        doc += f"\n\nProject choices: fc_dim={hidden}"
+    more = dict(no_fast_forward=True) if not ff else {}
+    if encoder == "uni":
+        more["no_interleave"] = True
+    return doc, _deep_att(layers, hidden=hidden, encoder_columns=columns, interface=interface, **more)
+
+
 # Zhou et al. 2016 (TACL), https://arxiv.org/abs/1606.04199: the seed copy lost its numbers; they are
 # taken from the published paper (SPEC.md). The size of Deep-Att's "fc" projection is not in the seed
 # copy: the project uses the LSTM width (512).
@@ -117,96 +133,66 @@ _TINY = "Project: test size, not a paper configuration."
 register_presets(
     "fast_forward_lstm",
     {
-        "deep_att": (
-            """The paper's deepest Deep-Att (Tables 1, 4, 5 and 6; the dataclass defaults).
-
-            Paper: Zhou et al. 2016, Table 5, Deep-Att n_e=9 n_d=7 (two columns): layers=9+7, columns=2,
-            embed=256, hidden=512, fast_forward=True, encoder=interleaved, interface=deep_att, dropout=0.1
-
-            Project choices: fc_dim=512""",
-            _deep_att(),
+        "deep_att": _paper(
+            "The paper's deepest Deep-Att (Tables 1, 4, 5 and 6; the dataclass defaults).",
+            "Table 5, Deep-Att n_e=9 n_d=7 (two columns)",
         ),
-        "deep_ed": (
-            """The paper's Deep-ED: Deep-Att's sizes with the fixed-vector interface (Tables 1 and 4).
-
-            Paper: Zhou et al. 2016, Table 4, Deep-ED n_e=9 n_d=7 (bidirectional): layers=9+7, columns=2,
-            embed=256, hidden=512, fast_forward=True, encoder=interleaved, interface=deep_ed, dropout=0.1""",
-            _deep_att(interface="deep_ed"),
+        "deep_ed": _paper(
+            "The paper's Deep-ED: Deep-Att's sizes with the fixed-vector interface (Tables 1 and 4).",
+            "Table 4, Deep-ED n_e=9 n_d=7 (bidirectional)",
+            interface="deep_ed",
         ),
-        "deep_ed_uni": (
-            """Deep-ED with a unidirectional encoder (all layers forward, two columns).
-
-            Paper: Zhou et al. 2016, Table 4, Deep-ED n_e=9 n_d=7 (unidirectional): layers=9+7, columns=2,
-            embed=256, hidden=512, fast_forward=True, encoder=uni, interface=deep_ed, dropout=0.1""",
-            _deep_att(interface="deep_ed", no_interleave=True),
+        "deep_ed_uni": _paper(
+            "Deep-ED with a unidirectional encoder (all layers forward, two columns).",
+            "Table 4, Deep-ED n_e=9 n_d=7 (unidirectional)",
+            encoder="uni",
+            interface="deep_ed",
         ),
-        "deep_att_1x1": (
-            """n_e = n_d = 1 with FF connections (one layer: the interface reads [f; h]).
-
-            Paper: Zhou et al. 2016, Tables 2 and 5, Deep-Att FF n_e=1 n_d=1: layers=1+1, columns=2, embed=256,
-            hidden=512, fast_forward=True, interface=deep_att, dropout=0.1""",
-            _deep_att((1, 1)),
+        "deep_att_1x1": _paper(
+            "n_e = n_d = 1 with FF connections (one layer: the interface reads [f; h]).",
+            "Tables 2 and 5, Deep-Att FF n_e=1 n_d=1",
+            layers=(1, 1),
+            encoder=None,
         ),
-        "deep_att_1x1_no_ff": (
-            """n_e = n_d = 1 without FF connections: the paper's standard attention model (Bahdanau et al.).
-
-            Paper: Zhou et al. 2016, Table 2, Deep-Att no FF n_e=1 n_d=1: layers=1+1, columns=2, embed=256,
-            hidden=512, fast_forward=False, interface=deep_att, dropout=0.1""",
-            _deep_att((1, 1), no_fast_forward=True),
+        "deep_att_1x1_no_ff": _paper(
+            "n_e = n_d = 1 without FF connections: the paper's standard attention model (Bahdanau et al.).",
+            "Table 2, Deep-Att no FF n_e=1 n_d=1",
+            layers=(1, 1),
+            ff=False,
+            encoder=None,
         ),
-        "deep_att_2x2": (
-            """n_e = n_d = 2 with FF connections.
-
-            Paper: Zhou et al. 2016, Tables 2, 3 and 5, Deep-Att FF n_e=2 n_d=2: layers=2+2, columns=2, embed=256,
-            hidden=512, fast_forward=True, encoder=interleaved, interface=deep_att, dropout=0.1""",
-            _deep_att((2, 2)),
+        "deep_att_2x2": _paper(
+            "n_e = n_d = 2 with FF connections.", "Tables 2, 3 and 5, Deep-Att FF n_e=2 n_d=2", layers=(2, 2)
         ),
-        "deep_att_2x2_no_ff": (
-            """n_e = n_d = 2 without FF connections (stacked LSTMs).
-
-            Paper: Zhou et al. 2016, Tables 2 and 3, Deep-Att no FF n_e=2 n_d=2 width 512: layers=2+2, columns=2,
-            embed=256, hidden=512, fast_forward=False, encoder=interleaved, interface=deep_att, dropout=0.1""",
-            _deep_att((2, 2), no_fast_forward=True),
+        "deep_att_2x2_no_ff": _paper(
+            "n_e = n_d = 2 without FF connections (stacked LSTMs).",
+            "Tables 2 and 3, Deep-Att no FF n_e=2 n_d=2 width 512",
+            layers=(2, 2),
+            ff=False,
         ),
-        "deep_att_2x2_no_ff_w1024": (
-            """n_e = n_d = 2 without FF connections at twice the LSTM width (Table 3's wider control).
-
-            Paper: Zhou et al. 2016, Table 3, Deep-Att no FF n_e=2 n_d=2 width 1024: layers=2+2, columns=2,
-            embed=256, hidden=1024, fast_forward=False, encoder=interleaved, interface=deep_att, dropout=0.1
-
-            Project choices: fc_dim=1024""",
-            _deep_att((2, 2), hidden=1024, no_fast_forward=True),
+        "deep_att_2x2_no_ff_w1024": _paper(
+            "n_e = n_d = 2 without FF connections at twice the LSTM width (Table 3's wider control).",
+            "Table 3, Deep-Att no FF n_e=2 n_d=2 width 1024",
+            layers=(2, 2),
+            hidden=1024,
+            ff=False,
         ),
-        "deep_att_5x3": (
-            """n_e = 5, n_d = 3.
-
-            Paper: Zhou et al. 2016, Table 5, Deep-Att n_e=5 n_d=3: layers=5+3, columns=2, embed=256, hidden=512,
-            fast_forward=True, encoder=interleaved, interface=deep_att, dropout=0.1""",
-            _deep_att((5, 3)),
+        "deep_att_5x3": _paper("n_e = 5, n_d = 3.", "Table 5, Deep-Att n_e=5 n_d=3", layers=(5, 3)),
+        "deep_att_1col": _paper(
+            "n_e = 9, n_d = 7 with a single encoder column.",
+            "Tables 5 and 6, Deep-Att n_e=9 n_d=7 one column width 512",
+            columns=1,
         ),
-        "deep_att_1col": (
-            """n_e = 9, n_d = 7 with a single encoder column.
-
-            Paper: Zhou et al. 2016, Tables 5 and 6, Deep-Att n_e=9 n_d=7 one column width 512: layers=9+7,
-            columns=1, embed=256, hidden=512, fast_forward=True, encoder=interleaved, interface=deep_att,
-            dropout=0.1""",
-            _deep_att(encoder_columns=1),
+        "deep_att_1col_w1024": _paper(
+            "n_e = 9, n_d = 7, a single encoder column at twice the LSTM width (Table 6).",
+            "Table 6, Deep-Att n_e=9 n_d=7 one column width 1024",
+            hidden=1024,
+            columns=1,
         ),
-        "deep_att_1col_w1024": (
-            """n_e = 9, n_d = 7, a single encoder column at twice the LSTM width (Table 6).
-
-            Paper: Zhou et al. 2016, Table 6, Deep-Att n_e=9 n_d=7 one column width 1024: layers=9+7, columns=1,
-            embed=256, hidden=1024, fast_forward=True, encoder=interleaved, interface=deep_att, dropout=0.1
-
-            Project choices: fc_dim=1024""",
-            _deep_att(hidden=1024, encoder_columns=1),
-        ),
-        "deep_att_uni": (
-            """n_e = 9, n_d = 7 with a unidirectional encoder (all layers forward, two columns).
-
-            Paper: Zhou et al. 2016, Table 4, Deep-Att n_e=9 n_d=7 (unidirectional): layers=9+7, columns=2,
-            embed=256, hidden=512, fast_forward=True, encoder=uni, interface=deep_att, dropout=0.1""",
-            _deep_att(no_interleave=True),
+        "deep_att_uni": _paper(
+            "n_e = 9, n_d = 7 with a unidirectional encoder (all layers forward, two columns).",
+            "Table 4, Deep-Att n_e=9 n_d=7 (unidirectional)",
+            encoder="uni",
         ),
         "fast_forward_lstm_small": (
             """A CPU-sized Deep-Att (2x2, embed 128, LSTM 128) for the Tatoeba recipe.

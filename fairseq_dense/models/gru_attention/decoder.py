@@ -5,7 +5,6 @@ from typing import Optional
 import torch
 import torch.nn as nn
 from fairseq.modules import FairseqDropout
-from torch import Tensor
 
 from fairseq_dense.modules.bahdanau_attention import BahdanauAttention
 from fairseq_dense.modules.encoder_decoder import IncrementalDecoder, embedding
@@ -19,8 +18,8 @@ class GRUAttentionDecoder(IncrementalDecoder):
     ``p_t = softmax(W2 m_t + b2)``. ``s_0 = tanh(W_init bwd_1)`` with ``bwd_1`` the
     backward encoder state at the first word (Bahdanau's choice); ``c_0 = 0``.
 
-    Only the recurrence runs step by step: the embedding part of the GRU input is
-    projected for all steps in one matrix multiply, and the readout/softmax run
+    The GRU is ``nn.GRUCell`` (PyTorch's gates, reset gate on ``W_hn s + b_hn``; one fused
+    kernel on CUDA); only it and the attention run step by step, the readout/softmax
     once over the whole sequence after the loop. An incremental step is one
     iteration of that loop. Incremental state (key ``gru_state``): ``hidden``
     ``(batch, hidden)`` = ``s_{t-1}``, ``context`` ``(batch, enc_dim)`` = ``c_{t-1}``
@@ -58,10 +57,7 @@ class GRUAttentionDecoder(IncrementalDecoder):
         self.embed_tokens = embed_tokens
         self.embed_dropout = FairseqDropout(embed_dropout, module_name=self.__class__.__name__)
         self.init_proj = nn.Linear(encoder_hidden_size, hidden_size)
-        # GRU input [c_{t-1}; y_{t-1}]: W_ih is split so the y-part runs batched
-        self.input_proj_y = nn.Linear(embed_dim, 3 * hidden_size, bias=True)
-        self.input_proj_c = nn.Linear(encoder_dim, 3 * hidden_size, bias=False)
-        self.hidden_proj = nn.Linear(hidden_size, 3 * hidden_size, bias=True)
+        self.cell = nn.GRUCell(encoder_dim + embed_dim, hidden_size)  # input [c_{t-1}; y_{t-1}]
         self.attention = BahdanauAttention(hidden_size, encoder_dim, attention_dim)
         self.readout = nn.Linear(encoder_dim + hidden_size, readout_dim)
         self.dropout = FairseqDropout(dropout, module_name=self.__class__.__name__)
@@ -69,15 +65,16 @@ class GRUAttentionDecoder(IncrementalDecoder):
         if share_input_output_embed:
             self.output_projection.weight = self.embed_tokens.weight
 
-    def _gru_step(self, gi: Tensor, hidden: Tensor) -> Tensor:
-        """One GRU update from the input gates ``W_y y + b + W_c c`` (PyTorch's gate layout)."""
-        gh = self.hidden_proj(hidden)
-        i_r, i_z, i_n = gi.chunk(3, dim=-1)
-        h_r, h_z, h_n = gh.chunk(3, dim=-1)
-        r = torch.sigmoid(i_r + h_r)
-        z = torch.sigmoid(i_z + h_z)
-        n = torch.tanh(i_n + r * h_n)
-        return n + z * (hidden - n)
+    def upgrade_state_dict_named(self, state_dict, name):
+        """Checkpoints of the split GRU (``input_proj_y``, ``input_proj_c``, ``hidden_proj``) load into ``cell``."""
+        p = f"{name}."
+        if p + "input_proj_y.weight" in state_dict:
+            w_c, w_y = (state_dict.pop(f"{p}input_proj_{k}.weight") for k in "cy")
+            state_dict[p + "cell.weight_ih"] = torch.cat([w_c, w_y], dim=1)
+            state_dict[p + "cell.bias_ih"] = state_dict.pop(p + "input_proj_y.bias")
+            for k in ("weight", "bias"):
+                state_dict[f"{p}cell.{k}_hh"] = state_dict.pop(f"{p}hidden_proj.{k}")
+        return state_dict
 
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None, **unused):
         padding_mask = encoder_out["encoder_padding_mask"][0]
@@ -93,10 +90,9 @@ class GRUAttentionDecoder(IncrementalDecoder):
             hidden, context, proj_keys = cached["hidden"], cached["context"], cached["proj_keys"]
 
         y = self.embed_dropout(self.embed_tokens(prev_output_tokens))
-        gi_y = self.input_proj_y(y)  # B x S x 3H, all steps at once
         states, contexts, attns = [], [], []
-        for gi_y_t in gi_y.unbind(1):  # unbind, not gi_y[:, t]: O(T) gradient traffic, not O(T^2)
-            hidden = self._gru_step(gi_y_t + self.input_proj_c(context), hidden)
+        for y_t in y.unbind(1):  # unbind, not y[:, t]: O(T) gradient traffic, not O(T^2)
+            hidden = self.cell(torch.cat([context, y_t], dim=-1), hidden)
             context, attn = self.attention(hidden, proj_keys, values, padding_mask)
             states.append(hidden)
             contexts.append(context)

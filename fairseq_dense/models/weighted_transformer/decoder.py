@@ -64,8 +64,6 @@ class WeightedDecoderLayer(nn.Module):
         encoder_out: Optional[Tensor] = None,
         encoder_padding_mask: Optional[Tensor] = None,
         incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
-        prev_self_attn_state=None,
-        prev_attn_state=None,
         self_attn_mask: Optional[Tensor] = None,
         self_attn_padding_mask: Optional[Tensor] = None,
         need_attn: bool = False,

@@ -13,20 +13,16 @@ from fairseq_dense.modules.branched_attention import BranchedAttention
 
 @dataclass
 class BranchOptions:
-    """What a branched block needs beyond fairseq's transformer config."""
+    """What a branched block needs beyond fairseq's transformer config: the branch counts, the
+    decoder's layout, the seed of the random inference weights and ``block``, the keyword arguments
+    of :class:`BranchedAttention` both sides share (``learn_kappa``, ``simplex``, ``init``, ...)."""
 
     encoder_branches: int
     decoder_branches: int
+    block: dict
+    random_seed: int = 1
     decoder_branched_self_attn: bool = False
     decoder_plain_cross_attn: bool = False
-    simplex: bool = True
-    learn_kappa: bool = True
-    learn_alpha: bool = True
-    inference_weights: str = "learned"
-    random_seed: int = 1
-    init: str = "transformer"
-    residual_dropout: str = "outputs"
-    recompute: bool = False
 
     def block_kwargs(self, cfg, side: str) -> dict:
         """Keyword arguments of a branched block on ``side`` (``"encoder"``/``"decoder"``), all but its seed."""
@@ -41,13 +37,7 @@ class BranchOptions:
             activation_dropout=cfg.activation_dropout or getattr(cfg, "relu_dropout", 0) or 0,
             activation_fn=cfg.activation_fn,
             normalize_before=side_cfg.normalize_before,
-            learn_kappa=self.learn_kappa,
-            learn_alpha=self.learn_alpha,
-            simplex=self.simplex,
-            inference_weights=self.inference_weights,
-            init=self.init,
-            residual_dropout=self.residual_dropout,
-            recompute=self.recompute,
+            **self.block,
         )
 
 

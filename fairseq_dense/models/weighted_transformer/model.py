@@ -14,13 +14,19 @@ from fairseq.models.transformer import TransformerConfig, TransformerModel
 from fairseq.models.transformer.transformer_legacy import base_architecture as fairseq_transformer_base
 from fairseq.utils import safe_getattr
 
-from fairseq_dense.models.arch_defaults import both_sides, register_presets, set_defaults
+from fairseq_dense.models.arch_defaults import both_sides, fill_defaults, register_presets, set_defaults
 from fairseq_dense.models.option_checks import flag
 from fairseq_dense.models.weighted_transformer.config import WeightedTransformerConfig
 from fairseq_dense.models.weighted_transformer.decoder import WeightedTransformerDecoder
 from fairseq_dense.models.weighted_transformer.encoder import BranchOptions, WeightedTransformerEncoder
 from fairseq_dense.modules.branched_attention import BranchedAttention
-from fairseq_dense.modules.simplex import PROJECTION_HOOK_ATTR, install_step_hook, is_on_simplex, project_onto_simplex
+from fairseq_dense.modules.simplex import (
+    PROJECTION_HOOK_ATTR,
+    install_step_hook,
+    is_on_simplex,
+    project_onto_simplex,
+    simplex_parameters,
+)
 from fairseq_dense.validation import ExplainsCheckpointMismatch
 
 SIMPLEX_TASK = "translation_exact_resume_simplex"  # the task that projects kappa/alpha after each step
@@ -46,16 +52,18 @@ def branch_options(cfg) -> BranchOptions:
     return BranchOptions(
         encoder_branches=cfg.encoder_branches or cfg.encoder_attention_heads,
         decoder_branches=cfg.decoder_branches or cfg.decoder_attention_heads,
-        decoder_branched_self_attn=bool(cfg.decoder_branched_self_attn),
-        decoder_plain_cross_attn=bool(safe_getattr(cfg, "decoder_plain_cross_attn", False)),
-        simplex=not cfg.no_simplex,
-        learn_kappa=learns(cfg, "kappa"),
-        learn_alpha=learns(cfg, "alpha"),
-        inference_weights=str(cfg.branch_weights_at_inference),
+        block=dict(
+            simplex=not cfg.no_simplex,
+            learn_kappa=learns(cfg, "kappa"),
+            learn_alpha=learns(cfg, "alpha"),
+            inference_weights=str(cfg.branch_weights_at_inference),
+            init=str(cfg.branch_init),
+            residual_dropout=str(cfg.branch_residual_dropout),
+            recompute=bool(cfg.branch_recompute),
+        ),
         random_seed=int(cfg.branch_random_seed),
-        init=str(safe_getattr(cfg, "branch_init", "transformer")),
-        residual_dropout=str(safe_getattr(cfg, "branch_residual_dropout", "outputs")),
-        recompute=bool(safe_getattr(cfg, "branch_recompute", False)),
+        decoder_branched_self_attn=bool(cfg.decoder_branched_self_attn),
+        decoder_plain_cross_attn=bool(cfg.decoder_plain_cross_attn),
     )
 
 
@@ -77,7 +85,7 @@ def validate(args) -> None:
     for key in (*unsupported, "no_decoder_final_norm"):
         if safe_getattr(args, key, None):
             raise ValueError(f"{flag(key)} is not supported by --arch weighted_transformer*")
-    if safe_getattr(args, "decoder_plain_cross_attn", False) and args.decoder_branched_self_attn:
+    if args.decoder_plain_cross_attn and args.decoder_branched_self_attn:
         raise ValueError(
             "--decoder-plain-cross-attn already makes the decoder self-attention branched; "
             "drop --decoder-branched-self-attn"
@@ -178,10 +186,6 @@ class WeightedTransformerModel(ExplainsCheckpointMismatch, TransformerModel):
                     out[f"{name}.{w}"] = getattr(block, w).detach()
         return out
 
-    def needs_projection(self) -> bool:
-        """Whether some learned branch weight must be kept on the simplex."""
-        return any(getattr(p, "on_simplex", False) for p in self.parameters() if p.requires_grad)
-
     def set_num_updates(self, num_updates):
         """Called by fairseq before every training forward and when loading a checkpoint.
 
@@ -196,20 +200,15 @@ class WeightedTransformerModel(ExplainsCheckpointMismatch, TransformerModel):
         if getattr(self, PROJECTION_HOOK_ATTR, False) or num_updates == getattr(self, "_checked_update", None):
             return
         self._checked_update = num_updates
-        learned = [
-            (name, w)
-            for name, block in self.branch_blocks()
-            for w in (block.kappa, block.alpha)
-            if w is not None and getattr(w, "on_simplex", False)
-        ]
-        if any(w.dtype not in (torch.float32, torch.float64) for _, w in learned):
+        learned = simplex_parameters(self)
+        if any(w.dtype not in (torch.float32, torch.float64) for w in learned):
             raise SimplexTaskError(
                 "weighted_transformer: with half-precision weights (--fp16, --bf16, --memory-efficient-fp16) "
-                f"only --task {SIMPLEX_TASK} keeps the branch weights ({learned[0][0]}, ...) on the "
+                f"only --task {SIMPLEX_TASK} keeps the branch weights (kappa, alpha) on the "
                 f"probability simplex (it projects the fp32 master copies): train with --task {SIMPLEX_TASK} "
                 "(or its earlier name translation_weighted), or pass --no-simplex"
             )
-        off = [(name, w) for name, w in learned if not is_on_simplex(w, atol=1e-6)]
+        off = [w for w in learned if not is_on_simplex(w, atol=1e-6)]
         if not off:
             return
         if not getattr(self, "_warned_fallback", False):
@@ -220,7 +219,7 @@ class WeightedTransformerModel(ExplainsCheckpointMismatch, TransformerModel):
                 "optimizer step (and reaches fp32 master weights under --fp16/--bf16)"
             )
         with torch.no_grad():
-            for _, w in off:
+            for w in off:
                 w.copy_(project_onto_simplex(w))
 
     @torch.no_grad()
@@ -236,13 +235,11 @@ class WeightedTransformerModel(ExplainsCheckpointMismatch, TransformerModel):
         weights = self.branch_weights()
         if not weights:
             return {}
-        rows = []
-        for w in weights.values():
+        stats = {}  # tensors, not read here: fairseq's logging reads them
+        for name, w in weights.items():
             p = w.float().clamp_min(0)
-            p = p / p.sum().clamp_min(1e-12)
-            rows.append(torch.stack([-(p * p.clamp_min(1e-12).log()).sum(), w.float().max()]))
-        values = torch.stack(rows)  # not read here: fairseq's logging reads it
-        stats = {f"{name}_{kind}": v for name, row in zip(weights, values) for kind, v in zip(("ent", "max"), row)}
+            stats[f"{name}_ent"] = torch.special.entr(p / p.sum().clamp_min(1e-12)).sum()
+            stats[f"{name}_max"] = w.float().max()
         self._logging_stats = stats
         return stats
 
@@ -261,23 +258,8 @@ def weighted_transformer_base(args):
     Paper: Ahmed et al. 2017, Table 2, Weighted Transformer (A): layers=6+6, d_model=512, ffn=2048,
     heads=8, branches=8, dropout=0.1, learned_branch_weights=True
     """
-    set_defaults(
-        args,
-        dict(
-            encoder_branches=0,
-            decoder_branches=0,
-            decoder_branched_self_attn=False,
-            no_simplex=False,
-            learned_branch_weights=True,
-            branch_weights_at_inference="learned",
-            branch_random_seed=1,
-            branch_init="transformer",
-            branch_residual_dropout="outputs",
-            dropout=0.1,
-        ),
-    )
-    args.fixed_kappa = getattr(args, "fixed_kappa", None)  # None: learned_branch_weights decides (learns())
-    args.fixed_alpha = getattr(args, "fixed_alpha", None)
+    set_defaults(args, {"learned_branch_weights": True, "dropout": 0.1})
+    fill_defaults(args, WeightedTransformerConfig)  # fixed_kappa/alpha None: learned_branch_weights decides
     # the paper drops attention probabilities with the residual dropout rate
     set_defaults(args, {"attention_dropout": args.dropout})
     fairseq_transformer_base(args)
@@ -287,6 +269,13 @@ def _sizes(layers: int, dim: int, ffn: int, heads: int, dropout: float, learned:
     """Both sides' sizes (M = heads: one head a branch) and the branch-weight default."""
     sizes = both_sides(layers=layers, embed_dim=dim, ffn_embed_dim=ffn, attention_heads=heads)
     return dict(sizes, dropout=dropout, learned_branch_weights=learned)
+
+
+def _paper(doc: str, row: str, layers: int, dim=512, ffn=2048, heads=8, dropout=0.1):
+    """``(docstring, options)`` of a row of the paper's Table 2: ``doc``, then its ``Paper:`` claim."""
+    claim = f"layers={layers}+{layers}, d_model={dim}, ffn={ffn}, heads={heads}, branches={heads}, dropout={dropout}"
+    doc += f"\n\nPaper: Ahmed et al. 2017, Table 2, Weighted Transformer {row}: {claim}, learned_branch_weights=True"
+    return doc, _sizes(layers, dim, ffn, heads, dropout)
 
 
 register_presets(
@@ -309,40 +298,19 @@ register_presets(
             Project: the project's measured CPU-scale variant, not a paper configuration.""",
             _sizes(2, 128, 512, 4, 0.1, learned=False),
         ),
-        "weighted_transformer_c": (
-            """Configuration (C), the one of the paper's Tables 3-4 ablations.
-
-            Paper: Ahmed et al. 2017, Table 2, Weighted Transformer (C): layers=2+2, d_model=512, ffn=2048,
-            heads=8, branches=8, dropout=0.1, learned_branch_weights=True""",
-            _sizes(2, 512, 2048, 8, 0.1),
+        "weighted_transformer_c": _paper("Configuration (C), the one of the paper's Tables 3-4 ablations.", "(C)", 2),
+        "weighted_transformer_n4": _paper("The N=4 row of Table 2.", "N=4", 4),
+        "weighted_transformer_a": _paper(
+            'Configuration (A), the paper\'s "small" model of Table 1 (same as ``weighted_transformer``).', "(A)", 6
         ),
-        "weighted_transformer_n4": (
-            """The N=4 row of Table 2.
-
-            Paper: Ahmed et al. 2017, Table 2, Weighted Transformer N=4: layers=4+4, d_model=512, ffn=2048,
-            heads=8, branches=8, dropout=0.1, learned_branch_weights=True""",
-            _sizes(4, 512, 2048, 8, 0.1),
+        "weighted_transformer_n8": _paper(
+            "The N=8 row of Table 2 (P_drop 0.3 for the Weighted Transformer, 0.1 for its Transformer).",
+            "N=8",
+            8,
+            dropout=0.3,
         ),
-        "weighted_transformer_a": (
-            """Configuration (A), the paper's "small" model of Table 1 (same as ``weighted_transformer``).
-
-            Paper: Ahmed et al. 2017, Table 2, Weighted Transformer (A): layers=6+6, d_model=512, ffn=2048,
-            heads=8, branches=8, dropout=0.1, learned_branch_weights=True""",
-            _sizes(6, 512, 2048, 8, 0.1),
-        ),
-        "weighted_transformer_n8": (
-            """The N=8 row of Table 2 (P_drop 0.3 for the Weighted Transformer, 0.1 for its Transformer).
-
-            Paper: Ahmed et al. 2017, Table 2, Weighted Transformer N=8: layers=8+8, d_model=512, ffn=2048,
-            heads=8, branches=8, dropout=0.3, learned_branch_weights=True""",
-            _sizes(8, 512, 2048, 8, 0.3),
-        ),
-        "weighted_transformer_b": (
-            """Configuration (B), the paper's "large" model of Table 1.
-
-            Paper: Ahmed et al. 2017, Table 2, Weighted Transformer (B): layers=6+6, d_model=1024, ffn=4096,
-            heads=16, branches=16, dropout=0.3, learned_branch_weights=True""",
-            _sizes(6, 1024, 4096, 16, 0.3),
+        "weighted_transformer_b": _paper(
+            'Configuration (B), the paper\'s "large" model of Table 1.', "(B)", 6, 1024, 4096, 16, dropout=0.3
         ),
     },
     weighted_transformer_base,

@@ -1,0 +1,62 @@
+"""What the long recipes of ``examples/`` (Multi30k, the Weighted Transformer ablation) share: fairseq
+commands run into logs, the committed copies of those logs, and tables written between markers of a doc.
+
+A recipe log holds one process after another, each from its ``# command`` line on (a resumed run
+appends to its log); the statistics lines are read by :mod:`fairseq_dense.logs`.
+"""
+
+import os
+import re
+import shlex
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: the lines the reports read: commands, epoch summaries and validations, the parameter count, how a run ended
+KEEP = re.compile(r"^# |\| INFO \| (valid|train) \| \{|done training|model params|early stop|Stopping training")
+
+
+def start(cmd, log: str, threads=None) -> subprocess.Popen:
+    """Start ``cmd`` (``threads``: its torch threads), its output appended to ``log`` after a ``# command`` line."""
+    print("+", shlex.join(cmd), flush=True)
+    # FAIRSEQ_DENSE_CLI: fairseq's tools end in one line on an error (fairseq_dense.cli.fairseq_tools)
+    env = dict(os.environ, FAIRSEQ_DENSE_CLI="1", **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
+    with open(log, "a") as f:
+        f.write("# " + shlex.join(cmd) + "\n")
+        f.flush()
+        return subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT)
+
+
+def run(cmd, log: str, threads=None) -> None:
+    """Run ``cmd`` to its end (see :func:`start`); raise when it fails."""
+    code = start(cmd, log, threads).wait()
+    if code:
+        raise subprocess.CalledProcessError(code, cmd)
+
+
+def relative(text: str, work: str, name: str) -> str:
+    """``text`` with the work folder ``work`` written ``name`` and the repository root dropped: paths
+    relative to the root, what the committed logs and scores record."""
+    return text.replace(os.path.abspath(work), name).replace(ROOT + os.sep, "")
+
+
+def copy_log(src: str, dest: str, work: str, name: str) -> None:
+    """Keep the :data:`KEEP` lines of ``src`` in ``dest``, paths :func:`relative` (a run and a progress
+    report may copy the same log at once: each writes its own temporary file)."""
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    tmp = f"{dest}.tmp{os.getpid()}"
+    with open(src) as f, open(tmp, "w") as out:
+        out.writelines(relative(line, work, name) for line in f if KEEP.search(line))
+    os.replace(tmp, dest)
+
+
+def write_between(path: str, name: str, text: str) -> None:
+    """Put ``text`` between the ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` lines of ``path`` (a file
+    without them is left as it is)."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    with open(path) as f:
+        content = f.read()
+    if begin in content:
+        head, rest = content.split(begin, 1)
+        with open(path + ".tmp", "w") as f:
+            f.write(head + begin + "\n" + text + "\n" + end + rest.split(end, 1)[1])
+        os.replace(path + ".tmp", path)
