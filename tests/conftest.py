@@ -9,6 +9,16 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: end-to-end tests through the fairseq CLI")
 
 
+@pytest.fixture(scope="session")
+def shared(tmp_path_factory):
+    """Corpora and training runs built once for the whole test run, by whichever worker asks first
+    (``tests.reliability_helpers.Shared``); pytest-xdist's workers have their folders in one parent."""
+    from tests.reliability_helpers import Shared
+
+    base = tmp_path_factory.getbasetemp()
+    return Shared((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared")
+
+
 @pytest.fixture(scope="module")
 def proxy_setup(tmp_path_factory):
     """``(dict_dir, sample)`` for ``benchmarks.proxies.measure_side``: a 100-entry vocabulary, a 96-token batch."""

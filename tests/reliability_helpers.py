@@ -8,10 +8,13 @@ importing fairseq costs about 5 s per process.
 
 import contextlib
 import dataclasses
+import fcntl
+import hashlib
+import json
 import os
 import random
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -227,6 +230,47 @@ def train_inprocess(args: Sequence[str], crash_at: Optional[int] = None) -> Dict
             os.close(fd)
         save_lock._HELD.clear()
     return losses
+
+
+class Shared:
+    """Corpora and training runs built once per test run, in a folder every test process shares.
+
+    ``pytest -n`` runs each test file in one worker process; two files that need the same
+    run (same corpus, same command line) get one training: the first to ask trains it under
+    a file lock, the others wait for it and read the result. Nothing is shared between
+    test runs (the folder is the run's own temporary folder).
+    """
+
+    def __init__(self, root: Path):
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    @contextlib.contextmanager
+    def _once(self, key: str) -> Iterator[Tuple[Path, bool]]:
+        """``(folder, built)`` for ``key``, held under its lock; ``built`` once a holder finished."""
+        folder = self.root / hashlib.sha1(key.encode()).hexdigest()[:16]
+        with open(f"{folder}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield folder, (folder / "done").exists()
+
+    def corpus(self, n_train: int, group: int = 0) -> Path:
+        """:func:`tiny_corpus` ``(n_train, group)``: its data-bin folder."""
+        with self._once(f"corpus {n_train} {group}") as (folder, built):
+            if not built:
+                tiny_corpus(folder, n_train, group)
+                (folder / "done").touch()
+        return folder / "bin"
+
+    def train(self, bin_dir: Path, arch: str, max_update: int, *extra: str) -> Tuple[Path, Dict[int, float]]:
+        """``(save_dir, losses)`` of :func:`train_inprocess` with :func:`base_train_args` ``(bin_dir, save_dir,
+        arch, max_update, *extra)``, trained on first use. Callers read the save folder and never write it."""
+        with self._once(json.dumps([str(bin_dir), arch, max_update, *extra])) as (folder, built):
+            save = folder / "save"
+            if not built:
+                losses = train_inprocess(base_train_args(bin_dir, save, arch, max_update, *extra))
+                (folder / "losses.json").write_text(json.dumps(losses))
+                (folder / "done").touch()
+            return save, {int(u): loss for u, loss in json.loads((folder / "losses.json").read_text()).items()}
 
 
 def build_tiny_model(arch: str, dictionary, *options_: str):

@@ -204,7 +204,9 @@ def test_gpu_suite_says_what_is_wrong(tmp_path):
 def _harness(tmp_path, *extra):
     raw = write_copy_corpus(tmp_path / "raw", n_train=300, n_valid=30, n_test=20, src="de", tgt="en")
     out = tmp_path / "out"
-    argv = ["--corpus", str(raw), "--src", "de", "--tgt", "en", "--budget-minutes", "0.5", "--size", "tiny"]
+    # each test's --max-update ends the runs: a budget of seconds (--stop-time-hours) would end them
+    # earlier on a loaded machine, after a number of updates that depends on the load
+    argv = ["--corpus", str(raw), "--src", "de", "--tgt", "en", "--budget-minutes", "10", "--size", "tiny"]
     argv += ["--out", str(out), "--bpe-merges", "20", "--threads", "1", "--validate-interval-updates", "4"]
     argv += ["--log-interval", "2", "--paired-sentences", "6", "--paired-rounds", "2", "--paired-train-batches", "2"]
     assert bench_run.main(argv + list(extra)) == 0

@@ -34,6 +34,7 @@ from fairseq_dense.tasks.translation_exact_resume import (
 )
 from tests import helpers
 from tests import reliability_helpers as rh
+from tests import test_cli_matrix as matrix
 from tests.test_cli_matrix import generate
 
 ARCHS = rh.tiny_archs()
@@ -42,7 +43,7 @@ SIZES = {
     "transformer": "--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 16 --decoder-embed-dim 16 "
     "--encoder-ffn-embed-dim 32 --decoder-ffn-embed-dim 32 --encoder-attention-heads 2 --decoder-attention-heads 2"
 }
-UPDATES = 20
+UPDATES = matrix.UPDATES
 #: relative distance of each update's loss under the option from float32's
 TOLERANCE = 0.03
 
@@ -92,27 +93,22 @@ def test_other_precisions_are_refused(other):
 
 
 @pytest.fixture(scope="module")
-def data_bin(tmp_path_factory):
-    return rh.tiny_corpus(tmp_path_factory.mktemp("bf16_data"), 64)  # 8 updates per epoch
+def data_bin(shared):
+    return shared.corpus(matrix.N_TRAIN)
 
 
 @pytest.fixture(scope="module")
-def float32_losses(data_bin, tmp_path_factory):
-    """``losses(arch)``: the float32 run's losses by update, trained on first use."""
-    root, done = tmp_path_factory.mktemp("bf16_float32"), {}
+def float32_losses(data_bin, shared):
+    """``losses(arch)``: the float32 run's losses by update (tests/test_cli_matrix.py's checkpoint)."""
+    return lambda arch: shared.train(data_bin, arch, UPDATES, *_options(arch, "adam"))[1]
 
-    def losses(arch):
-        if arch not in done:
-            done[arch] = _train(data_bin, root / arch, arch, "adam")
-        return done[arch]
 
-    return losses
+def _options(arch, optimizer, *flags):
+    return [*(optimizer if o == "adam" else o for o in matrix.OPTIONS), *SIZES.get(arch, "").split(), *flags]
 
 
 def _train(data_bin, save_dir, arch, optimizer, *flags):
-    args = rh.base_train_args(data_bin, save_dir, arch, UPDATES, "--optimizer", optimizer, "--lr", "0.003")
-    sizes = SIZES.get(arch, "").split()
-    return rh.train_inprocess([*args, *sizes, "--batch-size", "8", "--save-interval", str(UPDATES), *flags])
+    return rh.train_inprocess(rh.base_train_args(data_bin, save_dir, arch, UPDATES, *_options(arch, optimizer, *flags)))
 
 
 def _check_run(arch, data_bin, tmp_path, optimizer, float32):

@@ -1,9 +1,9 @@
 """fairseq's everyday tools and options on one tiny checkpoint per family (the contract matrix).
 
-One tiny checkpoint per family, trained once for this file (in this process,
-fairseq's own ``fairseq_cli.train``), is decoded by ``fairseq_cli.generate.main``
-(what the ``fairseq-generate`` command runs, without paying fairseq's import per
-case) with each option a fairseq user reaches for, scored by ``fairseq_cli.validate``
+One tiny checkpoint per family, trained once per test run (in a test process, fairseq's
+own ``fairseq_cli.train``; it is the float32 run of ``tests/test_bf16_autocast.py`` too), is
+decoded by ``fairseq_cli.generate.main`` (what the ``fairseq-generate`` command runs, without
+paying fairseq's import per case) with each option a fairseq user reaches for, scored by ``fairseq_cli.validate``
 and ``fairseq_cli.interactive`` the same way, and loaded through fairseq's hub
 interface. Every cell either passes or is one of fairseq's own gaps, pinned down in
 ``tests/test_fairseq_gaps.py``. The other cells of the matrix live beside their
@@ -24,38 +24,22 @@ from tests import reliability_helpers as rh
 pytestmark = pytest.mark.slow
 
 ARCHS = rh.tiny_archs()
-UPDATES = 30
+N_TRAIN, UPDATES = 64, 20  # 8 updates per epoch
+#: the options of each family's float32 run, shared with tests/test_bf16_autocast.py (one training for both files)
+OPTIONS = ["--optimizer", "adam", "--lr", "0.003", "--batch-size", "8", "--save-interval", str(UPDATES)]
 
 
 @pytest.fixture(scope="module")
-def data_bin(tmp_path_factory):
-    return rh.tiny_corpus(tmp_path_factory.mktemp("matrix_data"), 48)  # 6 updates per epoch
+def data_bin(shared):
+    return shared.corpus(N_TRAIN)
 
 
 @pytest.fixture(scope="module")
-def checkpoints(data_bin, tmp_path_factory):
+def checkpoints(data_bin, shared):
     """``checkpoint(arch)``: its ``checkpoint_last.pt`` after ``UPDATES`` updates, trained on first use."""
-    root, done = tmp_path_factory.mktemp("matrix_ckpt"), {}
 
     def checkpoint(arch: str):
-        if arch not in done:
-            save = root / arch
-            rh.train_inprocess(
-                rh.base_train_args(
-                    data_bin,
-                    save,
-                    arch,
-                    UPDATES,
-                    "--optimizer",
-                    "adam",
-                    "--lr",
-                    "0.005",
-                    "--batch-size",
-                    "8",
-                )
-            )
-            done[arch] = save / "checkpoint_last.pt"
-        return done[arch]
+        return shared.train(data_bin, arch, UPDATES, *OPTIONS)[0] / "checkpoint_last.pt"
 
     return checkpoint
 

@@ -128,11 +128,16 @@ def test_the_bpe_word_cache_is_bounded():
 
 
 def test_no_module_of_the_current_directory_is_imported(gru, tmp_path, marker):
-    """A model folder holding safetensors.py, sacremoses.py, ... loads and translates from ``python -c`` in it."""
+    """A model folder holding safetensors.py, sacremoses.py, ... loads and translates from ``python -c`` in it,
+    and a hub repository id (offline: refused) imports no huggingface_hub.py from it either."""
     model_dir = tamper(gru.dir, tmp_path, lambda d, m: None, marker, resign=False)
-    for name in ("safetensors", "sacremoses", "subword_nmt", "regex", "xml"):
+    for name in ("safetensors", "sacremoses", "subword_nmt", "regex", "xml", "huggingface_hub"):
         (model_dir / f"{name}.py").write_text(f"open({str(marker)!r}, 'a').write('{name} ')\n")
-    code = "import fairseq_dense; print(fairseq_dense.from_pretrained('.').translate('a b c', beam=2, max_len_b=4))"
+    code = (
+        "import fairseq_dense; print(fairseq_dense.from_pretrained('.').translate('a b c', beam=2, max_len_b=4))\n"
+        "try: fairseq_dense.from_pretrained('someone/model', local_files_only=True)\n"
+        "except fairseq_dense.hub.PretrainedModelError as err: print(err)"
+    )
     env = dict(os.environ, PYTHONPATH=str(helpers.REPO))
     run = subprocess.run([sys.executable, "-c", code], cwd=model_dir, capture_output=True, text=True, env=env)
     assert run.returncode == 0 and run.stdout.strip(), run.stderr[-2000:]

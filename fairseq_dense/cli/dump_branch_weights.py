@@ -2,17 +2,10 @@
 
     fairseq-dense-branch-weights ckpt/checkpoint_*_*.pt ckpt/checkpoint_last.pt --out weights
 
-writes ``weights.json``::
-
-    {"checkpoints": [{"path": ..., "num_updates": 1000,
-                      "weights": {"encoder.layers.0.branched.kappa": [0.12, ...], ...}},
-                     ...]}
-
-(checkpoints sorted by update number) and ``weights.png``: one panel per weight
-vector, one line per branch, value against training updates, like Figure 3 of
-Ahmed et al., 2017 (https://arxiv.org/abs/1711.02132). Only the checkpoints'
-state dicts are read (no model is built, no ``--user-dir`` needed); any
-parameter whose name ends in ``.kappa`` or ``.alpha`` is taken. The plot needs
+writes ``weights.json`` (``{"checkpoints": [{"path", "num_updates", "weights": {name: [floats]}}, ...]}``,
+sorted by update) and ``weights.png``: one panel per weight vector, one line per branch, against updates,
+like Figure 3 of Ahmed et al., 2017 (https://arxiv.org/abs/1711.02132). Only the state dicts are read (no
+model is built, no ``--user-dir``): every parameter named ``*.kappa`` or ``*.alpha``. The plot needs
 matplotlib (``pip install fairseq-dense[plot]``); ``--no-plot`` skips it.
 """
 
@@ -24,6 +17,7 @@ from typing import List, Optional
 
 import torch
 
+from fairseq_dense.checkpoints import num_updates, read_state
 from fairseq_dense.data.prepare import write_json
 from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
 from fairseq_dense.threads import apply_threads
@@ -34,14 +28,8 @@ SUFFIXES = (".kappa", ".alpha")
 
 
 def read_checkpoint(path: str) -> dict:
-    """``{"path", "num_updates", "weights": {name: [floats]}}`` of one checkpoint.
-
-    Raises:
-        ValueError: ``path`` is missing or not a checkpoint
-            (:class:`~fairseq_dense.checkpoints.CheckpointError`), or holds no kappa/alpha parameters.
-    """
-    from fairseq_dense.checkpoints import num_updates, read_state
-
+    """``{"path", "num_updates", "weights": {name: [floats]}}`` of one checkpoint; ``ValueError`` if it is not
+    one (:class:`~fairseq_dense.checkpoints.CheckpointError`) or holds no kappa/alpha parameters."""
     state = read_state(path)
     weights = {
         k: [float(x) for x in v.float().reshape(-1)]
@@ -79,8 +67,7 @@ def plot(ckpts: List[dict], out_png: str) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Command-line entry point (``fairseq-dense-branch-weights``); writes OUT.json and OUT.png,
-    returns 0 (the exit status)."""
+    """``fairseq-dense-branch-weights``: writes OUT.json and OUT.png, returns 0 (the exit status)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoints", nargs="+", help="checkpoint files (any order)")
     parser.add_argument("--out", required=True, help="output prefix: writes OUT.json and OUT.png")

@@ -1,16 +1,8 @@
-"""``fairseq-dense-export``: a fairseq checkpoint -> a pickle-free model directory.
+"""``fairseq-dense-export``: a fairseq checkpoint -> a pickle-free model directory (docs/hub.md).
 
     fairseq-dense-export checkpoints/checkpoint_best.pt --data data-bin/deu-eng \\
-        --bpe-codes data/bpecodes --out exports/gru-deu-eng \\
-        --dataset tatoeba --bleu 21.3 --bleu-signature "nrefs:1|case:mixed|..." --license cc-by-4.0
+        --bpe-codes data/bpecodes --out exports/gru-deu-eng --dataset tatoeba --bleu 21.3 --license cc-by-4.0
     fairseq-dense-export checkpoints --average-last 5 --fp16 --out exports/gru-avg5 ...
-
-The directory holds ``config.json``, ``model.safetensors``, ``dict.<lang>.txt``,
-``bpecodes``, ``SHA256SUMS`` and a ``README.md`` model card; ``--pickle-checkpoint`` adds a
-pickle-based ``model.pt`` for ``fairseq-generate --path`` users. Load it with
-``fairseq_dense.from_pretrained(DIR)``; share it with ``fairseq-dense-push``.
-Only fairseq-dense's own architectures are exported, and the config written is
-checked with the loader's rules (see docs/hub.md) before any model is built.
 """
 
 import argparse
@@ -30,11 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument(
-        "checkpoints",
-        nargs="+",
-        help="checkpoint file(s), averaged when several; with --average-last: a checkpoint directory",
-    )
+    p.add_argument("checkpoints", nargs="+", help="checkpoint file(s), averaged; with --average-last: a folder")
     p.add_argument("--out", required=True, help="model directory to create")
     p.add_argument("--data", help="directory with dict.<lang>.txt (default: the checkpoint's data directory)")
     p.add_argument("--source-lang", help="default: the checkpoint's")
@@ -43,30 +31,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", choices=["moses", "none"], default="moses", help="text tokenizer")
     p.add_argument("--moses-source-lang", help="sacremoses language of the input (default: --source-lang)")
     p.add_argument("--moses-target-lang", help="sacremoses language of the output (default: --target-lang)")
-    for flag, what in (
+    for flag, what in (  # fairseq-dense-prepare's record in --data sets these four by itself
         ("--moses-no-escape", "tokenized without escaping (fairseq's option)"),
         ("--moses-no-dash-splits", "tokenized without splitting hyphens (fairseq's option)"),
         ("--moses-normalize-punctuation", "punctuation-normalised (Moses) before tokenizing"),
+        ("--moses-lowercase", "lower-cased after tokenizing"),
     ):
         p.add_argument(flag, action="store_true", help=f"the data was {what}: the model does the same")
-    p.add_argument(
-        "--moses-lowercase",
-        action="store_true",
-        help="the data was lower-cased after tokenizing: the model does the same (fairseq-dense-prepare's "
-        "record in --data sets these four options by itself)",
-    )
     p.add_argument("--fp16", action="store_true", help="store float16 weights (half the size)")
     p.add_argument("--average-last", type=int, metavar="N", help="average the last N checkpoints of the directory")
-    p.add_argument(
-        "--update-based",
-        action="store_true",
-        help="with --average-last: average checkpoint_E_U.pt (update) checkpoints",
-    )
-    p.add_argument(
-        "--pickle-checkpoint",
-        action="store_true",
-        help="also write model.pt, a PICKLE-based fairseq checkpoint for fairseq-generate --path",
-    )
+    p.add_argument("--update-based", action="store_true", help="with --average-last: checkpoint_E_U.pt files")
+    p.add_argument("--pickle-checkpoint", action="store_true", help="also write model.pt (a PICKLE) for fairseq")
     p.add_argument("--force", action="store_true", help="replace an existing --out directory")
     card = p.add_argument_group("model card")
     card.add_argument("--model-name", help="title of the card (default: <arch>-<src>-<tgt>)")

@@ -1,28 +1,24 @@
 """``fairseq-dense-interactive``: ``fairseq-interactive`` that refuses empty input lines.
 
-fairseq-interactive translates an empty or whitespace-only line as an empty
-sentence, silently. This runs fairseq's own ``fairseq_cli.interactive`` in this
-process (all its options apply) on a checking reader: at the first empty or
-non-UTF-8 line it stops with one line ``fairseq-dense-interactive: error:
-<source>:<line>: ...`` and exit status 1 (``--allow-empty-lines``: fairseq's
-behaviour). Quiet unless ``-v``; logs on stderr, translations on stdout. With
-``--tokenizer moses`` on data of ``fairseq-dense-prepare``, the text steps recorded
-beside its dictionaries are applied (``dense_moses``), said in one line on stderr.
-
-Usage::
+fairseq-interactive translates an empty or whitespace-only line as an empty sentence, silently. This
+runs fairseq's own ``fairseq_cli.interactive`` in this process (all its options apply) on a checking
+reader: at the first empty or non-UTF-8 line it stops with one line ``fairseq-dense-interactive: error:
+<source>:<line>: ...`` (``--allow-empty-lines``: fairseq's behaviour). Logs on stderr (quiet unless
+``-v``), translations on stdout. With ``--tokenizer moses`` on data of ``fairseq-dense-prepare``, the
+text steps recorded beside its dictionaries are applied (``dense_moses``), said in one line on stderr.
 
     fairseq-dense-interactive data-bin --path ckpt.pt --user-dir ... < input.txt
-    python -m fairseq_dense.cli.interactive data-bin --path ckpt.pt --input input.txt
 """
 
+import argparse
 import io
 import os
 import sys
 from pathlib import Path
-from typing import BinaryIO, Iterator, List, Optional, Sequence
+from typing import BinaryIO, Iterator, Optional, Sequence
 
 from fairseq_dense.cli.fairseq_tools import clear_error_message, set_up
-from fairseq_dense.logging_setup import configure_logging, verbose_from_env
+from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
 from fairseq_dense.threads import apply_threads
 from fairseq_dense.validation import FairseqDenseError, InputError, check_nonempty_lines
 
@@ -38,13 +34,7 @@ def _decoded(stream: BinaryIO, source: str) -> Iterator[str]:
 
 
 class CheckedLines(io.TextIOBase):
-    """A read-only text stream over ``stream`` that validates each line as it is read.
-
-    Args:
-        stream: binary input (``sys.stdin.buffer`` or an opened file).
-        source: its name in error messages.
-        allow_empty: let empty/whitespace-only lines through.
-    """
+    """A read-only text stream over binary ``stream`` (named ``source`` in messages) that checks each line."""
 
     def __init__(self, stream: BinaryIO, source: str, allow_empty: bool = False):
         super().__init__()
@@ -54,26 +44,8 @@ class CheckedLines(io.TextIOBase):
     def readable(self) -> bool:
         return True
 
-    def readline(self, size: int = -1) -> str:
+    def readline(self, size: int = -1) -> str:  # io's iteration reads through it
         return next(self._lines, "")
-
-    def __next__(self) -> str:
-        line = self.readline()
-        if not line:
-            raise StopIteration
-        return line
-
-
-def _pop_option(argv: List[str], flag: str, default: Optional[str]) -> Optional[str]:
-    for i, a in enumerate(argv):
-        if a == flag and i + 1 < len(argv):
-            value = argv[i + 1]
-            del argv[i : i + 2]
-            return value
-        if a.startswith(flag + "="):
-            del argv[i]
-            return a.split("=", 1)[1]
-    return default
 
 
 def fairseq_config(args):
@@ -102,18 +74,18 @@ def fairseq_config(args):
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run fairseq-interactive on checked input; returns 0, ``SystemExit`` with one line on bad input."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    own = argparse.ArgumentParser(add_help=False, allow_abbrev=False)  # the rest is fairseq's
+    own.add_argument("--input", default="-")
+    own.add_argument("--allow-empty-lines", action="store_true")
+    add_verbose_flag(own)
+    ours, argv = own.parse_known_args(sys.argv[1:] if argv is None else argv)
     set_up(PROG)  # one line for checkpoint/dictionary errors too, fairseq's checkpoints read, a clean exit
-    verbose = any(a in ("-v", "--verbose") for a in argv) or verbose_from_env()
-    argv = [a for a in argv if a not in ("-v", "--verbose")]
     # fairseq's format, but on stderr (fairseq-interactive logs to stdout): stdout holds the translations
-    configure_logging("%(asctime)s | %(levelname)s | %(name)s | %(message)s", "%Y-%m-%d %H:%M:%S", verbose)
-    allow_empty = "--allow-empty-lines" in argv
-    argv = [a for a in argv if a != "--allow-empty-lines"]
-    source = _pop_option(argv, "--input", "-")
+    configure_logging("%(asctime)s | %(levelname)s | %(name)s | %(message)s", "%Y-%m-%d %H:%M:%S", ours.verbose)
+    source = ours.input
     stream = sys.stdin.buffer if source == "-" else open(source, "rb")
     saved = sys.stdin, sys.argv
-    sys.stdin = CheckedLines(stream, "stdin" if source == "-" else source, allow_empty)
+    sys.stdin = CheckedLines(stream, "stdin" if source == "-" else source, ours.allow_empty_lines)
     sys.argv = ["fairseq-interactive", *argv, "--input", "-"]
     try:
         from fairseq import distributed_utils, options

@@ -3,15 +3,9 @@
     fairseq-train ... --log-format json --log-interval 10 > run.log
     fairseq-dense-plot run_a.log run_b.log --labels ours baseline --out loss.png
 
-Reads the lines fairseq writes with ``--log-format json`` (``... | train_inner |
-{...}``, ``... | valid | {...}``, ``... | train | {...}``) from log files (a file
-of pure JSON objects, one per line, works too), and draws training loss (per log
-interval) and validation loss against updates or wall-clock seconds, one line per
-run. Statistics that models expose through the ``model/<name>`` keys of the
-``label_smoothed_cross_entropy_with_stats`` criterion (e.g. Weighted Transformer
-branch weights) can be plotted with ``--model-stats``.
-
-The logs are read by :mod:`fairseq_dense.logs`.
+Training loss (per log interval) and validation loss against updates or wall-clock seconds, one line per
+run, from the logs :mod:`fairseq_dense.logs` reads; ``--model-stats``: the ``model/<name>`` statistics of
+the ``label_smoothed_cross_entropy_with_stats`` criterion (e.g. Weighted Transformer branch weights).
 """
 
 import argparse
@@ -46,9 +40,7 @@ def save(fig, out_png: str, dpi: int = 110) -> str:
     return out_png
 
 
-def plot_loss_curves(
-    runs: Dict[str, Dict[str, List[Dict]]], out_png: str, title: str = "", x: str = "num_updates"
-) -> str:
+def plot_loss_curves(runs: Dict[str, Dict], out_png: str, title: str = "", x: str = "num_updates") -> str:
     """Training and validation loss of ``runs`` (``{label: parse_log(...)}``) side by side against
     ``x`` (``"num_updates"`` or ``"t"``, seconds since the start of the log); returns ``out_png``."""
     fig, axes = figure(1, 2, figsize=(11, 4))
@@ -93,26 +85,19 @@ def plot_model_stats(log: Dict[str, List[Dict]], out_png: str, title: str = "") 
 
 
 def get_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="fairseq-dense-plot",
-        description="Plot training/validation loss curves from fairseq-train logs (--log-format json or simple)",
-    )
+    parser = argparse.ArgumentParser(prog="fairseq-dense-plot", description=__doc__.split("\n")[0])
     parser.add_argument("logs", nargs="+", help="fairseq-train log files (stdout of --log-format json or simple)")
     parser.add_argument("--labels", nargs="+", help="one label per log (default: file names)")
     parser.add_argument("--out", default="loss.png", help="output PNG (default: loss.png)")
-    parser.add_argument(
-        "--x", choices=("updates", "wall"), default="updates", help="x axis: updates or wall-clock seconds"
-    )
+    parser.add_argument("--x", choices=("updates", "wall"), default="updates", help="x axis: updates or seconds")
     parser.add_argument("--title", default="", help="figure title")
-    parser.add_argument(
-        "--model-stats", metavar="PNG", help="also plot the model/<name> statistics of the first log into PNG"
-    )
+    parser.add_argument("--model-stats", metavar="PNG", help="also plot the first log's model/<name> statistics")
     add_verbose_flag(parser)
     return parser
 
 
 def main(argv=None) -> int:
-    """Command-line entry point (``fairseq-dense-plot``); returns 0, the exit status."""
+    """``fairseq-dense-plot``; returns 0, the exit status."""
     args = get_parser().parse_args(argv)
     configure_logging("%(message)s", verbose=args.verbose)
     labels = args.labels or [os.path.basename(p) for p in args.logs]

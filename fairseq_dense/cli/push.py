@@ -1,17 +1,11 @@
-"""``fairseq-dense-push``: upload an exported model directory to the Hugging Face Hub.
+"""``fairseq-dense-push``: upload an exported model directory to the Hugging Face Hub (docs/hub.md).
 
-    fairseq-dense-push exports/gru-deu-eng my-user/gru-deu-eng --private \\
-        --commit-message "GRU baseline, Tatoeba de-en"
-    fairseq-dense-push exports/gru-deu-eng my-user/gru-deu-eng --dry-run   # list, upload nothing
+    fairseq-dense-push exports/gru-deu-eng my-user/gru-deu-eng --private --commit-message "GRU, Tatoeba de-en"
+    fairseq-dense-push exports/gru-deu-eng my-user/gru-deu-eng --dry-run   # list and check, upload nothing
 
-The token comes from huggingface_hub's usual lookup (``HF_TOKEN`` or
-``hf auth login``); it is never a command-line argument. Exactly the export format's
-files are read, once (the files ``SHA256SUMS`` lists, the ``README.md`` model card,
-and ``model.pt`` unless ``--no-pickle``), each a regular file, never a symbolic link;
-nothing else in the folder. Those bytes are loaded as ``from_pretrained`` loads them
-(every file parsed, the model built); only then are the same bytes uploaded. The list
-is printed before anything is uploaded (``--dry-run``: the list and the verdict), and
-the repository is created when missing.
+The token comes from huggingface_hub's usual lookup (``HF_TOKEN`` or ``hf auth login``), never the command
+line. Only the files a load reads (and the card, and ``model.pt`` unless ``--no-pickle``) go up, once a load
+of those very bytes has accepted them; the list is printed first.
 """
 
 import argparse

@@ -1,20 +1,14 @@
-"""Sharing models: pickle-free export, ``from_pretrained``, hub upload and download.
+"""Sharing models: pickle-free export, ``from_pretrained``, hub upload and download (docs/hub.md).
 
-A model directory, as ``fairseq-dense-export`` writes it: ``config.json`` (the
-architecture, every model option, the task, tokenizer, BPE, dictionaries and weight
-dtype), ``model.safetensors`` (tied weights stored once), ``dict.<src>.txt`` and
-``dict.<tgt>.txt``, ``bpecodes`` when the model applies BPE, ``SHA256SUMS``, the
-``README.md`` model card, and optionally a pickle-based ``model.pt`` for
-``fairseq-generate --path`` that :func:`from_pretrained` never reads.
-
-Modules: :mod:`~fairseq_dense.hub.schema` (the format: file names, ``SHA256SUMS``, what
-a config may say, the one error), :mod:`~fairseq_dense.hub.loading` (the one load,
-:func:`load_model`, read top to bottom), :mod:`~fairseq_dense.hub.text` (how a model
-reads text), :mod:`~fairseq_dense.hub.export` (export and model card),
-:mod:`~fairseq_dense.hub.push` (upload). Every architecture fairseq-dense registers
-is rebuilt through fairseq's registries; nothing is family-specific.
+A model directory holds ``config.json``, ``model.safetensors``, ``dict.<src>.txt``, ``dict.<tgt>.txt``,
+``bpecodes`` when the model applies BPE, ``SHA256SUMS``, the ``README.md`` model card and optionally a
+pickle-based ``model.pt`` for ``fairseq-generate --path`` that :func:`from_pretrained` never reads.
+Modules: ``schema`` (the format, the one error), ``loading`` (:func:`load_model`, read top to bottom),
+``text`` (how a model reads text), ``export`` (export and model card), ``push`` (upload). Nothing is
+family-specific: every architecture fairseq-dense registers is rebuilt through fairseq's registries.
 """
 
+import contextlib
 import importlib
 import os
 import sys
@@ -24,12 +18,9 @@ LOAD_IMPORTS = ("safetensors.torch", "sacremoses", "subword_nmt.apply_bpe")
 
 
 def import_installed(names=LOAD_IMPORTS) -> None:
-    """Import ``names`` (and what they import) without the current directory on ``sys.path``.
-
-    Under ``python -c``, the REPL or Jupyter the current directory comes first on ``sys.path``: a
-    ``safetensors.py`` in a model folder used as the working directory would run when a load first
-    imports safetensors. Imported here, with the package, a load imports nothing from ``sys.path``.
-    """
+    """Import ``names`` (and what they import) without the current directory on ``sys.path``: under ``python
+    -c``, the REPL or Jupyter it comes first, and a ``safetensors.py`` in a model folder used as the working
+    directory would run when a load first imports safetensors. Imported here, a load imports nothing."""
     try:
         cwd = os.getcwd()
     except OSError:  # removed: nothing can be imported from it
@@ -41,10 +32,8 @@ def import_installed(names=LOAD_IMPORTS) -> None:
         del sys.path[i]
     try:
         for name in names:
-            try:
+            with contextlib.suppress(ImportError):  # not installed: the load says so when it needs it
                 importlib.import_module(name)
-            except ImportError:  # not installed: the load says so when it needs it
-                pass
     finally:
         for i, path in hidden:
             sys.path.insert(i, path)
@@ -52,19 +41,7 @@ def import_installed(names=LOAD_IMPORTS) -> None:
 
 import_installed()
 
-from fairseq_dense.hub.export import ModelCardInfo, export_checkpoint  # noqa: E402
-from fairseq_dense.hub.loading import from_pretrained, hub_models, load_model  # noqa: E402
-from fairseq_dense.hub.push import push_to_hub, upload_files  # noqa: E402
-from fairseq_dense.hub.schema import PretrainedModelError, dense_architectures  # noqa: E402
-
-__all__ = [
-    "ModelCardInfo",
-    "PretrainedModelError",
-    "dense_architectures",
-    "export_checkpoint",
-    "from_pretrained",
-    "hub_models",
-    "load_model",
-    "push_to_hub",
-    "upload_files",
-]
+from fairseq_dense.hub.export import ModelCardInfo, export_checkpoint  # noqa: E402,F401
+from fairseq_dense.hub.loading import from_pretrained, hub_models, load_model  # noqa: E402,F401
+from fairseq_dense.hub.push import push_to_hub, upload_files  # noqa: E402,F401
+from fairseq_dense.hub.schema import PretrainedModelError, dense_architectures  # noqa: E402,F401

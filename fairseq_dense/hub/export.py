@@ -1,15 +1,13 @@
 """Export fairseq checkpoints to a self-contained, pickle-free model directory, with its model card.
 
-Checkpoints are read with torch's ``weights_only`` loader, their configuration as plain
-values; the config is checked with the loader's rules before any model is built. The
-directory is written to a temporary sibling, loaded back with
-:func:`~fairseq_dense.hub.loading.load_model`, and only then moved (or with ``force``
-swapped, :func:`swap_paths`) into place, all under a lock on ``--out`` (one export at a
-time; the temporary folders of killed exports are removed by the next one). The same
-checkpoint gives the same bytes.
+Checkpoints are read with torch's ``weights_only`` loader; the config is checked with the loader's rules
+before any model is built; the directory is written beside ``--out``, loaded back with
+:func:`~fairseq_dense.hub.loading.load_model`, then moved (or swapped, :func:`swap_paths`) into place,
+under a lock on ``--out``. The same checkpoint gives the same bytes.
 """
 
 import argparse
+import contextlib
 import ctypes
 import dataclasses
 import enum
@@ -26,7 +24,11 @@ import struct
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
+import fairseq
 import torch
+from fairseq.data import data_utils
+from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+from safetensors.torch import save
 
 import fairseq_dense
 from fairseq_dense import checkpoints
@@ -81,11 +83,8 @@ class ModelCardInfo:
 
 
 def read_checkpoint(path: Path) -> Dict[str, Any]:
-    """A fairseq checkpoint read with torch's ``weights_only`` loader, plus ``"plain_cfg"``.
-
-    ``"plain_cfg"`` is ``{"model": {...}, "task": {...}}``, each a flat dict of option
-    values (no OmegaConf interpolation, no hydra composition).
-    """
+    """A fairseq checkpoint (torch's ``weights_only`` loader) plus ``"plain_cfg"``: ``{"model": {...},
+    "task": {...}}``, flat dicts of option values (no OmegaConf interpolation, no hydra composition)."""
     try:
         state = checkpoints.read_state(str(path))
     except checkpoints.CheckpointError as err:
@@ -142,8 +141,6 @@ def _checkpoint_paths(paths: Sequence[Union[str, Path]], average_last: Optional[
 
 def _task_options(task_cfg: Dict[str, Any], src, tgt, data_dir: Path, path: Path) -> Dict[str, Any]:
     """The task of ``config.json``: its name, languages (checked before they name files) and :data:`TASK_OPTIONS`."""
-    from fairseq.data import data_utils
-
     name = task_cfg.get("_name")
     if name not in translation_tasks():
         raise PretrainedModelError(
@@ -200,21 +197,10 @@ def export_checkpoint(
 ) -> Path:
     """Write a self-contained model directory from fairseq checkpoint(s); returns ``out_dir``.
 
-    Args:
-        checkpoints: checkpoint file(s), averaged when several; with ``average_last``
-            one checkpoint directory (its last N ``checkpointE.pt``, or with
-            ``update_based`` ``checkpoint_E_U.pt``).
-        out_dir: the model directory to create (``force``: replace it).
-        data: directory holding ``dict.<lang>.txt`` (default: the checkpoint's data dir).
-        source_lang, target_lang: default: the checkpoint's (or inferred from ``data``).
-        bpe_codes: subword-nmt codes file; the model then applies BPE to its input.
-        tokenizer: ``"moses"`` or ``None``; ``moses_*``: its languages (default: the
-            task's) and the steps the training data went through (recorded only when
-            set; loading applies them). ``data``'s record of ``fairseq-dense-prepare``
-            sets the steps and the languages too.
-        fp16: store the weights as float16 (half the size; loading casts to float32).
-        write_pickle: also write ``model.pt`` (pickle-based, for ``fairseq-generate --path``).
-        card: model card fields.
+    The options are ``fairseq-dense-export``'s (docs/hub.md): several checkpoints are averaged;
+    ``average_last``: the last N of one checkpoint directory (``update_based``: ``checkpoint_E_U.pt``);
+    ``moses_*``: the tokenizer's languages and the steps the training data went through (``data``'s record
+    of ``fairseq-dense-prepare`` sets them too); ``write_pickle``: also ``model.pt``.
 
     Raises:
         PretrainedModelError: naming the file or option at fault.
@@ -266,9 +252,6 @@ def export_checkpoint(
     if tokenizer is None and any(given):
         set_flags = ", ".join("--" + k.replace("_", "-") for k, v in zip(MOSES_OPTIONS, given) if v)
         raise PretrainedModelError(f"{set_flags}: Moses options need --tokenizer moses, not none")
-    import fairseq
-    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
-
     config = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -341,24 +324,17 @@ def _write_locked(out_dir, config, dict_files, dictionaries, bpe_codes, states, 
 
 
 def new_dir(parent: Path, prefix: str) -> Path:
-    """A new directory ``parent/<prefix><random>`` with the permissions the umask gives (``mkdtemp``'s are
-    0o700, and setting the umask to read it is not thread-safe)."""
+    """A new ``parent/<prefix><random>`` with the umask's permissions (``mkdtemp``'s are 0o700)."""
     while True:
         path = parent / f"{prefix}{secrets.token_hex(4)}"
-        try:
+        with contextlib.suppress(FileExistsError):
             path.mkdir()
             return path
-        except FileExistsError:
-            continue
 
 
 def swap_paths(a: Path, b: Path) -> None:
-    """Exchange ``a`` and ``b`` so that ``b`` is at every moment the old or the new one.
-
-    Linux's ``renameat2(RENAME_EXCHANGE)`` swaps them in one step. Elsewhere ``b`` is
-    moved aside (under the temporary mark, so the next export removes it after a
-    kill) and ``a`` renamed in (for a moment ``b`` is missing), then the old one goes to ``a``.
-    """
+    """Exchange ``a`` and ``b`` in one step (Linux's ``renameat2(RENAME_EXCHANGE)``); elsewhere ``b`` is moved
+    aside under the temporary mark (the next export removes it after a kill) and is missing for a moment."""
     renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
     if renameat2 is not None:
         at_fdcwd, rename_exchange = -100, 2
@@ -374,14 +350,8 @@ def swap_paths(a: Path, b: Path) -> None:
 
 
 def _write_weights(tmp: Path, config, dictionaries, states, paths):
-    """Save the (averaged) weights, loaded into a model built as the loader builds it; returns it and its state.
-
-    Going through the model applies fairseq's state-dict upgrades and checks names
-    and shapes against the dictionaries. Tied weights are stored once and listed in
-    the safetensors metadata.
-    """
-    from safetensors.torch import save
-
+    """Save the (averaged) weights through a model built as the loader builds it (fairseq's state-dict upgrades,
+    names and shapes checked against the dictionaries); tied weights stored once. Returns it and its state."""
     try:
         averaged = checkpoints.average_models([s["model"] for s in states], [str(p) for p in paths])
     except checkpoints.CheckpointError as err:
@@ -474,16 +444,13 @@ def model_card(config: Dict[str, Any], n_params: int, info: ModelCardInfo, has_p
         *(f"`{d['file']}`: {side} dictionary ({d['size']} symbols)" for side, d in config["dictionaries"].items()),
         *([f"`{BPE_CODES_NAME}`: subword-nmt BPE codes"] if config["bpe"] else []),
         f"`{MANIFEST_NAME}`: sha256 of the files above, verified when loading (`sha256sum -c`)",
-        *(
-            [
-                f"`{PICKLE_NAME}`: **pickle-based** fairseq checkpoint for `fairseq-generate --path` / "
-                "`fairseq-interactive --path` (with `--user-dir`). Unpickling can run code: load it only if you "
-                "trust its author. `from_pretrained` never reads (or downloads) it."
-            ]
-            if has_pickle
-            else []
-        ),
     ]
+    if has_pickle:
+        files.append(
+            f"`{PICKLE_NAME}`: **pickle-based** fairseq checkpoint for `fairseq-generate --path` / "
+            "`fairseq-interactive --path` (with `--user-dir`). Unpickling can run code: load it only if you "
+            "trust its author. `from_pretrained` never reads (or downloads) it."
+        )
     use = info.intended_use or (
         f"Research on and demonstration of {src} → {tgt} machine translation. Not evaluated for "
         "production use, other domains or languages; outputs can be wrong or fluent but unfaithful."

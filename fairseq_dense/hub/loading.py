@@ -1,19 +1,13 @@
 """Loading a model directory, local or from a model hub: :func:`load_model`, read top to bottom.
 
-:func:`from_pretrained` resolves a name to a directory (:func:`resolve_model_dir`),
-then :func:`load_model` opens it once (:class:`ModelDirectory`), reads and verifies
-every file once and checks the config (:func:`read_files`), parses the dictionaries,
-BPE codes and weights from those bytes, builds fairseq's configuration from its
-dataclasses (no argument parser reads ``sys.argv``, no hydra state is shared
-between threads), the task from the parsed dictionaries and the model as fairseq's
-inference loads build it (:func:`build_model`), and checks and loads the weights
-(:func:`load_weights`). Nothing on that path unpickles, and nothing outside the
-model directory is read or written.
+Each file is read once, relative to the directory opened once, verified and parsed from those bytes;
+fairseq's configuration is built from its dataclasses (no argument parser reads ``sys.argv``, no hydra
+state is shared between threads). Nothing unpickles; nothing outside the model directory is read or written.
 """
 
 import argparse
+import collections
 import contextlib
-import dataclasses
 import errno
 import hashlib
 import json
@@ -22,12 +16,21 @@ import os
 import re
 import stat
 import struct
+import warnings
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple, Union
 
+import safetensors.torch
+import torch
+from fairseq.data import encoders
+from fairseq.dataclass.configs import FairseqConfig
 from fairseq.hub_utils import GeneratorHubInterface
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_DATACLASS_REGISTRY
+from fairseq.tasks import TASK_DATACLASS_REGISTRY, TASK_REGISTRY
+from omegaconf import OmegaConf, open_dict
 
 import fairseq_dense
+from fairseq_dense import logging_setup
 from fairseq_dense.fairseq_internals import private
 from fairseq_dense.hub.schema import (
     BPE_CODES_NAME,
@@ -84,11 +87,9 @@ def resolve_model_dir(
     or ``HF_HUB_OFFLINE=1``, with ``token`` (default: huggingface_hub's lookup).
     """
     entry = hub_models().get(str(name_or_path))
-    if entry is not None:
-        if isinstance(entry, dict):
-            revision = revision or entry.get("revision")
-            entry = entry["path"]
-        name_or_path = entry
+    if isinstance(entry, dict):
+        revision, entry = revision or entry.get("revision"), entry["path"]
+    name_or_path = entry or name_or_path
     text = os.fspath(name_or_path) if isinstance(name_or_path, os.PathLike) else str(name_or_path)
     if not text or "\0" in text:
         raise PretrainedModelError(f"{shown(repr(text))}: not a model directory name")
@@ -108,6 +109,9 @@ def resolve_model_dir(
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)?", text) or text.startswith("-"):
         raise PretrainedModelError(f"{shown(text)}: neither a model directory nor a hub repository id")
 
+    from fairseq_dense.hub import import_installed
+
+    import_installed(("huggingface_hub",))  # not from the current directory, as the load's other imports
     import huggingface_hub
     from huggingface_hub import constants
 
@@ -138,13 +142,8 @@ def resolve_model_dir(
 
 
 class ModelDirectory:
-    """A model directory opened once; its files are read relative to it, never following a link.
-
-    A path component swapped for a link after the directory was opened changes
-    nothing. The only links read are a huggingface_hub snapshot's links into its
-    ``blobs`` folder (opened once too) and links to a plain name in the directory
-    itself. Use as a context manager.
-    """
+    """A model directory opened once (a context manager); its files are read relative to it, following no link
+    but a huggingface_hub snapshot's into its ``blobs`` folder (opened once too) and one to a plain name beside it."""
 
     def __init__(self, path: Union[str, Path]):
         self.path = Path(path)
@@ -225,12 +224,8 @@ def _reason(err: OSError) -> str:
 
 
 def read_files(directory: ModelDirectory, own: bool = False) -> Tuple[Dict[str, Any], Dict[str, bytes]]:
-    """The checked ``config.json`` and the bytes of ``SHA256SUMS`` and of every file it names, each read once.
-
-    ``SHA256SUMS`` must list exactly those files, which must have its hashes; nothing else (``model.pt``,
-    ``README.md``) is opened. ``own``: no file may be a link (what push needs). A refusal gives the recorded
-    hash only, never a file's own.
-    """
+    """The checked ``config.json`` and the bytes of ``SHA256SUMS`` and of every file it names, each read once and
+    of the hash it lists (a refusal gives that hash only); nothing else is opened. ``own``: no links (push)."""
     if directory.refusal(CONFIG_NAME) == "missing":
         raise PretrainedModelError(
             f"{directory.where(CONFIG_NAME)}: missing; a model directory must hold {CONFIG_NAME}, {WEIGHTS_NAME}, "
@@ -282,28 +277,10 @@ def read_files(directory: ModelDirectory, own: bool = False) -> Tuple[Dict[str, 
 
 
 def fairseq_config(config: Dict[str, Any], overrides: Optional[Dict[str, Any]] = None, where: str = CONFIG_NAME):
-    """fairseq's whole configuration (generation defaults included) for a checked config.
-
-    Built from fairseq's dataclasses as ``fairseq-generate`` would compose it, without
-    its argument parser (which reads ``sys.argv`` and imports any ``--user-dir`` there)
-    or hydra (whose state is global to the process). The task and the model get the
-    values of ``config.json`` (the architecture's own function fills options it does
-    not give), ``overrides`` every group with an option of that name. An
-    argparse-style model gets fairseq's flat ``Namespace``.
-
-    Raises:
-        TypeError: an override that is not a fairseq option.
-    """
-    from fairseq.dataclass.configs import FairseqConfig
-    from fairseq.models import (
-        ARCH_CONFIG_REGISTRY,
-        ARCH_MODEL_NAME_REGISTRY,
-        ARCH_MODEL_REGISTRY,
-        MODEL_DATACLASS_REGISTRY,
-    )
-    from fairseq.tasks import TASK_DATACLASS_REGISTRY
-    from omegaconf import OmegaConf, open_dict
-
+    """fairseq's whole configuration (generation defaults included) for a checked config, as
+    ``fairseq-generate`` composes it but without its argument parser (it reads ``sys.argv`` and imports
+    any ``--user-dir`` there) or hydra (global state). ``overrides`` set every group's option of that
+    name (``TypeError`` if none has it); an argparse-style model gets fairseq's flat ``Namespace``."""
     arch, task = config["arch"], config["task"].get("_name", "translation")
     model_dc = MODEL_DATACLASS_REGISTRY.get(ARCH_MODEL_NAME_REGISTRY[arch])
     try:
@@ -344,9 +321,7 @@ def fairseq_config(config: Dict[str, Any], overrides: Optional[Dict[str, Any]] =
 
 def build_model(config: Dict[str, Any], dictionaries, overrides: Optional[Dict[str, Any]] = None, where=CONFIG_NAME):
     """``(cfg, task, model)``: the task given the parsed dictionaries, the model built as fairseq's inference
-    loads build it (``task.build_model(cfg.model, from_checkpoint=True)``: no training-time work)."""
-    from fairseq.tasks import TASK_REGISTRY
-
+    loads build it (``from_checkpoint=True``: no training-time work)."""
     cfg = fairseq_config(config, overrides, where)
     try:
         task = TASK_REGISTRY[cfg.task._name](cfg.task, *dictionaries)
@@ -365,13 +340,8 @@ def _fairseq_error(where: str, what: str, err: BaseException) -> PretrainedModel
 
 
 def parse_weights(where: str, data: bytes) -> Tuple[Dict[str, Any], Dict[str, str]]:
-    """The tensors of ``model.safetensors`` (its bytes) and its tied-weight aliases ``{alias: stored name}``.
-
-    The header is read as strict JSON first: safetensors itself keeps the last of
-    two entries of one tensor name.
-    """
-    from safetensors.torch import load
-
+    """The tensors of ``model.safetensors`` and its tied-weight aliases ``{alias: stored name}``; the header
+    is read as strict JSON first (safetensors itself keeps the last of two entries of one tensor name)."""
     (size,) = struct.unpack("<Q", data[:8]) if len(data) >= 8 else (0,)
     try:
         header = parse_json(where, data[8 : 8 + size])
@@ -380,7 +350,7 @@ def parse_weights(where: str, data: bytes) -> Tuple[Dict[str, Any], Dict[str, st
         raise PretrainedModelError(f"{where}: corrupted or not a safetensors file ({detail})") from None
     try:
         aliases = json.loads((header.get("__metadata__") or {}).get("tied_weights", "{}"))
-        state = load(data)
+        state = safetensors.torch.load(data)
     except BaseException as err:  # a MemoryError too; pyo3's PanicException is not an Exception
         if not isinstance(err, Exception) and type(err).__name__ != "PanicException":
             raise
@@ -406,13 +376,9 @@ def tied_names(model) -> Dict[str, str]:
 
 
 def load_weights(model, where: str, config: Dict[str, Any], weights, model_cfg) -> None:
-    """Load ``weights`` (from :func:`parse_weights`) into ``model`` after checking every tensor.
-
-    Names exactly the model's; each alias ties two tensors the architecture ties and every tie is
-    stored once; ``weights_dtype``; no NaN or infinity. Shapes: the model's own ``load_state_dict``.
-    """
-    import torch
-
+    """Load ``weights`` (of :func:`parse_weights`) into ``model`` once the names are exactly the model's, each
+    alias a tie the architecture makes, every tie stored once, the dtypes ``weights_dtype``'s, every value
+    finite (shapes: the model's own ``load_state_dict``)."""
     state, aliases = dict(weights[0]), weights[1]
     arch = config["arch"]
     expected = model.state_dict()
@@ -459,15 +425,8 @@ def load_weights(model, where: str, config: Dict[str, Any], weights, model_cfg) 
 # ---------------------------------------------------------------- the load
 
 
-@dataclasses.dataclass
-class LoadedModel:
-    """What :func:`load_model` returns: fairseq's config, the task, the model, the checked config and BPE codes."""
-
-    cfg: Any
-    task: Any
-    model: Any
-    config: Dict[str, Any]
-    bpe_codes: Optional[str]
+#: What :func:`load_model` returns: fairseq's config, the task, the model, the checked config, the BPE codes text.
+LoadedModel = collections.namedtuple("LoadedModel", "cfg task model config bpe_codes")
 
 
 def load_model(model_dir: Union[str, Path], overrides: Optional[Dict[str, Any]] = None) -> LoadedModel:
@@ -488,8 +447,6 @@ def model_from_files(model_dir, config: Dict[str, Any], data: Dict[str, bytes], 
     Each file is parsed (the weights' bytes are then dropped from ``data``), the model built and its
     weights checked and loaded; torch's global random generator is left as it was (building draws from it).
     """
-    import torch
-
     where = {name: shown(Path(model_dir) / name) for name in data}
     dictionaries = []
     for side in ("source", "target"):
@@ -528,12 +485,6 @@ class TranslationHubInterface(GeneratorHubInterface):
         return tokens
 
     def generate(self, *args, **kwargs):
-        import warnings
-
-        import torch
-
-        from fairseq_dense import logging_setup
-
         sampling = kwargs.get("sampling", self.cfg.generation.sampling)  # sampling draws from it: as fairseq does
         with warnings.catch_warnings(), contextlib.nullcontext() if sampling else torch.random.fork_rng(devices=[]):
             # fairseq's batch iterator asks for pinned memory on every device: torch warns without a GPU
@@ -542,20 +493,14 @@ class TranslationHubInterface(GeneratorHubInterface):
 
 
 def from_pretrained(name_or_path: Union[str, Path], **kwargs) -> TranslationHubInterface:
-    """Load an exported model as fairseq's ``GeneratorHubInterface``.
+    """Load an exported model as fairseq's ``GeneratorHubInterface`` (:class:`TranslationHubInterface`).
 
     Args:
-        name_or_path: a directory written by ``fairseq-dense-export`` (any name
-            the filesystem allows), a hub repository id (``owner/name``), or a
+        name_or_path: a directory of ``fairseq-dense-export``, a hub repository id (``owner/name``), or a
             name from a model class's ``hub_models()``.
-        **kwargs: ``revision``, ``cache_dir``, ``local_files_only``, ``token``
-            (:func:`resolve_model_dir`); ``tokenizer=None`` / ``bpe=None`` for input
-            that is already tokenized / BPE-split; every other keyword is a
-            fairseq option (``beam=5``, ``lenpen=0.6``, or a model option such as ``dropout``).
-
-    Returns:
-        :class:`TranslationHubInterface`: ``.translate()``, ``.sample()``,
-        ``.generate()``; its tokenizer applies the text preparation the export recorded.
+        **kwargs: ``revision``, ``cache_dir``, ``local_files_only``, ``token`` (:func:`resolve_model_dir`);
+            ``tokenizer=None`` / ``bpe=None`` for input already tokenized / BPE-split; any other keyword is
+            a fairseq option (``beam=5``, ``lenpen=0.6``, a model option such as ``dropout``).
 
     Raises:
         PretrainedModelError: every problem of the model directory, in one line naming the file and key.
@@ -567,31 +512,25 @@ def from_pretrained(name_or_path: Union[str, Path], **kwargs) -> TranslationHubI
         >>> de_en = fairseq_dense.from_pretrained("exports/gru-deu-eng")
         >>> de_en.translate("Wie geht es dir?", beam=5)
     """
-    from fairseq.data import encoders
-    from omegaconf import OmegaConf, open_dict
-
     load = {k: kwargs.pop(k) for k in _LOAD_KWARGS if k in kwargs}
     text = {k: kwargs.pop(k) for k in ("tokenizer", "bpe") if k in kwargs}
     if any(v is not None for v in text.values()):
         raise TypeError("from_pretrained(): tokenizer= and bpe= may only be None (the model's own otherwise)")
     model_dir = resolve_model_dir(name_or_path, **load)
-    loaded = load_model(model_dir, overrides=kwargs)
-    cfg, config = loaded.cfg, loaded.config
+    cfg, task, model, config, codes = load_model(model_dir, overrides=kwargs)
     tokenizer = None if "tokenizer" in text else config.get("tokenizer")
     bpe = None if "bpe" in text else config.get("bpe")
     try:
-        hub_interface = TranslationHubInterface(cfg, loaded.task, [loaded.model])
+        hub_interface = TranslationHubInterface(cfg, task, [model])
         with open_dict(cfg):
             if tokenizer:  # fairseq's moses plus the recorded steps of the training data's preparation
                 cfg.tokenizer = OmegaConf.create({**tokenizer, "_name": "dense_moses"})
                 hub_interface.tokenizer = encoders.build_tokenizer(cfg.tokenizer)
             if bpe:
                 separator = bpe.get("bpe_separator", "@@")
-                hub_interface.bpe = VerifiedSubwordNMTBPE(loaded.bpe_codes, separator)
+                hub_interface.bpe = VerifiedSubwordNMTBPE(codes, separator)
                 cfg.bpe = OmegaConf.create({"_name": "subword_nmt", "bpe_separator": separator})
     except (Exception, SystemExit) as err:
-        raise _fairseq_error(
-            shown(model_dir / CONFIG_NAME), "fairseq cannot set up its tokenizer or BPE", err
-        ) from None
-    logger.info("loaded %s (%s) from %s", loaded.model.__class__.__name__, config["arch"], shown(model_dir))
+        raise _fairseq_error(shown(model_dir / CONFIG_NAME), "fairseq cannot set up tokenizer or BPE", err) from None
+    logger.info("loaded %s (%s) from %s", model.__class__.__name__, config["arch"], shown(model_dir))
     return hub_interface

@@ -1,15 +1,11 @@
 """The model directory format: file names, ``SHA256SUMS``, what ``config.json`` may say, the one error.
 
-fairseq turns some option values into code or file reads (``fconv``'s ``eval()``,
-``eval_str_list``, ``*_embed_path``, argparse ending the program on an unknown
-task), so :func:`check_config` accepts only fairseq-dense's own architectures, the
-options they declare with values of the declared type (free text only as ``null``),
-a translation task with its languages and :data:`TASK_OPTIONS`, the dictionaries,
-``moses``/``subword_nmt`` or ``null``, and the weight dtype. Messages name the file
-and the key, line or tensor, and never quote a file: values are described by kind
-(:func:`describe`), names spelled out only when plain (:func:`safe_name`), paths
-escaped and cut (:func:`shown`). ``SHA256SUMS`` (``sha256sum -c`` format) detects
-files changed after the export; it is not a signature, and no other check relies on it.
+fairseq turns some option values into code or file reads (``fconv``'s ``eval()``, ``*_embed_path``,
+argparse ending the program on an unknown task), so :func:`check_config` is an allow-list: fairseq-dense's
+own architectures, the options they declare with values of the declared type (free text only as ``null``),
+a translation task, the dictionaries, ``moses``/``subword_nmt`` or ``null``, the weight dtype. Messages
+never quote a file (:func:`describe`, :func:`safe_name`, :func:`shown`). ``SHA256SUMS`` detects files
+changed after the export; it is not a signature.
 """
 
 import argparse
@@ -23,6 +19,12 @@ import re
 import typing
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Tuple
+
+from fairseq.models import ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_DATACLASS_REGISTRY
+from fairseq.tasks import TASK_REGISTRY
+from fairseq.tasks.translation import TranslationTask
+
+import fairseq_dense
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -38,6 +40,7 @@ WEIGHTS_DTYPES = ("float32", "float16")
 #: Task options that change how a model reads or writes text.
 TASK_OPTIONS = dict(left_pad_source=bool, left_pad_target=bool, truncate_source=bool)
 TASK_OPTIONS.update(max_source_positions=int, max_target_positions=int)
+LANG_KEYS = ("source_lang", "target_lang")
 #: The steps a model config records (tokenizer options besides its languages).
 MOSES_OPTIONS = ("moses_no_dash_splits", "moses_no_escape", "moses_normalize_punctuation", "moses_lowercase")
 REQUIRED_KEYS = ("format", "format_version", "arch", "model", "task", "dictionaries", "weights_dtype")
@@ -53,7 +56,6 @@ POSITIVE_OPTION_RE = re.compile(r".*(_positions|_dim|_size|_sizes|_heads|_column
 MAX_INT = 2**31
 MAX_LIST = 1024
 MAX_DICTIONARY = 2**24
-_PLAIN_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 _MANIFEST_LINE_RE = re.compile(rb"([0-9a-f]{64})  ([A-Za-z0-9_.+-]{1,128})")
 
 
@@ -82,8 +84,8 @@ def one_line(text: Any, limit: int = 200) -> str:
 
 
 def safe_name(name: Any) -> str:
-    """``name`` when it is a plain name (letters, digits, ``_.-``, at most 128), else ``<not a plain name>``."""
-    return name if isinstance(name, str) and _PLAIN_NAME_RE.fullmatch(name) else "<not a plain name>"
+    """``name`` when it is a plain name (letters, digits, ``_.+-``, at most 128), else ``<not a plain name>``."""
+    return name if isinstance(name, str) and FILE_NAME_RE.fullmatch(name) else "<not a plain name>"
 
 
 def describe(value: Any) -> str:
@@ -165,8 +167,6 @@ def parse_json(where: str, data: bytes) -> Any:
 
 def dense_architectures() -> Dict[str, type]:
     """``{arch name: model class}`` of every registered architecture whose model lives in :mod:`fairseq_dense`."""
-    from fairseq.models import ARCH_MODEL_REGISTRY
-
     return {
         arch: cls for arch, cls in sorted(ARCH_MODEL_REGISTRY.items()) if cls.__module__.startswith("fairseq_dense.")
     }
@@ -174,9 +174,6 @@ def dense_architectures() -> Dict[str, type]:
 
 def translation_tasks() -> Tuple[str, ...]:
     """The task names a shared model may name: ``translation`` and fairseq-dense's translation tasks."""
-    from fairseq.tasks import TASK_REGISTRY
-    from fairseq.tasks.translation import TranslationTask
-
     own = [
         n
         for n, c in TASK_REGISTRY.items()
@@ -226,8 +223,6 @@ def _from_action(action: argparse.Action) -> OptionType:
 
 def declared_model_options(arch: str) -> Dict[str, OptionType]:
     """The options architecture ``arch`` declares (dataclass fields, or ``add_args`` flags), with their types."""
-    from fairseq.models import ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_DATACLASS_REGISTRY
-
     dc = MODEL_DATACLASS_REGISTRY.get(ARCH_MODEL_NAME_REGISTRY[arch])
     if dc is not None:
         hints = typing.get_type_hints(dc)
@@ -246,16 +241,17 @@ def _is_number(value) -> bool:
     return _is_int(value) or isinstance(value, float) and math.isfinite(value)
 
 
+def _list_of(check):
+    return lambda v: isinstance(v, list) and len(v) <= MAX_LIST and all(map(check, v))
+
+
 _CHECKS = {
     "bool": (lambda v: isinstance(v, bool), "a boolean"),
     "int": (_is_int, "an integer"),
     "float": (_is_number, "a finite number"),
     "number": (_is_number, "a finite number"),
-    "int_list": (lambda v: isinstance(v, list) and len(v) <= MAX_LIST and all(map(_is_int, v)), "a list of integers"),
-    "number_list": (
-        lambda v: isinstance(v, list) and len(v) <= MAX_LIST and all(map(_is_number, v)),
-        "a list of finite numbers",
-    ),
+    "int_list": (_list_of(_is_int), "a list of integers"),
+    "number_list": (_list_of(_is_number), "a list of finite numbers"),
     "null": (lambda v: False, "null (free-text options, such as paths, are not accepted from a shared model)"),
 }
 
@@ -267,16 +263,13 @@ def _fail(where, key: str, reason: str):
 def _mapping(where, key: str, value, allowed, required=()) -> Dict[str, Any]:
     if not isinstance(value, dict):
         _fail(where, key, f"must be an object, not {describe(value)}")
+    prefix = f"{key}." if key else ""
     for k in value:
         if k not in allowed:
-            _fail(
-                where,
-                f"{key}.{safe_name(k)}" if key else safe_name(k),
-                "is not accepted in a fairseq-dense model config",
-            )
+            _fail(where, prefix + safe_name(k), "is not accepted in a fairseq-dense model config")
     for k in required:
         if k not in value:
-            _fail(where, f"{key}.{k}" if key else k, "is missing")
+            _fail(where, prefix + k, "is missing")
     return value
 
 
@@ -305,10 +298,6 @@ def _typed(where, key: str, value, otype: OptionType) -> None:
 
 def check_config(config: Any, where: Any) -> None:
     """Check a parsed ``config.json`` (see the module docstring); ``where`` names the file in messages."""
-    from fairseq.models import ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY
-
-    import fairseq_dense
-
     if not isinstance(config, dict) or config.get("format") != FORMAT_NAME:
         raise PretrainedModelError(f'{where}: not a fairseq-dense model config (no "format": "{FORMAT_NAME}")')
     version = config.get("format_version")
@@ -352,19 +341,15 @@ def check_config(config: Any, where: Any) -> None:
         _typed(where, f"model.{key}", value, declared[key])
 
     task = config["task"]
-    if not isinstance(task, dict):
-        _fail(where, "task", f"must be an object, not {describe(task)}")
-    for key in task:
+    for key in task if isinstance(task, dict) else ():  # before the allow-list: these say why
         if key in declared and key not in TASK_OPTIONS:
             _fail(where, f"task.{key}", "is a model option: the task cannot set it")
         if key in ("arch", "data", "user_dir"):
             _fail(where, f"task.{key}", "cannot be set by a model config")
-    _mapping(
-        where, "task", task, ("_name", "source_lang", "target_lang", *TASK_OPTIONS), ("source_lang", "target_lang")
-    )
+    _mapping(where, "task", task, ("_name", *LANG_KEYS, *TASK_OPTIONS), LANG_KEYS)
     if task.get("_name", "translation") not in translation_tasks():
         _fail(where, "task._name", f"must be one of {list(translation_tasks())}, not {describe(task['_name'])}")
-    for side in ("source_lang", "target_lang"):
+    for side in LANG_KEYS:
         _match(where, f"task.{side}", task[side], LANG_RE, "a language code (letters, digits, '_', '-'; not '-' first)")
     for key, tp in TASK_OPTIONS.items():
         if key in task:
@@ -381,22 +366,19 @@ def check_config(config: Any, where: Any) -> None:
             _fail(where, f"dictionaries.{side}.size", f"must be a dictionary size, not {describe(entry['size'])}")
 
     if config.get("tokenizer") is not None:
-        keys = ("_name", "source_lang", "target_lang", *MOSES_OPTIONS)
-        tok = _mapping(where, "tokenizer", config["tokenizer"], keys, ("_name",))
+        tok = _mapping(where, "tokenizer", config["tokenizer"], ("_name", *LANG_KEYS, *MOSES_OPTIONS), ("_name",))
         if tok["_name"] != "moses":
             _fail(where, "tokenizer._name", f"must be 'moses' or the tokenizer null, not {describe(tok['_name'])}")
-        for side in ("source_lang", "target_lang"):
-            if side in tok:
-                _match(where, f"tokenizer.{side}", tok[side], LANG_RE, "a language code")
-        for key in MOSES_OPTIONS:
-            if key in tok:
-                _typed(where, f"tokenizer.{key}", tok[key], OptionType("bool"))
+        for key, value in tok.items():
+            if key in LANG_KEYS:
+                _match(where, f"tokenizer.{key}", value, LANG_RE, "a language code")
+            elif key != "_name":
+                _typed(where, f"tokenizer.{key}", value, OptionType("bool"))
     if config.get("bpe") is not None:
         bpe = _mapping(where, "bpe", config["bpe"], ("_name", "bpe_separator"), ("_name",))
         if bpe["_name"] != "subword_nmt":
             _fail(where, "bpe._name", f"must be 'subword_nmt' or the bpe null, not {describe(bpe['_name'])}")
         if "bpe_separator" in bpe:
             _match(where, "bpe.bpe_separator", bpe["bpe_separator"], BPE_SEPARATOR_RE, "a short separator such as '@@'")
-    if not isinstance(config["weights_dtype"], str) or config["weights_dtype"] not in WEIGHTS_DTYPES:
-        reason = f"must be one of {sorted(WEIGHTS_DTYPES)}, not {describe(config['weights_dtype'])}"
-        _fail(where, "weights_dtype", reason)
+    if config["weights_dtype"] not in WEIGHTS_DTYPES:  # a list or an object is never equal to a name
+        _fail(where, "weights_dtype", f"must be one of {list(WEIGHTS_DTYPES)}, not {describe(config['weights_dtype'])}")

@@ -1,16 +1,12 @@
 """How a shared model reads text: the preparation of its training data, its BPE, its dictionaries.
 
-- :class:`PreparedMosesTokenizer` (fairseq tokenizer ``dense_moses``) is fairseq's
-  ``moses`` plus the steps ``fairseq-dense-prepare`` runs around it (Moses'
-  punctuation normaliser before, lower-casing after); with both off it is fairseq's
-  ``moses``. The steps are recorded beside the dictionaries (``TEXT_RECORD``, read by
-  :func:`read_record`), then in ``config.json`` by the export.
-  Its normaliser is sacremoses' with the one rule that backtracks on runs of dots
-  (de/es/fr) applied in linear time (:func:`dots_before_quote`), same output.
-- :class:`VerifiedSubwordNMTBPE`: fairseq's ``subword_nmt`` BPE from the verified
-  codes text, in time linear in the input's length for any codes, with a bounded word cache.
+- :class:`PreparedMosesTokenizer` (``dense_moses``): fairseq's ``moses`` plus the steps
+  ``fairseq-dense-prepare`` runs around it (recorded beside the dictionaries, :func:`read_record`), its
+  punctuation normaliser's de/es/fr dots rule in linear time (:func:`dots_before_quote`).
+- :class:`VerifiedSubwordNMTBPE`: fairseq's ``subword_nmt`` BPE from the verified codes text, linear in
+  the input, with a bounded word cache.
 - :func:`parse_bpe_codes`, :func:`parse_dictionary`: only what subword-nmt and fairseq write, one regular
-  expression without backtracking a line (so linear in the file's size), before subword-nmt or fairseq sees it.
+  expression without backtracking a line, before subword-nmt or fairseq sees the file.
 """
 
 import io
@@ -47,9 +43,7 @@ _QUOTE_TAIL_RE = re.compile(r'"(\s*[^<])')
 class PreparedMosesConfig(MosesTokenizerConfig):
     """fairseq's Moses options plus the two steps of ``fairseq-dense-prepare`` around the tokenizer."""
 
-    moses_normalize_punctuation: bool = field(
-        default=False, metadata={"help": "apply Moses' punctuation normaliser before tokenising"}
-    )
+    moses_normalize_punctuation: bool = field(default=False, metadata={"help": "Moses' punctuation normaliser first"})
     moses_lowercase: bool = field(default=False, metadata={"help": "lower-case after tokenising"})
 
 
@@ -110,11 +104,8 @@ def read_record(data_dir: Path) -> Dict[str, Any]:
 
 
 class VerifiedSubwordNMTBPE(SubwordNMTBPE):
-    """fairseq's ``subword_nmt`` BPE (same output) from checked codes text, in time linear in the input.
-
-    A word longer than :data:`MAX_BPE_WORD` characters is segmented in pieces of
-    that length, joined by the separator (fairseq's decoding joins them again).
-    """
+    """fairseq's ``subword_nmt`` BPE (same output) from checked codes text, in time linear in the input: a word
+    longer than :data:`MAX_BPE_WORD` characters is segmented in pieces joined by the separator."""
 
     def __init__(self, codes: str, separator: str):  # not fairseq's: it reads a path through an argument parser
         from subword_nmt import apply_bpe
@@ -173,14 +164,9 @@ def utf8_text(where: str, data: bytes) -> str:
 
 
 def parse_dictionary(where: str, data: bytes, size: Optional[int] = None, side: str = ""):
-    """A fairseq ``Dictionary`` of ``size`` symbols from the bytes of ``dict.<lang>.txt``.
-
-    Each line must be ``<symbol> <count>`` as fairseq writes it (a symbol without
-    whitespace, a count of at most 18 digits; optionally fairseq's
-    ``#fairseq:overwrite`` flag), and no symbol may repeat another or one of the
-    four special symbols (with the flag, fairseq would keep both). fairseq's
-    own messages quote the line; these name it.
-    """
+    """A fairseq ``Dictionary`` of ``size`` symbols from the bytes of ``dict.<lang>.txt``: lines ``<symbol>
+    <count>`` as fairseq writes them (optionally its ``#fairseq:overwrite`` flag), no symbol repeating another
+    or a special symbol (with the flag, fairseq would keep both). Messages name the line, never quote it."""
     from fairseq.data import Dictionary
 
     dictionary = Dictionary()
