@@ -1,16 +1,17 @@
 """Dense (or plain) stacked LSTM decoder with (dense) Bahdanau attention."""
 
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from fairseq.modules import FairseqDropout
 from torch import Tensor
 
 from fairseq_dense.modules.bahdanau_attention import BahdanauAttention
 from fairseq_dense.modules.dense_lstm_layer import shift_in_time
 from fairseq_dense.modules.encoder_decoder import IncrementalDecoder, embedding
-from fairseq_dense.modules.lstm_cell import cast_once
+from fairseq_dense.modules.lstm_cell import cast_once, lstm_cell
 
 
 class DenseLSTMDecoder(IncrementalDecoder):
@@ -27,8 +28,8 @@ class DenseLSTMDecoder(IncrementalDecoder):
 
     Attention memory: the top encoder layer (plain), ``o^{L_e} = [h^1..h^{L_e}]``
     as one memory (dense connections only), or one attention per encoder layer
-    with the contexts concatenated (dense attention, Eq. 7-8); ``extra["attn"]`` is the
-    branches' mean.
+    with the contexts concatenated (dense attention, Eq. 7-8). The branches are
+    scored in one batched expression per step; ``extra["attn"]`` is their mean.
 
     Layers ``<= l'`` run step by step (``c_t`` needs ``r_{t-1}^{l'}``); layers above
     ``l'`` run as one fused ``nn.LSTM`` call over the whole sequence once every
@@ -123,13 +124,43 @@ class DenseLSTMDecoder(IncrementalDecoder):
             return 2 * (self.embed_dim + j * self.hidden_size) + self.context_dim
         return (self.embed_dim if j == 0 else self.hidden_size) + self.context_dim
 
+    def _memories(self, encoder_out: Dict[str, List[Tensor]]) -> Tensor:
+        """The attended encoder states, ``(src_len, batch, context_dim)``."""
+        if self.dense or self.dense_attention:
+            return encoder_out["encoder_layers"][0]
+        return encoder_out["encoder_out"][0]
+
+    def _attend(
+        self, query: Tensor, keys: Tensor, values: Tensor, w_query: Tensor, w_v: Tensor, padding_mask: Tensor
+    ) -> Tuple[Tensor, Tensor]:
+        """All attention branches for one step, batched (Bahdanau's MLP per branch).
+
+        Args:
+            query: ``(batch, hidden)`` = ``r_{t-1}^{l'}``.
+            keys: ``(batch, src_len, n, A)`` projected keys ``W_k h_i + b``.
+            values: ``(batch, src_len, n, d)``.
+            w_query: ``(n * A, hidden)`` the branches' query projections stacked.
+            w_v: ``(n, A)`` the branches' score vectors.
+            padding_mask: ``(batch, src_len)``.
+
+        Returns:
+            ``(context, attn)``: ``(batch, n * d)`` = ``[c_t^1; ...; c_t^n]`` and the
+            mean attention ``(batch, src_len)``.
+        """
+        q = F.linear(query, w_query).view(query.size(0), 1, *w_v.shape)  # B x 1 x n x A
+        # v^T tanh(W_q s + W_k h + b): B x T x n; tanh in place: the largest tensor of the step
+        scores = (torch.tanh_(q + keys) * w_v).sum(-1)
+        scores = scores.masked_fill(padding_mask.unsqueeze(-1), float("-inf"))
+        attn = torch.softmax(scores.float(), dim=1).type_as(scores)
+        context = torch.einsum("btn,btnd->bnd", attn, values)  # B x n x d
+        return context.reshape(query.size(0), -1), attn.mean(-1)
+
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None, **unused):
         bsz = prev_output_tokens.size(0)
+        n_att = len(self.attentions)
         padding_mask = encoder_out["encoder_padding_mask"][0]
-        # the attended encoder states: T x B x context_dim
-        memory = encoder_out["encoder_layers" if self.dense or self.dense_attention else "encoder_out"][0]
-        branches = memory.chunk(len(self.attentions), -1)  # per branch: T x B x d
-        values = [m.transpose(0, 1) for m in branches]  # B x T x d
+        memory = self._memories(encoder_out)  # T x B x C
+        values = memory.transpose(0, 1).reshape(bsz, memory.size(0), n_att, -1)  # B x T x n x d
         cached = self.get_cache(incremental_state)
         if incremental_state is not None:
             prev_output_tokens = prev_output_tokens[:, -1:]
@@ -137,35 +168,50 @@ class DenseLSTMDecoder(IncrementalDecoder):
             hidden = memory.new_zeros(bsz, self.num_layers, self.hidden_size)
             cell = torch.zeros_like(hidden)
             prev_out = memory.new_zeros(bsz, self.embed_dim + self.num_layers * self.hidden_size)
-            proj_keys = torch.cat([a.project_keys(m) for a, m in zip(self.attentions, branches)], -1)  # B x T x A
+            proj_keys = self._project_keys(memory)
         else:
             hidden, cell, prev_out = cached["hidden"], cached["cell"], cached["prev_out"]
             proj_keys = cached["proj_keys"]
-        keys = proj_keys.split(self.attention_dims, -1)  # per branch: B x T x A
+        keys = proj_keys.view(bsz, proj_keys.size(1), n_att, -1)  # B x T x n x A
+        # the step loop's weights, each cast once under autocast (a view or a sum of weights
+        # would otherwise be re-cast, and kept for backward, at every step)
+        w_query = cast_once(torch.cat([a.query_proj.weight for a in self.attentions], 0))
+        w_v = torch.cat([a.v.weight for a in self.attentions], 0)
         h, c = list(hidden.unbind(1)), list(cell.unbind(1))
         emb, lp, dense = self.embed_dim, self.attention_layer, self.dense
 
         y = self.dropout(self.embed_tokens(prev_output_tokens)).transpose(0, 1)  # B x S x E -> S x B x E
-        cells = [self._cell_weights(j) for j in range(lp)]  # the stepped layers
+        # layer 1's input parts that do not depend on c_t, for all steps at once
+        first = self.layers[0]
+        known = torch.cat([y, shift_in_time(y, prev_out[:, :emb])], -1) if dense else y
+        k0 = known.size(-1)
+        gates_known = F.linear(known, first.weight_ih_l0[:, :k0], first.bias_ih_l0 + first.bias_hh_l0)
+        # sliced once: a slice per step costs a weight-sized backward each
+        w_ctx = cast_once(first.weight_ih_l0[:, k0:])
+        w_hh0 = cast_once(first.weight_hh_l0).t()
+        cells = {j: self._cell_weights(j) for j in range(1, lp)}  # the stepped layers above the first
         prev_step_o = prev_out[:, : emb + lp * self.hidden_size]  # o_{t-1}^{l'}
         step_outs: List[List[Tensor]] = [[] for _ in range(lp)]
         contexts, attns = [], []
         # unbind rather than y[t]: one gradient stack per tensor, not a zero-filled copy per step
-        for y_t in y.unbind(0):
-            branches = [a(h[lp - 1], k, v, padding_mask) for a, k, v in zip(self.attentions, keys, values)]
-            ctx = torch.cat([context for context, _ in branches], -1)  # [c_t^1; ...; c_t^n]
+        for y_t, gates_known_t in zip(y.unbind(0), gates_known.unbind(0)):
+            ctx, attn = self._attend(h[lp - 1], keys, values, w_query, w_v, padding_mask)
             outs = [y_t]  # h_t^0, h_t^1, ... (after dropout)
             for j in range(lp):
-                if dense:  # [o_t^{j}; o_{t-1}^{j}; c_t]
-                    inp = torch.cat(outs + [prev_step_o[:, : emb + j * self.hidden_size], ctx], -1)
+                if j == 0:
+                    gates = gates_known_t + F.linear(ctx, w_ctx)
+                    h[j], c[j] = lstm_cell(torch.addmm(gates, h[j], w_hh0), c[j])
                 else:
-                    inp = torch.cat([outs[-1], ctx], -1)
-                h[j], c[j] = torch.lstm_cell(inp, (h[j], c[j]), *cells[j])
+                    if dense:
+                        inp = torch.cat(outs + [prev_step_o[:, : emb + j * self.hidden_size], ctx], -1)
+                    else:
+                        inp = torch.cat([outs[-1], ctx], -1)
+                    h[j], c[j] = self._cell_step(cells[j], inp, h[j], c[j])
                 outs.append(self.dropout(h[j]))
                 step_outs[j].append(outs[-1])
             prev_step_o = torch.cat(outs, -1)
             contexts.append(ctx)
-            attns.append(torch.stack([a for _, a in branches]).mean(0))
+            attns.append(attn)
         ctx_all = torch.stack(contexts, 0)  # S x B x C
         feats = [y] + [torch.stack(o, 0) for o in step_outs]  # each S x B x dim
         # o_{t-1}: every part of o shifted once and kept, so that layer j's input is one
@@ -181,7 +227,7 @@ class DenseLSTMDecoder(IncrementalDecoder):
             else:
                 inp = torch.cat([feats[-1], ctx_all], -1)
             if inp.size(0) == 1:
-                h[j], c[j] = torch.lstm_cell(inp[0], (h[j], c[j]), *self._cell_weights(j))
+                h[j], c[j] = self._cell_step(self._cell_weights(j), inp[0], h[j], c[j])
                 out = h[j].unsqueeze(0)
             else:
                 out, (h_j, c_j) = self.layers[j](inp, (h[j].unsqueeze(0).contiguous(), c[j].unsqueeze(0).contiguous()))
@@ -207,7 +253,19 @@ class DenseLSTMDecoder(IncrementalDecoder):
         return m, {"attn": [torch.stack(attns, dim=1)]}
 
     def _cell_weights(self, j: int) -> Tuple[Tensor, ...]:
-        """``(W_ih, W_hh, b_ih, b_hh)`` of 0-based layer ``j`` for ``torch.lstm_cell`` (PyTorch's own cell with
-        the layer's parameters; its CUDA kernel needs both biases), each cast once under autocast."""
+        """``(W_ih, W_hh, b_ih, b_hh)`` of 0-based layer ``j``, each cast once under autocast."""
         lstm = self.layers[j]
         return tuple(cast_once(w) for w in (lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0))
+
+    @staticmethod
+    def _cell_step(weights: Tuple[Tensor, ...], inp: Tensor, h: Tensor, c: Tensor) -> Tuple[Tensor, Tensor]:
+        """One step of a layer with :meth:`_cell_weights` ``weights``: ``inp`` ``(batch, input)``,
+        ``h``/``c`` ``(batch, hidden)`` -> the new ``(h, c)``."""
+        # PyTorch's own cell with the layer's parameters (its CUDA kernel needs both biases)
+        return torch.lstm_cell(inp, (h, c), *weights)
+
+    def _project_keys(self, memory: Tensor) -> Tensor:
+        """``(src_len, batch, context_dim)`` -> ``(batch, src_len, sum of attention dims)``, every
+        branch's keys (:meth:`BahdanauAttention.project_keys`)."""
+        keys_per_branch = memory.split(self.context_dim // len(self.attentions), dim=-1)
+        return torch.cat([a.project_keys(k) for a, k in zip(self.attentions, keys_per_branch)], -1)
