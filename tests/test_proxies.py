@@ -34,7 +34,7 @@ ENFORCED = {
     "gru": ALL_TARGETS,
 }
 #: what a pair misses on PyTorch's per-step CPU LSTM (CPUs without oneDNN's bfloat16 kernel), whose
-#: saved bytes differ from oneDNN's workspace (neither is cuDNN's reserve space): gru 1.65x under bf16
+#: saved bytes differ from oneDNN's workspace (neither is cuDNN's reserve space): gru 1.69x under bf16 (nn.GRUCell step)
 PER_STEP_MISSES = {"gru": {"saved_bytes"}}
 
 
