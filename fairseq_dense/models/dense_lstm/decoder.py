@@ -1,6 +1,6 @@
 """Dense (or plain) stacked LSTM decoder with (dense) Bahdanau attention."""
 
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -124,12 +124,6 @@ class DenseLSTMDecoder(IncrementalDecoder):
             return 2 * (self.embed_dim + j * self.hidden_size) + self.context_dim
         return (self.embed_dim if j == 0 else self.hidden_size) + self.context_dim
 
-    def _memories(self, encoder_out: Dict[str, List[Tensor]]) -> Tensor:
-        """The attended encoder states, ``(src_len, batch, context_dim)``."""
-        if self.dense or self.dense_attention:
-            return encoder_out["encoder_layers"][0]
-        return encoder_out["encoder_out"][0]
-
     def _attend(
         self, query: Tensor, keys: Tensor, values: Tensor, w_query: Tensor, w_v: Tensor, padding_mask: Tensor
     ) -> Tuple[Tensor, Tensor]:
@@ -159,7 +153,8 @@ class DenseLSTMDecoder(IncrementalDecoder):
         bsz = prev_output_tokens.size(0)
         n_att = len(self.attentions)
         padding_mask = encoder_out["encoder_padding_mask"][0]
-        memory = self._memories(encoder_out)  # T x B x C
+        # the attended encoder states: T x B x context_dim
+        memory = encoder_out["encoder_layers" if self.dense or self.dense_attention else "encoder_out"][0]
         values = memory.transpose(0, 1).reshape(bsz, memory.size(0), n_att, -1)  # B x T x n x d
         cached = self.get_cache(incremental_state)
         if incremental_state is not None:
@@ -206,7 +201,7 @@ class DenseLSTMDecoder(IncrementalDecoder):
                         inp = torch.cat(outs + [prev_step_o[:, : emb + j * self.hidden_size], ctx], -1)
                     else:
                         inp = torch.cat([outs[-1], ctx], -1)
-                    h[j], c[j] = self._cell_step(cells[j], inp, h[j], c[j])
+                    h[j], c[j] = torch.lstm_cell(inp, (h[j], c[j]), *cells[j])
                 outs.append(self.dropout(h[j]))
                 step_outs[j].append(outs[-1])
             prev_step_o = torch.cat(outs, -1)
@@ -227,7 +222,7 @@ class DenseLSTMDecoder(IncrementalDecoder):
             else:
                 inp = torch.cat([feats[-1], ctx_all], -1)
             if inp.size(0) == 1:
-                h[j], c[j] = self._cell_step(self._cell_weights(j), inp[0], h[j], c[j])
+                h[j], c[j] = torch.lstm_cell(inp[0], (h[j], c[j]), *self._cell_weights(j))
                 out = h[j].unsqueeze(0)
             else:
                 out, (h_j, c_j) = self.layers[j](inp, (h[j].unsqueeze(0).contiguous(), c[j].unsqueeze(0).contiguous()))
@@ -253,16 +248,10 @@ class DenseLSTMDecoder(IncrementalDecoder):
         return m, {"attn": [torch.stack(attns, dim=1)]}
 
     def _cell_weights(self, j: int) -> Tuple[Tensor, ...]:
-        """``(W_ih, W_hh, b_ih, b_hh)`` of 0-based layer ``j``, each cast once under autocast."""
+        """``(W_ih, W_hh, b_ih, b_hh)`` of 0-based layer ``j`` for ``torch.lstm_cell`` (PyTorch's own cell with
+        the layer's parameters; its CUDA kernel needs both biases), each cast once under autocast."""
         lstm = self.layers[j]
         return tuple(cast_once(w) for w in (lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0))
-
-    @staticmethod
-    def _cell_step(weights: Tuple[Tensor, ...], inp: Tensor, h: Tensor, c: Tensor) -> Tuple[Tensor, Tensor]:
-        """One step of a layer with :meth:`_cell_weights` ``weights``: ``inp`` ``(batch, input)``,
-        ``h``/``c`` ``(batch, hidden)`` -> the new ``(h, c)``."""
-        # PyTorch's own cell with the layer's parameters (its CUDA kernel needs both biases)
-        return torch.lstm_cell(inp, (h, c), *weights)
 
     def _project_keys(self, memory: Tensor) -> Tensor:
         """``(src_len, batch, context_dim)`` -> ``(batch, src_len, sum of attention dims)``, every
