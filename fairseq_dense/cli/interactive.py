@@ -75,8 +75,8 @@ def fairseq_config(args):
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run fairseq-interactive on checked input; returns 0, ``SystemExit`` with one line on bad input."""
     own = argparse.ArgumentParser(add_help=False, allow_abbrev=False)  # the rest is fairseq's
-    own.add_argument("--input", default="-")
-    own.add_argument("--allow-empty-lines", action="store_true")
+    own.add_argument("--input", default="-", help="the file to translate, as fairseq-interactive's (default -: stdin)")
+    own.add_argument("--allow-empty-lines", action="store_true", help="translate empty lines (fairseq's behaviour)")
     add_verbose_flag(own)
     ours, argv = own.parse_known_args(sys.argv[1:] if argv is None else argv)
     set_up(PROG)  # one line for checkpoint/dictionary errors too, fairseq's checkpoints read, a clean exit
