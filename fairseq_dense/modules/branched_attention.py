@@ -25,6 +25,7 @@ import math
 from typing import Dict, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from fairseq import utils
 from fairseq.incremental_decoding_utils import with_incremental_state
 from fairseq.modules import FairseqDropout, LayerNorm
@@ -32,7 +33,6 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from fairseq_dense.modules.low_precision import compute_dtype
-from fairseq_dense.modules.masked_attention import attend
 from fairseq_dense.modules.simplex import ON_SIMPLEX_ATTR, uniform_simplex
 
 #: ``param_group`` tag of kappa/alpha, read by ``--lr-scheduler grouped``
@@ -221,6 +221,22 @@ class BranchedAttention(nn.Module):
             self.set_incremental_state(incremental_state, "attn_state", state)
         return incremental_state
 
+    def _attend(self, q, k, v, attn_mask, key_padding_mask, need_weights):
+        """``(B, H, T, d)`` queries over ``(B, H, S, d)`` keys and values, both masks as one additive
+        ``-inf`` mask; the ``(H, B, T, S)`` probabilities only if asked for (then computed explicitly)."""
+        mask = None if attn_mask is None else attn_mask.to(q.dtype).view(1, 1, *attn_mask.shape)
+        if key_padding_mask is not None:
+            pad = key_padding_mask.view(key_padding_mask.size(0), 1, 1, -1).to(torch.bool)
+            mask = torch.where(pad, float("-inf"), q.new_zeros(()) if mask is None else mask)
+        p = self.attention_dropout if self.training else 0.0
+        if not need_weights:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p), None
+        scores = torch.matmul(q * self.head_dim**-0.5, k.transpose(-1, -2))
+        if mask is not None:
+            scores = scores + mask
+        probs = utils.softmax(scores, dim=-1).type_as(q)
+        return torch.matmul(F.dropout(probs, p=p, training=self.training), v), probs.transpose(0, 1)
+
     def forward(
         self,
         x: Tensor,
@@ -237,8 +253,9 @@ class BranchedAttention(nn.Module):
             x: ``(T, B, C)`` input (queries; also keys/values for self-attention).
             key: ``(S, B, kdim)`` encoder states for encoder-decoder attention.
             key_padding_mask: ``(B, S)`` True at padded keys.
-            attn_mask: ``(T, S)`` additive (float) or boolean (True: attend) mask.
-            is_causal: ``attn_mask`` is fairseq's future mask (then SDPA's ``is_causal``).
+            attn_mask: ``(T, S)`` additive mask (fairseq's future mask for decoder self-attention).
+            is_causal: whether ``attn_mask`` is the future mask; taken for the decoder layer's call,
+                ``attn_mask`` itself is applied.
             incremental_state: decoding cache (one step of ``x`` at a time).
             need_weights: also return ``(H, B, T, S)`` attention probabilities.
         """
@@ -250,16 +267,7 @@ class BranchedAttention(nn.Module):
         h = (self.attn_layer_norm(x) if self.normalize_before else x).to(low)
         k, v, kpm = self._cached_kv(h, key, key_padding_mask, incremental_state)
         q = self.q_proj(h).view(T, B, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
-        o, probs = attend(
-            q,
-            k,
-            v,
-            attn_mask,
-            kpm,
-            dropout_p=self.attention_dropout if self.training else 0.0,
-            need_weights=need_weights,
-            is_causal=is_causal and incremental_state is None,
-        )
+        o, probs = self._attend(q, k, v, attn_mask, kpm, need_weights)
         N = T * B
         # (B, H, T, d) -> (T, B, H, d) -> (N, M, C/M): heads grouped by branch
         o = o.permute(2, 0, 1, 3).reshape(N, M, C // M)
