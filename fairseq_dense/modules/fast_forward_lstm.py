@@ -9,11 +9,10 @@ feed-forward block and an input-matrix-free recurrence:
     ``h^k_t, c^k_t = LSTM(f^k_t, h^k_{t-(-1)^k}, c^k_{t-(-1)^k})``
 
 ``f^1_t = W_f^1 x_t + b^1``. ``half`` keeps the first half of ``f`` (``2H`` of ``4H``).
-A layer is one fused LSTM call (:func:`~fairseq_dense.modules.lstm_cell.fused_lstm`,
-cuDNN / oneDNN) whose input matrix is ``W_f``: its gates ``W_f x_t + b + W_hh h_{t-1}``
-are the paper's ``f_t + W_hh h_{t-1}``. The part of ``f`` the next layer reads
-(``half(f)``, or all of ``f`` for the encoder's interface) is one more matrix
-multiply over the whole sequence.
+A layer is one fused LSTM call (``torch.lstm``: cuDNN / oneDNN) whose input matrix is
+``W_f``: its gates ``W_f x_t + b + W_hh h_{t-1}`` are the paper's ``f_t + W_hh h_{t-1}``.
+The part of ``f`` the next layer reads (``half(f)``, or all of ``f`` for the encoder's
+interface) is one more matrix multiply over the whole sequence.
 
 Variable lengths: every layer works on right-padded sequences; a layer that runs
 backward in time reverses each sequence inside its length, runs forward and
@@ -39,15 +38,19 @@ from fairseq.modules import FairseqDropout
 from torch import Tensor
 
 from fairseq_dense.modules.encoder_decoder import reverse_padded
-from fairseq_dense.modules.lstm_cell import cast_once, fused_lstm, rnn_takes_cast
+from fairseq_dense.modules.lstm_cell import cast_once
 
 RECURRENT = "recurrent"
 
 
-def tag_recurrent(param: nn.Parameter) -> nn.Parameter:
-    """Mark a parameter for the ``recurrent`` optimizer group (read by the ``grouped`` scheduler)."""
-    param.param_group = RECURRENT
-    return param
+def _fused_lstm(x: Tensor, state: Tuple[Tensor, Tensor], w_ih: Tensor, w_hh: Tensor, b_ih: Tensor):
+    """``nn.LSTM``'s single forward layer on weights the caller owns (``b_hh`` zero): ``x`` ``(T, B, input)``,
+    ``state`` ``(h0, c0)`` each ``(B, H)`` -> ``(out (T, B, H), (h_T, c_T))``."""
+    hx = (state[0].unsqueeze(0).contiguous(), state[1].unsqueeze(0).contiguous())  # 1 x B x H
+    weights = [w_ih, w_hh, b_ih, torch.zeros_like(b_ih)]
+    # train=True whenever autograd records: the CPU kernel keeps its workspace for backward only then
+    out, h_n, c_n = torch.lstm(x, hx, weights, True, 1, 0.0, torch.is_grad_enabled(), False, False)
+    return out, (h_n[0], c_n[0])
 
 
 class FastForwardLSTMLayer(nn.Module):
@@ -66,7 +69,8 @@ class FastForwardLSTMLayer(nn.Module):
         self.reverse = reverse
         self.init_std = init_std
         self.ff = nn.Linear(input_dim, 4 * hidden_size)
-        self.weight_hh = tag_recurrent(nn.Parameter(torch.empty(4 * hidden_size, hidden_size)))
+        self.weight_hh = nn.Parameter(torch.empty(4 * hidden_size, hidden_size))
+        self.weight_hh.param_group = RECURRENT  # its optimizer group (``--lr-scheduler grouped``)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -107,15 +111,20 @@ class FastForwardLSTMLayer(nn.Module):
         """
         state = self.initial_state(x, state)
         w_f = self.ff.weight if extra_weight is None else torch.cat([self.ff.weight, extra_weight], 1)
-        # one low-precision copy of W_f under autocast, shared by the LSTM call and the f matmul
+        # one low-precision copy of W_f under autocast, shared by the LSTM call and the f matmul. Autocast
+        # runs cuDNN RNNs in float16 whatever its dtype: under bfloat16 on CUDA the LSTM call gets the
+        # float32 weights and casts them itself (bfloat16 copies would be rounded twice)
         w, b = cast_once(w_f), cast_once(self.ff.bias)
-        weights = (w, cast_once(self.weight_hh), b) if rnn_takes_cast(w) else (w_f, self.weight_hh, self.ff.bias)
+        if w.device.type == "cuda" and w.dtype == torch.bfloat16:
+            weights = (w_f, self.weight_hh, self.ff.bias)
+        else:
+            weights = (w, cast_once(self.weight_hh), b)
         if self.reverse:
             assert lengths is not None, "a backward layer needs the sequence lengths"
-            h, final = fused_lstm(reverse_padded(x, lengths), state, *weights)
+            h, final = _fused_lstm(reverse_padded(x, lengths), state, *weights)
             h = reverse_padded(h, lengths)
         else:
-            h, final = fused_lstm(x, state, *weights)
+            h, final = _fused_lstm(x, state, *weights)
         n = 4 * self.hidden_size if f_size is None else f_size
         return F.linear(x, w[:n], b[:n]), h, final  # f: all time steps in one matmul
 

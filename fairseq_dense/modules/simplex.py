@@ -64,29 +64,24 @@ def _master_copies(optimizer, params: List[Tensor]) -> Dict[int, Tuple[Tensor, T
     and the parameter the optimizer holds (a flat buffer when ``master`` is a view into it).
 
     The parameter itself, except under ``FP16Optimizer`` (``--fp16``/``--bf16``): the fp32
-    master copy, its own tensor or a view into the flat master buffer.
+    master copy, its own tensor or a view into the flat master buffer of its device.
     """
     fp16_params = getattr(optimizer, "fp16_params", None)
     fp32_params = getattr(optimizer, "fp32_params", None)
     if fp16_params is None or fp32_params is None:
         return {id(p): (p, p) for p in params}
     wanted = {id(p) for p in params}
-    out: Dict[int, Tuple[Tensor, Tensor]] = {}
     if isinstance(fp32_params, (list, tuple)):
-        for p16, p32 in zip(fp16_params, fp32_params):
-            if id(p16) in wanted:
-                out[id(p16)] = (p32, p32)
-        return out
-    flat = fp32_params if isinstance(fp32_params, dict) else {None: fp32_params}
+        return {id(p16): (p32, p32) for p16, p32 in zip(fp16_params, fp32_params) if id(p16) in wanted}
+    # flat: {device: buffer} holding the fp16 parameters in order (fairseq's build_fp32_params)
+    out: Dict[int, Tuple[Tensor, Tensor]] = {}
     offsets: Dict = defaultdict(int)
-    single = len(flat) == 1
     for p16 in fp16_params:
-        key = next(iter(flat)) if single else p16.device.index
+        key = next(iter(fp32_params)) if len(fp32_params) == 1 else p16.device.index
         start = offsets[key]
         offsets[key] += p16.numel()
         if id(p16) in wanted:
-            view = flat[key].data[start : start + p16.numel()].view_as(p16)
-            out[id(p16)] = (view, flat[key])
+            out[id(p16)] = (fp32_params[key].data[start : start + p16.numel()].view_as(p16), fp32_params[key])
     return out
 
 
