@@ -16,15 +16,9 @@ for its branch weights; it peaks at ``u = W_g`` with ``scale_g * W_g ** -0.5``. 
 leaves ``requires_grad`` alone (it survives a resume); with Adam (any step ``p -= lr * x``) a zero rate
 leaves the group bit-identical, and code that changes parameters after the step must skip it.
 
-Options, each a comma-separated ``group=value`` list: ``--group-lr-scale`` (``scale_g``, default
-``--lr``), ``--group-warmup-updates`` (``W_g``, default 0: constant), ``--group-freeze-last`` (``F_g``,
-default 0; needs ``--max-update``). The Weighted Transformer (d_model 512, N 6), paper Sec. 4::
-
-    --lr-scheduler grouped --lr 0.0442 --group-lr-scale default=0.04419,branch=0.10825 \\
-    --group-warmup-updates default=4000,branch=400 --group-freeze-last branch=10000 --max-update 300000
-
 ``step_update`` returns ``{group: lr}`` (logged as ``lr_<group>``). Not supported: flattened fp16/bf16
-master weights (pass ``--fp16-no-flatten-grads``) and the ``composite`` optimizer.
+master weights (pass ``--fp16-no-flatten-grads``) and the ``composite`` optimizer. The paper's
+options: docs/weighted_transformer.md.
 """
 
 import logging
@@ -96,20 +90,11 @@ def split_param_groups(torch_optimizer) -> List[str]:
     ``default`` first, then by first appearance; before any state is loaded); returns the groups' names."""
     new_groups = []
     for group in torch_optimizer.param_groups:
-        names = group.get("param_names")
         buckets: Dict[str, list] = {DEFAULT_GROUP: []}
-        for i, p in enumerate(group["params"]):
-            tag = getattr(p, "param_group", DEFAULT_GROUP)
-            buckets.setdefault(tag, []).append(i)
-        for tag, idx in buckets.items():
-            if not idx:
-                continue
-            new = {k: v for k, v in group.items() if k not in ("params", "param_names")}
-            new["params"] = [group["params"][i] for i in idx]
-            if names is not None:
-                new["param_names"] = [names[i] for i in idx]
-            new[GROUP_NAME_KEY] = tag
-            new_groups.append(new)
+        for p in group["params"]:
+            buckets.setdefault(getattr(p, "param_group", DEFAULT_GROUP), []).append(p)
+        options = {k: v for k, v in group.items() if k != "params"}
+        new_groups += [{**options, "params": ps, GROUP_NAME_KEY: tag} for tag, ps in buckets.items() if ps]
     torch_optimizer.param_groups = new_groups
     return [g[GROUP_NAME_KEY] for g in new_groups]
 

@@ -306,14 +306,6 @@ class BranchedAttention(nn.Module):
         M, N, C = u.shape
         return u.sum(0) if alpha is None else torch.mm(alpha.view(1, M), u.reshape(M, N * C)).view(N, C)
 
-    def _drop_branches(self, hbar: Tensor) -> Tensor:
-        """Residual dropout of the ``(M, N, C)`` branch outputs by ``native_dropout`` (``F.dropout``'s
-        GPU kernel): a boolean mask for backward on every device, not one in the tensor's dtype."""
-        d = self.dropout_module
-        if d.p > 0 and (self.training or d.apply_during_inference):
-            return torch.native_dropout(hbar, d.p, True)[0]
-        return hbar
-
     def _branches(self, x: Tensor, o: Tensor, kappa: Optional[Tensor], alpha: Optional[Tensor]):
         """Eq. 6-7 for all branches: ``(sum_i alpha_i u_i, sum_i alpha_i FFN_i(u_i))``, both ``(N, C)``.
 
@@ -343,8 +335,11 @@ class BranchedAttention(nn.Module):
         M = self.num_branches
         # kappa_i (head_i W_i^O + b^O)                                    (M, N, C)
         hbar = torch.baddbmm(b_out, o.transpose(0, 1), w_out)
-        if self.drop_outputs:
-            hbar = self._drop_branches(hbar)
+        d = self.dropout_module
+        if self.drop_outputs and d.p > 0 and (self.training or d.apply_during_inference):
+            # F.dropout's GPU kernel: a boolean mask kept for backward on every device, where F.dropout
+            # on the CPU keeps one in the tensor's dtype
+            hbar = torch.native_dropout(hbar, d.p, True)[0]
         u = x.view(1, N, C) + hbar  # u_i = x + hbar_i
         if self.normalize_before:
             # sum_i alpha_i u_i = sum(alpha) x + sum_i alpha_i hbar_i: the residual stream
