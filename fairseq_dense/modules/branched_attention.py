@@ -214,7 +214,6 @@ class BranchedAttention(nn.Module):
         return k, v, mask
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
-        """Reorder every cached tensor along its batch dimension (beam search)."""
         state = self.get_incremental_state(incremental_state, "attn_state")
         if state is not None:
             state = {k: None if v is None else v.index_select(0, new_order) for k, v in state.items()}

@@ -61,8 +61,6 @@ class FeatureBuffer:
     def append(self, feature: Tensor) -> None:
         """Write a ``(C, T, B)`` feature into the next free rows (cast to the buffer's dtype)."""
         c = feature.size(0)
-        if self.width + c > self.data.size(0):
-            raise RuntimeError(f"feature buffer overflow: {self.width} + {c} > {self.data.size(0)}")
         with torch.no_grad():
             self.data[self.width : self.width + c, self.pad_left : self.pad_left + self.time].copy_(feature)
         self.features.append(feature)
@@ -97,11 +95,8 @@ class FeatureBuffer:
 
 
 def conv_rows(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-    """1-D convolution without padding over a channel-major view, by ``torch.conv_tbc`` (reads it in place).
-
-    ``x``: ``(C, T + k - 1, B)`` (:meth:`FeatureBuffer.conv_input`); ``weight``: ``(k, C, O)`` (ConvTBC
-    layout); ``bias``: ``(O,)``. Returns ``(O, T, B)``, frame ``t`` being ``bias + sum_j W_j^T x[:, t + j]``.
-    """
+    """Unpadded 1-D convolution of a channel-major ``(C, T + k - 1, B)`` view (read in place by ``torch.conv_tbc``)
+    with ``(k, C, O)`` ``weight`` (ConvTBC layout): ``(O, T, B)``, frame ``t`` ``bias + sum_j W_j^T x[:, t + j]``."""
     y = torch.conv_tbc(x.permute(1, 2, 0), weight, bias, 0)  # C x T' x B -> T' x B x C -> T x B x O
     return y.permute(2, 0, 1)  # T x B x O -> O x T x B
 

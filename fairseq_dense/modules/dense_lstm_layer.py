@@ -21,12 +21,8 @@ from fairseq_dense.modules.encoder_decoder import reverse_padded
 
 
 def shift_in_time(x: Tensor, first: Optional[Tensor] = None) -> Tensor:
-    """``out[t] = x[t-1]``, ``out[0] = first`` (zeros when None).
-
-    Args:
-        x: ``(time, batch, dim)``.
-        first: ``(batch, dim)`` value for the first step.
-    """
+    """``(time, batch, dim)`` ``x`` one step later: ``out[t] = x[t-1]``, ``out[0] = first`` ``(batch, dim)``
+    (zeros when None)."""
     if first is None:
         first = x.new_zeros(x.shape[1:])
     return torch.cat([first.unsqueeze(0), x[:-1]], dim=0)

@@ -18,15 +18,11 @@ Variable lengths: every layer works on right-padded sequences; a layer that runs
 backward in time reverses each sequence inside its length, runs forward and
 reverses back, so padding always trails and never reaches a real position.
 
-Precision: ``f^k`` is linear in ``f^{k-1}``, and under the paper's initialisation (``N(0, 0.07)``
-over a fan-in of ``3H``) it grows about 2.2x a layer: 71,963 at the top decoder layer of the
-9+7-layer model at initialisation, past float16's 65,504, and far more after a few updates
-(benchmarks/results/2026-11-27-h200/deep_att_growth.log). With fast-forward connections the
-encoder and decoder of :mod:`fairseq_dense.models.fast_forward_lstm` therefore run the path and
-all that reads it (every layer, the interface, the attention) in float32 under autocast, and
-keep those parameters float32 under ``--fp16``; only the embeddings and the softmax side (which
-reads ``h`` in ``[-1, 1]``) take the low precision. cuDNN runs LSTMs in float16 under bfloat16
-autocast too, so bfloat16 needs the same.
+Precision: ``f^k`` is linear in ``f^{k-1}``; under the paper's initialisation it grows about 2.2x
+a layer, past float16's range at the 9+7-layer model's top layer (docs/benchmarks.md). With
+fast-forward connections :mod:`fairseq_dense.models.fast_forward_lstm` therefore runs the stack and
+all that reads it in float32 under autocast (cuDNN runs LSTMs in float16 under bfloat16 autocast
+too) and keeps its parameters float32 under ``--fp16``.
 """
 
 from typing import List, Optional, Tuple

@@ -19,6 +19,8 @@ from typing import Tuple
 import torch
 from torch import Tensor
 
+from fairseq_dense.modules.low_precision import compute_dtype
+
 
 def lstm_cell(gates: Tensor, cell: Tensor) -> Tuple[Tensor, Tensor]:
     """``(h_t, c_t)`` from ``gates`` ``(B, 4H)`` = ``W_ih x + b_ih + W_hh h + b_hh`` and ``cell`` ``(B, H)``."""
@@ -30,7 +32,4 @@ def lstm_cell(gates: Tensor, cell: Tensor) -> Tuple[Tensor, Tensor]:
 def cast_once(weight: Tensor) -> Tensor:
     """``weight`` in the autocast dtype when autocast is on for its device (else unchanged): called
     once before a step loop, the ops inside cast nothing, with the values autocast's cast gives."""
-    device = weight.device.type
-    if weight.dtype == torch.float32 and torch.is_autocast_enabled(device):
-        return weight.to(torch.get_autocast_dtype(device))
-    return weight
+    return weight.to(compute_dtype(weight))

@@ -33,8 +33,6 @@ def project_onto_simplex(v: Tensor) -> Tensor:
     ``rho`` with ``u_rho - (sum_{j<=rho} u_j - 1) / rho > 0``, return ``max(v - theta, 0)``
     with ``theta = (sum_{j<=rho} u_j - 1) / rho``.
     """
-    if v.size(-1) == 0:
-        raise ValueError("cannot project an empty vector onto the simplex")
     dtype = v.dtype
     x = v.float() if dtype in (torch.float16, torch.bfloat16) else v
     u, _ = torch.sort(x, dim=-1, descending=True)
@@ -141,12 +139,8 @@ def _project_after_step(optimizer, args, kwargs) -> None:
 
 
 def install_step_hook() -> None:
-    """Project ``on_simplex`` parameters right after every torch optimizer step (idempotent).
-
-    The hook is process-wide and touches only parameters marked ``on_simplex`` and not
-    ``projected_by_task`` that the stepping optimizer holds. Under ``--fp16``/``--bf16`` it
-    holds fp32 master copies, which only a task can find; the model refuses that combination.
-    """
+    """Install :func:`_project_after_step` for every torch optimizer (idempotent). Under ``--fp16``/``--bf16``
+    the optimizer holds fp32 master copies, which only a task can find; the model refuses that combination."""
     global _step_hook
     if _step_hook is None:
         _step_hook = register_optimizer_step_post_hook(_project_after_step)
