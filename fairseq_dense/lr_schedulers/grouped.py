@@ -105,13 +105,12 @@ class GroupedSchedule(FairseqLRScheduler):
 
     def __init__(self, cfg: GroupedScheduleConfig, optimizer):
         super().__init__(cfg, optimizer)
-        base_lr = cfg.lr[0] if isinstance(cfg.lr, Collection) else cfg.lr
         if isinstance(cfg.lr, Collection) and len(cfg.lr) > 1:
             raise ValueError("--lr-scheduler grouped takes a single --lr value")
         self.scales = parse_group_values(cfg.group_lr_scale, "--group-lr-scale", float)
         self.warmups = parse_group_values(cfg.group_warmup_updates, "--group-warmup-updates", int)
         self.freezes = parse_group_values(cfg.group_freeze_last, "--group-freeze-last", int)
-        self.base_lr = float(base_lr)
+        self.base_lr = float(cfg.lr[0] if isinstance(cfg.lr, Collection) else cfg.lr)
         self.max_update = int(cfg.max_update or 0)
         if any(k > 0 for k in self.freezes.values()) and self.max_update <= 0:
             raise ValueError("--group-freeze-last needs a positive --max-update")

@@ -97,10 +97,8 @@ class BranchedAttention(nn.Module):
         recompute: bool = False,
     ):
         super().__init__()
-        if num_branches < 1 or num_heads % num_branches or embed_dim % num_heads:
-            raise ValueError("need num_heads % num_branches == 0 and embed_dim % num_heads == 0")
-        if ffn_embed_dim % num_branches:
-            raise ValueError("ffn_embed_dim must be a multiple of num_branches")
+        if num_branches < 1 or num_heads % num_branches or ffn_embed_dim % num_branches or embed_dim % num_heads:
+            raise ValueError("num_heads and ffn_embed_dim must be multiples of num_branches, embed_dim of num_heads")
         for name, value, allowed in (
             ("inference_weights", inference_weights, INFERENCE_WEIGHTS),
             ("init", init, BRANCH_INITS),
@@ -281,9 +279,7 @@ class BranchedAttention(nn.Module):
             y = self.final_layer_norm(y)
         return y.view(T, B, C), probs
 
-    def _scaled_weights(
-        self, kappa: Optional[Tensor], alpha: Optional[Tensor]
-    ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    def _scaled_weights(self, kappa: Optional[Tensor], alpha: Optional[Tensor]):
         """``kappa_i W_i^O``, ``kappa_i b^O``, ``alpha_i W2_i`` (flattened), ``sum(alpha) b^2``.
 
         A weight fixed to 1 (None) leaves the parameters as they are. Derived on every call,

@@ -39,16 +39,6 @@ from fairseq_dense.modules.lstm_cell import cast_once
 RECURRENT = "recurrent"
 
 
-def _fused_lstm(x: Tensor, state: Tuple[Tensor, Tensor], w_ih: Tensor, w_hh: Tensor, b_ih: Tensor):
-    """``nn.LSTM``'s single forward layer on weights the caller owns (``b_hh`` zero): ``x`` ``(T, B, input)``,
-    ``state`` ``(h0, c0)`` each ``(B, H)`` -> ``(out (T, B, H), (h_T, c_T))``."""
-    hx = (state[0].unsqueeze(0).contiguous(), state[1].unsqueeze(0).contiguous())  # 1 x B x H
-    weights = [w_ih, w_hh, b_ih, torch.zeros_like(b_ih)]
-    # train=True whenever autograd records: the CPU kernel keeps its workspace for backward only then
-    out, h_n, c_n = torch.lstm(x, hx, weights, True, 1, 0.0, torch.is_grad_enabled(), False, False)
-    return out, (h_n[0], c_n[0])
-
-
 class FastForwardLSTMLayer(nn.Module):
     """One layer: feed-forward block ``f`` (``input_dim -> 4H``) and recurrence ``W_hh``.
 
@@ -112,17 +102,20 @@ class FastForwardLSTMLayer(nn.Module):
         # float32 weights and casts them itself (bfloat16 copies would be rounded twice)
         w, b = cast_once(w_f), cast_once(self.ff.bias)
         if w.device.type == "cuda" and w.dtype == torch.bfloat16:
-            weights = (w_f, self.weight_hh, self.ff.bias)
+            weights = [w_f, self.weight_hh, self.ff.bias]
         else:
-            weights = (w, cast_once(self.weight_hh), b)
+            weights = [w, cast_once(self.weight_hh), b]
+        weights.append(torch.zeros_like(weights[2]))  # b_hh
+        assert lengths is not None or not self.reverse, "a backward layer needs the sequence lengths"
+        inp = reverse_padded(x, lengths) if self.reverse else x
+        hx = (state[0].unsqueeze(0).contiguous(), state[1].unsqueeze(0).contiguous())  # 1 x B x H
+        # nn.LSTM's single layer with W_f, b as its input weights; train=True whenever autograd records: the
+        # CPU kernel keeps its workspace for backward only then
+        h, h_n, c_n = torch.lstm(inp, hx, weights, True, 1, 0.0, torch.is_grad_enabled(), False, False)
         if self.reverse:
-            assert lengths is not None, "a backward layer needs the sequence lengths"
-            h, final = _fused_lstm(reverse_padded(x, lengths), state, *weights)
             h = reverse_padded(h, lengths)
-        else:
-            h, final = _fused_lstm(x, state, *weights)
         n = 4 * self.hidden_size if f_size is None else f_size
-        return F.linear(x, w[:n], b[:n]), h, final  # f: all time steps in one matmul
+        return F.linear(x, w[:n], b[:n]), h, (h_n[0], c_n[0])  # f: all time steps in one matmul
 
 
 class FastForwardLSTM(nn.Module):

@@ -26,13 +26,6 @@ from torch import Tensor
 from torch.nn.utils import parametrize
 
 
-def _sources(module: nn.Module, name: str = "weight") -> Tuple[Tensor, ...]:
-    """The tensors ``module.<name>`` is computed from (the originals of a parametrization)."""
-    if parametrize.is_parametrized(module, name):
-        return tuple(module.parametrizations[name].parameters())
-    return (getattr(module, name),)
-
-
 class InferenceWeightCache:
     """Mixin for ``nn.Module`` subclasses: :meth:`cached_weight` memoises a derived weight in inference."""
 
@@ -43,7 +36,10 @@ class InferenceWeightCache:
         """``derive()`` stored under ``key``, reused while inference runs on unchanged originals of ``weight``."""
         if self.training or torch.is_grad_enabled():
             return derive()
-        version = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in _sources(self))
+        # the tensors ``weight`` is computed from: the originals of a parametrization (weight norm)
+        parametrized = parametrize.is_parametrized(self, "weight")
+        sources = self.parametrizations.weight.parameters() if parametrized else [self.weight]
+        version = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in sources)
         store = self._inference_weights()
         hit = store.get(key)
         if hit is not None and hit[0] == version:
