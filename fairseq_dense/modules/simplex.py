@@ -85,12 +85,8 @@ def _master_copies(optimizer, params: List[Tensor]) -> Dict[int, Tuple[Tensor, T
 
 @torch.no_grad()
 def project_parameters_after_step(model: torch.nn.Module, optimizer) -> int:
-    """Project every ``on_simplex`` parameter of the (possibly DDP-wrapped) ``model`` where the
-    trainer's ``optimizer`` keeps it, right after ``optimizer.step()``; lr-0 groups are skipped.
-
-    Returns:
-        the number of parameters projected.
-    """
+    """Project every ``on_simplex`` parameter of the (possibly DDP-wrapped) ``model`` where the trainer's
+    ``optimizer`` keeps it, right after ``optimizer.step()``, lr-0 groups skipped; returns how many it projected."""
     params = simplex_parameters(model)
     if not params:
         return 0
