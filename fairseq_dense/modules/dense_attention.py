@@ -57,7 +57,6 @@ class DenseAttention(nn.Module):
         self.mode = mode
         self.scale_by_source_length = scale_by_source_length
         self.layer_dims = list(layer_dims)
-        self.attention_dim = attention_dim
         if mode == "dense2":
             self.num_memories = len(layer_dims)
             self.key_projs = nn.ModuleList([Linear(d, attention_dim, dropout, use_weight_norm) for d in layer_dims])
