@@ -112,8 +112,6 @@ for _kind in ("flash", "efficient", "cudnn"):  # CUDA's fused attention kernels,
     ):
         FLOPS[_name] = (_registry(_name), _operand)
 
-LOW = (torch.bfloat16, torch.float16)
-
 
 def _tensors(obj) -> list:
     return [t for t in tree_flatten(obj)[0] if torch.is_tensor(t)]

@@ -108,7 +108,7 @@ def row(key: str, e: Dict) -> str:
 
 
 def markdown(results: Dict) -> str:
-    """The results as markdown: command, machine, ratio table, raw figures, how to read them."""
+    """The results as markdown: command, machine, ratio table, how to read them (each side's figures: the JSON)."""
     m, opts = results["machine"], results["options"]
     gpu = f"; GPU {m['gpu']}" if m.get("gpu") else ""
     precision = f"training {'float16 autocast' if opts['amp'] else 'float32'}, decoding "
@@ -130,29 +130,6 @@ def markdown(results: Dict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [row(key, e) for key, e in results["families"].items()]
-    lines += [
-        "",
-        "| model / side | arch | params | updates | train tok/s | peak RSS MiB | best valid loss "
-        "| beam-5 sent/s | BLEU |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for key, e in results["families"].items():
-        for side in ("ours", "baseline") if "error" not in e else ():
-            s, t = e[side], e[side]["train"]
-            lines.append(
-                f"| {key} / {side} | `{' '.join(s['arch_args'])}` | {s['params']:,} | {t['updates']} "
-                f"| {t['train_tokens_per_s'] or 0:.0f} | {t['peak_rss_mib'] or 0:.0f} "
-                f"| {t['best_valid_loss'] or float('nan'):.3f} "
-                f"| {_get(s, 'decode', 'sentences_per_s') or 0:.1f} | {_get(s, 'decode', 'bleu')} |"
-            )
-    notes = {
-        (f, _get(e, f, "remeasured", "command"), _get(e, f, "remeasured", "commit"), _get(e, f, "remeasured", "date"))
-        for e in results["families"].values()
-        for f in ("train_paired", "decode_paired")
-        if _get(e, f, "remeasured")
-    }
-    for figure, cmd, commit, date in sorted(notes, key=str):
-        lines += ["", f"`{figure}` re-measured on {date} by `{cmd}` (code at {commit}) on this run's checkpoints."]
     sigs = sorted(
         {_get(e, s, "decode", "signature") for e in results["families"].values() for s in ("ours", "baseline")} - {None}
     )

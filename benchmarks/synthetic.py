@@ -7,7 +7,7 @@ folder holding only the two dictionary files (:func:`write_dicts`).
 
 import math
 import os
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import torch
 
@@ -99,16 +99,9 @@ def train_args(
     return measure.common_args(dict_dir, os.path.join(dict_dir, "unused-save-dir"), a) + list(arch_args)
 
 
-def build(
-    dict_dir: str, arch_args: List[str], *, max_tokens: int = 4096, amp: bool = False, device: Optional[str] = None
-):
-    """``(task, model, criterion, optimizer, cfg)`` as ``fairseq-train`` builds them (seed 1), on ``device``."""
+def build(dict_dir: str, arch_args: List[str], *, max_tokens: int = 4096):
+    """``(task, model, criterion, optimizer, cfg)`` as ``fairseq-train --cpu`` builds them (seed 1)."""
     from benchmarks import measure
 
     torch.manual_seed(1)
-    args = train_args(dict_dir, arch_args, max_tokens=max_tokens, amp=amp, device=device or "cpu")
-    task, model, criterion, optimizer, cfg = measure.build_trainable(args)
-    if device:
-        model.to(device)
-        criterion.to(device)
-    return task, model, criterion, optimizer, cfg
+    return measure.build_trainable(train_args(dict_dir, arch_args, max_tokens=max_tokens))
