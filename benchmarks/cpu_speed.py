@@ -6,17 +6,13 @@
     python -m benchmarks.cpu_speed --path float32-fast-forward --families fast_forward_lstm
     python -m benchmarks.cpu_speed --path fused-adam --families weighted_transformer densenmt ...
 
-Each family's ``<family>_small`` on the quick-start's data (``--work-dir``) and recipe, one thread, the sides
-taking turns item by item, their order reversed every other round (``measure.timed_rounds``). Without
-``--path``: against the counterpart the quick-start's ``--baseline`` pairs it with, ratios of training
-tokens/s and beam-5 sentences/s by thread CPU time and wall clock (docs/benchmarks.md, "CPU speed at the
-quick-start's size"). With ``--path``: the median over the rounds of off seconds / on seconds (the gain
-that decides whether a speed path stays, docs/benchmarks.md, "Speed tricks"), and the rounds:
-
-``reorder-skip`` (kept) and ``weight-cache`` (kept for DenseNMT) in beam 5, ``float32-fast-forward``
-(what Deep-Att's float32 fast-forward stack costs under autocast, issue 60) and ``fused-adam`` (an optimizer:
-where it is at least as fast, the recipes use it) in training. Until ``be44b0f`` the paths were timed by
-``benchmarks/speed_paths.py``.
+Each family's ``<family>_small`` on the quick-start's data and recipe, one thread, the sides taking turns
+(``measure.timed_rounds``). Without ``--path``: against the quick-start's ``--baseline`` counterpart, ratios
+of training tokens/s and beam-5 sentences/s by thread CPU time and wall clock. With ``--path``: off seconds
+/ on seconds (the gain that decides whether a speed path stays) of a kept path (``reorder-skip``,
+``weight-cache``: beam 5), of Deep-Att's float32 fast-forward stack under autocast or of ``fused_adam``
+(training). Until ``be44b0f`` the paths were ``benchmarks/speed_paths.py``. Method and figures:
+docs/benchmarks.md ("CPU speed at the quick-start's size", "Speed tricks").
 """
 
 import argparse
@@ -118,7 +114,7 @@ def beam_gain(family: str, data_bin: str, rounds: int, toggle, batch_size: int =
     ``<family>_small``), ``toggle(model, on)`` setting the path on or off before each batch."""
     torch.manual_seed(1)
     model, task = decode_models(data_bin, ["--arch", f"{family}_small"])
-    batches = measure.spread_batches(task.dataset("test"), 128, batch_size, "cpu")
+    batches = measure.decode_batches(task.dataset("test"), 128, batch_size, "cpu")
     gen = measure.generator(model, task, 5, 12)
 
     def run(on, sample, i):
@@ -183,7 +179,7 @@ def fused_adam(family: str, data_bin: str, rounds: int) -> dict:
     sample = synthetic.make_batch(synthetic.batch_lengths(MAX_TOKENS), len(sides["on"][0].target_dictionary))
     launches = {}
     for name, side in sides.items():
-        with op_counts.counting(side[1]) as counter:
+        with op_counts.StepCounter(side[1]) as counter:
             measure.train_step(side, sample, 9, counter=counter)
         launches[name] = dict(counter.launches)
     return {

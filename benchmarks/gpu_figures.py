@@ -3,14 +3,11 @@
     python -m benchmarks.gpu_figures --device cuda --out OUT [--pairs wt_a deep_att ...] [--budget-s 230]
     python -m benchmarks.gpu_figures --device cpu --tiny --shapes 64x1 32x2 --rounds 2 --vocab 100 ...   # dry run
 
-Both models of a pair train in one process by fairseq's ``Trainer`` on the same synthetic batches, the
-sides taking turns update by update (``measure.timed_rounds``), both on ``--optimizer fused_adam``,
-bfloat16 by ``--bf16-autocast``. In this order, each result written to ``--out`` as it comes, what would
-start past ``--budget-s`` marked skipped: the A/A pair (no other ratio read unless within
-``AA_TOLERANCE`` of 1), every pair in bfloat16 at every shape, fused_adam against fairseq's ``adam``,
-every pair under ``--amp`` (``--amp-batch-retries 0``), then the kernels of one update of each side.
-MFU = target tokens/s x 6N (``counterparts.matmul_params``) / the datasheet's dense bfloat16 peak.
-The method in full: docs/benchmarks.md ("How the figures measure training").
+Both models of a pair train in one process by fairseq's ``Trainer`` (``--optimizer fused_adam``) on the
+same synthetic batches, taking turns update by update (``measure.timed_rounds``); each result is written to
+``--out`` as it comes, what would start past ``--budget-s`` is marked skipped. Order: the A/A pair, every
+pair in bfloat16 at every shape, fused_adam against fairseq's ``adam``, every pair under ``--amp``, the
+kernels of one update of each side. The method: docs/benchmarks.md ("How the figures measure training").
 """
 
 import argparse
@@ -119,7 +116,7 @@ def count_side(trainer, sample: Dict, src_per_tgt: float) -> Dict:
     """Parameters, 6N and the counted matmul FLOPs per target token of one bfloat16 step (``op_counts``)."""
     model = trainer.model
     side = (trainer.task, model, trainer.criterion, trainer.optimizer, trainer.cfg)
-    with op_counts.counting(model) as counter:
+    with op_counts.StepCounter(model) as counter:
         measure.train_step(side, sample, 1, dtype=torch.bfloat16, counter=counter)
     return {
         "params": sum(p.numel() for p in model.parameters()),

@@ -28,21 +28,28 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def git_commit():
-    """``git describe --always --dirty`` of the checkout, or None."""
-    out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout
-    return out.strip() or None
-
-
-def header(prog: str, argv: List[str]) -> Dict:
-    """What every results file starts with: the command, the time (UTC), the commit and torch's version."""
+def header(prog: str, argv: List[str], device: str = "cpu") -> Dict:
+    """What every results file starts with: the command, the time (UTC), the commit (``git describe``),
+    torch's version and the machine (its load average at the start; ``threads``: torch's at the call)."""
+    import fairseq
     import torch
 
+    commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout
     return {
         "command": f"{prog} {shlex.join(argv)}",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "commit": git_commit(),
+        "commit": commit.strip() or None,
         "torch": torch.__version__,
+        "machine": {
+            "cpu": cpu_name(),
+            "logical_cpus": os.cpu_count(),
+            "threads": torch.get_num_threads(),
+            "load_average": os.getloadavg(),
+            "python": platform.python_version(),
+            "fairseq": fairseq.__version__,
+            "device": device,
+            "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
+        },
     }
 
 
@@ -119,7 +126,7 @@ def markdown(results: Dict) -> str:
         f"Command: `{results['command']}`",
         "",
         f"Machine: {m['cpu']}{gpu}, {m['logical_cpus']} logical CPUs, {m['threads']} threads per model, "
-        f"load average at start {[round(x, 2) for x in m['load_average']]}; torch {m['torch']}, "
+        f"load average at start {[round(x, 2) for x in m['load_average']]}; torch {results['torch']}, "
         f"fairseq {m['fairseq']}, Python {m['python']}. Device **{m['device']}**, {precision}; "
         f"{opts['budget_minutes']} min of training per model{', both at once' if opts['concurrent'] else ''}; "
         f"data `{opts['corpus']}` ({results['data']['summary']}).",

@@ -13,7 +13,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import shlex
 import sys
 import time
@@ -64,22 +63,6 @@ def get_parser() -> argparse.ArgumentParser:
     add("--paired-train-batches", type=int, default=8, help="training batches per side-by-side round")
     add("--paired-rounds", type=int, default=3, help="rounds of the side-by-side comparisons")
     return p
-
-
-def describe_machine(device: str, threads: int) -> Dict:
-    import fairseq
-
-    return {
-        "cpu": report.cpu_name(),
-        "logical_cpus": os.cpu_count(),
-        "threads": threads,
-        "load_average": os.getloadavg(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "fairseq": fairseq.__version__,
-        "device": device,
-        "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
-    }
 
 
 def prepare_data(a, work: str) -> Dict:
@@ -198,7 +181,6 @@ def run_entry(a, data: Dict, family: str, ours_args: List[str], key: str, work: 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     a = get_parser().parse_args(argv)
-    a.argv = argv
     logging.basicConfig(format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
     if a.amp and a.device != "cuda":
         raise SystemExit("error: --amp needs --device cuda (fairseq's --amp is CUDA float16 autocast)")
@@ -217,8 +199,7 @@ def main(argv=None) -> int:
     data = prepare_data(a, work)
     torch.set_num_threads(a.threads)  # the side-by-side measurements run in this process
     results = {
-        "command": "python -m benchmarks.run " + shlex.join(argv),
-        "machine": describe_machine(a.device, a.threads),
+        **report.header("python -m benchmarks.run", argv, a.device),
         "options": vars(a),
         "data": data,
         "families": {},

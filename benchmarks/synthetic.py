@@ -18,11 +18,8 @@ SRC_RATIO_SIGMA = 0.15
 
 
 def write_dicts(folder: str, vocab: int, src: str = "de", tgt: str = "en") -> str:
-    """Write ``dict.{src,tgt}.txt`` of ``vocab`` entries (fairseq's 4 specials included); returns ``folder``.
-
-    Raises:
-        ValueError: for a vocabulary of fewer than 8 entries.
-    """
+    """Write ``dict.{src,tgt}.txt`` of ``vocab`` entries (fairseq's 4 specials included, at least 8 entries:
+    else ValueError); returns ``folder``."""
     if vocab < 8:
         raise ValueError(f"vocab: {vocab} is too small (at least 8 entries, 4 of them fairseq's specials)")
     os.makedirs(folder, exist_ok=True)
