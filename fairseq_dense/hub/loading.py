@@ -57,8 +57,6 @@ logger = logging.getLogger(__name__)
 HUB_ALLOW_PATTERNS = [CONFIG_NAME, WEIGHTS_NAME, "dict.*.txt", BPE_CODES_NAME, MANIFEST_NAME, CARD_NAME]
 MAX_MANIFEST_BYTES = 64 * 1024
 MAX_CONFIG_BYTES = 1 << 20
-#: Keyword arguments of :func:`from_pretrained` that are not fairseq options.
-_LOAD_KWARGS = ("revision", "cache_dir", "local_files_only", "token")
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -276,19 +274,19 @@ def read_files(directory: ModelDirectory, own: bool = False) -> Tuple[Dict[str, 
 # ---------------------------------------------------------------- build
 
 
-def fairseq_config(config: Dict[str, Any], overrides: Optional[Dict[str, Any]] = None, where: str = CONFIG_NAME):
-    """fairseq's whole configuration (generation defaults included) for a checked config, as
-    ``fairseq-generate`` composes it but without its argument parser (it reads ``sys.argv`` and imports
-    any ``--user-dir`` there) or hydra (global state). ``overrides`` set every group's option of that
-    name (``TypeError`` if none has it); an argparse-style model gets fairseq's flat ``Namespace``."""
-    arch, task = config["arch"], config["task"].get("_name", "translation")
+def build_model(config: Dict[str, Any], dictionaries, overrides: Optional[Dict[str, Any]] = None, where=CONFIG_NAME):
+    """``(cfg, task, model)`` of a checked config and its parsed dictionaries as fairseq's inference loads build
+    them (``from_checkpoint=True``: no training-time work), from fairseq's dataclasses: no argument parser (it
+    reads ``sys.argv``, imports any ``--user-dir`` there), no hydra (global state). ``overrides`` set every
+    group's option of that name (``TypeError`` if none has it); argparse-style models get a flat ``Namespace``."""
+    arch, task_name = config["arch"], config["task"].get("_name", "translation")
     model_dc = MODEL_DATACLASS_REGISTRY.get(ARCH_MODEL_NAME_REGISTRY[arch])
     try:
         model = argparse.Namespace(**config["model"])
         ARCH_CONFIG_REGISTRY[arch](model)  # the architecture's values for options config.json does not give
         root = OmegaConf.structured(FairseqConfig)
         with open_dict(root):
-            root.task = OmegaConf.structured(TASK_DATACLASS_REGISTRY[task])
+            root.task = OmegaConf.structured(TASK_DATACLASS_REGISTRY[task_name])
             root.task.update({k: v for k, v in config["task"].items() if k != "_name"})
             root.model = OmegaConf.structured(model_dc) if model_dc else {}
             root.model.update({k: v for k, v in vars(model).items() if not model_dc or k in root.model})
@@ -304,30 +302,23 @@ def fairseq_config(config: Dict[str, Any], overrides: Optional[Dict[str, Any]] =
             OmegaConf.to_container(root, resolve=True, enum_to_str=True), flags={"allow_objects": True}
         )
         with open_dict(cfg):
-            cfg.task._name, cfg.model._name = task, arch
+            cfg.task._name, cfg.model._name = task_name, arch
             if not model_dc:  # fairseq's flat Namespace, as its argument parser leaves it
                 flat = {k: v for name in groups for k, v in cfg[name].items()}
                 flat = argparse.Namespace(**{**flat, **cfg.model})  # the model's values over the task's
                 private("fairseq.dataclass.utils", "_set_legacy_defaults")(flat, ARCH_MODEL_REGISTRY[arch])
-                flat._name, flat.arch, flat.task = arch, arch, task
+                flat._name, flat.arch, flat.task = arch, arch, task_name
                 cfg.model = flat
     except TypeError:
         raise
     except Exception as err:
         raise _fairseq_error(where, "fairseq cannot configure the model", err) from None
     OmegaConf.set_struct(cfg, True)
-    return cfg
-
-
-def build_model(config: Dict[str, Any], dictionaries, overrides: Optional[Dict[str, Any]] = None, where=CONFIG_NAME):
-    """``(cfg, task, model)``: the task given the parsed dictionaries, the model built as fairseq's inference
-    loads build it (``from_checkpoint=True``: no training-time work)."""
-    cfg = fairseq_config(config, overrides, where)
     try:
         task = TASK_REGISTRY[cfg.task._name](cfg.task, *dictionaries)
         model = task.build_model(cfg.model, from_checkpoint=True)
     except (Exception, SystemExit) as err:
-        raise _fairseq_error(where, f"the options do not build '{config['arch']}'", err) from None
+        raise _fairseq_error(where, f"the options do not build '{arch}'", err) from None
     return cfg, task, model
 
 
@@ -512,7 +503,7 @@ def from_pretrained(name_or_path: Union[str, Path], **kwargs) -> TranslationHubI
         >>> de_en = fairseq_dense.from_pretrained("exports/gru-deu-eng")
         >>> de_en.translate("Wie geht es dir?", beam=5)
     """
-    load = {k: kwargs.pop(k) for k in _LOAD_KWARGS if k in kwargs}
+    load = {k: kwargs.pop(k) for k in ("revision", "cache_dir", "local_files_only", "token") if k in kwargs}
     text = {k: kwargs.pop(k) for k in ("tokenizer", "bpe") if k in kwargs}
     if any(v is not None for v in text.values()):
         raise TypeError("from_pretrained(): tokenizer= and bpe= may only be None (the model's own otherwise)")
