@@ -48,10 +48,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except PretrainedModelError as err:
         print(f"fairseq-dense-push: error: {err}", file=sys.stderr)
         return 1
-    if url is not None:
-        print(url)
-    else:
-        print(f"{shown(args.model_dir)}: loads as from_pretrained loads it; nothing uploaded (--dry-run)")
+    print(url or f"{shown(args.model_dir)}: loads as from_pretrained loads it; nothing uploaded (--dry-run)")
     return 0
 
 

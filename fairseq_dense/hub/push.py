@@ -48,7 +48,6 @@ def push_to_hub(
     commit_message: Optional[str] = None,
     revision: Optional[str] = None,
     include_pickle: bool = True,
-    token: Optional[str] = None,
     dry_run: bool = False,
     announce: Optional[Callable[[str], None]] = None,
 ) -> Optional[str]:
@@ -56,7 +55,6 @@ def push_to_hub(
 
     Args:
         revision: branch to commit to (default: the main branch).
-        token: hub token (default: huggingface_hub's environment/config lookup).
         dry_run: list the files and upload nothing (the hub is not contacted); returns ``None``.
         announce: called with one line per file to upload (name, size, sha256) before anything is
             uploaded (default: the log, at INFO level).
@@ -69,7 +67,7 @@ def push_to_hub(
     from huggingface_hub import CommitOperationAdd, HfApi
 
     config = json.loads(upload[CONFIG_NAME])  # checked above
-    api = HfApi(token=token)
+    api = HfApi()  # the token of huggingface_hub's environment/config lookup
     api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
     info = api.create_commit(
         repo_id=repo_id,
