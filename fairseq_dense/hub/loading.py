@@ -78,12 +78,9 @@ def resolve_model_dir(
     local_files_only: bool = False,
     token: Optional[str] = None,
 ) -> Path:
-    """A name from :func:`hub_models`, a local directory or a hub repository id (``owner/name``) as a directory.
-
-    A hub repository is fetched with huggingface_hub into its standard cache (or
-    ``cache_dir``), at ``revision``, without the network when ``local_files_only``
-    or ``HF_HUB_OFFLINE=1``, with ``token`` (default: huggingface_hub's lookup).
-    """
+    """A name from :func:`hub_models`, a local directory or a hub repository id (``owner/name``) as a directory:
+    a repository is fetched by huggingface_hub into its cache (or ``cache_dir``) at ``revision``, offline with
+    ``local_files_only`` or ``HF_HUB_OFFLINE=1``, with ``token`` (default: huggingface_hub's lookup)."""
     entry = hub_models().get(str(name_or_path))
     if isinstance(entry, dict):
         revision, entry = revision or entry.get("revision"), entry["path"]
@@ -166,7 +163,6 @@ class ModelDirectory:
         self._fd = self._blobs = None
 
     def where(self, name: str) -> str:
-        """File ``name`` as messages name it (escaped, a very long path cut)."""
         return shown(self.path / name)
 
     def refusal(self, name: str) -> Optional[str]:
@@ -183,10 +179,8 @@ class ModelDirectory:
             if err.errno != errno.ELOOP or own:
                 raise
         head, _, blob = os.readlink(name, dir_fd=self._fd).rpartition("/")
-        if FILE_NAME_RE.fullmatch(blob) and not head:  # a link to a file beside it
-            return os.open(blob, _OPEN, dir_fd=self._fd)
-        if FILE_NAME_RE.fullmatch(blob) and head == "../../blobs" and self._blobs is not None:
-            return os.open(blob, _OPEN, dir_fd=self._blobs)
+        if FILE_NAME_RE.fullmatch(blob) and (not head or head == "../../blobs" and self._blobs is not None):
+            return os.open(blob, _OPEN, dir_fd=self._blobs if head else self._fd)  # a snapshot's blob, or beside it
         raise PretrainedModelError(f"{self.where(name)}: resolves outside the model directory")
 
     def read(self, name: str, limit: Optional[int] = None, own: bool = False) -> bytes:
@@ -433,11 +427,8 @@ def load_model(model_dir: Union[str, Path], overrides: Optional[Dict[str, Any]] 
 
 
 def model_from_files(model_dir, config: Dict[str, Any], data: Dict[str, bytes], overrides=None) -> LoadedModel:
-    """The model of :func:`read_files`' ``config`` and verified bytes ``data`` (read from ``model_dir``).
-
-    Each file is parsed (the weights' bytes are then dropped from ``data``), the model built and its
-    weights checked and loaded; torch's global random generator is left as it was (building draws from it).
-    """
+    """The model of :func:`read_files`' ``config`` and verified bytes ``data`` (read from ``model_dir``); the
+    weights' bytes leave ``data`` once parsed; torch's global random generator is left as it was."""
     where = {name: shown(Path(model_dir) / name) for name in data}
     dictionaries = []
     for side in ("source", "target"):
@@ -453,12 +444,9 @@ def model_from_files(model_dir, config: Dict[str, Any], data: Dict[str, bytes], 
 
 
 class TranslationHubInterface(GeneratorHubInterface):
-    """fairseq's ``GeneratorHubInterface``, refusing in one line an input longer than the model reads.
-
-    An input of more than :data:`~fairseq_dense.hub.text.MAX_BPE_WORD` characters per source position
-    is refused before the tokenizer sees it; the rest after BPE, by its tokens. A translation without
-    ``sampling`` leaves torch's global random generator as it was (fairseq's batch iterator draws a seed).
-    """
+    """fairseq's ``GeneratorHubInterface``, refusing in one line an input longer than the model reads: over
+    :data:`~fairseq_dense.hub.text.MAX_BPE_WORD` characters per source position before the tokenizer sees it,
+    over its positions in tokens after BPE. Without ``sampling``, torch's global random generator is kept."""
 
     def encode(self, sentence: str):
         limit = self.max_positions[0] if isinstance(self.max_positions, tuple) else self.max_positions
@@ -476,7 +464,8 @@ class TranslationHubInterface(GeneratorHubInterface):
         return tokens
 
     def generate(self, *args, **kwargs):
-        sampling = kwargs.get("sampling", self.cfg.generation.sampling)  # sampling draws from it: as fairseq does
+        # fairseq's batch iterator draws a seed from the global generator; sampling draws from it, as in fairseq
+        sampling = kwargs.get("sampling", self.cfg.generation.sampling)
         with warnings.catch_warnings(), contextlib.nullcontext() if sampling else torch.random.fork_rng(devices=[]):
             # fairseq's batch iterator asks for pinned memory on every device: torch warns without a GPU
             logging_setup.hide_noise()  # the one list of such warnings, in this scope only
