@@ -23,9 +23,7 @@ logger = logging.getLogger("fairseq_dense.average")
 
 
 def get_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description="Average the parameters of the last N checkpoints of a fairseq training run (any family).",
-    )
+    parser = argparse.ArgumentParser(prog="fairseq-dense-average", description=__doc__.split("\n")[0])
     parser.add_argument("inputs", nargs="+", help="checkpoint files, or one --save-dir folder")
     parser.add_argument("--output", required=True, help="the averaged checkpoint to write")
     group = parser.add_mutually_exclusive_group()
