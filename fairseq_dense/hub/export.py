@@ -237,6 +237,12 @@ def export_checkpoint(
     if tokenizer is None and any(given):
         set_flags = ", ".join("--" + k.replace("_", "-") for k, v in zip(MOSES_OPTIONS, given) if v)
         raise PretrainedModelError(f"{set_flags}: Moses options need --tokenizer moses, not none")
+    moses = {
+        "_name": "moses",
+        "source_lang": moses_source_lang or record.get("source_lang") or task["source_lang"],
+        "target_lang": moses_target_lang or record.get("target_lang") or task["target_lang"],
+        **{k: True for k, flag in zip(MOSES_OPTIONS, given) if flag or record.get(k, False)},
+    }
     config = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -247,14 +253,7 @@ def export_checkpoint(
         "model": model_options(plain["model"], arch),
         "task": task,
         "dictionaries": {side: {"file": p.name, "size": len(dictionaries[side])} for side, p in dict_files.items()},
-        "tokenizer": None
-        if tokenizer is None
-        else {
-            "_name": "moses",
-            "source_lang": moses_source_lang or record.get("source_lang") or task["source_lang"],
-            "target_lang": moses_target_lang or record.get("target_lang") or task["target_lang"],
-            **{k: True for k, flag in zip(MOSES_OPTIONS, given) if flag or record.get(k, False)},
-        },
+        "tokenizer": moses if tokenizer else None,
         "bpe": None if bpe_codes is None else {"_name": "subword_nmt", "bpe_separator": "@@"},
         "weights_dtype": "float16" if fp16 else "float32",
         "checkpoints": [p.name for p in paths],
