@@ -62,7 +62,6 @@ def plot_loss_curves(runs: Dict[str, Dict], out_png: str, title: str = "", x: st
 
 
 def model_stat_keys(log: Dict[str, List[Dict]]) -> List[str]:
-    """Names of the ``model/<name>`` statistics logged during training."""
     return sorted(
         {k for r in log["train_inner"] for k, v in r.items() if k.startswith("model/") and isinstance(v, float)}
     )

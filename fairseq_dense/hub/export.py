@@ -358,9 +358,6 @@ def _write_weights(tmp: Path, config, dictionaries, states, paths):
     return model, full
 
 
-# ---------------------------------------------------------------- the model card (README.md)
-
-
 def model_card(config: Dict[str, Any], n_params: int, info: ModelCardInfo, has_pickle: bool) -> str:
     """The ``README.md`` model card: the metadata block hubs read (huggingface_hub's ``ModelCardData``), the text."""
     from huggingface_hub import EvalResult, ModelCardData

@@ -108,7 +108,6 @@ def describe(value: Any) -> str:
 
 
 def write_manifest(model_dir: Path, names: Iterable[str]) -> None:
-    """Write ``SHA256SUMS`` for the files ``names`` of ``model_dir`` (sorted)."""
     sums = {n: hashlib.sha256((model_dir / n).read_bytes()).hexdigest() for n in sorted(set(names))}
     (model_dir / MANIFEST_NAME).write_bytes(b"".join(f"{digest}  {n}\n".encode() for n, digest in sums.items()))
 
