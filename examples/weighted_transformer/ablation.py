@@ -62,37 +62,27 @@ WT = [
 # last 10% of the updates (the paper's shape); the main group peaks at the swept rate
 GROUPED = {"wt_grouped_schedule"}
 
+M1 = ["--encoder-branches", "1", "--decoder-branches", "1"]
+# the branches drawn and dropped as the Transformer's (at M = 1 the Transformer itself)
+LIKE = ["--branch-init", "transformer", "--branch-residual-dropout", "outputs"]
+FIXED = ["--fixed-kappa", "--fixed-alpha"]  # Table 3: both fixed to 1
+
 VARIANTS = {
     "transformer": ["--arch", "transformer", *SHAPE],
     "wt": WT,  # M = 4 (one head per branch), decoder self-attention plain, encoder-decoder branched
-    "wt_m1": [*WT, "--encoder-branches", "1", "--decoder-branches", "1"],
+    "wt_m1": [*WT, *M1],
     "wt_transformer_init": [*WT, "--branch-init", "transformer"],  # branch matrices drawn as the Transformer's
     # residual dropout on each branch's output (the Transformer's placement), not on the heads
     "wt_output_dropout": [*WT, "--branch-residual-dropout", "outputs"],
-    # both: the branches drawn and dropped as the Transformer's (at M = 1 the Transformer itself)
-    "wt_transformer_like": [*WT, "--branch-init", "transformer", "--branch-residual-dropout", "outputs"],
-    "wt_m1_transformer_like": [
-        *WT,
-        *("--encoder-branches", "1", "--decoder-branches", "1"),
-        *("--branch-init", "transformer", "--branch-residual-dropout", "outputs"),
-    ],
+    "wt_transformer_like": [*WT, *LIKE],
+    "wt_m1_transformer_like": [*WT, *M1, *LIKE],
     # today's defaults with the decoder's branches in its self-attention (not the encoder-decoder attention)
-    "wt_transformer_like_plain_cross_attn": [
-        *WT,
-        *("--branch-init", "transformer", "--branch-residual-dropout", "outputs", "--decoder-plain-cross-attn"),
-    ],
+    "wt_transformer_like_plain_cross_attn": [*WT, *LIKE, "--decoder-plain-cross-attn"],
     # its M = 1 control: the Transformer with the decoder's FFN before its encoder-decoder attention
-    "wt_m1_transformer_like_plain_cross_attn": [
-        *WT,
-        *("--encoder-branches", "1", "--decoder-branches", "1"),
-        *("--branch-init", "transformer", "--branch-residual-dropout", "outputs", "--decoder-plain-cross-attn"),
-    ],
-    "wt_fixed_weights": [*WT, "--fixed-kappa", "--fixed-alpha"],  # Table 3: both fixed to 1
+    "wt_m1_transformer_like_plain_cross_attn": [*WT, *M1, *LIKE, "--decoder-plain-cross-attn"],
+    "wt_fixed_weights": [*WT, *FIXED],
     # today's defaults with both fixed to 1: does learning kappa / alpha cost with them too?
-    "wt_transformer_like_fixed_weights": [
-        *WT,
-        *("--branch-init", "transformer", "--branch-residual-dropout", "outputs", "--fixed-kappa", "--fixed-alpha"),
-    ],
+    "wt_transformer_like_fixed_weights": [*WT, *LIKE, *FIXED],
     "wt_branched_self_attn": [*WT, "--decoder-branched-self-attn"],
     "wt_plain_cross_attn": [*WT, "--decoder-plain-cross-attn"],
     "wt_grouped_schedule": WT,
