@@ -72,6 +72,11 @@ def copy_log(src: str, dest: str, work: str, name: str) -> None:
     os.replace(tmp, dest)
 
 
+def markdown(head: str, lines) -> str:
+    """A markdown table: ``head``'s cells (``|``-separated) and ``lines``, rows written as such."""
+    return "\n".join([f"| {head} |", "|" + "---|" * len(head.split(" | ")), *lines])
+
+
 def write_between(path: str, name: str, text: str) -> None:
     """Put ``text`` between the ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` lines of ``path`` (a file
     without them is left as it is)."""

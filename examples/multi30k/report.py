@@ -14,7 +14,7 @@ import re
 from collections import namedtuple
 
 from pairs import PAIRS, SIDES, arch, split_run
-from recipes import ROOT, write_between
+from recipes import ROOT, markdown, write_between
 
 from fairseq_dense.logs import parse_line
 from fairseq_dense.seeds import mean_sd, verdict
@@ -149,11 +149,6 @@ def summarize(pair: str, run: str) -> dict:
 
 def fmt(value, spec):
     return "-" if value is None else format(value, spec)
-
-
-def markdown(head: str, lines) -> str:
-    """A markdown table: ``head``'s cells (``|``-separated) and ``lines``, rows written as such."""
-    return "\n".join([f"| {head} |", "|" + "---|" * len(head.split(" | ")), *lines])
 
 
 def stopped(row) -> str:

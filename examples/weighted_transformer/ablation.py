@@ -27,7 +27,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import recipes  # noqa: E402
-from recipes import ROOT, USER_DIR, write_between  # noqa: E402
+from recipes import ROOT, USER_DIR, markdown, write_between  # noqa: E402
 
 from fairseq_dense.logs import parse_log  # noqa: E402
 
@@ -207,11 +207,7 @@ def run(variant: str, lr=None) -> None:
 
 
 def report() -> str:
-    rows = [
-        "| variant | sweep (lr -> valid loss @500) | lr | valid loss @500 / 1000 / 1500 (seed 1; seed 2) "
-        "| test BLEU (seed 1; seed 2) | tokens/s |",
-        "|---|---|---|---|---|---|",
-    ]
+    rows = []
     for variant in VARIANTS:
         losses_by_rate, finished = sweep(lambda lr: sweep_log_loss(variant, lr))
         if not losses_by_rate:
@@ -226,7 +222,8 @@ def report() -> str:
             rows.append(
                 f"| {variant} at {other:g} (not the sweep's choice) | - | {other:g} | {full_runs(variant, other)} |"
             )
-    return "\n".join(rows)
+    head = "variant | sweep (lr -> valid loss @500) | lr | valid loss @500 / 1000 / 1500 (seed 1; seed 2) | "
+    return markdown(head + "test BLEU (seed 1; seed 2) | tokens/s", rows)
 
 
 def full_runs(variant: str, lr: float) -> str:
