@@ -18,6 +18,11 @@ def share_all_embeddings_field():
     )
 
 
+def tie_softmax_field(needs: str):
+    """``--share-decoder-input-output-embed``: the softmax weight is the target embedding table."""
+    return field(default=False, metadata={"help": f"tie the target embedding and the softmax (needs {needs})"})
+
+
 def max_positions_field(side: str):
     """``--max-{side}-positions``: the longest sequence accepted, 1024 tokens by default."""
     return field(default=1024, metadata={"help": f"longest {side} accepted"})

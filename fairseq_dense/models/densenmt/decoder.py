@@ -39,28 +39,19 @@ class DenseNMTDecoder(IncrementalDecoder):
     the encoder projections, computed once per sentence. Each
     ``LinearizedConvolution`` keeps (and reorders) its own input buffer.
 
+    Arguments not listed are as for :class:`~fairseq_dense.models.densenmt.encoder.DenseNMTEncoder`.
+
     Args:
-        dictionary: target dictionary.
-        embed_dim: ``d_0``, width of ``z^0``.
-        hidden_sizes: per-layer growth (dense) or width (residual).
         kernel_sizes: per-layer causal convolution widths.
         encoder_dims: widths of the encoder layers in ``encoder_out``.
         encoder_embed_dim: width of the source embedding.
-        attention: ``multistep``, ``dense1`` or ``dense2``.
         attention_dim: attention width (also the width of ``a^l`` when dense).
-        dense: dense or residual connections.
-        sumlen: summary period (dense only), or None.
         out_embed_dim: width of the softmax matrix.
-        factorized_dim: small embedding table size, projected to ``embed_dim``.
-        dropout: dropout probability.
-        use_weight_norm: weight-normalise convolutions and linear maps.
-        max_positions: longest target accepted.
         attention_length_scale: scale attention outputs by ``sqrt(source length)``
             (see :class:`DenseAttention`).
         share_input_output_embed: the softmax matrix ``fc3`` is the embedding table, an
             unnormalised linear map as in fconv.
-        embed_tokens: an embedding table to use (the encoder's, ``--share-all-embeddings``);
-            None: a new one.
+        embed_tokens: the encoder's embedding table (``--share-all-embeddings``); None: a new one.
     """
 
     STATE_KEY = "densenmt_state"
@@ -148,8 +139,6 @@ class DenseNMTDecoder(IncrementalDecoder):
         else:
             self.fc3 = Linear(self.out_embed_dim, len(dictionary), dropout, wn)
 
-    # ------------------------------------------------------------------ helpers
-
     def _embed(self, prev_output_tokens: Tensor, incremental_state) -> Tensor:
         # positions from the whole prefix: with a cache, only the last one is returned
         positions = self.embed_positions(prev_output_tokens, incremental_state=incremental_state)
@@ -172,8 +161,6 @@ class DenseNMTDecoder(IncrementalDecoder):
         if incremental_state is not None:
             self.set_cache(incremental_state, {"keys": keys, "values": values, "mask": mask})
         return keys, values, mask
-
-    # ------------------------------------------------------------------ forward
 
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None, **unused):
         keys, values, mask = self._memory(encoder_out, incremental_state)

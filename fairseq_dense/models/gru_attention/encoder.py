@@ -10,15 +10,7 @@ from fairseq_dense.models.recurrent_encoder import RecurrentEncoder
 
 
 class GRUAttentionEncoder(RecurrentEncoder):
-    """Bidirectional GRU encoder, ``h_i = [fwd_i; bwd_i]`` (Bahdanau et al. 2014).
-
-    Args:
-        dictionary: source dictionary.
-        embed_dim: embedding size.
-        hidden_size: GRU size per direction.
-        embed_dropout: dropout on the embeddings.
-        max_positions: longest source accepted.
-    """
+    """Bidirectional GRU encoder, ``h_i = [fwd_i; bwd_i]`` (Bahdanau et al. 2014), ``hidden_size`` per direction."""
 
     def __init__(
         self, dictionary, embed_dim: int, hidden_size: int, embed_dropout: float = 0.0, max_positions: int = 1024
