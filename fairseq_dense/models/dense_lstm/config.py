@@ -5,7 +5,7 @@ from typing import Optional
 
 from fairseq.dataclass import FairseqDataclass
 
-from fairseq_dense.models.config_fields import max_positions_field, share_all_embeddings_field, tie_softmax_field
+from fairseq_dense.models.option_checks import max_positions_field, share_all_embeddings_field, tie_softmax_field
 
 
 @dataclass

@@ -5,7 +5,7 @@ from typing import List, Optional
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
-from fairseq_dense.models.config_fields import max_positions_field, share_all_embeddings_field, tie_softmax_field
+from fairseq_dense.models.option_checks import max_positions_field, share_all_embeddings_field, tie_softmax_field
 
 CONNECTION_CHOICES = ChoiceEnum(["dense", "residual"])
 ATTENTION_CHOICES = ChoiceEnum(["multistep", "dense1", "dense2"])

@@ -85,7 +85,6 @@ class DenseNMTDecoder(IncrementalDecoder):
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.hidden_sizes = list(hidden_sizes)
         self.kernel_sizes = list(kernel_sizes)
-        self.attention_dim = attention_dim
         self.max_target_positions = max_positions
         wn = use_weight_norm
         if embed_tokens is None:

@@ -61,7 +61,6 @@ class DenseNMTEncoder(Encoder):
         self.padding_idx = dictionary.pad()
         self.embed_dim = embed_dim
         self.dense = dense
-        self.attention = attention
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.grad_scale = grad_scale
         self.max_source_positions = max_positions

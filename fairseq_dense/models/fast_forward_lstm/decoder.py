@@ -70,8 +70,6 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
         super().__init__(dictionary)
         self.padding_idx = dictionary.pad()
         self.hidden_size = hidden_size
-        self.num_layers = num_layers
-        self.interface = interface
         self.max_target_positions = max_positions
         if embed_tokens is None:
             embed_tokens = embedding(

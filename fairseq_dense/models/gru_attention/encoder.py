@@ -16,7 +16,6 @@ class GRUAttentionEncoder(RecurrentEncoder):
         self, dictionary, embed_dim: int, hidden_size: int, embed_dropout: float = 0.0, max_positions: int = 1024
     ):
         super().__init__(dictionary, embed_dim, max_positions, lambda w: nn.init.normal_(w, 0, embed_dim**-0.5))
-        self.hidden_size = hidden_size
         self.output_dim = 2 * hidden_size
         self.embed_dropout = FairseqDropout(embed_dropout, module_name=self.__class__.__name__)
         self.gru = nn.GRU(embed_dim, hidden_size, batch_first=False, bidirectional=True)

@@ -121,15 +121,8 @@ class WeightedTransformerModel(ExplainsCheckpointMismatch, TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        """Build the model from fairseq's flat options.
-
-        Args:
-            args: parsed options (fairseq transformer options + branch options).
-            task: a translation task (``translation_exact_resume_simplex`` for training).
-
-        Raises:
-            ValueError: on invalid option combinations, naming the flag.
-        """
+        """Build the model from fairseq's flat transformer and branch options; a bad option combination
+        raises ``ValueError`` naming the flags."""
         weighted_transformer_base(args)
         validate(args)
         install_step_hook()  # kappa/alpha projected right after each optimizer step, under any task
