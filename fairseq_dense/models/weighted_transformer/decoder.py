@@ -29,10 +29,10 @@ class WeightedDecoderLayer(nn.Module):
         num_heads: int,
         self_attn_block: Optional[dict],
         cross_block: Optional[dict],
+        encoder_embed_dim: int,
         dropout: float = 0.0,
         attention_dropout: float = 0.0,
         normalize_before: bool = False,
-        encoder_embed_dim: Optional[int] = None,
     ):
         super().__init__()
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
@@ -47,12 +47,11 @@ class WeightedDecoderLayer(nn.Module):
             self.cross_branched = BranchedAttention(self_attention=False, **cross_block)
         else:
             self.cross_branched = None
-            kdim = encoder_embed_dim or embed_dim
             self.encoder_attn = MultiheadAttention(
                 embed_dim,
                 num_heads,
-                kdim=kdim,
-                vdim=kdim,
+                kdim=encoder_embed_dim,
+                vdim=encoder_embed_dim,
                 dropout=attention_dropout,
                 encoder_decoder_attention=True,
             )
