@@ -22,10 +22,9 @@ from fairseq_dense.threads import apply_threads, phrase
 logger = logging.getLogger("fairseq_dense.average")
 
 
-def get_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description="Average the parameters of the last N checkpoints of a fairseq training run (any family).",
-    )
+def main(argv: Optional[List[str]] = None) -> int:
+    """``fairseq-dense-average``; returns 0 (bad input exits 2 with one line naming the cause)."""
+    parser = argparse.ArgumentParser(prog="fairseq-dense-average", description=__doc__.split("\n")[0])
     parser.add_argument("inputs", nargs="+", help="checkpoint files, or one --save-dir folder")
     parser.add_argument("--output", required=True, help="the averaged checkpoint to write")
     group = parser.add_mutually_exclusive_group()
@@ -36,12 +35,6 @@ def get_parser() -> argparse.ArgumentParser:
     text = "with a folder: ignore checkpoints after update (or epoch) K"
     parser.add_argument("--checkpoint-upper-bound", type=int, metavar="K", help=text)
     add_verbose_flag(parser)
-    return parser
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    """``fairseq-dense-average``; returns 0 (bad input exits 2 with one line naming the cause)."""
-    parser = get_parser()
     args = parser.parse_args(argv)
     configure_logging("%(levelname)s %(message)s", verbose=args.verbose)
     threads = phrase(*apply_threads(say=False))

@@ -16,7 +16,7 @@ from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
 from fairseq_dense.threads import apply_threads, phrase
 
 
-def build_parser() -> argparse.ArgumentParser:
+def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(
         prog="fairseq-dense-export",
         description=__doc__.split("\n")[0],
@@ -43,23 +43,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--update-based", action="store_true", help="with --average-last: checkpoint_E_U.pt files")
     p.add_argument("--pickle-checkpoint", action="store_true", help="also write model.pt (a PICKLE) for fairseq")
     p.add_argument("--force", action="store_true", help="replace an existing --out directory")
-    card = p.add_argument_group("model card")
-    card.add_argument("--model-name", help="title of the card (default: <arch>-<src>-<tgt>)")
-    card.add_argument("--license", default="other", help="licence identifier of the weights, e.g. cc-by-4.0")
-    card.add_argument("--dataset", help="training data set name (hub id), e.g. tatoeba")
-    card.add_argument("--training-data", help="free-text description of the training data")
-    card.add_argument("--test-set", help="name of the test set the score was measured on")
-    card.add_argument("--bleu", type=float, help="sacreBLEU score on the test set")
-    card.add_argument("--bleu-signature", help="sacreBLEU signature of that score")
-    card.add_argument("--intended-use", help="intended-use paragraph")
-    card.add_argument("--paper", help="paper link (default: the one the model class cites)")
-    card.add_argument("--languages", nargs="+", help="language codes for the hub metadata (default: the task's)")
+    card_group = p.add_argument_group("model card")
+    card_group.add_argument("--model-name", help="title of the card (default: <arch>-<src>-<tgt>)")
+    card_group.add_argument("--license", default="other", help="licence identifier of the weights, e.g. cc-by-4.0")
+    card_group.add_argument("--dataset", help="training data set name (hub id), e.g. tatoeba")
+    card_group.add_argument("--training-data", help="free-text description of the training data")
+    card_group.add_argument("--test-set", help="name of the test set the score was measured on")
+    card_group.add_argument("--bleu", type=float, help="sacreBLEU score on the test set")
+    card_group.add_argument("--bleu-signature", help="sacreBLEU signature of that score")
+    card_group.add_argument("--intended-use", help="intended-use paragraph")
+    card_group.add_argument("--paper", help="paper link (default: the one the model class cites)")
+    card_group.add_argument("--languages", nargs="+", help="language codes for the hub metadata (default: the task's)")
     add_verbose_flag(p)
-    return p
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = p.parse_args(argv)
     configure_logging("%(asctime)s | %(levelname)s | %(name)s | %(message)s", verbose=args.verbose)
     threads = phrase(*apply_threads(say=False))  # said once the export is done: a refusal stays one line
     import fairseq_dense  # noqa: F401  (registers the architectures)

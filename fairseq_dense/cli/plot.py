@@ -62,7 +62,6 @@ def plot_loss_curves(runs: Dict[str, Dict], out_png: str, title: str = "", x: st
 
 
 def model_stat_keys(log: Dict[str, List[Dict]]) -> List[str]:
-    """Names of the ``model/<name>`` statistics logged during training."""
     return sorted(
         {k for r in log["train_inner"] for k, v in r.items() if k.startswith("model/") and isinstance(v, float)}
     )
@@ -84,7 +83,8 @@ def plot_model_stats(log: Dict[str, List[Dict]], out_png: str, title: str = "") 
     return save(fig, out_png)
 
 
-def get_parser() -> argparse.ArgumentParser:
+def main(argv=None) -> int:
+    """``fairseq-dense-plot``; returns 0, the exit status."""
     parser = argparse.ArgumentParser(prog="fairseq-dense-plot", description=__doc__.split("\n")[0])
     parser.add_argument("logs", nargs="+", help="fairseq-train log files (stdout of --log-format json or simple)")
     parser.add_argument("--labels", nargs="+", help="one label per log (default: file names)")
@@ -93,12 +93,7 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--title", default="", help="figure title")
     parser.add_argument("--model-stats", metavar="PNG", help="also plot the first log's model/<name> statistics")
     add_verbose_flag(parser)
-    return parser
-
-
-def main(argv=None) -> int:
-    """``fairseq-dense-plot``; returns 0, the exit status."""
-    args = get_parser().parse_args(argv)
+    args = parser.parse_args(argv)
     configure_logging("%(message)s", verbose=args.verbose)
     labels = args.labels or [os.path.basename(p) for p in args.logs]
     if len(labels) != len(args.logs):

@@ -15,7 +15,7 @@ from typing import List, Optional
 from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
 
 
-def build_parser() -> argparse.ArgumentParser:
+def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="fairseq-dense-push", description=__doc__.split("\n")[0])
     p.add_argument("model_dir", help="directory written by fairseq-dense-export")
     p.add_argument("repo_id", help="hub repository id, owner/name")
@@ -25,11 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-pickle", action="store_true", help="do not upload model.pt even when present")
     p.add_argument("--dry-run", action="store_true", help="print the files that would be uploaded; upload nothing")
     add_verbose_flag(p)
-    return p
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = p.parse_args(argv)
     configure_logging("%(asctime)s | %(levelname)s | %(name)s | %(message)s", verbose=args.verbose)
     from fairseq_dense.hub import PretrainedModelError, push_to_hub
     from fairseq_dense.hub.schema import shown
@@ -48,10 +44,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except PretrainedModelError as err:
         print(f"fairseq-dense-push: error: {err}", file=sys.stderr)
         return 1
-    if url is not None:
-        print(url)
-    else:
-        print(f"{shown(args.model_dir)}: loads as from_pretrained loads it; nothing uploaded (--dry-run)")
+    print(url or f"{shown(args.model_dir)}: loads as from_pretrained loads it; nothing uploaded (--dry-run)")
     return 0
 
 

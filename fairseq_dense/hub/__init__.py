@@ -1,10 +1,7 @@
 """Sharing models: pickle-free export, ``from_pretrained``, hub upload and download (docs/hub.md).
 
-A model directory holds ``config.json``, ``model.safetensors``, ``dict.<src>.txt``, ``dict.<tgt>.txt``,
-``bpecodes`` when the model applies BPE, ``SHA256SUMS``, the ``README.md`` model card and optionally a
-pickle-based ``model.pt`` for ``fairseq-generate --path`` that :func:`from_pretrained` never reads.
-Modules: ``schema`` (the format, the one error), ``loading`` (:func:`load_model`, read top to bottom),
-``text`` (how a model reads text), ``export`` (export and model card), ``push`` (upload). Nothing is
+Modules: ``schema`` (the model directory format, the one error), ``loading`` (:func:`load_model`, read top to
+bottom), ``text`` (how a model reads text), ``export`` (export and model card), ``push`` (upload). Nothing is
 family-specific: every architecture fairseq-dense registers is rebuilt through fairseq's registries.
 """
 

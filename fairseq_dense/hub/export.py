@@ -31,7 +31,7 @@ from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 from safetensors.torch import save
 
 import fairseq_dense
-from fairseq_dense import checkpoints
+from fairseq_dense.checkpoints import CheckpointError, average_models, last_checkpoints, read_state
 from fairseq_dense.hub.loading import build_model, load_model, tied_names
 from fairseq_dense.hub.schema import (
     BPE_CODES_NAME,
@@ -86,8 +86,8 @@ def read_checkpoint(path: Path) -> Dict[str, Any]:
     """A fairseq checkpoint (torch's ``weights_only`` loader) plus ``"plain_cfg"``: ``{"model": {...},
     "task": {...}}``, flat dicts of option values (no OmegaConf interpolation, no hydra composition)."""
     try:
-        state = checkpoints.read_state(str(path))
-    except checkpoints.CheckpointError as err:
+        state = read_state(str(path))
+    except CheckpointError as err:
         raise PretrainedModelError(one_line(err, 300)) from None
     for name, value in state["model"].items():
         if not isinstance(name, str) or not isinstance(value, torch.Tensor):
@@ -124,39 +124,6 @@ def _jsonable(value):
 def model_options(model_cfg: Dict[str, Any], arch: str) -> Dict[str, Any]:
     """Every option the architecture declares that the checkpoint sets, as JSON values."""
     return {name: _jsonable(model_cfg[name]) for name in declared_model_options(arch) if name in model_cfg}
-
-
-def _checkpoint_paths(paths: Sequence[Union[str, Path]], average_last: Optional[int], update_based: bool) -> List[Path]:
-    """The checkpoint files to export: ``paths``, or with ``average_last`` the directory's last N."""
-    paths = [Path(p) for p in paths]
-    if average_last is None:
-        return paths
-    if len(paths) != 1 or not paths[0].is_dir():
-        raise PretrainedModelError(f"--average-last needs one checkpoint directory, got {[str(p) for p in paths]}")
-    try:
-        return [Path(p) for p in checkpoints.last_checkpoints(str(paths[0]), average_last, update_based)]
-    except checkpoints.CheckpointError as err:
-        raise PretrainedModelError(f"--average-last {average_last} needs {average_last} checkpoints: {err}") from None
-
-
-def _task_options(task_cfg: Dict[str, Any], src, tgt, data_dir: Path, path: Path) -> Dict[str, Any]:
-    """The task of ``config.json``: its name, languages (checked before they name files) and :data:`TASK_OPTIONS`."""
-    name = task_cfg.get("_name")
-    if name not in translation_tasks():
-        raise PretrainedModelError(
-            f"{path}: task '{safe_name(name)}' of the checkpoint: only {', '.join(translation_tasks())} can be exported"
-        )
-    src = src or task_cfg.get("source_lang")
-    tgt = tgt or task_cfg.get("target_lang")
-    if src is None or tgt is None:
-        src, tgt = data_utils.infer_language_pair(str(data_dir))
-    if src is None or tgt is None:
-        raise PretrainedModelError(f"{data_dir}: cannot infer the language pair; pass --source-lang/--target-lang")
-    for key, lang in (("source_lang", src), ("target_lang", tgt)):
-        if not isinstance(lang, str) or not LANG_RE.fullmatch(lang):
-            raise PretrainedModelError(f"{path}: key 'task.{key}' must be a language code, not {describe(lang)}")
-    options = {"_name": name, "source_lang": src, "target_lang": tgt}
-    return {**options, **{key: _jsonable(task_cfg[key]) for key in TASK_OPTIONS if key in task_cfg}}
 
 
 def one_line_os_errors(func):
@@ -212,29 +179,47 @@ def export_checkpoint(
         raise PretrainedModelError(f"{shown(out_dir)}: exists and is not a folder")
     if out_dir.exists() and any(out_dir.iterdir()) and not force:
         raise PretrainedModelError(f"{out_dir}: exists and is not empty (use --force to replace it)")
-    paths = _checkpoint_paths(checkpoints, average_last, update_based)
+    paths = [Path(p) for p in checkpoints]
+    if average_last is not None:
+        if len(paths) != 1 or not paths[0].is_dir():
+            raise PretrainedModelError(f"--average-last needs one checkpoint directory, got {[str(p) for p in paths]}")
+        try:
+            paths = [Path(p) for p in last_checkpoints(str(paths[0]), average_last, update_based)]
+        except CheckpointError as err:
+            raise PretrainedModelError(
+                f"--average-last {average_last} needs {average_last} checkpoints: {err}"
+            ) from None
     states = [read_checkpoint(p) for p in paths]
     for state in states:  # optimizer state is neither exported nor needed: free it early
         state.pop("last_optimizer_state", None)
-    plain = states[-1]["plain_cfg"]
+    plain = states[-1]["plain_cfg"]  # the last checkpoint's: average_models refuses others of other parameters
     arch = plain["model"].get("_name")
     if not isinstance(arch, str) or arch not in dense_architectures():
         raise PretrainedModelError(
             f"{paths[-1]}: architecture '{safe_name(arch)}' is not one of fairseq-dense's; only those are exported"
         )
-    for state, path in zip(states, paths):
-        other = state["plain_cfg"]["model"].get("_name")
-        if other != arch:
-            raise PretrainedModelError(
-                f"{path}: architecture '{safe_name(other)}' differs from '{arch}' of {paths[-1]}"
-            )
     if data is None:
         data = plain["task"].get("data")
         if not isinstance(data, str) or not data:
             raise PretrainedModelError(f"{paths[-1]}: the checkpoint names no data directory; pass --data")
         data = data.split(os.pathsep)[0]
     data_dir = Path(data)
-    task = _task_options(plain["task"], source_lang, target_lang, data_dir, paths[-1])
+    task_cfg = plain["task"]
+    if task_cfg.get("_name") not in translation_tasks():
+        raise PretrainedModelError(
+            f"{paths[-1]}: task '{safe_name(task_cfg.get('_name'))}' of the checkpoint: only "
+            f"{', '.join(translation_tasks())} can be exported"
+        )
+    src, tgt = source_lang or task_cfg.get("source_lang"), target_lang or task_cfg.get("target_lang")
+    if src is None or tgt is None:
+        src, tgt = data_utils.infer_language_pair(str(data_dir))
+    if src is None or tgt is None:
+        raise PretrainedModelError(f"{data_dir}: cannot infer the language pair; pass --source-lang/--target-lang")
+    for key, lang in (("source_lang", src), ("target_lang", tgt)):  # checked before they name files
+        if not isinstance(lang, str) or not LANG_RE.fullmatch(lang):
+            raise PretrainedModelError(f"{paths[-1]}: key 'task.{key}' must be a language code, not {describe(lang)}")
+    task = {"_name": task_cfg["_name"], "source_lang": src, "target_lang": tgt}
+    task.update((key, _jsonable(task_cfg[key])) for key in TASK_OPTIONS if key in task_cfg)
     dict_files, dictionaries = {}, {}
     for side in ("source", "target"):
         dict_files[side] = data_dir / f"dict.{task[side + '_lang']}.txt"
@@ -252,6 +237,12 @@ def export_checkpoint(
     if tokenizer is None and any(given):
         set_flags = ", ".join("--" + k.replace("_", "-") for k, v in zip(MOSES_OPTIONS, given) if v)
         raise PretrainedModelError(f"{set_flags}: Moses options need --tokenizer moses, not none")
+    moses = {
+        "_name": "moses",
+        "source_lang": moses_source_lang or record.get("source_lang") or task["source_lang"],
+        "target_lang": moses_target_lang or record.get("target_lang") or task["target_lang"],
+        **{k: True for k, flag in zip(MOSES_OPTIONS, given) if flag or record.get(k, False)},
+    }
     config = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -262,14 +253,7 @@ def export_checkpoint(
         "model": model_options(plain["model"], arch),
         "task": task,
         "dictionaries": {side: {"file": p.name, "size": len(dictionaries[side])} for side, p in dict_files.items()},
-        "tokenizer": None
-        if tokenizer is None
-        else {
-            "_name": "moses",
-            "source_lang": moses_source_lang or record.get("source_lang") or task["source_lang"],
-            "target_lang": moses_target_lang or record.get("target_lang") or task["target_lang"],
-            **{k: True for k, flag in zip(MOSES_OPTIONS, given) if flag or record.get(k, False)},
-        },
+        "tokenizer": moses if tokenizer else None,
         "bpe": None if bpe_codes is None else {"_name": "subword_nmt", "bpe_separator": "@@"},
         "weights_dtype": "float16" if fp16 else "float32",
         "checkpoints": [p.name for p in paths],
@@ -277,11 +261,8 @@ def export_checkpoint(
     check_config(config, paths[-1])  # the same rules as loading, before any model code runs
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     lock = out_dir.parent / f".{out_dir.name}{EXPORT_TMP_MARK}lock"
-
-    def busy(holder: str) -> PretrainedModelError:
-        return PretrainedModelError(f"{shown(out_dir)}: another export to it is running ({holder}); wait for it")
-
-    with held_folder(str(lock), busy):
+    busy = f"{shown(out_dir)}: another export to it is running"
+    with held_folder(str(lock), lambda holder: PretrainedModelError(f"{busy} ({holder}); wait for it")):
         _write_locked(out_dir, config, dict_files, dictionaries, bpe_codes, states, paths, card, write_pickle)
     logger.info("exported %s (%d checkpoint(s)) to %s", arch, len(paths), shown(out_dir))
     return out_dir
@@ -293,8 +274,11 @@ def _write_locked(out_dir, config, dict_files, dictionaries, bpe_codes, states, 
     for leftover in out_dir.parent.glob(f".{glob.escape(out_dir.name)}{EXPORT_TMP_MARK}*"):
         if ours.fullmatch(leftover.name):  # every live export holds the lock: this one's was killed
             shutil.rmtree(leftover)
-    tmp = new_dir(out_dir.parent, f".{out_dir.name}{EXPORT_TMP_MARK}")
-    last = states[-1]
+    while True:  # a new folder with the umask's permissions (mkdtemp's are 0o700)
+        tmp = out_dir.parent / f".{out_dir.name}{EXPORT_TMP_MARK}{secrets.token_hex(4)}"
+        with contextlib.suppress(FileExistsError):
+            tmp.mkdir()
+            break
     try:
         for side, path in dict_files.items():
             shutil.copyfile(path, tmp / config["dictionaries"][side]["file"])
@@ -307,7 +291,7 @@ def _write_locked(out_dir, config, dict_files, dictionaries, bpe_codes, states, 
         n_params = sum(p.numel() for p in model.parameters())
         (tmp / CARD_NAME).write_text(model_card(config, n_params, card or ModelCardInfo(), write_pickle), "utf-8")
         if write_pickle:  # a plain fairseq checkpoint for fairseq-generate --path: no optimizer state
-            state = {k: v for k, v in last.items() if k not in ("plain_cfg", "criterion")}
+            state = {k: v for k, v in states[-1].items() if k not in ("plain_cfg", "criterion")}
             torch.save({**state, "model": weights}, tmp / PICKLE_NAME)
         if out_dir.exists():
             swap_paths(tmp, out_dir)  # the old export is now at tmp, removed below
@@ -321,15 +305,6 @@ def _write_locked(out_dir, config, dict_files, dictionaries, bpe_codes, states, 
             shutil.rmtree(tmp)
         except OSError as err:  # the next export removes it
             logger.warning("the export it replaced stays at %s: %s", shown(tmp), err.strerror or err)
-
-
-def new_dir(parent: Path, prefix: str) -> Path:
-    """A new ``parent/<prefix><random>`` with the umask's permissions (``mkdtemp``'s are 0o700)."""
-    while True:
-        path = parent / f"{prefix}{secrets.token_hex(4)}"
-        with contextlib.suppress(FileExistsError):
-            path.mkdir()
-            return path
 
 
 def swap_paths(a: Path, b: Path) -> None:
@@ -353,8 +328,8 @@ def _write_weights(tmp: Path, config, dictionaries, states, paths):
     """Save the (averaged) weights through a model built as the loader builds it (fairseq's state-dict upgrades,
     names and shapes checked against the dictionaries); tied weights stored once. Returns it and its state."""
     try:
-        averaged = checkpoints.average_models([s["model"] for s in states], [str(p) for p in paths])
-    except checkpoints.CheckpointError as err:
+        averaged = average_models([s["model"] for s in states], [str(p) for p in paths])
+    except CheckpointError as err:
         raise PretrainedModelError(one_line(err, 300)) from None
     cfg, _, model = build_model(config, dictionaries, where=shown(paths[-1]))
     try:
@@ -381,9 +356,6 @@ def _write_weights(tmp: Path, config, dictionaries, states, paths):
     text += b" " * (-len(text) % 8)  # safetensors' alignment of the data
     (tmp / WEIGHTS_NAME).write_bytes(struct.pack("<Q", len(text)) + text + data[8 + size :])
     return model, full
-
-
-# ---------------------------------------------------------------- the model card (README.md)
 
 
 def model_card(config: Dict[str, Any], n_params: int, info: ModelCardInfo, has_pickle: bool) -> str:

@@ -57,8 +57,6 @@ logger = logging.getLogger(__name__)
 HUB_ALLOW_PATTERNS = [CONFIG_NAME, WEIGHTS_NAME, "dict.*.txt", BPE_CODES_NAME, MANIFEST_NAME, CARD_NAME]
 MAX_MANIFEST_BYTES = 64 * 1024
 MAX_CONFIG_BYTES = 1 << 20
-#: Keyword arguments of :func:`from_pretrained` that are not fairseq options.
-_LOAD_KWARGS = ("revision", "cache_dir", "local_files_only", "token")
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -80,12 +78,9 @@ def resolve_model_dir(
     local_files_only: bool = False,
     token: Optional[str] = None,
 ) -> Path:
-    """A name from :func:`hub_models`, a local directory or a hub repository id (``owner/name``) as a directory.
-
-    A hub repository is fetched with huggingface_hub into its standard cache (or
-    ``cache_dir``), at ``revision``, without the network when ``local_files_only``
-    or ``HF_HUB_OFFLINE=1``, with ``token`` (default: huggingface_hub's lookup).
-    """
+    """A name from :func:`hub_models`, a local directory or a hub repository id (``owner/name``) as a directory:
+    a repository is fetched by huggingface_hub into its cache (or ``cache_dir``) at ``revision``, offline with
+    ``local_files_only`` or ``HF_HUB_OFFLINE=1``, with ``token`` (default: huggingface_hub's lookup)."""
     entry = hub_models().get(str(name_or_path))
     if isinstance(entry, dict):
         revision, entry = revision or entry.get("revision"), entry["path"]
@@ -168,7 +163,6 @@ class ModelDirectory:
         self._fd = self._blobs = None
 
     def where(self, name: str) -> str:
-        """File ``name`` as messages name it (escaped, a very long path cut)."""
         return shown(self.path / name)
 
     def refusal(self, name: str) -> Optional[str]:
@@ -185,10 +179,8 @@ class ModelDirectory:
             if err.errno != errno.ELOOP or own:
                 raise
         head, _, blob = os.readlink(name, dir_fd=self._fd).rpartition("/")
-        if FILE_NAME_RE.fullmatch(blob) and not head:  # a link to a file beside it
-            return os.open(blob, _OPEN, dir_fd=self._fd)
-        if FILE_NAME_RE.fullmatch(blob) and head == "../../blobs" and self._blobs is not None:
-            return os.open(blob, _OPEN, dir_fd=self._blobs)
+        if FILE_NAME_RE.fullmatch(blob) and (not head or head == "../../blobs" and self._blobs is not None):
+            return os.open(blob, _OPEN, dir_fd=self._blobs if head else self._fd)  # a snapshot's blob, or beside it
         raise PretrainedModelError(f"{self.where(name)}: resolves outside the model directory")
 
     def read(self, name: str, limit: Optional[int] = None, own: bool = False) -> bytes:
@@ -276,19 +268,19 @@ def read_files(directory: ModelDirectory, own: bool = False) -> Tuple[Dict[str, 
 # ---------------------------------------------------------------- build
 
 
-def fairseq_config(config: Dict[str, Any], overrides: Optional[Dict[str, Any]] = None, where: str = CONFIG_NAME):
-    """fairseq's whole configuration (generation defaults included) for a checked config, as
-    ``fairseq-generate`` composes it but without its argument parser (it reads ``sys.argv`` and imports
-    any ``--user-dir`` there) or hydra (global state). ``overrides`` set every group's option of that
-    name (``TypeError`` if none has it); an argparse-style model gets fairseq's flat ``Namespace``."""
-    arch, task = config["arch"], config["task"].get("_name", "translation")
+def build_model(config: Dict[str, Any], dictionaries, overrides: Optional[Dict[str, Any]] = None, where=CONFIG_NAME):
+    """``(cfg, task, model)`` of a checked config and its parsed dictionaries as fairseq's inference loads build
+    them (``from_checkpoint=True``: no training-time work), from fairseq's dataclasses: no argument parser (it
+    reads ``sys.argv``, imports any ``--user-dir`` there), no hydra (global state). ``overrides`` set every
+    group's option of that name (``TypeError`` if none has it); argparse-style models get a flat ``Namespace``."""
+    arch, task_name = config["arch"], config["task"].get("_name", "translation")
     model_dc = MODEL_DATACLASS_REGISTRY.get(ARCH_MODEL_NAME_REGISTRY[arch])
     try:
         model = argparse.Namespace(**config["model"])
         ARCH_CONFIG_REGISTRY[arch](model)  # the architecture's values for options config.json does not give
         root = OmegaConf.structured(FairseqConfig)
         with open_dict(root):
-            root.task = OmegaConf.structured(TASK_DATACLASS_REGISTRY[task])
+            root.task = OmegaConf.structured(TASK_DATACLASS_REGISTRY[task_name])
             root.task.update({k: v for k, v in config["task"].items() if k != "_name"})
             root.model = OmegaConf.structured(model_dc) if model_dc else {}
             root.model.update({k: v for k, v in vars(model).items() if not model_dc or k in root.model})
@@ -304,30 +296,23 @@ def fairseq_config(config: Dict[str, Any], overrides: Optional[Dict[str, Any]] =
             OmegaConf.to_container(root, resolve=True, enum_to_str=True), flags={"allow_objects": True}
         )
         with open_dict(cfg):
-            cfg.task._name, cfg.model._name = task, arch
+            cfg.task._name, cfg.model._name = task_name, arch
             if not model_dc:  # fairseq's flat Namespace, as its argument parser leaves it
                 flat = {k: v for name in groups for k, v in cfg[name].items()}
                 flat = argparse.Namespace(**{**flat, **cfg.model})  # the model's values over the task's
                 private("fairseq.dataclass.utils", "_set_legacy_defaults")(flat, ARCH_MODEL_REGISTRY[arch])
-                flat._name, flat.arch, flat.task = arch, arch, task
+                flat._name, flat.arch, flat.task = arch, arch, task_name
                 cfg.model = flat
     except TypeError:
         raise
     except Exception as err:
         raise _fairseq_error(where, "fairseq cannot configure the model", err) from None
     OmegaConf.set_struct(cfg, True)
-    return cfg
-
-
-def build_model(config: Dict[str, Any], dictionaries, overrides: Optional[Dict[str, Any]] = None, where=CONFIG_NAME):
-    """``(cfg, task, model)``: the task given the parsed dictionaries, the model built as fairseq's inference
-    loads build it (``from_checkpoint=True``: no training-time work)."""
-    cfg = fairseq_config(config, overrides, where)
     try:
         task = TASK_REGISTRY[cfg.task._name](cfg.task, *dictionaries)
         model = task.build_model(cfg.model, from_checkpoint=True)
     except (Exception, SystemExit) as err:
-        raise _fairseq_error(where, f"the options do not build '{config['arch']}'", err) from None
+        raise _fairseq_error(where, f"the options do not build '{arch}'", err) from None
     return cfg, task, model
 
 
@@ -442,11 +427,8 @@ def load_model(model_dir: Union[str, Path], overrides: Optional[Dict[str, Any]] 
 
 
 def model_from_files(model_dir, config: Dict[str, Any], data: Dict[str, bytes], overrides=None) -> LoadedModel:
-    """The model of :func:`read_files`' ``config`` and verified bytes ``data`` (read from ``model_dir``).
-
-    Each file is parsed (the weights' bytes are then dropped from ``data``), the model built and its
-    weights checked and loaded; torch's global random generator is left as it was (building draws from it).
-    """
+    """The model of :func:`read_files`' ``config`` and verified bytes ``data`` (read from ``model_dir``); the
+    weights' bytes leave ``data`` once parsed; torch's global random generator is left as it was."""
     where = {name: shown(Path(model_dir) / name) for name in data}
     dictionaries = []
     for side in ("source", "target"):
@@ -462,12 +444,9 @@ def model_from_files(model_dir, config: Dict[str, Any], data: Dict[str, bytes], 
 
 
 class TranslationHubInterface(GeneratorHubInterface):
-    """fairseq's ``GeneratorHubInterface``, refusing in one line an input longer than the model reads.
-
-    An input of more than :data:`~fairseq_dense.hub.text.MAX_BPE_WORD` characters per source position
-    is refused before the tokenizer sees it; the rest after BPE, by its tokens. A translation without
-    ``sampling`` leaves torch's global random generator as it was (fairseq's batch iterator draws a seed).
-    """
+    """fairseq's ``GeneratorHubInterface``, refusing in one line an input longer than the model reads: over
+    :data:`~fairseq_dense.hub.text.MAX_BPE_WORD` characters per source position before the tokenizer sees it,
+    over its positions in tokens after BPE. Without ``sampling``, torch's global random generator is kept."""
 
     def encode(self, sentence: str):
         limit = self.max_positions[0] if isinstance(self.max_positions, tuple) else self.max_positions
@@ -485,7 +464,8 @@ class TranslationHubInterface(GeneratorHubInterface):
         return tokens
 
     def generate(self, *args, **kwargs):
-        sampling = kwargs.get("sampling", self.cfg.generation.sampling)  # sampling draws from it: as fairseq does
+        # fairseq's batch iterator draws a seed from the global generator; sampling draws from it, as in fairseq
+        sampling = kwargs.get("sampling", self.cfg.generation.sampling)
         with warnings.catch_warnings(), contextlib.nullcontext() if sampling else torch.random.fork_rng(devices=[]):
             # fairseq's batch iterator asks for pinned memory on every device: torch warns without a GPU
             logging_setup.hide_noise()  # the one list of such warnings, in this scope only
@@ -512,7 +492,7 @@ def from_pretrained(name_or_path: Union[str, Path], **kwargs) -> TranslationHubI
         >>> de_en = fairseq_dense.from_pretrained("exports/gru-deu-eng")
         >>> de_en.translate("Wie geht es dir?", beam=5)
     """
-    load = {k: kwargs.pop(k) for k in _LOAD_KWARGS if k in kwargs}
+    load = {k: kwargs.pop(k) for k in ("revision", "cache_dir", "local_files_only", "token") if k in kwargs}
     text = {k: kwargs.pop(k) for k in ("tokenizer", "bpe") if k in kwargs}
     if any(v is not None for v in text.values()):
         raise TypeError("from_pretrained(): tokenizer= and bpe= may only be None (the model's own otherwise)")

@@ -1,6 +1,6 @@
 """Upload an exported model directory to the Hugging Face Hub: exactly the export format's files.
 
-``SHA256SUMS`` and the files it lists, the card ``README.md``, and ``model.pt`` when asked; each the
+``SHA256SUMS`` and the files it lists, the card ``README.md``, and ``model.pt`` when present and asked; each the
 directory's own regular file (not a link, one hard link: a link could publish a private key), read once,
 loaded as :func:`~fairseq_dense.hub.loading.load_model` loads them, and those very bytes uploaded.
 """
@@ -18,13 +18,10 @@ logger = logging.getLogger(__name__)
 
 
 def upload_files(model_dir: Union[str, Path], include_pickle: bool = True) -> Dict[str, bytes]:
-    """``{file name: bytes}`` that ``push_to_hub`` uploads from ``model_dir``, each read once and checked as a load
-    checks them: ``SHA256SUMS`` and the files it lists, ``README.md`` and (``include_pickle``) ``model.pt`` when
-    present.
+    """``{file name: bytes}`` that ``push_to_hub`` uploads from ``model_dir`` (the module docstring says which).
 
     Raises:
-        PretrainedModelError: the directory does not load, or files to upload are not the directory's own
-            regular files (all of them are named).
+        PretrainedModelError: the directory does not load, or names every file that is not its own regular file.
     """
     with ModelDirectory(model_dir) as directory:
         optional = [CARD_NAME, PICKLE_NAME] if include_pickle else [CARD_NAME]
@@ -48,7 +45,6 @@ def push_to_hub(
     commit_message: Optional[str] = None,
     revision: Optional[str] = None,
     include_pickle: bool = True,
-    token: Optional[str] = None,
     dry_run: bool = False,
     announce: Optional[Callable[[str], None]] = None,
 ) -> Optional[str]:
@@ -56,7 +52,6 @@ def push_to_hub(
 
     Args:
         revision: branch to commit to (default: the main branch).
-        token: hub token (default: huggingface_hub's environment/config lookup).
         dry_run: list the files and upload nothing (the hub is not contacted); returns ``None``.
         announce: called with one line per file to upload (name, size, sha256) before anything is
             uploaded (default: the log, at INFO level).
@@ -69,7 +64,7 @@ def push_to_hub(
     from huggingface_hub import CommitOperationAdd, HfApi
 
     config = json.loads(upload[CONFIG_NAME])  # checked above
-    api = HfApi(token=token)
+    api = HfApi()  # the token of huggingface_hub's environment/config lookup
     api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
     info = api.create_commit(
         repo_id=repo_id,

@@ -9,6 +9,7 @@ changed after the export; it is not a signature.
 """
 
 import argparse
+import collections
 import dataclasses
 import enum
 import hashlib
@@ -90,10 +91,8 @@ def safe_name(name: Any) -> str:
 
 def describe(value: Any) -> str:
     """What kind of value was found, without quoting text: numbers and booleans as such, others by kind."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
     if isinstance(value, int):
         return str(value) if abs(value) < 10**12 else "a very large integer"
     if isinstance(value, float):
@@ -108,12 +107,9 @@ def describe(value: Any) -> str:
 # ---------------------------------------------------------------- SHA256SUMS
 
 
-def write_manifest(model_dir: Path, names: Iterable[str]) -> Path:
-    """Write ``SHA256SUMS`` for the files ``names`` of ``model_dir`` (sorted)."""
-    path = model_dir / MANIFEST_NAME
+def write_manifest(model_dir: Path, names: Iterable[str]) -> None:
     sums = {n: hashlib.sha256((model_dir / n).read_bytes()).hexdigest() for n in sorted(set(names))}
-    path.write_bytes(b"".join(f"{digest}  {n}\n".encode() for n, digest in sums.items()))
-    return path
+    (model_dir / MANIFEST_NAME).write_bytes(b"".join(f"{digest}  {n}\n".encode() for n, digest in sums.items()))
 
 
 def parse_manifest(where: str, data: bytes) -> Dict[str, str]:
@@ -182,13 +178,8 @@ def translation_tasks() -> Tuple[str, ...]:
     return ("translation", *sorted(own))
 
 
-@dataclasses.dataclass(frozen=True)
-class OptionType:
-    """The declared type of one option: ``kind`` is a key of :data:`_CHECKS` or ``choice``."""
-
-    kind: str
-    nullable: bool = False
-    choices: Tuple[Any, ...] = ()
+#: The declared type of one option: ``kind`` is a key of :data:`_CHECKS` or ``choice``.
+OptionType = collections.namedtuple("OptionType", "kind nullable choices", defaults=(False, ()))
 
 
 def _from_annotation(tp) -> OptionType:
@@ -196,7 +187,7 @@ def _from_annotation(tp) -> OptionType:
     if origin is typing.Union and type(None) in args:
         rest = [a for a in args if a is not type(None)]
         inner = _from_annotation(rest[0]) if len(rest) == 1 else OptionType("null")
-        return dataclasses.replace(inner, nullable=True)
+        return inner._replace(nullable=True)
     if tp in (bool, int, float):
         return OptionType(tp.__name__)
     if inspect.isclass(tp) and issubclass(tp, enum.Enum):
@@ -208,17 +199,11 @@ def _from_annotation(tp) -> OptionType:
 
 def _from_action(action: argparse.Action) -> OptionType:
     """An argparse flag's type; argparse-style archs fill unset options later, so ``null`` is allowed."""
-    if action.nargs == 0:
-        return OptionType("bool", nullable=True)
     if action.choices:
         return OptionType("choice", nullable=True, choices=tuple(action.choices))
-    if action.type in (int, float):
-        return OptionType(action.type.__name__, nullable=True)
-    if action.type is None:  # fairseq leaves interpolated (numeric) options untyped
-        return OptionType("number", nullable=True)
-    if action.type is str:
-        return OptionType("null", nullable=True)
-    return OptionType("number_list", nullable=True)  # fairseq's eval_str_list parsers: give a list
+    # untyped: fairseq's interpolated (numeric) options; any other type: its eval_str_list parsers, given a list
+    kind = {int: "int", float: "float", None: "number", str: "null"}.get(action.type, "number_list")
+    return OptionType("bool" if action.nargs == 0 else kind, nullable=True)
 
 
 def declared_model_options(arch: str) -> Dict[str, OptionType]:

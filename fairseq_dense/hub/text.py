@@ -1,12 +1,8 @@
 """How a shared model reads text: the preparation of its training data, its BPE, its dictionaries.
 
-- :class:`PreparedMosesTokenizer` (``dense_moses``): fairseq's ``moses`` plus the steps
-  ``fairseq-dense-prepare`` runs around it (recorded beside the dictionaries, :func:`read_record`), its
-  punctuation normaliser's de/es/fr dots rule in linear time (:func:`dots_before_quote`).
-- :class:`VerifiedSubwordNMTBPE`: fairseq's ``subword_nmt`` BPE from the verified codes text, linear in
-  the input, with a bounded word cache.
-- :func:`parse_bpe_codes`, :func:`parse_dictionary`: only what subword-nmt and fairseq write, one regular
-  expression without backtracking a line, before subword-nmt or fairseq sees the file.
+Each step runs in time linear in its input (docs/hub.md, 2b); each text file is parsed by one regular
+expression a line that cannot backtrack, before subword-nmt or fairseq sees it (they end the program or
+take quadratic time on some files).
 """
 
 import io
@@ -60,10 +56,7 @@ class PreparedMosesTokenizer(MosesTokenizer):
     def normalize(self, text: str) -> str:
         """``MosesPunctNormalizer.normalize`` (default options), its de/es/fr dots rule in linear time."""
         for pattern, substitution in self.normalizer.substitutions:
-            if pattern == DOTS_BEFORE_QUOTE:
-                text = dots_before_quote(text)
-            else:
-                text = re.sub(pattern, substitution, text)
+            text = dots_before_quote(text) if pattern == DOTS_BEFORE_QUOTE else re.sub(pattern, substitution, text)
         return text.strip()
 
     def encode(self, x: str) -> str:
