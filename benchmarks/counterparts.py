@@ -20,14 +20,8 @@ def parse_spec(spec: str) -> Tuple[str, List[str]]:
 
 
 def resolve_models(specs: Optional[List[str]], size: str) -> List[Tuple[str, str, List[str]]]:
-    """``--models`` entries -> ``(family, arch, extra args)``.
-
-    An entry is a family (its ``<family>_<size>`` arch, else the other size), an arch, or
-    ``ARCH:--flag=value,...`` (an ablation).
-
-    Raises:
-        ValueError: for a name that is neither a registered family nor one of its archs.
-    """
+    """``--models`` entries (a family: its ``<family>_<size>`` arch, else the other size; an arch; or
+    ``ARCH:--flag=value,...``, an ablation) -> ``(family, arch, extra args)``; ValueError for any other name."""
     fams = our_families()
     arch_to_family = {a: f for f, archs in fams.items() for a in archs}
     out = []
@@ -145,12 +139,8 @@ PAPER_PAIRS: Dict[str, Dict] = {
 
 
 def paper_pairs(names: Optional[List[str]] = None) -> Dict[str, Dict]:
-    """The entries of :data:`PAPER_PAIRS` named, in the order named (default: all, in the table's
-    order), after checking that every registered family has at least one.
-
-    Raises:
-        ValueError: for a family of the registry without a pair, or an unknown pair name.
-    """
+    """The entries of :data:`PAPER_PAIRS` named, in the order named (default: all, in the table's order);
+    ValueError for an unknown name, or for a family of the registry without a pair."""
     missing = sorted(set(our_families()) - {p["family"] for p in PAPER_PAIRS.values()})
     if missing:
         raise ValueError(f"benchmarks/counterparts.py PAPER_PAIRS: no pair for the families {', '.join(missing)}")

@@ -3,14 +3,11 @@
     python -m benchmarks.gpu_figures --device cuda --out OUT [--pairs wt_a deep_att ...] [--budget-s 230]
     python -m benchmarks.gpu_figures --device cpu --tiny --shapes 64x1 32x2 --rounds 2 --vocab 100 ...   # dry run
 
-Both models of a pair train in one process by fairseq's ``Trainer`` on the same synthetic batches, the
-sides taking turns update by update (``measure.timed_rounds``), both on ``--optimizer fused_adam``,
-bfloat16 by ``--bf16-autocast``. In this order, each result written to ``--out`` as it comes, what would
-start past ``--budget-s`` marked skipped: the A/A pair (no other ratio read unless within
-``AA_TOLERANCE`` of 1), every pair in bfloat16 at every shape, fused_adam against fairseq's ``adam``,
-every pair under ``--amp`` (``--amp-batch-retries 0``), then the kernels of one update of each side.
-MFU = target tokens/s x 6N (``counterparts.matmul_params``) / the datasheet's dense bfloat16 peak.
-The method in full: docs/benchmarks.md ("How the figures measure training").
+Both models of a pair train in one process by fairseq's ``Trainer`` (``--optimizer fused_adam``) on the
+same synthetic batches, taking turns update by update (``measure.timed_rounds``); each result is written to
+``--out`` as it comes, what would start past ``--budget-s`` is marked skipped. Order: the A/A pair, every
+pair in bfloat16 at every shape, fused_adam against fairseq's ``adam``, every pair under ``--amp``, the
+kernels of one update of each side. The method: docs/benchmarks.md ("How the figures measure training").
 """
 
 import argparse
@@ -119,7 +116,7 @@ def count_side(trainer, sample: Dict, src_per_tgt: float) -> Dict:
     """Parameters, 6N and the counted matmul FLOPs per target token of one bfloat16 step (``op_counts``)."""
     model = trainer.model
     side = (trainer.task, model, trainer.criterion, trainer.optimizer, trainer.cfg)
-    with op_counts.counting(model) as counter:
+    with op_counts.StepCounter(model) as counter:
         measure.train_step(side, sample, 1, dtype=torch.bfloat16, counter=counter)
     return {
         "params": sum(p.numel() for p in model.parameters()),
@@ -247,46 +244,22 @@ def shape(spec: str) -> str:
     return spec
 
 
-def stage_parser(module: str, doc: str, names: str, budget_s: float) -> argparse.ArgumentParser:
-    """The options of both GPU stages (``names``: the option that names the pairs)."""
-    p = argparse.ArgumentParser(prog=f"python -m benchmarks.{module}", description=doc.split("\n\n")[0])
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_figures", description=__doc__.split("\n\n")[0])
     add = p.add_argument
     add("--device", choices=("cuda", "cpu"), default="cuda")
-    add(f"--{names}", dest="pairs", nargs="*", help=f"pairs (default: all of {', '.join(counterparts.PAPER_PAIRS)})")
+    add("--pairs", nargs="*", help=f"pairs (default: all of {', '.join(counterparts.PAPER_PAIRS)})")
     add("--tiny", action="store_true", help="each pair at its tiny widths (the CPU dry run)")
     add("--vocab", type=int, default=32000, help="joint vocabulary size (a paper-size joint BPE)")
     add("--max-len", type=int, default=128, help="longest sentence of the length distribution")
-    add("--budget-s", type=float, default=budget_s, help="start nothing later than this many seconds in")
-    add("--out", default=f"benchmarks/out/{module.replace('_', '-')}")
-    return p
-
-
-def get_parser() -> argparse.ArgumentParser:
-    p = stage_parser("gpu_figures", __doc__, "pairs", 230)
-    add = p.add_argument
+    add("--budget-s", type=float, default=230, help="start nothing later than this many seconds in")
+    add("--out", default="benchmarks/out/gpu-figures")
     add("--shapes", nargs="+", type=shape, default=["32768x1", "8192x4"], help="TOKENSxFREQ: tokens a batch x batches")
     add("--updates", type=int, default=2, help="updates a side in each round (distinct batches)")
     add("--rounds", type=int, default=5, help="interleaved timed rounds")
     add("--gemm-size", type=int, default=8192, help="n of the n x n x n GEMM of the measured peak")
     add("--kernels-s", type=float, default=35, help="seconds of the budget kept for the kernel counts at the end")
     return p
-
-
-def start(parser: argparse.ArgumentParser, argv):
-    """What both GPU stages start with: ``(arguments, the pairs named, the results' header)``, logging set
-    up, the device checked, one thread in a CPU dry run (as the CPU benchmarks)."""
-    argv = sys.argv[1:] if argv is None else argv
-    a = parser.parse_args(argv)
-    logging.basicConfig(format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
-    if a.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("error: --device cuda but torch sees no CUDA device")
-    try:
-        pairs = counterparts.paper_pairs(a.pairs)
-    except ValueError as e:
-        raise SystemExit(f"error: {e}")
-    if a.device == "cpu":
-        torch.set_num_threads(1)
-    return a, pairs, report.header(parser.prog, argv)
 
 
 def release(device: str) -> None:
@@ -300,13 +273,23 @@ def release(device: str) -> None:
 
 def main(argv=None) -> int:
     started = time.time()
-    a, pairs, header = start(get_parser(), argv)
+    argv = sys.argv[1:] if argv is None else argv
+    a = get_parser().parse_args(argv)
+    logging.basicConfig(format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
+    if a.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("error: --device cuda but torch sees no CUDA device")
+    try:
+        pairs = counterparts.paper_pairs(a.pairs)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}")
     if a.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    else:
+        torch.set_num_threads(1)  # a CPU dry run: one thread, as the CPU benchmarks
     device_name = torch.cuda.get_device_name(0) if a.device == "cuda" else platform.processor() or "cpu"
     sheet = datasheet_peak(device_name) if a.device == "cuda" else None
     r = {
-        **header,
+        **report.header("python -m benchmarks.gpu_figures", argv),
         "device_name": device_name,
         "gemm_peak_tflops": gemm_peak(a.device, a.gemm_size if a.device == "cuda" else 256, 10) / 1e12,
         "datasheet_peak_tflops": sheet / 1e12 if sheet else None,

@@ -63,11 +63,8 @@ def start_training(train_args: List[str], run_dir: str, threads: int):
 
 
 def finish_training(proc, log, run_dir: str, timeout_s: float) -> Dict:
-    """Wait for a child of :func:`start_training`; returns its log path, wall time and peak memory.
-
-    Raises:
-        RuntimeError: when training fails (the message holds the log's tail).
-    """
+    """Wait for a child of :func:`start_training`: its log path, wait time and peak memory (RuntimeError
+    with the log's tail when it fails)."""
     t0 = time.time()
     try:
         proc.wait(timeout=timeout_s)
@@ -137,14 +134,9 @@ def sync(device: str) -> None:
 
 def timed_rounds(sides: Dict, items: list, rounds: int, step, device: str) -> Dict:
     """Run ``step(side, item, i)`` for every item, each side in turn, ``rounds`` times (the order of
-    the sides reversed every other round), each call timed by the wall clock and by the CPU time of the
-    calling thread (with one torch thread all the work runs there; it leaves out waits for a core).
-
-    Returns:
-        ``{"rounds": [{"<side>_s": ..., "<side>_cpu_s": ...}, ...], "ratio": baseline seconds / ours
-        seconds, "cpu_ratio": the same of thread CPU time}`` (:func:`median_ratio`; None unless ``sides``
-        names ``ours`` and ``baseline``).
-    """
+    the sides reversed every other round), each call timed by the wall clock (``<side>_s``) and by the CPU
+    time of the calling thread (``<side>_cpu_s``: with one torch thread all the work runs there; it leaves
+    out waits for a core); ``ratio``, ``cpu_ratio``: :func:`median_ratio` baseline / ours, if both are sides."""
     per_round = []
     for r in range(rounds):
         seconds = dict.fromkeys(sides, 0.0)
@@ -186,11 +178,8 @@ def spread(values: List[float]) -> Dict:
 
 
 def train_config(train_args: List[str]):
-    """fairseq's configuration of ``fairseq-train <train_args>``.
-
-    Raises:
-        ValueError: where fairseq's option parsing rejects them (argparse would exit the program).
-    """
+    """fairseq's configuration of ``fairseq-train <train_args>`` (ValueError where its option parsing
+    rejects them: argparse would exit the program)."""
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
@@ -220,7 +209,7 @@ def build_trainable(train_args: List[str]):
 def train_step(side, sample, update: int = 1, *, dtype=None, counter=None, saved=None) -> torch.Tensor:
     """One training step as fairseq's Trainer takes it: forward under autocast in ``dtype`` (None: none; float16
     with fairseq's ``--amp`` optimizer, which also scales the loss), gradients over the sample size, clipping,
-    the task's optimizer step; ``counter``/``saved`` (``op_counts``, ``saved_tensors``) watch it in phases.
+    the task's optimizer step; ``counter``/``saved`` (``op_counts``) watch it in phases.
     Returns the loss, detached (reading it waits for the device)."""
     from fairseq.optim.amp_optimizer import AMPOptimizer
 
@@ -284,18 +273,16 @@ def load_checkpoint(path: str, data_bin: str, device: str = "cpu", bf16: bool = 
     return (model.to(torch.bfloat16) if bf16 else model), task
 
 
-def _batches(dataset, indices: List[int], batch_size: int, device: str) -> list:
+def decode_batches(dataset, sentences: int, batch_size: int, device: str, spread: bool = True) -> list:
+    """Batches of ``sentences`` sentences (0: all) of ``dataset``, spread evenly over it (else its first),
+    by source length."""
     from fairseq import utils
 
+    n = min(len(dataset), sentences or len(dataset))
+    indices = list(range(len(dataset)))[:: max(1, len(dataset) // n)][:n] if spread else list(range(n))
     order = sorted(indices, key=lambda i: (int(dataset.src_sizes[i]), i))
     out = [dataset.collater([dataset[i] for i in order[j : j + batch_size]]) for j in range(0, len(order), batch_size)]
     return [utils.move_to_cuda(s) for s in out] if device == "cuda" else out
-
-
-def spread_batches(dataset, sentences: int, batch_size: int, device: str) -> list:
-    """Batches of ``sentences`` sentences spread evenly over ``dataset``."""
-    step = max(1, len(dataset) // max(1, sentences))
-    return _batches(dataset, list(range(len(dataset)))[::step][:sentences], batch_size, device)
 
 
 def generator(model, task, beam: int, fixed_length: int = 0):
@@ -313,7 +300,7 @@ def paired_decode(
     split loaded)}``) on ``sentences`` test sentences of the baseline's spread over the split, every
     hypothesis forced to ``length`` tokens, interleaved (:func:`timed_rounds`)."""
     sides = {name: (model, generator(model, task, 5, length)) for name, (model, task) in models.items()}
-    batches = spread_batches(models["baseline"][1].dataset("test"), sentences, batch_size, device)
+    batches = decode_batches(models["baseline"][1].dataset("test"), sentences, batch_size, device)
     with torch.inference_mode():
         for model, gen in sides.values():  # warm-up: allocator, thread pools
             gen.generate([model], batches[0])
@@ -330,17 +317,15 @@ def beam_bleu(ckpt: str, data_bin: str, raw_test_tgt: str, a) -> Dict:
 
     from fairseq_dense.data.prepare import moses_lang
 
-    sentences, batch_size, device, tgt_lang = a.decode_sentences, a.decode_batch_size, a.device, a.tgt
-    model, task = load_checkpoint(ckpt, data_bin, device, a.bf16)
-    n = len(task.dataset("test"))
+    model, task = load_checkpoint(ckpt, data_bin, a.device, a.bf16)
     gen, hyps, seconds = generator(model, task, 5), {}, 0.0
     with torch.inference_mode():
-        for sample in _batches(task.dataset("test"), list(range(min(n, sentences or n))), batch_size, device):
+        for sample in decode_batches(task.dataset("test"), a.decode_sentences, a.decode_batch_size, a.device, False):
             t0 = time.perf_counter()
             out = gen.generate([model], sample)
             seconds += time.perf_counter() - t0
             hyps.update((sid, h[0]["tokens"].int().cpu()) for sid, h in zip(sample["id"].tolist(), out))
-    detok = MosesDetokenizer(lang=moses_lang(tgt_lang))
+    detok = MosesDetokenizer(lang=moses_lang(a.tgt))
     text = {
         i: detok.detokenize(task.target_dictionary.string(t, bpe_symbol="subword_nmt").split()) for i, t in hyps.items()
     }

@@ -2,12 +2,13 @@
 
 :class:`StepCounter`: kernel launches (ATen calls below autograd that run a kernel on a GPU; fused
 recurrent units and attention as CUDA runs them, :data:`UNIT_LAUNCHES`) and the FLOPs of matmul-class
-calls by dtype; ``saved_tensors.SavedBytes``: the activation bytes saved for backward;
+calls by dtype; :class:`SavedBytes`: the activation bytes saved for backward;
 :class:`SyncCounter`: the host syncs a step would make on a GPU.
 """
 
 import collections
 import contextlib
+import gc
 import math
 import os
 import re
@@ -112,8 +113,6 @@ for _kind in ("flash", "efficient", "cudnn"):  # CUDA's fused attention kernels,
     ):
         FLOPS[_name] = (_registry(_name), _operand)
 
-LOW = (torch.bfloat16, torch.float16)
-
 
 def _tensors(obj) -> list:
     return [t for t in tree_flatten(obj)[0] if torch.is_tensor(t)]
@@ -131,28 +130,18 @@ def rnn_launches(num_layers: int, bidirectional: bool):
     return fwd * n, bwd * n
 
 
-@contextlib.contextmanager
-def counting(model: nn.Module, saved=None):
-    """A :class:`StepCounter` active inside (``with counting(model) as counter:``), closed afterwards."""
-    counter = StepCounter(model, saved)
-    try:
-        with counter:
-            yield counter
-    finally:
-        counter.close()
-
-
 class StepCounter(TorchDispatchMode):
     """Counts kernel launches per phase and matmul-class FLOPs per dtype while active.
 
     Args:
         model: the model whose ``nn.LSTM``/``nn.GRU``/``nn.RNN`` calls and cells are counted
             as fused units (hooks, removed by :meth:`close`).
-        saved: a ``saved_tensors.SavedBytes`` watching the same step: an attention unit then saves what
+        saved: a :class:`SavedBytes` watching the same step: an attention unit then saves what
             CUDA's fused attention saves (query, key, value, output and the float32 row
             log-sum-exp), not what the CPU's math form saves (probabilities, dropout masks).
 
-    Use ``with counter: ...`` around a step and ``with counter.phase(name):`` around its parts.
+    Use ``with StepCounter(model) as counter: ...`` around a step (the hooks are removed when it ends) and
+    ``with counter.phase(name):`` around its parts.
     """
 
     def __init__(self, model: nn.Module, saved=None):
@@ -214,6 +203,7 @@ class StepCounter(TorchDispatchMode):
     def __exit__(self, *exc):
         F.scaled_dot_product_attention = self._sdpa
         torch.lstm = self._lstm
+        self.close()
         return super().__exit__(*exc)
 
     def _functional_rnn(self, func, args, kwargs):
@@ -333,6 +323,104 @@ class StepCounter(TorchDispatchMode):
         return low / total if total else None
 
 
+class _Packed:
+    """A saved tensor as autograd keeps it while :class:`SavedBytes` watches: freed with its node."""
+
+    __slots__ = ("tensor", "key", "owner")
+
+    def __init__(self, tensor, key, owner):
+        self.tensor, self.key, self.owner = tensor, key, owner
+
+    def __del__(self):
+        self.owner._release(self.key)
+
+
+class SavedBytes:
+    """Bytes of the distinct storages autograd holds for backward when ``with`` ends, parameters excluded.
+
+    A storage counts once however many saved tensors view it, and only while a saved tensor of
+    it is alive (a graph branch dropped during the forward pass frees its saved tensors).
+
+    Args:
+        model: its parameters' storages are not counted (their autocast copies are).
+
+    After ``with``: ``bytes``, ``tensors`` (storages), ``by_op`` (bytes by the ATen call that
+    saved them, with a :class:`StepCounter` watching the same step) and ``in_rnn_units`` (bytes
+    saved inside fused RNN units: the CPU kernel's workspace, not cuDNN's reserve space).
+    """
+
+    def __init__(self, model: nn.Module):
+        self._params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        self._live: Dict = {}  # key -> [saved tensors alive, bytes, op label, inside an RNN unit]
+        self.bytes = self.tensors = self.in_rnn_units = 0
+        self.by_op: Dict[str, int] = collections.Counter()
+        self.paused = 0
+        self.counter = None  # an op_counts.StepCounter watching the same step sets itself here
+        self._ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    @staticmethod
+    def _unpack(packed):
+        return packed.tensor if isinstance(packed, _Packed) else packed
+
+    def _pack(self, t):
+        if self.paused:
+            return t
+        key = self._count(t, None, keep=False)
+        return _Packed(t, key, self) if key is not None else t
+
+    def add(self, t, dtype=None) -> None:
+        """Count ``t``'s storage (``dtype``: a copy of ``t`` in that dtype instead) unless it is a
+        parameter's, as a fused kernel would save it: it stays counted, and ``t`` is kept alive
+        (its address must not be taken by a later storage)."""
+        self._count(t, dtype, keep=True)
+
+    def _count(self, t, dtype, keep: bool):
+        try:
+            storage = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # tensors without a storage (e.g. opaque)
+            return None
+        key = storage.data_ptr() if dtype in (None, t.dtype) else (storage.data_ptr(), dtype)
+        if storage.data_ptr() in self._params or not storage.nbytes():
+            return None
+        if key in self._live:
+            self._live[key][0] += 1
+            if keep and self._live[key][4] is None:
+                self._live[key][4] = t
+            return key
+        nbytes = storage.nbytes() if key == storage.data_ptr() else t.numel() * dtype.itemsize
+        op, in_unit = self.counter.saving_site() if self.counter is not None else ("?", False)
+        label = f"{op} {str(t.dtype if dtype is None else dtype).replace('torch.', '')}"
+        self._live[key] = [1, nbytes, label, in_unit, t if keep else None]
+        return key
+
+    def add_bytes(self, nbytes: int, label: str) -> None:
+        """Count ``nbytes`` more that a fused kernel would save (they stay counted)."""
+        self._live[object()] = [1, nbytes, label, False, None]
+
+    def _release(self, key) -> None:
+        entry = self._live.get(key)
+        if entry is not None:
+            entry[0] -= 1
+            if entry[0] <= 0:
+                del self._live[key]
+
+    def __enter__(self):
+        self._ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._ctx.__exit__(*exc)
+        gc.collect()  # graph branches in reference cycles: freed now, not whenever the collector runs
+        live = list(self._live.values())
+        self.bytes = sum(e[1] for e in live)
+        self.tensors = len(live)
+        self.in_rnn_units = sum(e[1] for e in live if e[3])
+        self.by_op = collections.Counter()
+        for e in live:
+            self.by_op[e[2]] += e[1]
+        return False
+
+
 #: Tensor methods that copy to the host without a scalar read (a ``.to`` counts when it names ``"cpu"``:
 #: ``.to(x.device)`` stays on ``x``'s device)
 HOST_COPIES = ("cpu", "tolist", "numpy", "to")
@@ -361,7 +449,8 @@ class SyncCounter(TorchDispatchMode):
         method = getattr(torch.Tensor, name)
 
         def counted(tensor, *args, **kwargs):
-            if name != "to" or _names_cpu(args, kwargs):
+            device = kwargs.get("device", args[0] if args else None)
+            if name != "to" or (isinstance(device, str) and torch.device(device).type == "cpu"):
                 self._count(name)
             return method(tensor, *args, **kwargs)
 
@@ -385,8 +474,3 @@ class SyncCounter(TorchDispatchMode):
         if func.overloadpacket.__name__ == "_local_scalar_dense":
             self._count("item")
         return func(*args, **(kwargs or {}))
-
-
-def _names_cpu(args, kwargs) -> bool:
-    device = kwargs.get("device", args[0] if args else None)
-    return isinstance(device, str) and torch.device(device).type == "cpu"

@@ -10,7 +10,6 @@ launches, the low-precision share of the matmul FLOPs, saved bytes per target to
 
 import argparse
 import logging
-import os
 import sys
 import tempfile
 import time
@@ -18,7 +17,7 @@ from typing import Dict, List
 
 import torch
 
-from benchmarks import counterparts, measure, op_counts, report, saved_tensors, synthetic
+from benchmarks import counterparts, measure, op_counts, report, synthetic
 
 logger = logging.getLogger("benchmarks.proxies")
 
@@ -33,9 +32,9 @@ def measure_side(dict_dir: str, arch_args: List[str], sample: Dict) -> Dict:
     out = {"arch_args": arch_args, "params": sum(p.numel() for p in model.parameters())}
     measure.train_step(side, sample)
     for mode, dtype in (("fp32", None), ("bf16", torch.bfloat16)):
-        saved = saved_tensors.SavedBytes(model)
+        saved = op_counts.SavedBytes(model)
         t0 = time.perf_counter()
-        with op_counts.counting(model, saved) as counter:
+        with op_counts.StepCounter(model, saved) as counter:
             loss = float(measure.train_step(side, sample, 2, dtype=dtype, counter=counter, saved=saved))
         out[mode] = {
             "launches": dict(counter.launches),
@@ -85,10 +84,11 @@ def unit_share(m: Dict) -> float:
 def markdown(results: Dict) -> str:
     """The ratio table of ``proxies.json`` (a cell is marked ``MISS`` where its target is not met; the
     arch arguments of each side are in the JSON and in ``counterparts.PAPER_PAIRS``)."""
-    t = results["targets"]
+    t, m = results["targets"], results["machine"]
     lines = [
         f"Command: `{results['command']}`  ",
-        f"Date {results['date']}, commit `{results['commit']}`, {results['machine']}, torch {results['torch']}, "
+        f"Date {results['date']}, commit `{results['commit']}`, {m['cpu']}, {m['logical_cpus']} logical CPUs, "
+        f"{m['threads']} thread(s), torch {results['torch']}, "
         f"bfloat16 LSTMs on {results.get('bf16_lstm_kernel', 'oneDNN')}.  ",
         f"Batch: {results['batch']['sentences']} sentences, {results['batch']['target_tokens']} target tokens "
         f"(source {results['batch']['max_source_len']} / target {results['batch']['max_target_len']} longest), "
@@ -148,7 +148,6 @@ def run(a) -> Dict:
     sample = synthetic.make_batch(lengths, a.vocab)
     results = {
         **report.header("python -m benchmarks.proxies", a.argv),
-        "machine": f"{report.cpu_name()}, {os.cpu_count()} logical CPUs, {a.threads} thread(s)",
         "bf16_lstm_kernel": "oneDNN" if op_counts.onednn_lstm_runs(torch.bfloat16) else "PyTorch's per-step GEMMs",
         "vocab": a.vocab,
         "batch": {

@@ -28,21 +28,28 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def git_commit():
-    """``git describe --always --dirty`` of the checkout, or None."""
-    out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout
-    return out.strip() or None
-
-
-def header(prog: str, argv: List[str]) -> Dict:
-    """What every results file starts with: the command, the time (UTC), the commit and torch's version."""
+def header(prog: str, argv: List[str], device: str = "cpu") -> Dict:
+    """What every results file starts with: the command, the time (UTC), the commit (``git describe``),
+    torch's version and the machine (its load average at the start; ``threads``: torch's at the call)."""
+    import fairseq
     import torch
 
+    commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout
     return {
         "command": f"{prog} {shlex.join(argv)}",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "commit": git_commit(),
+        "commit": commit.strip() or None,
         "torch": torch.__version__,
+        "machine": {
+            "cpu": cpu_name(),
+            "logical_cpus": os.cpu_count(),
+            "threads": torch.get_num_threads(),
+            "load_average": os.getloadavg(),
+            "python": platform.python_version(),
+            "fairseq": fairseq.__version__,
+            "device": device,
+            "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
+        },
     }
 
 
@@ -108,7 +115,7 @@ def row(key: str, e: Dict) -> str:
 
 
 def markdown(results: Dict) -> str:
-    """The results as markdown: command, machine, ratio table, raw figures, how to read them."""
+    """The results as markdown: command, machine, ratio table, how to read them (each side's figures: the JSON)."""
     m, opts = results["machine"], results["options"]
     gpu = f"; GPU {m['gpu']}" if m.get("gpu") else ""
     precision = f"training {'float16 autocast' if opts['amp'] else 'float32'}, decoding "
@@ -119,7 +126,7 @@ def markdown(results: Dict) -> str:
         f"Command: `{results['command']}`",
         "",
         f"Machine: {m['cpu']}{gpu}, {m['logical_cpus']} logical CPUs, {m['threads']} threads per model, "
-        f"load average at start {[round(x, 2) for x in m['load_average']]}; torch {m['torch']}, "
+        f"load average at start {[round(x, 2) for x in m['load_average']]}; torch {results['torch']}, "
         f"fairseq {m['fairseq']}, Python {m['python']}. Device **{m['device']}**, {precision}; "
         f"{opts['budget_minutes']} min of training per model{', both at once' if opts['concurrent'] else ''}; "
         f"data `{opts['corpus']}` ({results['data']['summary']}).",
@@ -130,29 +137,6 @@ def markdown(results: Dict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [row(key, e) for key, e in results["families"].items()]
-    lines += [
-        "",
-        "| model / side | arch | params | updates | train tok/s | peak RSS MiB | best valid loss "
-        "| beam-5 sent/s | BLEU |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for key, e in results["families"].items():
-        for side in ("ours", "baseline") if "error" not in e else ():
-            s, t = e[side], e[side]["train"]
-            lines.append(
-                f"| {key} / {side} | `{' '.join(s['arch_args'])}` | {s['params']:,} | {t['updates']} "
-                f"| {t['train_tokens_per_s'] or 0:.0f} | {t['peak_rss_mib'] or 0:.0f} "
-                f"| {t['best_valid_loss'] or float('nan'):.3f} "
-                f"| {_get(s, 'decode', 'sentences_per_s') or 0:.1f} | {_get(s, 'decode', 'bleu')} |"
-            )
-    notes = {
-        (f, _get(e, f, "remeasured", "command"), _get(e, f, "remeasured", "commit"), _get(e, f, "remeasured", "date"))
-        for e in results["families"].values()
-        for f in ("train_paired", "decode_paired")
-        if _get(e, f, "remeasured")
-    }
-    for figure, cmd, commit, date in sorted(notes, key=str):
-        lines += ["", f"`{figure}` re-measured on {date} by `{cmd}` (code at {commit}) on this run's checkpoints."]
     sigs = sorted(
         {_get(e, s, "decode", "signature") for e in results["families"].values() for s in ("ours", "baseline")} - {None}
     )

@@ -3,7 +3,6 @@
     python -m benchmarks.run --corpus ../shared/data/tatoeba-deu-eng --src de --tgt en --budget-minutes 2 \
         [--models gru_attention densenmt_4l_2 ARCH:--flag=v ...] [--baseline ARCH] [--concurrent] \
         [--device cuda --amp --bf16] [--out DIR]
-    python -m benchmarks.run --remeasure DIR/results.json     # speed again with today's code, no training
 
 Per model: the counterpart's width matched in parameters, both trained by ``fairseq-train``, timed side by
 side, decoded with beam 5 and scored; ``results.json``, ``results.md`` and loss plots in ``--out``
@@ -14,7 +13,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import shlex
 import sys
 import time
@@ -64,24 +62,7 @@ def get_parser() -> argparse.ArgumentParser:
     add("--paired-sentences", type=int, default=200, help="test sentences of the side-by-side decoding")
     add("--paired-train-batches", type=int, default=8, help="training batches per side-by-side round")
     add("--paired-rounds", type=int, default=3, help="rounds of the side-by-side comparisons")
-    add("--remeasure", metavar="RESULTS_JSON", help="re-run the side-by-side comparisons of an earlier run")
     return p
-
-
-def describe_machine(device: str, threads: int) -> Dict:
-    import fairseq
-
-    return {
-        "cpu": report.cpu_name(),
-        "logical_cpus": os.cpu_count(),
-        "threads": threads,
-        "load_average": os.getloadavg(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "fairseq": fairseq.__version__,
-        "device": device,
-        "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
-    }
 
 
 def prepare_data(a, work: str) -> Dict:
@@ -152,7 +133,7 @@ def train_sides(a, data: Dict, runs: Dict[str, List[str]], work: str) -> Dict[st
 
 
 def side_by_side(a, entry: Dict, data_bin: str) -> None:
-    """The side-by-side training and decoding comparisons of one entry (also for ``--remeasure``)."""
+    """The side-by-side training and decoding comparisons of one entry, on its runs' commands and checkpoints."""
     dirs = {side: entry[side]["train"]["run_dir"] for side in ("ours", "baseline")}
     sides = {}
     for side, d in dirs.items():
@@ -197,36 +178,16 @@ def run_entry(a, data: Dict, family: str, ours_args: List[str], key: str, work: 
     return entry
 
 
-def remeasure(a) -> int:
-    """``--remeasure``: the side-by-side figures of an earlier run again, on its checkpoints."""
-    with open(a.remeasure) as f:
-        results = json.load(f)
-    torch.set_num_threads(a.threads)
-    note = {**report.header("python -m benchmarks.run", a.argv), "machine": describe_machine(a.device, a.threads)}
-    for key, entry in results["families"].items():
-        if "error" not in entry:
-            logger.info("re-measuring %s", key)
-            side_by_side(a, entry, results["data"]["bin"])
-            for figure in ("train_paired", "decode_paired"):
-                if figure in entry:
-                    entry[figure]["remeasured"] = note
-    write(results, os.path.dirname(os.path.abspath(a.remeasure)))
-    return 0
-
-
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     a = get_parser().parse_args(argv)
-    a.argv = argv
     logging.basicConfig(format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
     if a.amp and a.device != "cuda":
         raise SystemExit("error: --amp needs --device cuda (fairseq's --amp is CUDA float16 autocast)")
     if a.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("error: --device cuda but torch sees no CUDA device")
-    if a.remeasure:
-        return remeasure(a)
     if not a.corpus or not a.budget_minutes or a.budget_minutes <= 0:
-        raise SystemExit("error: give --corpus and a positive --budget-minutes (or --remeasure RESULTS_JSON)")
+        raise SystemExit("error: give --corpus and a positive --budget-minutes")
     try:
         models = counterparts.resolve_models(a.models, a.size)
     except ValueError as e:
@@ -238,8 +199,7 @@ def main(argv=None) -> int:
     data = prepare_data(a, work)
     torch.set_num_threads(a.threads)  # the side-by-side measurements run in this process
     results = {
-        "command": "python -m benchmarks.run " + shlex.join(argv),
-        "machine": describe_machine(a.device, a.threads),
+        **report.header("python -m benchmarks.run", argv, a.device),
         "options": vars(a),
         "data": data,
         "families": {},

@@ -7,7 +7,7 @@ folder holding only the two dictionary files (:func:`write_dicts`).
 
 import math
 import os
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import torch
 
@@ -18,11 +18,8 @@ SRC_RATIO_SIGMA = 0.15
 
 
 def write_dicts(folder: str, vocab: int, src: str = "de", tgt: str = "en") -> str:
-    """Write ``dict.{src,tgt}.txt`` of ``vocab`` entries (fairseq's 4 specials included); returns ``folder``.
-
-    Raises:
-        ValueError: for a vocabulary of fewer than 8 entries.
-    """
+    """Write ``dict.{src,tgt}.txt`` of ``vocab`` entries (fairseq's 4 specials included, at least 8 entries:
+    else ValueError); returns ``folder``."""
     if vocab < 8:
         raise ValueError(f"vocab: {vocab} is too small (at least 8 entries, 4 of them fairseq's specials)")
     os.makedirs(folder, exist_ok=True)
@@ -99,16 +96,9 @@ def train_args(
     return measure.common_args(dict_dir, os.path.join(dict_dir, "unused-save-dir"), a) + list(arch_args)
 
 
-def build(
-    dict_dir: str, arch_args: List[str], *, max_tokens: int = 4096, amp: bool = False, device: Optional[str] = None
-):
-    """``(task, model, criterion, optimizer, cfg)`` as ``fairseq-train`` builds them (seed 1), on ``device``."""
+def build(dict_dir: str, arch_args: List[str], *, max_tokens: int = 4096):
+    """``(task, model, criterion, optimizer, cfg)`` as ``fairseq-train --cpu`` builds them (seed 1)."""
     from benchmarks import measure
 
     torch.manual_seed(1)
-    args = train_args(dict_dir, arch_args, max_tokens=max_tokens, amp=amp, device=device or "cpu")
-    task, model, criterion, optimizer, cfg = measure.build_trainable(args)
-    if device:
-        model.to(device)
-        criterion.to(device)
-    return task, model, criterion, optimizer, cfg
+    return measure.build_trainable(train_args(dict_dir, arch_args, max_tokens=max_tokens))

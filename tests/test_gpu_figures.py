@@ -1,14 +1,14 @@
-"""The prepared GPU command (``benchmarks/gpu_figures.sh``): a CPU dry run of its presets and figures
-stages, and the parts of its measurement that can be checked without a GPU (the A/A gate, skipped
-updates, the datasheet peaks)."""
+"""The prepared GPU command (``benchmarks/gpu_figures.sh``): a CPU dry run of its presets stage (its GPU
+tests collected and skipped) and its figures stage, and the parts of its measurement that can be checked
+without a GPU (the A/A gate, skipped updates, the datasheet peaks)."""
 
 import json
-import math
 import os
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from benchmarks import counterparts, gpu_figures
 
@@ -25,7 +25,6 @@ def test_gpu_command_cpu_dry_run(tmp_path):
         TESTS_S="0",
         OUT=str(out),
         PYTHON=sys.executable,
-        PRESETS_ARGS=f"{tiny} --presets wt_a_fixed --updates 2 --max-tokens 64 --decode-sentences 2 --decode-length 3",
         FIGURES_ARGS=f"{tiny} --pairs wt_a_fixed --shapes 64x1 32x2 --rounds 2 --updates 1",
     )
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, env.get("PYTHONPATH")]))
@@ -35,12 +34,9 @@ def test_gpu_command_cpu_dry_run(tmp_path):
     stages = (out / "stages.log").read_text()
     assert "fairseq imports already, nothing installed" in stages  # no reinstall where fairseq imports
     assert "presets: exit 0" in stages, (out / "presets.log").read_text()[-3000:]
+    if not torch.cuda.is_available():  # each family's paper preset twice, deep_att's --fp16 run once
+        assert "13 skipped" in (out / "presets.log").read_text().splitlines()[-1], stages
     assert "figures: exit 0" in stages, (out / "figures.log").read_text()[-3000:]
-
-    presets = json.loads((out / "presets.json").read_text())["presets"]["wt_a_fixed"]
-    for precision in ("amp", "bf16"):
-        assert len(presets[precision]["losses"]) == 2 and all(math.isfinite(x) for x in presets[precision]["losses"])
-        assert presets[precision]["weights_finite"] and presets[precision]["beam5"]["sentences"] == 2
 
     r = json.loads((out / "gpu_figures.json").read_text())
     assert r["datasheet_peak_tflops"] is None  # a CPU has no datasheet row

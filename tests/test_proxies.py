@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from benchmarks import counterparts, op_counts, proxies, saved_tensors
+from benchmarks import counterparts, op_counts, proxies
 from fairseq_dense import baselines
 from tests import helpers
 
@@ -82,7 +82,7 @@ def test_functional_lstm_counts_as_the_module_does():
         lstm.zero_grad(set_to_none=True)
         x.grad = None  # no accumulation into an earlier gradient
         launches, counter = _step(lstm, fn)
-        saved = saved_tensors.SavedBytes(lstm)
+        saved = op_counts.SavedBytes(lstm)
         forward_only = op_counts.StepCounter(lstm, saved)
         try:
             with saved, forward_only:
@@ -133,7 +133,7 @@ def test_inplace_addmm_is_not_cast_by_autocast():
 def test_attention_is_one_fused_unit_in_the_autocast_dtype():
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 4, 6, 8, requires_grad=True) for _ in range(3))
-    saved = saved_tensors.SavedBytes(nn.Module())
+    saved = op_counts.SavedBytes(nn.Module())
 
     def attend():
         with saved, torch.autocast("cpu", dtype=torch.bfloat16):
@@ -153,18 +153,18 @@ def test_attention_is_one_fused_unit_in_the_autocast_dtype():
 def test_saved_bytes_count_activations_and_autocast_copies_not_parameters():
     lin = nn.Linear(4, 3, bias=False)
     x = torch.randn(5, 4, requires_grad=True)
-    with saved_tensors.SavedBytes(lin) as fp32:
+    with op_counts.SavedBytes(lin) as fp32:
         y = lin(x)
     assert (fp32.bytes, fp32.tensors) == (5 * 4 * 4, 1)  # x only: the weight is a parameter
-    with saved_tensors.SavedBytes(lin) as bf16, torch.autocast("cpu", dtype=torch.bfloat16):
+    with op_counts.SavedBytes(lin) as bf16, torch.autocast("cpu", dtype=torch.bfloat16):
         y = lin(x)
     assert (bf16.bytes, bf16.tensors) == (5 * 4 * 2 + 4 * 3 * 2, 2)  # the bfloat16 copies of x and the weight
-    with saved_tensors.SavedBytes(lin) as dropped:
+    with op_counts.SavedBytes(lin) as dropped:
         lin(x * 2).sum()  # a graph dropped at once: nothing held for backward any more
         y = lin(x)
     assert (dropped.bytes, dropped.tensors) == (5 * 4 * 4, 1)
     y.sum().backward()
-    with saved_tensors.SavedBytes(lin) as shared:
+    with op_counts.SavedBytes(lin) as shared:
         y = x.exp()  # saves its output
         z = y * y  # saves y twice more: one storage
     assert (shared.bytes, shared.tensors) == (5 * 4 * 4, 1)
