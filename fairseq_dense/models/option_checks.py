@@ -1,5 +1,7 @@
-"""Checks of model options shared by the families' ``build_model`` (one-line ``ValueError`` naming the flag)."""
+"""Model options the families declare alike, and the checks their ``build_model`` share (one-line
+``ValueError`` naming the flag)."""
 
+from dataclasses import field
 from typing import Iterable, Optional, Tuple
 
 from fairseq.utils import safe_getattr
@@ -34,6 +36,28 @@ def require_probability(cfg, names: Iterable[str]) -> None:
         value = float(safe_getattr(cfg, name, 0.0))
         if not 0.0 <= value < 1.0:
             raise ValueError(f"{flag(name)} must be in [0, 1), got {value}")
+
+
+def share_all_embeddings_field():
+    """``--share-all-embeddings``: one table for source, target and softmax."""
+    return field(
+        default=False,
+        metadata={
+            "help": "one embedding table for source, target and softmax: a joined dictionary, "
+            "--encoder-embed-dim == --decoder-embed-dim, and as for "
+            "--share-decoder-input-output-embed"
+        },
+    )
+
+
+def tie_softmax_field(needs: str):
+    """``--share-decoder-input-output-embed``: the softmax weight is the target embedding table."""
+    return field(default=False, metadata={"help": f"tie the target embedding and the softmax (needs {needs})"})
+
+
+def max_positions_field(side: str):
+    """``--max-{side}-positions``: the longest sequence accepted, 1024 tokens by default."""
+    return field(default=1024, metadata={"help": f"longest {side} accepted"})
 
 
 def embedding_sharing(cfg, task, out_dim: Optional[str]) -> Tuple[bool, bool]:

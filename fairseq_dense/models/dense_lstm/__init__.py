@@ -1,6 +1,4 @@
 """DenseRNN: densely connected stacked LSTM encoder-decoder with dense attention."""
 
 from fairseq_dense.models.dense_lstm.config import DenseLSTMConfig  # noqa: F401
-from fairseq_dense.models.dense_lstm.decoder import DenseLSTMDecoder  # noqa: F401
-from fairseq_dense.models.dense_lstm.encoder import DenseLSTMEncoder  # noqa: F401
 from fairseq_dense.models.dense_lstm.model import DenseLSTMModel  # noqa: F401

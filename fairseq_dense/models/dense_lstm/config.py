@@ -5,7 +5,7 @@ from typing import Optional
 
 from fairseq.dataclass import FairseqDataclass
 
-from fairseq_dense.models.config_fields import max_positions_field, share_all_embeddings_field
+from fairseq_dense.models.option_checks import max_positions_field, share_all_embeddings_field, tie_softmax_field
 
 
 @dataclass
@@ -51,12 +51,7 @@ class DenseLSTMConfig(FairseqDataclass):
     softmax_dropout: float = field(
         default=0.2, metadata={"help": "dropout on the readout state right before the softmax layer"}
     )
-    share_decoder_input_output_embed: bool = field(
-        default=False,
-        metadata={
-            "help": "tie target embedding and softmax weights (needs --decoder-out-embed-dim == --decoder-embed-dim)"
-        },
-    )
+    share_decoder_input_output_embed: bool = tie_softmax_field("--decoder-out-embed-dim == --decoder-embed-dim")
     share_all_embeddings: bool = share_all_embeddings_field()
     max_source_positions: int = max_positions_field("source")
     max_target_positions: int = max_positions_field("target")

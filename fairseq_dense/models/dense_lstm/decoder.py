@@ -43,9 +43,6 @@ class DenseLSTMDecoder(IncrementalDecoder):
     sum of attention dims)`` (encoder-only, computed once per sentence).
 
     Args:
-        dictionary: target dictionary.
-        embed_dim: target embedding size ``E``.
-        hidden_size: size ``H`` of every layer state.
         num_layers: ``L_d``.
         encoder_hidden_size, encoder_layers: size and number ``L_e`` of the encoder layers ``h^1..h^{L_e}``.
         dense: dense connections (DC).
@@ -53,12 +50,8 @@ class DenseLSTMDecoder(IncrementalDecoder):
         attention_layer: ``l'`` (1-based).
         attention_dim: scoring-MLP size; None: the size of the attended keys.
         out_embed_dim: readout size.
-        dropout: dropout on the embedding and layer outputs.
         softmax_dropout: dropout on the readout before the softmax.
-        share_input_output_embed: tie embedding and softmax weights.
-        max_positions: longest target accepted.
-        embed_tokens: an embedding table to use (the encoder's, ``--share-all-embeddings``);
-            None: a new one.
+        embed_tokens: the encoder's embedding table (``--share-all-embeddings``); None: a new one.
     """
 
     STATE_KEY = "dense_lstm_state"

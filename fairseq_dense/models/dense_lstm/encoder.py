@@ -23,14 +23,9 @@ class DenseLSTMEncoder(RecurrentEncoder):
     embedding.
 
     Args:
-        dictionary: source dictionary.
-        embed_dim: embedding size.
-        hidden_size: size of every layer's output ``h^l``.
+        hidden_size: size of every layer's output ``h^l`` (``hidden_size / 2`` per direction when bidirectional).
         num_layers: ``L_e``.
-        bidirectional: ``hidden_size / 2`` per direction.
-        dense: dense connections.
         dropout: dropout on the embedding and on every layer output.
-        max_positions: longest source accepted.
     """
 
     def __init__(

@@ -1,6 +1,4 @@
 """DenseNMT: dense convolutional encoder-decoder with dense attention (Shen et al. 2018)."""
 
 from fairseq_dense.models.densenmt.config import DenseNMTConfig  # noqa: F401
-from fairseq_dense.models.densenmt.decoder import DenseNMTDecoder  # noqa: F401
-from fairseq_dense.models.densenmt.encoder import DenseNMTEncoder  # noqa: F401
 from fairseq_dense.models.densenmt.model import DenseNMTModel  # noqa: F401

@@ -5,7 +5,7 @@ from typing import List, Optional
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
-from fairseq_dense.models.config_fields import max_positions_field, share_all_embeddings_field
+from fairseq_dense.models.option_checks import max_positions_field, share_all_embeddings_field, tie_softmax_field
 
 CONNECTION_CHOICES = ChoiceEnum(["dense", "residual"])
 ATTENTION_CHOICES = ChoiceEnum(["multistep", "dense1", "dense2"])
@@ -83,12 +83,8 @@ class DenseNMTConfig(FairseqDataclass):
     no_weight_norm: bool = field(
         default=False, metadata={"help": "do not weight-normalise convolutions and linear maps"}
     )
-    share_decoder_input_output_embed: bool = field(
-        default=False,
-        metadata={
-            "help": "tie the target embedding and the softmax, an unnormalised linear map as in fconv "
-            "(needs --decoder-out-embed-dim == --decoder-embed-dim, or --factorized-embed-dim)"
-        },
+    share_decoder_input_output_embed: bool = tie_softmax_field(
+        "--decoder-out-embed-dim == --decoder-embed-dim, or --factorized-embed-dim; an unnormalised map as in fconv"
     )
     share_all_embeddings: bool = share_all_embeddings_field()
     max_source_positions: int = max_positions_field("source")

@@ -39,28 +39,19 @@ class DenseNMTDecoder(IncrementalDecoder):
     the encoder projections, computed once per sentence. Each
     ``LinearizedConvolution`` keeps (and reorders) its own input buffer.
 
+    Arguments not listed are as for :class:`~fairseq_dense.models.densenmt.encoder.DenseNMTEncoder`.
+
     Args:
-        dictionary: target dictionary.
-        embed_dim: ``d_0``, width of ``z^0``.
-        hidden_sizes: per-layer growth (dense) or width (residual).
         kernel_sizes: per-layer causal convolution widths.
         encoder_dims: widths of the encoder layers in ``encoder_out``.
         encoder_embed_dim: width of the source embedding.
-        attention: ``multistep``, ``dense1`` or ``dense2``.
         attention_dim: attention width (also the width of ``a^l`` when dense).
-        dense: dense or residual connections.
-        sumlen: summary period (dense only), or None.
         out_embed_dim: width of the softmax matrix.
-        factorized_dim: small embedding table size, projected to ``embed_dim``.
-        dropout: dropout probability.
-        use_weight_norm: weight-normalise convolutions and linear maps.
-        max_positions: longest target accepted.
         attention_length_scale: scale attention outputs by ``sqrt(source length)``
             (see :class:`DenseAttention`).
         share_input_output_embed: the softmax matrix ``fc3`` is the embedding table, an
             unnormalised linear map as in fconv.
-        embed_tokens: an embedding table to use (the encoder's, ``--share-all-embeddings``);
-            None: a new one.
+        embed_tokens: the encoder's embedding table (``--share-all-embeddings``); None: a new one.
     """
 
     STATE_KEY = "densenmt_state"
@@ -94,7 +85,6 @@ class DenseNMTDecoder(IncrementalDecoder):
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.hidden_sizes = list(hidden_sizes)
         self.kernel_sizes = list(kernel_sizes)
-        self.attention_dim = attention_dim
         self.max_target_positions = max_positions
         wn = use_weight_norm
         if embed_tokens is None:
@@ -148,8 +138,6 @@ class DenseNMTDecoder(IncrementalDecoder):
         else:
             self.fc3 = Linear(self.out_embed_dim, len(dictionary), dropout, wn)
 
-    # ------------------------------------------------------------------ helpers
-
     def _embed(self, prev_output_tokens: Tensor, incremental_state) -> Tensor:
         # positions from the whole prefix: with a cache, only the last one is returned
         positions = self.embed_positions(prev_output_tokens, incremental_state=incremental_state)
@@ -173,23 +161,22 @@ class DenseNMTDecoder(IncrementalDecoder):
             self.set_cache(incremental_state, {"keys": keys, "values": values, "mask": mask})
         return keys, values, mask
 
-    # ------------------------------------------------------------------ forward
-
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None, **unused):
-        keys, values, mask = self._memory(encoder_out, incremental_state)
+        memory = self._memory(encoder_out, incremental_state)  # keys, values, mask
         x0 = self._embed(prev_output_tokens, incremental_state)
         if incremental_state is not None:
-            feats, attn = self._step(x0, keys, values, mask, incremental_state)
+            feats, attn = self._step(x0, memory, incremental_state)
         else:
-            feats, attn = self._full(x0, keys, values, mask)
+            feats, attn = self._full(x0, memory)
         feats = self.dropout_module(feats)
         return feats, {"attn": [attn / len(self.convs)]}
 
-    def _attend(self, i: int, z: Tensor, keys, values, mask) -> Tuple[Tensor, Tensor]:
-        """Attention of layer ``i``; ``z`` is ``(B, T, C)``."""
-        return self.attention(self.query_projs[i](z), keys, values, mask)
+    def _attend(self, i: int, z: Tensor, memory, attn_sum: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+        """Attention of layer ``i`` queried by ``(B, T, C)`` ``z``: its output and the attention summed over layers."""
+        a, attn = self.attention(self.query_projs[i](z), *memory)
+        return a, attn if attn_sum is None else attn_sum + attn
 
-    def _full(self, x0: Tensor, keys, values, mask) -> Tuple[Tensor, Tensor]:
+    def _full(self, x0: Tensor, memory) -> Tuple[Tensor, Tensor]:
         """All positions at once from a ``(B, T, C)`` embedding; returns ``fc2`` features."""
         bsz, t, _ = x0.shape
         x0 = x0.permute(2, 1, 0)  # B x T x C -> C x T x B
@@ -205,8 +192,7 @@ class DenseNMTDecoder(IncrementalDecoder):
                     i, conv = next(convs)
                     k = self.kernel_sizes[li]
                     z = glu_rows(conv_rows(buf.conv_input(k, p - (k - 1)), conv.weight, conv.bias))
-                    a, attn = self._attend(i, z.permute(2, 1, 0), keys, values, mask)
-                    attn_sum = attn if attn_sum is None else attn_sum + attn
+                    a, attn_sum = self._attend(i, z.permute(2, 1, 0), memory, attn_sum)
                     buf.append(self.dropout_module(z))
                     buf.append(a.permute(2, 1, 0))
                 if bi < len(self.blocks) - 1:
@@ -223,8 +209,7 @@ class DenseNMTDecoder(IncrementalDecoder):
                 k = self.kernel_sizes[i]
                 inp = self.dropout_module(buf.conv_input(k, p - (k - 1), start, buf.width))
                 z = glu_rows(conv_rows(inp, conv.weight, conv.bias))
-                a, attn = self._attend(i, z.permute(2, 1, 0), keys, values, mask)
-                attn_sum = attn if attn_sum is None else attn_sum + attn
+                a, attn_sum = self._attend(i, z.permute(2, 1, 0), memory, attn_sum)
                 y = (z + self.attn_out_projs[i](a).permute(2, 1, 0)) * math.sqrt(0.5)
                 x = (y + x) * math.sqrt(0.5)
                 start = buf.width
@@ -233,7 +218,7 @@ class DenseNMTDecoder(IncrementalDecoder):
         out = linear_rows(top, self.fc2.weight, self.fc2.bias)
         return out.permute(2, 1, 0), attn_sum  # C x T x B -> B x T x C
 
-    def _step(self, x0: Tensor, keys, values, mask, incremental_state) -> Tuple[Tensor, Tensor]:
+    def _step(self, x0: Tensor, memory, incremental_state) -> Tuple[Tensor, Tensor]:
         """One position from a ``(B, 1, C)`` embedding, using the convolutions' input buffers."""
         attn_sum = None
         if self.dense:
@@ -246,8 +231,7 @@ class DenseNMTDecoder(IncrementalDecoder):
                 for _ in block:
                     i, conv = next(convs)
                     z = F.glu(conv(buf[..., :w], incremental_state), dim=-1)
-                    a, attn = self._attend(i, z, keys, values, mask)
-                    attn_sum = attn if attn_sum is None else attn_sum + attn
+                    a, attn_sum = self._attend(i, z, memory, attn_sum)
                     buf[..., w : w + z.size(-1)] = z
                     w += z.size(-1)
                     buf[..., w : w + a.size(-1)] = a
@@ -259,8 +243,7 @@ class DenseNMTDecoder(IncrementalDecoder):
             x = self.fc1(x0)
             for i, conv in enumerate(self.convs):
                 z = F.glu(conv(x, incremental_state), dim=-1)
-                a, attn = self._attend(i, z, keys, values, mask)
-                attn_sum = attn if attn_sum is None else attn_sum + attn
+                a, attn_sum = self._attend(i, z, memory, attn_sum)
                 x = ((z + self.attn_out_projs[i](a)) * math.sqrt(0.5) + x) * math.sqrt(0.5)
             top = x
         return self.fc2(top), attn_sum

@@ -32,20 +32,14 @@ class DenseNMTEncoder(Encoder):
     (fconv).
 
     Args:
-        dictionary: source dictionary.
         embed_dim: ``d_0``, width of ``h^0``.
         hidden_sizes: per-layer growth (dense) or width (residual).
-        kernel_sizes: per-layer convolution widths.
-        dense: dense or residual connections.
         sumlen: summary period (dense only), or None.
         attention: decoder attention mode; ``multistep`` makes the encoder output a
             single ``embed_dim`` projection of its top features (fconv's ``fc2``),
             the dense modes output every layer since the last summary.
         factorized_dim: small embedding table size, projected to ``embed_dim``.
-        dropout: dropout probability.
-        use_weight_norm: weight-normalise convolutions and linear maps.
         grad_scale: encoder-output gradient scale (ConvS2S: ``1 / (2 * #attention layers)``).
-        max_positions: longest source accepted.
     """
 
     def __init__(
@@ -67,7 +61,6 @@ class DenseNMTEncoder(Encoder):
         self.padding_idx = dictionary.pad()
         self.embed_dim = embed_dim
         self.dense = dense
-        self.attention = attention
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.grad_scale = grad_scale
         self.max_source_positions = max_positions
@@ -112,11 +105,7 @@ class DenseNMTEncoder(Encoder):
             self.output_dims = since
 
     def forward(self, src_tokens: Tensor, src_lengths: Tensor, **unused) -> Dict[str, List[Tensor]]:
-        """Encode a batch.
-
-        Args:
-            src_tokens: ``(batch, src_len)``, left- or right-padded.
-            src_lengths: ``(batch,)``.
+        """Encode left- or right-padded ``(batch, src_len)`` ``src_tokens``.
 
         Returns:
             dict with

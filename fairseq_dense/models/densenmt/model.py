@@ -134,97 +134,85 @@ _SUMLEN_8L = (
     'sumlen=5, kernel=3, attention_dim=96, dropout=0.2 (the paper sets sumlen "5 or 6" without saying which for 8L; '
     "5 puts one summary layer after the first 4 layers)"
 )
+_DENSE_SIDE_ONLY = (
+    'dropout=0.2 (the paper gives "hidden size 128" for the dense side only; the residual {} keeps BASE-4L\'s 256)'
+)
+
+
+def _paper(doc: str, row: str, claim: str, choices: str, values: dict):
+    """``(docstring, options)`` of a preset of the paper: ``doc``, then the ``Paper:`` claim of its ``row``
+    (Sec. 4.2 and the table) and the project's choices."""
+    return f"{doc}\n\nPaper: Shen et al. 2018, Sec. 4.2 and {row}: {claim}\n\nProject choices: {choices}", values
+
 
 register_presets(
     "densenmt",
     {
-        "densenmt_base_4l": (
-            """BASE-4L, the ConvS2S baseline of Tables 1-2 (IWSLT14 De-En, Tr-En).
-
-            Paper: Shen et al. 2018, Sec. 4.2 and Table 1, BASE-4L: layers=4+4, embed=256, hidden=256,
-            encoder=residual, decoder=residual, attention=multistep
-
-            Project choices: kernel=3, attention_dim=256, sumlen=none, dropout=0.2""",
+        "densenmt_base_4l": _paper(
+            "BASE-4L, the ConvS2S baseline of Tables 1-2 (IWSLT14 De-En, Tr-En).",
+            "Table 1, BASE-4L",
+            "layers=4+4, embed=256, hidden=256, encoder=residual, decoder=residual, attention=multistep",
+            "kernel=3, attention_dim=256, sumlen=none, dropout=0.2",
             _four_layer("residual", "residual", "multistep", 256, 256, 256),
         ),
-        "densenmt_enc_4l": (
-            """DenseENC-4L of Table 2 (ablation): BASE-4L with a dense encoder.
-
-            Paper: Shen et al. 2018, Sec. 4.2 and Table 2, DenseENC-4L: layers=4+4, embed=256,
-            encoder_hidden=128, encoder=dense, decoder=residual, attention=multistep, sumlen=none
-
-            Project choices: decoder_hidden=256, kernel=3, attention_dim=256, dropout=0.2 (the paper gives
-            "hidden size 128" for the dense side only; the residual decoder keeps BASE-4L's 256)""",
+        "densenmt_enc_4l": _paper(
+            "DenseENC-4L of Table 2 (ablation): BASE-4L with a dense encoder.",
+            "Table 2, DenseENC-4L",
+            "layers=4+4, embed=256, encoder_hidden=128, "
+            "encoder=dense, decoder=residual, attention=multistep, sumlen=none",
+            "decoder_hidden=256, kernel=3, attention_dim=256, " + _DENSE_SIDE_ONLY.format("decoder"),
             _four_layer("dense", "residual", "multistep", 128, 256, 256),
         ),
-        "densenmt_dec_4l": (
-            """DenseDEC-4L of Table 2 (ablation): BASE-4L with a dense decoder.
-
-            Paper: Shen et al. 2018, Sec. 4.2 and Table 2, DenseDEC-4L: layers=4+4, embed=256,
-            decoder_hidden=128, encoder=residual, decoder=dense, attention=multistep, sumlen=none
-
-            Project choices: encoder_hidden=256, kernel=3, attention_dim=128, dropout=0.2 (the paper gives
-            "hidden size 128" for the dense side only; the residual encoder keeps BASE-4L's 256)""",
+        "densenmt_dec_4l": _paper(
+            "DenseDEC-4L of Table 2 (ablation): BASE-4L with a dense decoder.",
+            "Table 2, DenseDEC-4L",
+            "layers=4+4, embed=256, decoder_hidden=128, "
+            "encoder=residual, decoder=dense, attention=multistep, sumlen=none",
+            "encoder_hidden=256, kernel=3, attention_dim=128, " + _DENSE_SIDE_ONLY.format("encoder"),
             _four_layer("residual", "dense", "multistep", 256, 128, 128),
         ),
-        "densenmt_att_4l": (
-            """DenseAtt-4L of Table 2 (ablation): BASE-4L with DenseAtt-2.
-
-            Paper: Shen et al. 2018, Sec. 4.2 and Table 2, DenseAtt-4L: layers=4+4, embed=256, hidden=256,
-            encoder=residual, decoder=residual, attention=dense2, sumlen=none
-
-            Project choices: kernel=3, attention_dim=256, dropout=0.2""",
+        "densenmt_att_4l": _paper(
+            "DenseAtt-4L of Table 2 (ablation): BASE-4L with DenseAtt-2.",
+            "Table 2, DenseAtt-4L",
+            "layers=4+4, embed=256, hidden=256, encoder=residual, decoder=residual, attention=dense2, sumlen=none",
+            "kernel=3, attention_dim=256, dropout=0.2",
             _four_layer("residual", "residual", "dense2", 256, 256, 256),
         ),
         **{
-            f"densenmt_4l_{k}": (
-                f"""DenseNMT-4L-{k} of Tables 1-2{" (the dataclass defaults)" if k == 2 else ""}.
-
-                Paper: Shen et al. 2018, Sec. 4.2 and Tables 1-2, DenseNMT-4L-{k}: layers=4+4, embed=256,
-                hidden=128, encoder=dense, decoder=dense, attention=dense{k}, sumlen=none
-
-                Project choices: kernel=3, attention_dim=128, dropout=0.2""",
+            f"densenmt_4l_{k}": _paper(
+                f"DenseNMT-4L-{k} of Tables 1-2{' (the dataclass defaults)' if k == 2 else ''}.",
+                f"Tables 1-2, DenseNMT-4L-{k}",
+                f"layers=4+4, embed=256, hidden=128, encoder=dense, decoder=dense, attention=dense{k}, sumlen=none",
+                "kernel=3, attention_dim=128, dropout=0.2",
                 _four_layer("dense", "dense", f"dense{k}", 128, 128, 128),
             )
             for k in (1, 2)
         },
-        "densenmt_base_8l": (
-            """BASE-8L of Table 1: the 8-layer ConvS2S baseline.
-
-            Paper: Shen et al. 2018, Sec. 4.2 and Table 1, BASE-8L: layers=8+8, embed=256, hidden=192,
-            encoder=residual, decoder=residual, attention=multistep
-
-            Project choices: kernel=3, attention_dim=256, sumlen=none, dropout=0.2""",
+        "densenmt_base_8l": _paper(
+            "BASE-8L of Table 1: the 8-layer ConvS2S baseline.",
+            "Table 1, BASE-8L",
+            "layers=8+8, embed=256, hidden=192, encoder=residual, decoder=residual, attention=multistep",
+            "kernel=3, attention_dim=256, sumlen=none, dropout=0.2",
             _eight_layer("residual", "multistep", 192, None),
         ),
-        "densenmt_8l_1": (
-            f"""DenseNMT-8L-1 of Tables 1 and 4.
-
-            Paper: Shen et al. 2018, Sec. 4.2 and Table 1, DenseNMT-8L-1: layers=8+8, embed=256, hidden=96,
-            encoder=dense, decoder=dense, attention=dense1
-
-            Project choices: {_SUMLEN_8L}""",
-            _eight_layer("dense", "dense1", 96, 5),
-        ),
-        "densenmt_8l_2": (
-            f"""DenseNMT-8L-2 of Tables 1, 3 and 4.
-
-            Paper: Shen et al. 2018, Sec. 4.2 and Table 1, DenseNMT-8L-2: layers=8+8, embed=256, hidden=96,
-            encoder=dense, decoder=dense, attention=dense2
-
-            Project choices: {_SUMLEN_8L}""",
-            _eight_layer("dense", "dense2", 96, 5),
-        ),
-        "densenmt_wmt_en_de_15": (
+        **{
+            f"densenmt_8l_{k}": _paper(
+                f"DenseNMT-8L-{k} of Tables 1{', 3' if k == 2 else ''} and 4.",
+                f"Table 1, DenseNMT-8L-{k}",
+                f"layers=8+8, embed=256, hidden=96, encoder=dense, decoder=dense, attention=dense{k}",
+                _SUMLEN_8L,
+                _eight_layer("dense", f"dense{k}", 96, 5),
+            )
+            for k in (1, 2)
+        },
+        "densenmt_wmt_en_de_15": _paper(
             """DenseNMT-En-De-15 of Table 5: the WMT'14 En-De ConvS2S of Gehring et al. 2017 (15+15
             layers: 9 x 512 kernel 3, 4 x 1024 kernel 3, 2 x 2048 kernel 1; embed 768, output 512) with 1/4
-            of its hidden sizes and the same kernels.
-
-            Paper: Shen et al. 2018, Sec. 4.2 and Table 5, DenseNMT-En-De-15: layers=15+15, embed=768,
-            out_embed=512, hidden=9x128+4x256+2x512, kernel=13x3+2x1, encoder=dense, decoder=dense,
-            attention=dense2, sumlen=6
-
-            Project choices: attention_dim=128, dropout=0.1""",
+            of its hidden sizes and the same kernels.""",
+            "Table 5, DenseNMT-En-De-15",
+            "layers=15+15, embed=768, out_embed=512, hidden=9x128+4x256+2x512, kernel=13x3+2x1, encoder=dense, "
+            "decoder=dense, attention=dense2, sumlen=6",
+            "attention_dim=128, dropout=0.1",
             dict(
                 **both_sides(connections="dense"),
                 attention="dense2",

@@ -1,6 +1,4 @@
 """Deep-Att / Deep-ED: fast-forward deep LSTMs (Zhou et al. 2016)."""
 
 from fairseq_dense.models.fast_forward_lstm.config import FastForwardLSTMConfig  # noqa: F401
-from fairseq_dense.models.fast_forward_lstm.decoder import FastForwardLSTMDecoder  # noqa: F401
-from fairseq_dense.models.fast_forward_lstm.encoder import FastForwardLSTMEncoder  # noqa: F401
 from fairseq_dense.models.fast_forward_lstm.model import FastForwardLSTMModel  # noqa: F401

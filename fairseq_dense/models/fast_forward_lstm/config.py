@@ -5,7 +5,7 @@ from typing import Optional
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
-from fairseq_dense.models.config_fields import max_positions_field, share_all_embeddings_field
+from fairseq_dense.models.option_checks import max_positions_field, share_all_embeddings_field, tie_softmax_field
 
 INTERFACE_CHOICES = ChoiceEnum(["deep_att", "deep_ed"])
 
@@ -53,12 +53,8 @@ class FastForwardLSTMConfig(FairseqDataclass):
             "softmax, as in fairseq's lstm (default: --decoder-hidden-size, no map)"
         },
     )
-    share_decoder_input_output_embed: bool = field(
-        default=False,
-        metadata={
-            "help": "tie the target embedding and the softmax (needs the softmax input size, "
-            "--decoder-out-embed-dim or else --decoder-hidden-size, == --decoder-embed-dim)"
-        },
+    share_decoder_input_output_embed: bool = tie_softmax_field(
+        "the softmax input size, --decoder-out-embed-dim or else --decoder-hidden-size, == --decoder-embed-dim"
     )
     share_all_embeddings: bool = share_all_embeddings_field()
     max_source_positions: int = max_positions_field("source")

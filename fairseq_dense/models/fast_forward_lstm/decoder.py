@@ -37,22 +37,14 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
     length 1.
 
     Args:
-        dictionary: target dictionary.
-        embed_dim: target embedding size.
-        hidden_size: LSTM size ``H``.
         num_layers: depth ``n_d``.
         encoder_dim: size of ``e`` (per position for ``deep_att``).
-        interface: ``deep_att`` or ``deep_ed``.
         attention_dim: Bahdanau MLP size (``deep_att``).
-        fast_forward: use the FF connections.
         dropout: dropout on ``h`` between layers and before the softmax.
         init_std: Gaussian std of non-recurrent weights.
-        max_positions: longest target accepted.
         out_embed_dim: softmax input size; when it differs from ``hidden_size`` a linear
             map (fairseq lstm's ``additional_fc``) takes the top ``h`` to it. None: ``hidden_size``.
-        share_input_output_embed: tie embedding and softmax weights.
-        embed_tokens: an embedding table to use (the encoder's, ``--share-all-embeddings``);
-            None: a new one.
+        embed_tokens: the encoder's embedding table (``--share-all-embeddings``); None: a new one.
     """
 
     STATE_KEY = "ff_lstm_state"
@@ -78,8 +70,6 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
         super().__init__(dictionary)
         self.padding_idx = dictionary.pad()
         self.hidden_size = hidden_size
-        self.num_layers = num_layers
-        self.interface = interface
         self.max_target_positions = max_positions
         if embed_tokens is None:
             embed_tokens = embedding(

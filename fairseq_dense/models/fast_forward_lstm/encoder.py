@@ -26,18 +26,11 @@ class FastForwardLSTMEncoder(RecurrentEncoder):
       end for a forward layer, its start for a backward one), i.e. its final state.
 
     Args:
-        dictionary: source dictionary.
-        embed_dim: embedding size.
-        hidden_size: LSTM size ``H``.
         num_layers: depth of each column.
-        num_columns: 1 or 2.
         interleave: alternate directions (False: every layer runs forward, both columns).
-        fast_forward: use the FF connections.
-        interface: ``deep_att`` or ``deep_ed``.
         fc_dim: ``deep_att`` projection size.
         dropout: dropout on ``h`` between layers.
         init_std: Gaussian std of non-recurrent weights.
-        max_positions: longest source accepted.
     """
 
     def __init__(

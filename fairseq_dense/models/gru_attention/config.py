@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 from fairseq.dataclass import FairseqDataclass
 
-from fairseq_dense.models.config_fields import max_positions_field, share_all_embeddings_field
+from fairseq_dense.models.option_checks import max_positions_field, share_all_embeddings_field, tie_softmax_field
 
 
 @dataclass
@@ -17,10 +17,7 @@ class GRUAttentionConfig(FairseqDataclass):
     readout_dim: int = field(default=512, metadata={"help": "size of m = tanh(W1 [c_t; s_t]) before the softmax"})
     dropout: float = field(default=0.5, metadata={"help": "dropout on m, before the softmax (the report's 0.5)"})
     embed_dropout: float = field(default=0.0, metadata={"help": "dropout on source and target embeddings"})
-    share_decoder_input_output_embed: bool = field(
-        default=False,
-        metadata={"help": "tie the target embedding and the softmax (needs readout-dim == decoder-embed-dim)"},
-    )
+    share_decoder_input_output_embed: bool = tie_softmax_field("--readout-dim == --decoder-embed-dim")
     share_all_embeddings: bool = share_all_embeddings_field()
     max_source_positions: int = max_positions_field("source")
     max_target_positions: int = max_positions_field("target")

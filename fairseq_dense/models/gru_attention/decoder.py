@@ -47,7 +47,6 @@ class GRUAttentionDecoder(IncrementalDecoder):
     ):
         super().__init__(dictionary)
         self.padding_idx = dictionary.pad()
-        self.hidden_size = hidden_size
         self.encoder_dim = encoder_dim
         self.max_target_positions = max_positions
         if embed_tokens is None:

@@ -10,21 +10,12 @@ from fairseq_dense.models.recurrent_encoder import RecurrentEncoder
 
 
 class GRUAttentionEncoder(RecurrentEncoder):
-    """Bidirectional GRU encoder, ``h_i = [fwd_i; bwd_i]`` (Bahdanau et al. 2014).
-
-    Args:
-        dictionary: source dictionary.
-        embed_dim: embedding size.
-        hidden_size: GRU size per direction.
-        embed_dropout: dropout on the embeddings.
-        max_positions: longest source accepted.
-    """
+    """Bidirectional GRU encoder, ``h_i = [fwd_i; bwd_i]`` (Bahdanau et al. 2014), ``hidden_size`` per direction."""
 
     def __init__(
         self, dictionary, embed_dim: int, hidden_size: int, embed_dropout: float = 0.0, max_positions: int = 1024
     ):
         super().__init__(dictionary, embed_dim, max_positions, lambda w: nn.init.normal_(w, 0, embed_dim**-0.5))
-        self.hidden_size = hidden_size
         self.output_dim = 2 * hidden_size
         self.embed_dropout = FairseqDropout(embed_dropout, module_name=self.__class__.__name__)
         self.gru = nn.GRU(embed_dim, hidden_size, batch_first=False, bidirectional=True)

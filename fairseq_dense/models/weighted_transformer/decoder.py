@@ -6,7 +6,7 @@ from fairseq.models.transformer import TransformerDecoderBase
 from fairseq.modules import FairseqDropout, LayerNorm, MultiheadAttention
 from torch import Tensor, nn
 
-from fairseq_dense.models.weighted_transformer.encoder import BranchOptions, wrap_layer
+from fairseq_dense.models.weighted_transformer.encoder import block_kwargs, wrap_layer
 from fairseq_dense.modules.branched_attention import BranchedAttention
 
 
@@ -29,10 +29,10 @@ class WeightedDecoderLayer(nn.Module):
         num_heads: int,
         self_attn_block: Optional[dict],
         cross_block: Optional[dict],
+        encoder_embed_dim: int,
         dropout: float = 0.0,
         attention_dropout: float = 0.0,
         normalize_before: bool = False,
-        encoder_embed_dim: Optional[int] = None,
     ):
         super().__init__()
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
@@ -47,12 +47,11 @@ class WeightedDecoderLayer(nn.Module):
             self.cross_branched = BranchedAttention(self_attention=False, **cross_block)
         else:
             self.cross_branched = None
-            kdim = encoder_embed_dim or embed_dim
             self.encoder_attn = MultiheadAttention(
                 embed_dim,
                 num_heads,
-                kdim=kdim,
-                vdim=kdim,
+                kdim=encoder_embed_dim,
+                vdim=encoder_embed_dim,
                 dropout=attention_dropout,
                 encoder_decoder_attention=True,
             )
@@ -140,23 +139,23 @@ class WeightedDecoderLayer(nn.Module):
 
 class WeightedTransformerDecoder(TransformerDecoderBase):
     """fairseq's :class:`TransformerDecoderBase` with branched layers (only :meth:`build_decoder_layer`
-    differs); ``cfg`` is fairseq's ``TransformerConfig``, ``branch`` the branch options."""
+    differs); ``cfg`` is fairseq's ``TransformerConfig``, ``args`` the flat options with the branch options."""
 
-    def __init__(self, cfg, dictionary, embed_tokens, branch: BranchOptions, output_projection=None):
-        self.branch = branch  # read by build_decoder_layer during super().__init__
+    def __init__(self, cfg, dictionary, embed_tokens, args):
+        self.args = args  # read by build_decoder_layer during super().__init__
         self._layers_built = 0
-        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=False, output_projection=output_projection)
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=False)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         if no_encoder_attn:
             raise ValueError("the Weighted Transformer decoder needs encoder-decoder attention")
         self._layers_built += 1
-        seed = self.branch.random_seed + 1000 * (100 + self._layers_built)
-        block = self.branch.block_kwargs(cfg, "decoder")
-        branched_self = self.branch.decoder_branched_self_attn or self.branch.decoder_plain_cross_attn
+        seed = int(self.args.branch_random_seed) + 1000 * (100 + self._layers_built)
+        block = block_kwargs(cfg, self.args, "decoder")
+        branched_self = self.args.decoder_branched_self_attn or self.args.decoder_plain_cross_attn
         self_block = dict(block, random_seed=seed + 500) if branched_self else None
         cross_block = None
-        if not self.branch.decoder_plain_cross_attn:
+        if not self.args.decoder_plain_cross_attn:
             cross_block = dict(block, kdim=cfg.encoder.embed_dim, random_seed=seed)
         layer = WeightedDecoderLayer(
             embed_dim=cfg.decoder.embed_dim,

@@ -1,6 +1,5 @@
 """Weighted Transformer encoder: fairseq's transformer encoder with branched layers."""
 
-from dataclasses import dataclass
 from typing import Optional
 
 from fairseq.distributed import fsdp_wrap
@@ -11,34 +10,37 @@ from torch import Tensor, nn
 from fairseq_dense.modules.branched_attention import BranchedAttention
 
 
-@dataclass
-class BranchOptions:
-    """What a branched block needs beyond fairseq's transformer config: the branch counts, the
-    decoder's layout, the seed of the random inference weights and ``block``, the keyword arguments
-    of :class:`BranchedAttention` both sides share (``learn_kappa``, ``simplex``, ``init``, ...)."""
+def learns(args, weight: str) -> bool:
+    """Whether ``weight`` ('kappa' or 'alpha') is learned: ``--fixed-<weight>`` when given (older saved
+    configurations hold False), else ``learned_branch_weights`` (the architecture's default unless given)."""
+    fixed = getattr(args, f"fixed_{weight}", None)
+    if fixed is None:
+        return bool(getattr(args, "learned_branch_weights", False))
+    return not fixed
 
-    encoder_branches: int
-    decoder_branches: int
-    block: dict
-    random_seed: int = 1
-    decoder_branched_self_attn: bool = False
-    decoder_plain_cross_attn: bool = False
 
-    def block_kwargs(self, cfg, side: str) -> dict:
-        """Keyword arguments of a branched block on ``side`` (``"encoder"``/``"decoder"``), all but its seed."""
-        side_cfg = getattr(cfg, side)
-        return dict(
-            embed_dim=side_cfg.embed_dim,
-            num_heads=side_cfg.attention_heads,
-            num_branches=getattr(self, f"{side}_branches"),
-            ffn_embed_dim=side_cfg.ffn_embed_dim,
-            dropout=cfg.dropout,
-            attention_dropout=cfg.attention_dropout,
-            activation_dropout=cfg.activation_dropout or getattr(cfg, "relu_dropout", 0) or 0,
-            activation_fn=cfg.activation_fn,
-            normalize_before=side_cfg.normalize_before,
-            **self.block,
-        )
+def block_kwargs(cfg, args, side: str) -> dict:
+    """Keyword arguments of a branched block on ``side`` (``"encoder"``/``"decoder"``), all but its seed:
+    ``cfg`` is fairseq's ``TransformerConfig``, ``args`` the flat options with the branch options."""
+    side_cfg = getattr(cfg, side)
+    return dict(
+        embed_dim=side_cfg.embed_dim,
+        num_heads=side_cfg.attention_heads,
+        num_branches=getattr(args, f"{side}_branches") or getattr(args, f"{side}_attention_heads"),
+        ffn_embed_dim=side_cfg.ffn_embed_dim,
+        dropout=cfg.dropout,
+        attention_dropout=cfg.attention_dropout,
+        activation_dropout=cfg.activation_dropout or getattr(cfg, "relu_dropout", 0) or 0,
+        activation_fn=cfg.activation_fn,
+        normalize_before=side_cfg.normalize_before,
+        simplex=not args.no_simplex,
+        learn_kappa=learns(args, "kappa"),
+        learn_alpha=learns(args, "alpha"),
+        inference_weights=str(args.branch_weights_at_inference),
+        init=str(args.branch_init),
+        residual_dropout=str(args.branch_residual_dropout),
+        recompute=bool(args.branch_recompute),
+    )
 
 
 def wrap_layer(layer: nn.Module, cfg) -> nn.Module:
@@ -68,17 +70,17 @@ class WeightedEncoderLayer(nn.Module):
 
 class WeightedTransformerEncoder(TransformerEncoderBase):
     """fairseq's :class:`TransformerEncoderBase` with branched layers (only :meth:`build_encoder_layer`
-    differs); ``cfg`` is fairseq's ``TransformerConfig``, ``branch`` the branch options."""
+    differs); ``cfg`` is fairseq's ``TransformerConfig``, ``args`` the flat options with the branch options."""
 
-    def __init__(self, cfg, dictionary, embed_tokens, branch: BranchOptions):
-        self.branch = branch  # read by build_encoder_layer during super().__init__
+    def __init__(self, cfg, dictionary, embed_tokens, args):
+        self.args = args  # read by build_encoder_layer during super().__init__
         self._layers_built = 0
         super().__init__(cfg, dictionary, embed_tokens)
 
     def build_encoder_layer(self, cfg):
         self._layers_built += 1
         layer = WeightedEncoderLayer(
-            **self.branch.block_kwargs(cfg, "encoder"),
-            random_seed=self.branch.random_seed + 1000 * self._layers_built,
+            **block_kwargs(cfg, self.args, "encoder"),
+            random_seed=int(self.args.branch_random_seed) + 1000 * self._layers_built,
         )
         return wrap_layer(layer, cfg)

@@ -18,7 +18,7 @@ from fairseq_dense.models.arch_defaults import both_sides, fill_defaults, regist
 from fairseq_dense.models.option_checks import flag
 from fairseq_dense.models.weighted_transformer.config import WeightedTransformerConfig
 from fairseq_dense.models.weighted_transformer.decoder import WeightedTransformerDecoder
-from fairseq_dense.models.weighted_transformer.encoder import BranchOptions, WeightedTransformerEncoder
+from fairseq_dense.models.weighted_transformer.encoder import WeightedTransformerEncoder, learns
 from fairseq_dense.modules.branched_attention import BranchedAttention
 from fairseq_dense.modules.simplex import (
     PROJECTION_HOOK_ATTR,
@@ -36,35 +36,6 @@ logger = logging.getLogger(__name__)
 
 class SimplexTaskError(ValueError, RuntimeError):
     """Half-precision training of simplex-constrained weights without ``--task translation_exact_resume_simplex``."""
-
-
-def learns(cfg, weight: str) -> bool:
-    """Whether ``weight`` ('kappa' or 'alpha') is learned: ``--fixed-<weight>`` when given (older saved
-    configurations hold False), else ``learned_branch_weights`` (the architecture's default unless given)."""
-    fixed = getattr(cfg, f"fixed_{weight}", None)
-    if fixed is None:
-        return bool(getattr(cfg, "learned_branch_weights", False))
-    return not fixed
-
-
-def branch_options(cfg) -> BranchOptions:
-    """The branch options from a (namespace or transformer) config."""
-    return BranchOptions(
-        encoder_branches=cfg.encoder_branches or cfg.encoder_attention_heads,
-        decoder_branches=cfg.decoder_branches or cfg.decoder_attention_heads,
-        block=dict(
-            simplex=not cfg.no_simplex,
-            learn_kappa=learns(cfg, "kappa"),
-            learn_alpha=learns(cfg, "alpha"),
-            inference_weights=str(cfg.branch_weights_at_inference),
-            init=str(cfg.branch_init),
-            residual_dropout=str(cfg.branch_residual_dropout),
-            recompute=bool(cfg.branch_recompute),
-        ),
-        random_seed=int(cfg.branch_random_seed),
-        decoder_branched_self_attn=bool(cfg.decoder_branched_self_attn),
-        decoder_plain_cross_attn=bool(cfg.decoder_plain_cross_attn),
-    )
 
 
 def validate(args) -> None:
@@ -121,15 +92,8 @@ class WeightedTransformerModel(ExplainsCheckpointMismatch, TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        """Build the model from fairseq's flat options.
-
-        Args:
-            args: parsed options (fairseq transformer options + branch options).
-            task: a translation task (``translation_exact_resume_simplex`` for training).
-
-        Raises:
-            ValueError: on invalid option combinations, naming the flag.
-        """
+        """Build the model from fairseq's flat transformer and branch options; a bad option combination
+        raises ``ValueError`` naming the flags."""
         weighted_transformer_base(args)
         validate(args)
         install_step_hook()  # kappa/alpha projected right after each optimizer step, under any task
@@ -138,12 +102,12 @@ class WeightedTransformerModel(ExplainsCheckpointMismatch, TransformerModel):
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
         cfg = TransformerConfig.from_namespace(args)
-        return WeightedTransformerEncoder(cfg, src_dict, embed_tokens, branch_options(args))
+        return WeightedTransformerEncoder(cfg, src_dict, embed_tokens, args)
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
         cfg = TransformerConfig.from_namespace(args)
-        return WeightedTransformerDecoder(cfg, tgt_dict, embed_tokens, branch_options(args))
+        return WeightedTransformerDecoder(cfg, tgt_dict, embed_tokens, args)
 
     def state_dict_mismatch_hint(self, missing, unexpected) -> Optional[str]:
         """Why a checkpoint does not load when only kappa/alpha names differ (a checkpoint that learned
