@@ -237,7 +237,7 @@ def test_branched_block_equals_the_previous_computation(name):
     def run(new):
         def fn(m):
             if new:
-                out, _ = m(**inputs, is_causal=inputs["attn_mask"] is not None)
+                out, _ = m(**inputs)
             else:
                 out = reference_block(m, **inputs)
             return out

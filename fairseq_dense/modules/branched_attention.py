@@ -242,7 +242,6 @@ class BranchedAttention(nn.Module):
         attn_mask: Optional[Tensor] = None,
         incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
         need_weights: bool = False,
-        is_causal: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]:
         """Run the block.
 
@@ -251,8 +250,6 @@ class BranchedAttention(nn.Module):
             key: ``(S, B, kdim)`` encoder states for encoder-decoder attention.
             key_padding_mask: ``(B, S)`` True at padded keys.
             attn_mask: ``(T, S)`` additive mask (fairseq's future mask for decoder self-attention).
-            is_causal: whether ``attn_mask`` is the future mask; taken for the decoder layer's call,
-                ``attn_mask`` itself is applied.
             incremental_state: decoding cache (one step of ``x`` at a time).
             need_weights: also return ``(H, B, T, S)`` attention probabilities.
         """

@@ -88,7 +88,6 @@ class WeightedDecoderLayer(nn.Module):
                 key_padding_mask=self_attn_padding_mask,
                 attn_mask=self_attn_mask,
                 incremental_state=incremental_state,
-                is_causal=self_attn_mask is not None,  # fairseq's future mask
             )
         else:
             x, _ = self._sublayer(
