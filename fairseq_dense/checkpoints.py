@@ -14,7 +14,7 @@ import re
 import shutil
 import zipfile
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 import torch
 
@@ -203,14 +203,13 @@ def average_checkpoints(paths: Sequence[str]) -> dict:
     return state
 
 
-def atomic_copy(source: str, dest: str, times: Optional[os.stat_result] = None) -> None:
-    """Copy ``source`` over ``dest`` so that ``dest`` is at all times the old or the new file (a failed copy
-    leaves no temporary file); ``times``: give the copy these access and modification times."""
+@contextlib.contextmanager
+def replacing(dest: str) -> Iterator[str]:
+    """The name ``<dest>.tmp`` to write, renamed over ``dest`` when the block succeeds and removed when it fails:
+    ``dest`` is at all times the old file or the new one (every atomic file write of the project)."""
     tmp = dest + TMP_SUFFIX
     try:
-        shutil.copyfile(source, tmp)
-        if times is not None:
-            os.utime(tmp, ns=(times.st_atime_ns, times.st_mtime_ns))
+        yield tmp
         os.replace(tmp, dest)
     except BaseException:
         if os.path.lexists(tmp):
@@ -218,8 +217,15 @@ def atomic_copy(source: str, dest: str, times: Optional[os.stat_result] = None) 
         raise
 
 
+def atomic_copy(source: str, dest: str, times: Optional[os.stat_result] = None) -> None:
+    """Copy ``source`` over ``dest`` (:func:`replacing`); ``times``: the copy's access and modification times."""
+    with replacing(dest) as tmp:
+        shutil.copyfile(source, tmp)
+        if times is not None:
+            os.utime(tmp, ns=(times.st_atime_ns, times.st_mtime_ns))
+
+
 def atomic_save(state: dict, dest: str) -> None:
-    """``torch.save(state)`` to ``dest`` through ``<dest>.tmp`` and a rename (never a half-written file)."""
-    tmp = dest + TMP_SUFFIX
-    torch.save(state, tmp)
-    os.replace(tmp, dest)
+    """``torch.save(state)`` to ``dest`` (:func:`replacing`)."""
+    with replacing(dest) as tmp:
+        torch.save(state, tmp)

@@ -91,15 +91,8 @@ def hide_noise() -> None:
         warnings.filterwarnings("ignore", message=message, category=category)
 
 
-def quiet_loggers(quiet: bool = True) -> None:
-    """Keep :data:`QUIET_LOGGERS` at WARNING (``quiet``), or give them back the root's level."""
-    for name in QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.WARNING if quiet else logging.NOTSET)
-
-
 def show_noise() -> None:
-    """Undo :func:`hide_noise` and :func:`quiet_loggers` (``-v``) and print the records held back so far."""
-    quiet_loggers(False)
+    """Undo :func:`hide_noise` (``-v``) and print the records held back so far."""
     hidden = set(NOISE_WARNINGS)
     warnings.filters[:] = [
         f for f in warnings.filters if not (f[0] == "ignore" and f[1] is not None and (f[2], f[1].pattern) in hidden)
@@ -114,13 +107,13 @@ def configure_logging(fmt: str, datefmt: Optional[str] = None, verbose: Optional
     unless ``verbose`` (``None``: as ``FAIRSEQ_DENSE_VERBOSE`` says). ``force=True``: fairseq's own
     root configuration would make ``basicConfig`` a no-op."""
     logging.basicConfig(level=logging.INFO, format=fmt, datefmt=datefmt, force=True)
-    if verbose is None:
-        verbose = verbose_from_env()
+    verbose = verbose_from_env() if verbose is None else verbose
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.WARNING)
     if verbose:
         show_noise()
     else:
         hide_noise()
-        quiet_loggers()
 
 
 def matches_noise(message: str) -> bool:

@@ -10,7 +10,7 @@ from typing import Iterator, Optional
 
 import torch
 
-from fairseq_dense.checkpoints import FAIRSEQ_GLOBALS
+from fairseq_dense.checkpoints import FAIRSEQ_GLOBALS, CheckpointError, read_info, read_state
 from fairseq_dense.fairseq_internals import FRAME_LOCALS, quiesce_prefetch_threads_at_exit, traceback_locals
 from fairseq_dense.validation import CheckpointMismatchError, FairseqDenseError, find_non_utf8
 
@@ -61,8 +61,6 @@ def _checkpoint_name(exc: BaseException) -> Optional[str]:
 
 def checkpoint_arch(path: str) -> Optional[str]:
     """The ``--arch`` a fairseq checkpoint was trained with, or None if it cannot be read."""
-    from fairseq_dense.checkpoints import CheckpointError, read_state
-
     try:
         state = read_state(path, mmap=True)
     except CheckpointError:
@@ -70,14 +68,6 @@ def checkpoint_arch(path: str) -> Optional[str]:
     model = (state.get("cfg") or {}).get("model") or {}  # a dict, or a Namespace for archs without a dataclass
     get = model.get if isinstance(model, dict) else lambda k: getattr(model, k, None)
     return get("arch") or get("_name") or getattr(state.get("args"), "arch", None)
-
-
-def _unreadable_checkpoint(exc: BaseException) -> Optional[str]:
-    """The checkpoint path if ``exc`` came from fairseq's load of a file that does not load."""
-    from fairseq_dense.checkpoints import read_info
-
-    path = _checkpoint_name(exc)
-    return path if path and os.path.isfile(path) and read_info(path) is None else None
 
 
 def _failed_save(exc: BaseException) -> Optional[str]:
@@ -148,8 +138,8 @@ def clear_error_message(exc: BaseException, argv=None) -> Optional[str]:
     special = _fairseq_start_error(first)
     if special:
         return special
-    corrupt = _unreadable_checkpoint(first)
-    if corrupt:
+    corrupt = _checkpoint_name(first)  # fairseq's load of a file that does not load
+    if corrupt and os.path.isfile(corrupt) and read_info(corrupt) is None:
         from fairseq_dense.resume import unreadable_message
 
         return unreadable_message(corrupt)

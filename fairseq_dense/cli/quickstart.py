@@ -94,7 +94,7 @@ def get_parser() -> argparse.ArgumentParser:
 
 
 def check_options(args, parser) -> Budget:
-    """The training budget of each model (``--minutes`` if given, else ``--updates``); every count positive."""
+    """The training budget of each model (``--minutes``, else ``--updates``); every count positive."""
     if args.minutes is not None and args.minutes <= 0:
         parser.error("--minutes must be positive")
     if args.minutes is None and args.updates <= 0:
@@ -106,8 +106,7 @@ def check_options(args, parser) -> Budget:
 
 
 def choose_corpus(args, parser) -> tuple:
-    """``(raw folder, src, tgt, name, BPE merges)`` for ``--corpus``; writes the bundled or
-    synthetic corpus into the work folder first."""
+    """``(raw folder, src, tgt, name, BPE merges)`` for ``--corpus`` (the bundled or synthetic one written first)."""
     if args.corpus == BUNDLED:
         src, tgt = args.src or tatoeba.SRC, args.tgt or tatoeba.TGT
         if {src, tgt} != {tatoeba.SRC, tatoeba.TGT}:
@@ -142,13 +141,13 @@ def family_archs() -> List[str]:
 
 def plugin_and_baseline(arch: str, data_bin: str, work: str, baseline: bool) -> List[Result]:
     """The model of ``arch`` and (``baseline``) fairseq's built-in matched to its parameter count."""
-    from fairseq.models import ARCH_MODEL_NAME_REGISTRY, MODEL_REGISTRY
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
     family = ARCH_MODEL_NAME_REGISTRY.get(arch, "?")
     ours = Result("plugin", family, arch, ["--arch", arch], os.path.join(work, f"checkpoints-{arch}"))
     if not baseline:
         return [ours]
-    if family not in MODEL_REGISTRY or not MODEL_REGISTRY[family].__module__.startswith("fairseq_dense"):
+    if family not in our_families():
         raise SystemExit(f"error: --baseline needs a fairseq_dense architecture, not {arch!r}")
     pairing, _, _ = match_baseline(data_bin, family, ours.model_args)
     shown = f"{BASELINES.get(family, 'lstm')} (width {pairing['baseline_width']})"
@@ -157,8 +156,8 @@ def plugin_and_baseline(arch: str, data_bin: str, work: str, baseline: bool) -> 
 
 
 def with_seed(model: Result, seed: int) -> Result:
-    """``model`` trained with ``seed`` in a folder of its own (``checkpoints-<arch>-seed<N>``; seed 1
-    keeps the plain name), so that every seed is a run that resumes on its own."""
+    """``model`` trained with ``seed`` in a folder of its own (``checkpoints-<arch>-seed<N>``, seed 1 the plain
+    name): every seed is a run that resumes on its own."""
     if seed == 1:
         return dataclasses.replace(model, seed=seed)
     base, baseline = model.save_dir.removesuffix("-baseline"), model.save_dir.endswith("-baseline")
@@ -166,8 +165,8 @@ def with_seed(model: Result, seed: int) -> Result:
 
 
 def train_all(archs: List[str], data: str, work: str, refs: List[str], tgt: str, budget: Budget, args) -> List[Result]:
-    """Each arch (and with ``--baseline`` its counterpart) for each seed, trained or read back; seed by
-    seed, so that an interrupted run of several seeds leaves whole pairs of the first seeds."""
+    """Each arch (and its ``--baseline``) trained or read back, seed by seed: an interrupted run of several
+    seeds leaves whole pairs of the first seeds."""
     models = [m for arch in archs for m in plugin_and_baseline(arch, os.path.join(data, "bin"), work, args.baseline)]
     several = len(models) > 1 or args.seeds > 1
     results = []
@@ -198,8 +197,8 @@ def by_model(results: List[Result]) -> Dict[Tuple[str, str, str], List[Result]]:
 
 
 def table(results: List[Result]) -> str:
-    """The figures as one markdown table, a row per model; with several seeds the valid loss and
-    test BLEU are mean ± sd over the runs that did not fail (the ``seeds`` column counts them)."""
+    """The figures as one markdown table, a row per model; with several seeds the valid loss and test BLEU are
+    mean ± sd over the runs that did not fail (the ``seeds`` column counts them)."""
 
     def cell(values: List[float]) -> str:
         mean, sd = mean_sd(values)
@@ -252,9 +251,8 @@ def pair_lines(results: List[Result]) -> List[str]:
 
 
 def print_usage_of(result: Result, data: str, src: str, tgt: str, srcs: List[str], exported: str, args) -> None:
-    """How to translate with the plugin model: ``fairseq-dense-interactive`` reading raw sentences with
-    the prepared data's Moses options (no escaping, no aggressive dash splits) and BPE codes, run
-    through ``env`` with :data:`INTERACTIVE_THREADS` CPU threads; and in Python, its export."""
+    """How to translate with the plugin model: ``fairseq-dense-interactive`` with the prepared data's Moses
+    options and BPE codes and :data:`INTERACTIVE_THREADS` CPU threads; and in Python, its export."""
     script = os.path.join(os.path.dirname(sys.executable), "fairseq-dense-interactive")
     program = [script] if os.path.isfile(script) else [sys.executable, "-m", "fairseq_dense.cli.interactive"]
     threads = [f"{k}={v}" for k, v in thread_env(INTERACTIVE_THREADS).items()]
