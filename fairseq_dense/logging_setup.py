@@ -1,13 +1,12 @@
 """Logging set-up of the project's own programs: the console scripts, benchmark and example scripts.
 
-fairseq and the libraries under it print notices the user cannot act on (a speech task's optional
-package, hydra's and torch's deprecation notices about fairseq's calls, ``pin_memory`` without a GPU),
-and fairseq logs its whole configuration at INFO. ``import fairseq_dense`` changes none of the program's
-logging or warnings settings: it only undoes what importing fairseq does to them (:func:`importing_fairseq`:
-the root logger as it was, the import's notices kept in :data:`HELD`). A program of ours calls
-:func:`configure_logging` in its ``main``: it hides :data:`NOISE_WARNINGS` and keeps :data:`QUIET_LOGGERS` at
-WARNING; ``-v`` / ``--verbose`` or ``FAIRSEQ_DENSE_VERBOSE=1`` shows everything. Another program that wants
-the same quiet calls :func:`hide_noise` itself.
+fairseq and the libraries under it print notices the user cannot act on (a speech task's optional package, hydra's and
+torch's deprecation notices about fairseq's calls, ``pin_memory`` without a GPU), and fairseq logs its whole
+configuration at INFO. ``import fairseq_dense`` changes none of the program's logging or warnings settings: it only
+undoes what importing fairseq does to them (:func:`importing_fairseq`: the root logger as it was, the import's notices
+kept in :data:`HELD`). A program of ours calls :func:`configure_logging` in its ``main``: it hides
+:data:`NOISE_WARNINGS` and keeps :data:`QUIET_LOGGERS` at WARNING; ``-v`` / ``--verbose`` or ``FAIRSEQ_DENSE_VERBOSE=1``
+shows everything. Another program that wants the same quiet calls :func:`hide_noise` itself.
 """
 
 import argparse

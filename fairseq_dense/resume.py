@@ -88,16 +88,6 @@ def unreadable_message(path: str) -> str:
     )
 
 
-def _same_prefix(path: str, source: str, size: int) -> bool:
-    with open(path, "rb") as a, open(source, "rb") as b:
-        while size > 0:
-            chunk = a.read(min(_CHUNK, size))
-            if not chunk or b.read(len(chunk)) != chunk:
-                return False
-            size -= len(chunk)
-    return True
-
-
 def copy_source(path: str, candidates: Iterable[CheckpointInfo]) -> Optional[CheckpointInfo]:
     """The intact checkpoint that the cut file ``path`` is a partial copy of: the latest written candidate
     that is longer, not newer than ``path`` and starts with its bytes (its source was finished first)."""
@@ -111,7 +101,10 @@ def copy_source(path: str, candidates: Iterable[CheckpointInfo]) -> Optional[Che
         reverse=True,
     ):
         try:
-            if _same_prefix(path, c.path, st.st_size):
+            with open(path, "rb") as a, open(c.path, "rb") as b:
+                while (chunk := a.read(_CHUNK)) and b.read(len(chunk)) == chunk:
+                    pass
+            if not chunk:  # every byte of path matched
                 return c
         except OSError:
             continue
@@ -455,16 +448,14 @@ def _prepare(cfg, save_dir: str) -> Tuple[Optional[CheckpointInfo], Optional[str
     new_last = not any(option(cfg, k) for k in others)
     recover_at_restart(save_dir, new_last=new_last, checkpoint_cfg=root.checkpoint if root is not None else None)
     resume = read_info(os.path.join(save_dir, LAST))
-    reason = resume and finished_reason(resume, cfg)
-    if reason:
+    if reason := resume and finished_reason(resume, cfg):
         return resume, (
             f"training already finished: {resume.path} holds {reason}; nothing to train (raise the limit to go on)"
         )
     if resume is not None and root is not None:
         state = read_state(resume.path, mmap=True)
         extra = state.get("extra_state") or {}
-        found = changes(root, state.get("cfg"), task_data_identity(cfg), extra.get(DATA_KEY))
-        if found:
+        if found := changes(root, state.get("cfg"), task_data_identity(cfg), extra.get(DATA_KEY)):
             more = f" and {len(found) - 8} more" if len(found) > 8 else ""
             logger.warning(
                 f"{resume.path} was written by a run with other options or data than this command "

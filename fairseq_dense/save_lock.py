@@ -1,7 +1,7 @@
-"""One training per save folder, and a folder of its own: the lock a training holds on its ``--save-dir``
-(two trainings on one folder, e.g. a job requeued while the first still runs, would overwrite each other's
-checkpoints), and its checkpoint files made its own before it writes (:func:`own_files`); one export per
-``--out``: :func:`held_folder`."""
+"""One training per save folder, and a folder of its own: the lock a training holds on its ``--save-dir`` (two
+trainings on one folder, e.g. a job requeued while the first still runs, would overwrite each other's checkpoints), and
+its checkpoint files made its own before it writes (:func:`own_files`); one export per ``--out`` (:func:`held_folder`).
+"""
 
 import contextlib
 import logging
@@ -123,11 +123,10 @@ def _flock(path: str, busy: Callable[[str], Exception], flags: int = 0) -> int:
 def own_files(save_dir: str) -> None:
     """Make every ``checkpoint*`` entry of ``save_dir`` a file of this folder alone, before a training writes there.
 
-    fairseq copies each save over ``checkpoint_best.pt``, ``checkpoint_last.pt`` (and more) by opening the old
-    file for writing: through a symbolic link it would write the link's target, through a hard link (``cp -al``)
-    the other folder's file. Either is replaced by a copy (of a link's target as it is now, so
-    ``checkpoint_last.pt -> checkpoint_1_25.pt`` resumes from update 25); an entry that is not a file is a
-    :class:`SaveDirError`.
+    fairseq copies each save over ``checkpoint_best.pt``, ``checkpoint_last.pt`` (and more) by opening the old file for
+    writing: through a symbolic link it would write the link's target, through a hard link (``cp -al``) the other
+    folder's file. Either is replaced by a copy (of a link's target as it is now, so ``checkpoint_last.pt ->
+    checkpoint_1_25.pt`` resumes from update 25); an entry that is not a file is a :class:`SaveDirError`.
     """
     for name in sorted(os.listdir(save_dir)):
         path = os.path.join(save_dir, name)

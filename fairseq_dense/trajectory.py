@@ -1,10 +1,10 @@
 """What decides a training's trajectory, and what a restart changed of it.
 
-Every fairseq checkpoint records the options of the run that wrote it (its ``cfg``); the project's
-tasks add the identity of the data files it trained on (:func:`task_data_identity`, under
-:data:`~fairseq_dense.checkpoints.DATA_KEY`). A restart compares its own command and data with the
-checkpoint it resumes (:func:`changes`): any difference in the options below means the run goes on,
-but no longer as an exact continuation of the run that wrote the checkpoint.
+Every fairseq checkpoint records the options of the run that wrote it (its ``cfg``); the project's tasks add the
+identity of the data files it trained on (:func:`task_data_identity`, under
+:data:`~fairseq_dense.checkpoints.DATA_KEY`). A restart compares its own command and data with the checkpoint it resumes
+(:func:`changes`): any difference in the options below means the run goes on, but no longer as an exact continuation of
+the run that wrote the checkpoint.
 """
 
 import os

@@ -1,6 +1,6 @@
-"""What a command-line process gets beyond the registrations: fairseq's tools with ``FAIRSEQ_DENSE_CLI=1``,
-the project's own commands from their ``main`` (:func:`set_up`; docs/cli.md): one-line errors
-(:func:`clear_error_message`), a clean exit, and fairseq checkpoints read by torch's safe loader.
+"""What a command-line process gets beyond the registrations: fairseq's tools with ``FAIRSEQ_DENSE_CLI=1``, the
+project's own commands from their ``main`` (:func:`set_up`; docs/cli.md): one-line errors (:func:`clear_error_message`),
+a clean exit, and fairseq checkpoints read by torch's safe loader.
 """
 
 import os
@@ -128,15 +128,13 @@ def clear_error_message(exc: BaseException, argv=None) -> Optional[str]:
             arch = checkpoint_arch(name)
             return f"cannot load {name}{f' (a {arch} checkpoint)' if arch else ''}: {e}"
     first = chain[0]
-    failed_save = _failed_save(first)
-    if failed_save:
+    if failed_save := _failed_save(first):
         return failed_save
     for e in chain:
         if isinstance(e, FairseqDenseError) or (isinstance(e, ValueError) and _raised_in_package(e)):
             return str(e)
     msg = str(first)
-    special = _fairseq_start_error(first)
-    if special:
+    if special := _fairseq_start_error(first):
         return special
     corrupt = _checkpoint_name(first)  # fairseq's load of a file that does not load
     if corrupt and os.path.isfile(corrupt) and read_info(corrupt) is None:
@@ -157,10 +155,8 @@ def clear_error_message(exc: BaseException, argv=None) -> Optional[str]:
         readers = [w for w in FRAME_LOCALS if w[0] in ("fairseq.data.dictionary", "fairseq.binarizer")]
         for local in (local for where in readers for local in traceback_locals(first, *where)):
             name = local.get("filename")
-            if isinstance(name, str) and os.path.isfile(name):
-                bad = find_non_utf8(name)
-                if bad:
-                    return bad
+            if isinstance(name, str) and os.path.isfile(name) and (bad := find_non_utf8(name)):
+                return bad
     return None
 
 

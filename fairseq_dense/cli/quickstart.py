@@ -305,8 +305,7 @@ def run(args, parser) -> int:
     print(table(results))
     print(f"sacreBLEU signature: {next((r.signature for r in results if r.signature), '-')}")
     print("(valid loss: label-smoothed cross-entropy of checkpoint_best, base 2; target tokens/s: training speed)")
-    pairs = pair_lines(results)
-    if pairs:
+    if pairs := pair_lines(results):
         print("Each model against its baseline, the difference of the means: ahead or behind when it exceeds")
         print("its 95% noise band (t(0.975, n1 + n2 - 2) x pooled sd x sqrt(1/n1 + 1/n2)), else within noise:")
         print("\n".join("  " + line for line in pairs))

@@ -1,9 +1,9 @@
 """One quick-start model from start to finish, as ordinary fairseq commands: train, translate, score, export.
 
-Each step is a ``fairseq-train`` or ``fairseq-generate`` command with ``--user-dir`` pointing at this package,
-logged before it runs. A finished model leaves ``quickstart-result.json`` (its settings and figures) in its
-checkpoint folder: the same settings again read it back and train nothing; a larger budget continues the
-training from ``checkpoint_last.pt``.
+Each step is a ``fairseq-train`` or ``fairseq-generate`` command with ``--user-dir`` pointing at this package, logged
+before it runs. A finished model leaves ``quickstart-result.json`` (its settings and figures) in its checkpoint folder:
+the same settings again read it back and train nothing; a larger budget continues the training from
+``checkpoint_last.pt``.
 """
 
 import hashlib
@@ -52,9 +52,6 @@ class Budget:
         if self.updates:
             return ["--max-update", str(self.updates)]
         return ["--stop-time-hours", f"{self.minutes / 60:.4f}"]
-
-    def as_dict(self) -> Dict[str, float]:
-        return {"updates": self.updates} if self.updates else {"minutes": self.minutes}
 
 
 @dataclass
@@ -278,7 +275,7 @@ def settings(result: Result, data: str, budget: Budget, args) -> Dict:
         fingerprint = hashlib.sha256(f.read()).hexdigest()
     return {
         "model_args": result.model_args,
-        "budget": budget.as_dict(),
+        "budget": {k: v for k, v in asdict(budget).items() if v},
         "seed": result.seed,
         "beam": args.beam,
         "lowercase": args.lowercase,

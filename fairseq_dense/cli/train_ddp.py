@@ -7,8 +7,8 @@ which adds the distributed flags of its rank and calls fairseq's training entry 
 
     fairseq-dense-train-ddp --nproc 2 data-bin --arch gru_attention_tiny --cpu ...
 
-Several nodes: the same command on every node with ``--nnodes``, ``--node-rank`` and
-``--master-addr``/``--master-port`` (or ``--rdzv-endpoint``); see ``docs/reliability.md``.
+Several nodes: the same command on every node with ``--nnodes``, ``--node-rank`` and ``--master-addr``/``--master-port``
+(or ``--rdzv-endpoint``); see ``docs/reliability.md``.
 """
 
 import argparse

@@ -121,14 +121,11 @@ def describe_changes(old: Dict, new: Dict) -> List[str]:
     before, after = old.get("inputs") or {}, new.get("inputs") or {}
     for name in sorted(set(before) | set(after)):
         a, b = before.get(name), after.get(name)
-        if a == b:
-            continue
         if a is None or b is None:
             changes.append(f"{name} {'added' if a is None else 'no longer read'}")
-        elif a["bytes"] != b["bytes"]:
-            changes.append(f"{name} changed ({a['bytes']} -> {b['bytes']} bytes)")
-        else:
-            changes.append(f"{name} changed (same size, other content)")
+        elif a != b:
+            sizes = "same size, other content" if a["bytes"] == b["bytes"] else f"{a['bytes']} -> {b['bytes']} bytes"
+            changes.append(f"{name} changed ({sizes})")
     return changes
 
 
