@@ -41,13 +41,8 @@ def verbose_from_env() -> bool:
 
 def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
     """Add ``-v/--verbose`` (show fairseq's and torch's warnings) to an entry point's parser."""
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        default=verbose_from_env(),
-        help=f"also show fairseq's and torch's warnings and notices (or set {VERBOSE_ENV}=1)",
-    )
+    text = f"also show fairseq's and torch's warnings and notices (or set {VERBOSE_ENV}=1)"
+    parser.add_argument("-v", "--verbose", action="store_true", default=verbose_from_env(), help=text)
 
 
 #: the records of :data:`NOISE_LOGGERS` held back while this package imported fairseq (:func:`show_noise` prints them)

@@ -15,7 +15,7 @@ import glob
 import logging
 import os
 import shutil
-from typing import Dict, Iterable, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from fairseq_dense.checkpoints import (
     BEST,
@@ -66,8 +66,7 @@ def _newest(infos: Iterable[CheckpointInfo]) -> Optional[CheckpointInfo]:
 
 
 def newest_loadable_checkpoint(save_dir: str, exclude: str = LAST) -> Optional[Tuple[str, int]]:
-    """``(path, updates)`` of the ``checkpoint*.pt`` of ``save_dir`` (but ``exclude``) with the most
-    updates among those that load; None if none loads."""
+    """``(path, updates)`` of the ``checkpoint*.pt`` of ``save_dir`` but ``exclude`` that loads with most updates."""
     infos = (read_info(p) for p in checkpoint_paths(save_dir) if os.path.basename(p) != exclude)
     found = _newest(i for i in infos if i is not None)
     return None if found is None else (found.path, found.num_updates)
@@ -175,6 +174,11 @@ def _trusted(infos: Dict[str, Optional[CheckpointInfo]]):
     return trust
 
 
+def _others(infos: Dict[str, Optional[CheckpointInfo]], but: str) -> List[CheckpointInfo]:
+    """The full training states of ``infos`` that load, but the file ``but``."""
+    return [i for n, i in infos.items() if i is not None and n != but and RESUMABLE_NAME.match(n)]
+
+
 def _newest_trusted(infos: Iterable[CheckpointInfo], trust) -> Optional[CheckpointInfo]:
     pool = list(infos)
     while (found := _newest(pool)) is not None and not trust(found):
@@ -187,7 +191,7 @@ def _settle_last(
 ) -> Tuple[Optional[CheckpointInfo], Optional[CheckpointInfo]]:
     """Make ``checkpoint_last.pt`` the newest trusted checkpoint; returns its info and the one it was copied from."""
     last, current = os.path.join(save_dir, LAST), infos.get(LAST)
-    others = [i for n, i in infos.items() if i is not None and n != LAST and RESUMABLE_NAME.match(n)]
+    others = _others(infos, LAST)
     damaged = current is not None and not trust(current)
     if current is not None and not damaged:
         newer = (i for i in others if i.num_updates > current.num_updates and i.mtime_ns > current.mtime_ns)
@@ -224,22 +228,14 @@ def _settle_last(
 
 
 def _settle_best(save_dir: str, infos: Dict[str, Optional[CheckpointInfo]], resume: CheckpointInfo, trust) -> None:
-    """Make ``checkpoint_best.pt`` hold the best validation score ``resume`` knows of (a kill can come
-    before fairseq copied a new best there, and resuming from a newer file skips the saves that would)."""
+    """Make ``checkpoint_best.pt`` hold the best validation score ``resume`` knows of (a kill can come before fairseq
+    copied a new best there, and resuming from a newer file skips the saves that would)."""
     current = infos.get(BEST)
     if current is not None and not trust(current):
         current = None
     if resume.best is None or (current is not None and current.val_loss == resume.best):
         return
-    candidates = (
-        i
-        for n, i in list(infos.items())
-        if i is not None
-        and n != BEST
-        and RESUMABLE_NAME.match(n)
-        and i.val_loss == resume.best
-        and i.num_updates <= resume.num_updates
-    )
+    candidates = (i for i in _others(infos, BEST) if i.val_loss == resume.best and i.num_updates <= resume.num_updates)
     source = _newest_trusted(candidates, trust)
     if source is None:
         return

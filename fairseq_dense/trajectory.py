@@ -19,20 +19,12 @@ SOME_OPTIONS = {
     "common": ("seed", "cpu", "fp16", "bf16", "amp", "memory_efficient_fp16"),
     "optimization": ("lr", "update_freq", "clip_norm", "sentence_avg", "skip_remainder_batch"),
     "dataset": (
-        "max_tokens",
-        "batch_size",
-        "required_batch_size_multiple",
-        "train_subset",
-        "valid_subset",
-        "validate_interval",
-        "validate_interval_updates",
-        "validate_after_updates",
-        "skip_invalid_size_inputs_valid_test",
-        "curriculum",
+        "max_tokens", "batch_size", "required_batch_size_multiple", "train_subset", "valid_subset", "validate_interval",
+        "validate_interval_updates", "validate_after_updates", "skip_invalid_size_inputs_valid_test", "curriculum",
         "dataset_impl",
     ),
     "distributed_training": ("distributed_world_size",),
-}
+}  # fmt: skip
 #: bytes read from each end of a data file for its checksum
 _ENDS = 1 << 20
 

@@ -173,15 +173,14 @@ def train_all(archs: List[str], data: str, work: str, refs: List[str], tgt: str,
     for seed in range(args.seed, args.seed + args.seeds):
         for model in (with_seed(m, seed) for m in models):
             try:
-                results.append(train_and_score(model, data, work, refs, tgt, budget, args))
+                train_and_score(model, data, work, refs, tgt, budget, args)
             except SystemExit as e:
                 if not several:
                     raise
                 logger.error("%s", e)  # one failed run must not cost the others: its row says so
                 model.error = str(e).splitlines()[0]
-                results.append(model)
-                continue
-            if not model.reused:
+            results.append(model)
+            if not (model.reused or model.error):
                 logger.info(
                     "%s (seed %d): test BLEU %.2f after %d updates", model.arch, seed, model.bleu, model.updates
                 )

@@ -26,12 +26,9 @@ logger = logging.getLogger(__name__)
 
 #: Flags that this launcher sets on every rank; passing them by hand is an error.
 MANAGED_FLAGS = (
-    "--distributed-init-method",
-    "--distributed-world-size",
-    "--distributed-rank",
-    "--distributed-no-spawn",
+    "--distributed-init-method", "--distributed-world-size", "--distributed-rank", "--distributed-no-spawn",
     "--device-id",
-)
+)  # fmt: skip
 
 
 def _has_flag(args: Sequence[str], flag: str) -> bool:
