@@ -8,9 +8,7 @@ import sys
 import traceback
 from typing import Iterator, Optional
 
-import torch
-
-from fairseq_dense.checkpoints import FAIRSEQ_GLOBALS, CheckpointError, read_info, read_state
+from fairseq_dense.checkpoints import CheckpointError, read_info, read_state
 from fairseq_dense.fairseq_internals import FRAME_LOCALS, quiesce_prefetch_threads_at_exit, traceback_locals
 from fairseq_dense.validation import CheckpointMismatchError, FairseqDenseError, find_non_utf8
 
@@ -26,11 +24,10 @@ def requested() -> bool:
 
 def set_up(tool: Optional[str] = None) -> None:
     """For this process's whole life (idempotent): ``sys.excepthook`` prints ``<tool>: error: <message>``
-    (:func:`install_excepthook`), fairseq's prefetch threads are waited for at exit, and torch's safe loader reads
-    :data:`~fairseq_dense.checkpoints.FAIRSEQ_GLOBALS` (fairseq loads checkpoints where no plugin hook runs)."""
+    (:func:`install_excepthook`) and fairseq's prefetch threads are waited for at exit (torch's safe loader reads
+    fairseq's checkpoints since ``import fairseq_dense``)."""
     install_excepthook(tool)
     quiesce_prefetch_threads_at_exit()
-    torch.serialization.add_safe_globals(FAIRSEQ_GLOBALS)
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:

@@ -1,16 +1,9 @@
 """Quick-start: train a small model on real sentences for a fixed number of updates, report sacreBLEU.
 
-    python -m fairseq_dense.cli.quickstart                        # bundled Tatoeba De-En, 1600 updates
-    python -m fairseq_dense.cli.quickstart --minutes 6            # a time budget instead
-    python -m fairseq_dense.cli.quickstart --baseline             # + fairseq's built-in of the same size
-    python -m fairseq_dense.cli.quickstart --all-families --baseline   # every family: one table
-    python -m fairseq_dense.cli.quickstart --arch A B --baseline --seeds 3   # mean ± sd over 3 seeds
-    python -m fairseq_dense.cli.quickstart --corpus DIR --src fr --tgt en
-    python -m fairseq_dense.cli.quickstart --corpus synthetic     # the made-up language pair
-
-The data goes through :mod:`fairseq_dense.data.prepare`, each model through ``fairseq-train`` and
-``fairseq-generate`` (:mod:`.quickstart_steps`), the figures into one table; with several seeds a line
-per pair gives the verdict of :func:`fairseq_dense.seeds.verdict`. docs/quickstart.md describes it all.
+``make quickstart`` runs it (``python -m fairseq_dense.cli.quickstart --help``: its options; docs/quickstart.md
+describes it all). The data goes through :mod:`fairseq_dense.data.prepare`, each model through ``fairseq-train`` and
+``fairseq-generate`` (:mod:`.quickstart_steps`), the figures into one table; with several seeds a line per pair gives
+the verdict of :func:`fairseq_dense.seeds.verdict`.
 """
 
 import argparse
