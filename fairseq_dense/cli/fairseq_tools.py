@@ -1,6 +1,6 @@
 """What a command-line process gets beyond the registrations: fairseq's tools with ``FAIRSEQ_DENSE_CLI=1``, the
-project's own commands from their ``main`` (:func:`set_up`; docs/cli.md): one-line errors (:func:`clear_error_message`),
-a clean exit, and fairseq checkpoints read by torch's safe loader.
+project's own commands from their ``main`` (:func:`set_up`; docs/cli.md): one-line errors (:func:`clear_error_message`)
+and a clean exit.
 """
 
 import os
