@@ -34,7 +34,7 @@ setup(
         "huggingface_hub>=0.20",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-timeout", "pytest-xdist", "matplotlib", "ruff>=0.17,<0.18"],
+        "test": ["pytest>=7", "pytest-timeout", "pytest-xdist", "matplotlib", "ruff>=0.17,<0.18", "scipy"],
         "plot": ["matplotlib"],
     },
     entry_points={
