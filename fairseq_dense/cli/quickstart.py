@@ -113,7 +113,8 @@ def choose_corpus(args, parser) -> tuple:
         src, tgt = args.src or "en", args.tgt or "xx"
         raw = os.path.join(args.work_dir, SYNTHETIC, "raw")
         if not os.path.isfile(os.path.join(raw, f"test.{tgt}")):
-            synthetic.write_corpus(raw, src, tgt)
+            with prep.building(raw) as tmp:  # a run cut short leaves no half-written corpus
+                synthetic.write_corpus(tmp, src, tgt)
         return raw, src, tgt, SYNTHETIC, args.bpe_merges or 500
     if not os.path.isdir(args.corpus):
         raise prep.DataError(f"{args.corpus}: corpus folder not found (or use --corpus {BUNDLED} / {SYNTHETIC})")
