@@ -9,10 +9,23 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+USER_DIR = os.path.join(ROOT, "user_dir")
+DEVICE = os.environ.get("DEVICE", "cpu")  # "cuda": train and decode on the GPU
 #: the lines the reports read: commands, epoch summaries and validations, the parameter count, how a run ended
 KEEP = re.compile(r"^# |\| INFO \| (valid|train) \| \{|done training|model params|early stop|Stopping training")
+
+
+def device_args():
+    return ["--cpu"] if DEVICE == "cpu" else []
+
+
+def need(data_bin: str) -> None:
+    """End the command with what to run first when ``data_bin`` holds no prepared corpus."""
+    if not os.path.isdir(data_bin):
+        sys.exit(f"{data_bin}: no prepared data; run `python {sys.argv[0]} prepare` first")
 
 
 def start(cmd, log: str, threads=None) -> subprocess.Popen:
@@ -33,6 +46,16 @@ def run(cmd, log: str, threads=None) -> None:
         raise subprocess.CalledProcessError(code, cmd)
 
 
+def generate(data_bin: str, checkpoint: str, options, threads=None):
+    """``(command, its output)``: beam-5 translations by ``checkpoint`` (``options``: the subset, languages...)."""
+    cmd = [
+        *("fairseq-generate", data_bin, "--user-dir", USER_DIR, "--path", checkpoint, *device_args(), *options),
+        *"--beam 5 --batch-size 64 --required-batch-size-multiple 1 --remove-bpe".split(),
+    ]
+    env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
+    return cmd, subprocess.run(cmd, check=True, env=env, capture_output=True, text=True).stdout
+
+
 def relative(text: str, work: str, name: str) -> str:
     """``text`` with the work folder ``work`` written ``name`` and the repository root dropped: paths
     relative to the root, what the committed logs and scores record."""
@@ -47,6 +70,11 @@ def copy_log(src: str, dest: str, work: str, name: str) -> None:
     with open(src) as f, open(tmp, "w") as out:
         out.writelines(relative(line, work, name) for line in f if KEEP.search(line))
     os.replace(tmp, dest)
+
+
+def markdown(head: str, lines) -> str:
+    """A markdown table: ``head``'s cells (``|``-separated) and ``lines``, rows written as such."""
+    return "\n".join([f"| {head} |", "|" + "---|" * len(head.split(" | ")), *lines])
 
 
 def write_between(path: str, name: str, text: str) -> None:

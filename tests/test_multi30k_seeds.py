@@ -70,8 +70,6 @@ def test_a_seed_is_a_run_folder_of_its_own_and_fairseqs_seed():
         side, seed = run.split_run(name)
         assert run.run_name(side, seed) == name
     assert run.split_run("model.fixed.seed3") == ("model.fixed", 3)
-    with pytest.raises(ValueError, match="seeds count from 1"):
-        run.run_name("model", 0)
 
     def seed_of(cmd):
         assert cmd.count("--seed") == 1
@@ -164,16 +162,14 @@ def test_the_seed_option_and_the_side_are_checked(capsys):
 
 def test_the_verdict_by_hand():
     # three seeds a side, both with sd 0.2: s_p 0.2, band t(0.975, 4) * 0.2 * sqrt(2/3) = 0.4533
-    close = report.compare([37.0, 37.2, 37.4], [36.7, 36.9, 37.1])
-    assert close["diff"] == pytest.approx(0.3) and close["band"] == pytest.approx(0.4533, abs=1e-4)
-    assert close["verdict"] == "within noise"
-    assert report.compare([37.0, 37.2, 37.4], [36.0, 36.2, 36.4])["verdict"] == "confirmed"
-    assert report.compare([36.0, 36.2, 36.4], [37.0, 37.2, 37.4])["verdict"] == "not confirmed"
-    assert report.compare([4.1, 4.12, 4.14], [4.2, 4.22, 4.24], better=-1)["verdict"] == "confirmed"  # a loss
-    one = report.compare([37.19], [36.88])
-    assert one["band"] is None and one["verdict"] == "one seed each: no spread to judge by"
+    diff, band, word = report.compare([37.0, 37.2, 37.4], [36.7, 36.9, 37.1])
+    assert diff == pytest.approx(0.3) and band == pytest.approx(0.4533, abs=1e-4) and word == "within noise"
+    assert report.compare([37.0, 37.2, 37.4], [36.0, 36.2, 36.4])[2] == "confirmed"
+    assert report.compare([36.0, 36.2, 36.4], [37.0, 37.2, 37.4])[2] == "not confirmed"
+    assert report.compare([4.1, 4.12, 4.14], [4.2, 4.22, 4.24], better=-1)[2] == "confirmed"  # a loss
+    assert report.compare([37.19], [36.88])[1:] == (None, "one seed each: no spread to judge by")
     # one seed against three: the three give the spread (2 degrees of freedom)
-    assert report.compare([37.19], [36.7, 36.9, 37.1])["band"] == pytest.approx(4.303 * 0.2 * (4 / 3) ** 0.5, 1e-3)
+    assert report.compare([37.19], [36.7, 36.9, 37.1])[1] == pytest.approx(4.303 * 0.2 * (4 / 3) ** 0.5, 1e-3)
     runs = [{"eval": {"test": {"sacrebleu": v}}} for v in (1.0, 2.0, 3.0)]
     assert (
         report.spread(runs, "sacrebleu", ".2f") == "2.00 ± 1.00"
@@ -231,7 +227,7 @@ def test_the_report_gives_each_sides_seeds_mean_spread_and_verdicts(toy, monkeyp
         in seeds
     )
 
-    band = report.compare([38.0, 38.4, 38.2], [37.0, 37.4])["band"]
+    band = report.compare([38.0, 38.4, 38.2], [37.0, 37.4])[1]
     table = report.verdict_table(rows)
     bleu = f"| toy | model vs baseline | test sacreBLEU | 38.20 ± 0.20 (3) | 37.20 ± 0.28 (2) | +1.00 | ± {band:.2f} |"
     assert bleu + " confirmed |" in table
@@ -248,18 +244,20 @@ def test_the_report_gives_each_sides_seeds_mean_spread_and_verdicts(toy, monkeyp
 
 
 def test_a_variant_is_judged_against_the_side_it_names(toy, monkeypatch):
-    monkeypatch.setitem(
-        run.PAIRS["toy"],
-        "variants",
-        {"model.x": {"options": "--arch a", "rates": (1e-3,), "against": ("baseline",)}},
-    )
-    assert list(report.comparisons("toy")) == [("model", "baseline"), ("model.x", "baseline")]
-    assert list(report.comparisons("deep_att")) == [("model", "baseline")]  # its variants name none
-    assert list(report.comparisons("weighted_transformer")) == [
-        ("model", "baseline"),
-        ("model.fixed", "baseline"),
-        ("model.fixed", "model"),
+    """The model against the baseline, and a variant against each side it names under ``against``
+    (the committed Weighted Transformer and Deep-Att verdicts: the committed-tables test)."""
+    variants = {"model.x": {"options": "--arch a", "rates": (2e-3,), "against": ("baseline",)}}
+    monkeypatch.setitem(run.PAIRS["toy"], "variants", variants)
+    for side, bleu in (("model", 38.0), ("baseline", 37.0), ("model.x", 36.0)):
+        _sweep_logs(toy / "logs" / "toy" / side, {2e-3: 4.5})
+        _write_run(toy / "logs", side, 2e-3, 1, [4.4, 4.3, 4.4, 4.4, 4.5, 4.5, 4.5], bleu)
+    rows = [report.summarize("toy", side) for side in report.sides("toy")]
+    table = [line.split(" | ") for line in report.verdict_table(rows).splitlines()[2:] if line.startswith("| toy ")]
+    assert [(cells[1], cells[-1]) for cells in table] == [
+        ("model vs baseline", "one seed each: no spread to judge by |"),
+        ("model.x vs baseline", "one seed each: no spread to judge by |"),
     ]
+    assert table[1][5] == "-1.00"
 
 
 def test_progress_reports_each_run_and_copies_its_logs(toy, capsys):
@@ -350,17 +348,23 @@ def test_gpu_seeds_packs_what_the_gpu_machine_needs_and_unpacks_what_comes_back(
     assert usage.returncode == 2 and "gpu_seeds.sh launch" in usage.stdout
 
 
-def test_a_run_counts_only_once_scored_at_its_best_loss():
-    row = {"ending": "early stopped", "best_loss": 4.0, "curve": [(10, 1.0, 4.0, 1)], "eval": {"best_valid_loss": 4.0}}
-    assert report.counted(row) and report.counted({**row, "ending": "epoch cap"})
-    assert report.counted({**row, "eval": {"test": {}}})  # scores written before they recorded the loss
+def test_a_run_counts_only_once_scored_at_its_best_loss(toy):
+    def row(**changes):
+        base = {"pair": "toy", "side": "model", "seed": 1, "ending": "early stopped", "best_loss": 4.0}
+        base.update(curve=[(10, 1.0, 4.0, 1)], eval={"best_valid_loss": 4.0}, epochs=1, patience_out=None)
+        return {**base, **changes}
+
+    def counted(r):
+        return report.groups([r])[("toy", "model")]["runs"] == [r]
+
+    assert counted(row()) and counted(row(ending="epoch cap"))
+    assert counted(row(eval={"test": {}}))  # scores written before they recorded the loss
     # trained on after a time limit and finished, the old scores not replaced yet
-    stale = {**row, "eval": {"best_valid_loss": 4.2}}
-    assert not report.counted(stale) and report.why_left(stale) == "not scored at its best loss yet"
-    assert not report.counted({**row, "ending": "stopped by time"}) and not report.counted(
-        {**row, "ending": "training"}
-    )
-    assert report.why_left({**row, "ending": "training", "epochs": 1, "patience_out": None}) == "no (interrupted)"
+    stale = row(eval={"best_valid_loss": 4.2})
+    assert not counted(stale) and "model: not scored at its best loss yet" in report.seeds_table([stale])
+    assert not counted(row(ending="stopped by time")) and not counted(row(ending="training"))
+    assert "not counted: model: no (interrupted)" in report.seeds_table([row(ending="training")])
+    assert "not counted: model: no training logged" in report.seeds_table([row(curve=[], eval=None)])
 
 
 def test_the_committed_logs_read_back_to_the_committed_tables():

@@ -104,11 +104,14 @@ def test_sweep_goes_past_the_grid_while_its_top_rate_wins(monkeypatch):
 
 
 def test_sweep_is_finished_only_when_nothing_is_left_to_try():
-    assert not ablation.sweep_finished({1e-3: 5.0, 3e-3: 4.0})  # a grid rate missing
-    assert not ablation.sweep_finished({1e-3: 5.0, 3e-3: 4.5, 6e-3: 4.0})  # top rate best: 1.2e-2 due
-    assert ablation.sweep_finished({1e-3: 5.0, 3e-3: 4.0, 6e-3: 4.5})
-    assert ablation.sweep_finished({1e-3: 5.0, 3e-3: 4.5, 6e-3: 4.0, 1.2e-2: 4.2})
-    assert ablation.sweep_finished({1e-3: 5.0, 3e-3: 4.5, 6e-3: 4.0, 1.2e-2: 3.9, 2.4e-2: 3.8})  # MAX_RATE reached
+    def finished(losses):
+        return ablation.sweep(losses.get)[1]
+
+    assert not finished({1e-3: 5.0, 3e-3: 4.0})  # a grid rate missing
+    assert not finished({1e-3: 5.0, 3e-3: 4.5, 6e-3: 4.0})  # top rate best: 1.2e-2 due
+    assert finished({1e-3: 5.0, 3e-3: 4.0, 6e-3: 4.5})
+    assert finished({1e-3: 5.0, 3e-3: 4.5, 6e-3: 4.0, 1.2e-2: 4.2})
+    assert finished({1e-3: 5.0, 3e-3: 4.5, 6e-3: 4.0, 1.2e-2: 3.9, 2.4e-2: 3.8})  # MAX_RATE reached
 
 
 def test_logs_record_paths_relative_to_the_repository(tmp_path, monkeypatch):

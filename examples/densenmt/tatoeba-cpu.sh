@@ -12,21 +12,11 @@
 # densenmt_dec_4l, densenmt_att_4l, densenmt_4l_1) and `fconv_base_4l`: fairseq's own
 # `fconv` configured as BASE-4L (4+4 layers, width 256, kernel 3; 12.17M parameters here).
 set -euo pipefail
-RAW=${RAW:-../shared/data/tatoeba-deu-eng}
-DATA=${DATA:-data/tatoeba-deu-eng}
 OUT=${OUT:-checkpoints/densenmt-tatoeba}
 MAX_UPDATE=${MAX_UPDATE:-1000}
 ARCHS=${ARCHS:-"densenmt_4l_2 densenmt_base_4l"}
-USER_DIR=${USER_DIR:-$(python -c 'import fairseq_dense, os; print(os.path.dirname(fairseq_dense.__file__))')}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-# DEVICE=cuda trains and decodes on the GPU (float32; add --amp for float16 autocast)
-DEVICE=${DEVICE:-cpu}
-DEV=(); [ "$DEVICE" = cpu ] && DEV=(--cpu)
-
-[ -f "$DATA/bin/dict.en.txt" ] || \
-    fairseq-dense-prepare --raw "$RAW" --src de --tgt en --dest "$DATA" --bpe-merges 10000
-SRC=$(ls "$DATA/bin" | sed -n 's/^train\.\([a-z]*\)-\([a-z]*\)\.\1\.idx$/\1/p' | head -1)
-TGT=$(ls "$DATA/bin" | sed -n 's/^train\.\([a-z]*\)-\([a-z]*\)\.\1\.idx$/\2/p' | head -1)
+# shellcheck source=examples/tatoeba.sh
+source "$(dirname "$0")/../tatoeba.sh"
 
 mkdir -p "$OUT"
 for ARCH in $ARCHS; do
@@ -43,8 +33,5 @@ for ARCH in $ARCHS; do
         --max-tokens 4096 --max-update "$MAX_UPDATE" --validate-interval-updates 250 \
         --dropout 0.2 --seed 1 --save-dir "$SAVE" --no-epoch-checkpoints --log-format simple \
         "$@" 2>&1 | tee "$SAVE.train.log" | grep -E "valid on|done training"
-    fairseq-generate "$DATA/bin" --user-dir "$USER_DIR" --path "$SAVE/checkpoint_last.pt" -s "$SRC" -t "$TGT" \
-        "${DEV[@]}" --beam 5 --batch-size 128 --required-batch-size-multiple 1 --remove-bpe --gen-subset test \
-        > "$SAVE.test.txt" 2>&1
-    echo "$ARCH: $(grep -c '^H-' "$SAVE.test.txt") test sentences; $(tail -1 "$SAVE.test.txt")"
+    decode_test "$ARCH" "$SAVE"
 done

@@ -107,19 +107,15 @@ PAIRS = {
 
 def split_run(name: str):
     """``(side, seed)`` of a run folder's name: ``model.fixed.seed3`` -> ``("model.fixed", 3)``."""
-    m = re.fullmatch(r"(?P<side>.+)\.seed(?P<seed>[0-9]+)", name)
-    return (m.group("side"), int(m.group("seed"))) if m else (name, 1)
-
-
-def variant(pair: str, side: str):
-    """The pair's variant a run of ``side`` (any seed's) belongs to, or None."""
-    return PAIRS[pair].get("variants", {}).get(split_run(side)[0])
+    m = re.fullmatch(r"(.+)\.seed([0-9]+)", name)
+    return (m.group(1), int(m.group(2))) if m else (name, 1)
 
 
 def options(pair: str, side: str):
     """The ``fairseq-train`` options of a run of a side or of a variant (``baseline.gpu-0.3h``, an earlier
     run of the baseline: the baseline's)."""
-    return shlex.split(variant(pair, side)["options"] if variant(pair, side) else PAIRS[pair][side.split(".")[0]])
+    variant = PAIRS[pair].get("variants", {}).get(split_run(side)[0])
+    return shlex.split(variant["options"] if variant else PAIRS[pair][side.split(".")[0]])
 
 
 def arch(pair: str, side: str) -> str:
@@ -128,4 +124,4 @@ def arch(pair: str, side: str) -> str:
 
 def rates(pair: str, side: str):
     """The peak rates a side's sweep tries, in order."""
-    return sorted((variant(pair, side) or PAIRS[pair])["rates"])
+    return sorted(PAIRS[pair].get("variants", {}).get(split_run(side)[0], PAIRS[pair])["rates"])

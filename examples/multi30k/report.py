@@ -1,10 +1,9 @@
-"""The Multi30k logs read back: each run's figures, the results tables and the learning curves.
+"""The Multi30k logs read back (``python examples/multi30k/run.py report``, and ``run.py progress``).
 
-``python examples/multi30k/run.py report`` reads ``logs/<pair>/<run>/`` (a run is a side's seed 1,
-``<side>``, or another seed, ``<side>.seedN``: its sweep logs, the converging training's log,
-``eval.json``), rewrites the tables between the markers of ``RESULTS.md`` (every run; each side's mean
-and standard deviation over its seeds; the verdicts by the noise rule of :mod:`fairseq_dense.seeds`) and
-of the README's results section, and draws one plot per pair (validation loss against updates and hours).
+A run folder ``logs/<pair>/<run>/`` (``<side>`` for seed 1, ``<side>.seedN`` for another seed) holds the
+sweep logs, the converging training's ``train.log`` and ``eval.json``. The report rewrites the tables
+between the markers of ``RESULTS.md`` (every run; each side's mean and spread over its seeds; the verdicts
+by :func:`fairseq_dense.seeds.verdict`) and of the README, and draws each pair's learning curves.
 """
 
 import glob
@@ -15,7 +14,7 @@ import re
 from collections import namedtuple
 
 from pairs import PAIRS, SIDES, arch, split_run
-from recipes import ROOT, write_between
+from recipes import ROOT, markdown, write_between
 
 from fairseq_dense.logs import parse_line
 from fairseq_dense.seeds import mean_sd, verdict
@@ -53,13 +52,9 @@ def processes(*logs: str):
 
 
 def records(procs, kind: str):
-    """The statistics of the ``kind`` ('valid' or 'train') epoch records of a log (a path) or of processes."""
-    return [
-        stats
-        for p in (processes(procs) if isinstance(procs, str) else procs)
-        for tag, stats in p.records
-        if tag == kind
-    ]
+    """The ``kind`` ('valid' or 'train') epoch statistics of a log (a path) or of processes."""
+    procs = processes(procs) if isinstance(procs, str) else procs
+    return [stats for p in procs for tag, stats in p.records if tag == kind]
 
 
 def epochs(log: str) -> int:
@@ -68,8 +63,8 @@ def epochs(log: str) -> int:
 
 def trained_lr(procs):
     """The peak rate of the first command of a log's processes that names one (None without)."""
-    found = [m.group(1) for p in procs if (m := re.search(r" --lr (\S+)", p.command))]
-    return float(found[0]) if found else None
+    found = [float(m.group(1)) for p in procs if (m := re.search(r" --lr (\S+)", p.command))]
+    return found[0] if found else None
 
 
 def ending(procs) -> str:
@@ -85,14 +80,13 @@ def read_json(path: str):
     if os.path.isfile(path):
         with open(path) as f:
             return json.load(f)
-    return None
 
 
 def walls_and_devices(procs):
-    """``({epoch: wall seconds of training to the end of that epoch}, where the run trained)`` over a run's
-    processes in order. fairseq's ``train_wall`` starts at 0 in every process, so each continues where the one before
-    ended (an epoch cut by an interruption is trained again, its time not counted). Where: None on one kind
-    of device, else e.g. "GPU, then CPU from epoch 50" (by ``--cpu`` in each process's command)."""
+    """``({epoch: wall seconds of training to the end of that epoch}, where the run trained)``. fairseq's
+    ``train_wall`` starts at 0 in every process, so each continues where the one before ended (an epoch
+    cut by an interruption is trained again, its time not counted). Where: None on one kind of device,
+    else e.g. "GPU, then CPU from epoch 50" (by ``--cpu`` in each process's command)."""
     walls, offset, parts = {}, 0.0, []  # parts: [device, the first epoch it logged]
     for p in procs:
         device = "CPU" if " --cpu" in p.command else "GPU"
@@ -117,19 +111,18 @@ def patience_out(valid, patience: int = PATIENCE):
         best, since = (loss, 0) if best is None or loss < best else (best, since + 1)
         if since == patience:
             return epoch
-    return None
 
 
-def summarize(pair: str, side: str) -> dict:
+def summarize(pair: str, run: str) -> dict:
     """One run's figures from its logs and ``eval.json``."""
-    folder = os.path.join(LOGS, pair, side)
+    folder = os.path.join(LOGS, pair, run)
     sweep = {}
     for path in glob.glob(os.path.join(folder, "sweep-lr*.log")):
         if losses := [r["loss"] for r in records(path, "valid") if r["epoch"] <= SWEEP_EPOCHS]:
             sweep[float(os.path.basename(path)[len("sweep-lr") : -len(".log")])] = min(losses)
-    row = {"pair": pair, "side": side, "arch": arch(pair, side), "sweep": dict(sorted(sweep.items()))}
-    row.update(seed=split_run(side)[1], curve=[], epochs=0, eval=read_json(os.path.join(folder, "eval.json")))
-    row.update(dict.fromkeys("params lr ending best_loss best_epoch best_updates best_wall_h trained_on wps".split()))
+    row = dict.fromkeys("params lr ending best_loss best_epoch best_updates best_wall_h trained_on wps".split())
+    row.update(pair=pair, side=run, arch=arch(pair, run), sweep=dict(sorted(sweep.items())), seed=split_run(run)[1])
+    row.update(curve=[], epochs=0, eval=read_json(os.path.join(folder, "eval.json")))
     train = processes(os.path.join(folder, "train.log"))
     if not (sweep or row["seed"] > 1) or not train:
         return row
@@ -148,10 +141,9 @@ def summarize(pair: str, side: str) -> dict:
     best = min(curve, key=lambda c: c[2]) if curve else (None,) * 4
     params = re.search(r"model params: ([\d,]+)", "".join(p.text for p in train + procs))
     row.update(params=params and int(params.group(1).replace(",", "")), lr=trained_lr(train), curve=curve)
-    row.update(ending=ending(train), best_updates=best[0], best_loss=best[2], best_epoch=best[3])
+    row.update(ending=ending(train), best_updates=best[0], best_loss=best[2], best_epoch=best[3], trained_on=where)
     row.update(best_wall_h=None if best[1] is None else best[1] / 3600, epochs=curve[-1][3] if curve else 0)
-    row.update(patience_out=patience_out([(c[3], c[2]) for c in curve]), trained_on=where)
-    row.update(wps=sum(wps) / len(wps) if wps else None)
+    row.update(patience_out=patience_out([(c[3], c[2]) for c in curve]), wps=sum(wps) / len(wps) if wps else None)
     return row
 
 
@@ -159,18 +151,14 @@ def fmt(value, spec):
     return "-" if value is None else format(value, spec)
 
 
-def markdown(head: str, lines) -> str:
-    """A markdown table: ``head``'s cells (``|``-separated) and ``lines``, rows written as such."""
-    return "\n".join([f"| {head} |", "|" + "---|" * len(head.split(" | ")), *lines])
-
-
 def stopped(row) -> str:
     """How the row's converging run ended: early stopping ("yes", and how late where a resume restarted
     fairseq's count), the epoch cap ("no"), a time limit, or not in its log ("interrupted")."""
     late = row["epochs"] - row["patience_out"] if row["patience_out"] else 0
     early = f"yes ({late} epochs late: resumed)" if late > 0 else "yes"
-    ends = {"early stopped": early, "epoch cap": "no", "stopped by time": "no (time limit)"}
-    return ends.get(row["ending"], "no (interrupted)")
+    return {"early stopped": early, "epoch cap": "no", "stopped by time": "no (time limit)"}.get(
+        row["ending"], "no (interrupted)"
+    )
 
 
 def table(rows) -> str:
@@ -227,39 +215,21 @@ def plot(pair: str, rows) -> None:
     plt.close(fig)
 
 
-def counted(row) -> bool:
-    """Whether a run counts among its side's seeds: trained to early stopping (or the epoch cap), not
-    stopped by a time limit or cut, and scored at its best loss (scores that record none: older)."""
-    scored = row["eval"] and row["eval"].get("best_valid_loss", row["best_loss"]) == row["best_loss"]
-    return row["ending"] in FINISHED and bool(scored)
+def groups(rows) -> dict:
+    """``{(pair, side): {"runs": [its seeds' counted runs], "left": [the others]}}`` in the order of ``rows``.
+    A run counts once trained to early stopping (or the epoch cap), not stopped by a time limit or cut, and
+    scored at its best loss (scores that record none: older)."""
+    out = {}
+    for r in rows:
+        scored = r["eval"] and r["eval"].get("best_valid_loss", r["best_loss"]) == r["best_loss"]
+        group = out.setdefault((r["pair"], split_run(r["side"])[0]), {"runs": [], "left": []})
+        group["runs" if r["ending"] in FINISHED and scored else "left"].append(r)
+    return out
 
 
 def value(row, key: str) -> float:
     """A run's figure of ``METRICS``: its test scores from ``eval.json``, the rest from its log."""
     return float(row["eval"]["test"][key] if key in ("sacrebleu", "chrf") else row[key])
-
-
-def groups(rows) -> dict:
-    """``{(pair, side): {"runs": [the counted runs, by seed], "left": [the others]}}``, sides in the order of
-    ``rows``; a side's runs are its seeds (``<side>`` and ``<side>.seedN``)."""
-    out = {}
-    for r in rows:
-        group = out.setdefault((r["pair"], split_run(r["side"])[0]), {"runs": [], "left": []})
-        group["runs" if counted(r) else "left"].append(r)
-    for group in out.values():
-        group["runs"].sort(key=lambda r: r["seed"])
-    return out
-
-
-def compare(a, b, better: int = 1) -> dict:
-    """The verdict on side ``a``'s values against side ``b``'s (one per seed) by
-    :func:`fairseq_dense.seeds.verdict`: the difference of the means (a - b), its noise band, and
-    "confirmed" (``a`` better beyond it; ``better`` 1: higher is better, -1: lower), "not confirmed" or
-    "within noise"."""
-    diff, band, word = verdict(a, b, better > 0)
-    if math.isnan(band):
-        return {"diff": diff, "band": None, "verdict": "one seed each: no spread to judge by"}
-    return {"diff": diff, "band": band, "verdict": {"ahead": "confirmed", "behind": "not confirmed"}.get(word, word)}
 
 
 def spread(runs, key: str, spec: str) -> str:
@@ -270,65 +240,61 @@ def spread(runs, key: str, spec: str) -> str:
     return format(mean, spec) + ("" if math.isnan(sd) else f" ± {sd:{spec}}")
 
 
-def why_left(row) -> str:
-    if not row["curve"]:
-        return "no training logged"
-    return "not scored at its best loss yet" if row["ending"] in FINISHED else stopped(row)
-
-
 def seeds_table(rows) -> str:
-    """Each side's mean and standard deviation over its seeds (those trained to early stopping and scored)."""
+    """Each side's mean and standard deviation over its counted seeds."""
     lines = []
     for (pair, side), group in groups(rows).items():
         runs = group["runs"]
         seeds = f"{len(runs)} (seed{'s' if len(runs) > 1 else ''} {', '.join(str(r['seed']) for r in runs)})"
-        if group["left"]:
-            seeds += f"; not counted: {', '.join(r['side'] + ': ' + why_left(r) for r in group['left'])}"
+        left = []
+        for r in group["left"]:
+            why = "not scored at its best loss yet" if r["ending"] in FINISHED else stopped(r)
+            left.append(f"{r['side']}: {why if r['curve'] else 'no training logged'}")
+        seeds += f"; not counted: {', '.join(left)}" if left else ""
         figures = " | ".join(spread(runs, key, spec) for key, _, spec, _ in METRICS)
         lines.append(f"| {pair} | {side} (`{arch(pair, side)}`) | {seeds} | {figures} |")
     return markdown("pair | side (arch) | seeds | " + " | ".join(column for _, column, _, _ in METRICS), lines)
 
 
-def comparisons(pair: str):
-    """The pair's verdicts: the model against the baseline, and each variant against each side it names
-    under ``against`` (``pairs.py``)."""
-    yield "model", "baseline"
-    for name, variant in PAIRS[pair].get("variants", {}).items():
-        yield from ((name, side) for side in variant.get("against", ()))
+def compare(a, b, better: int = 1):
+    """``(a's mean - b's, its noise band or None, verdict)`` by :func:`fairseq_dense.seeds.verdict` (``better``
+    1: higher is better, -1: lower): "confirmed" (``a`` better beyond the band), "not confirmed", "within noise"."""
+    diff, band, word = verdict(a, b, better > 0)
+    if math.isnan(band):
+        return diff, None, "one seed each: no spread to judge by"
+    return diff, band, {"ahead": "confirmed", "behind": "not confirmed"}.get(word, word)
 
 
 def verdict_table(rows) -> str:
     """One verdict per comparison and metric where both sides have a counted run (one row for all metrics
-    where each side has one run: no spread to judge by)."""
+    where each side has one run: no spread to judge by). A pair compares the model with the baseline, and
+    each variant with each side it names under ``against`` (``pairs.py``)."""
     by, lines = groups(rows), []
-    for pair in PAIRS:
-        for a, b in comparisons(pair):
+    for pair, entry in PAIRS.items():
+        against = [(name, b) for name, v in entry.get("variants", {}).items() for b in v.get("against", ())]
+        for a, b in [("model", "baseline"), *against]:
             runs_a, runs_b = by.get((pair, a), {}).get("runs"), by.get((pair, b), {}).get("runs")
             for key, column, spec, better in METRICS if runs_a and runs_b else ():
-                v = compare([value(r, key) for r in runs_a], [value(r, key) for r in runs_b], better)
-                band = "-" if v["band"] is None else f"± {v['band']:{spec}}"
+                diff, band, word = compare([value(r, key) for r in runs_a], [value(r, key) for r in runs_b], better)
                 lines.append(
                     f"| {pair} | {a} vs {b} | {column} | {spread(runs_a, key, spec)} ({len(runs_a)}) | "
-                    f"{spread(runs_b, key, spec)} ({len(runs_b)}) | {v['diff']:+{spec}} | {band} | {v['verdict']} |"
+                    f"{spread(runs_b, key, spec)} ({len(runs_b)}) | {diff:+{spec}} | "
+                    f"{'-' if band is None else f'± {band:{spec}}'} | {word} |"
                 )
-                if v["band"] is None:
+                if band is None:
                     break
     head = "pair | side vs side | metric | side (seeds) | other side (seeds) | difference | 95% noise band | verdict"
     return markdown(head, lines)
 
 
 def front_table(rows) -> str:
-    """One row per family for the README: its BLEU beside its baseline's (the mean and standard deviation
-    over the seeds where a side has more than one)."""
-    by, by_side = {(r["pair"], r["side"]): r for r in rows}, groups(rows)
+    """One row per family for the README: its test sacreBLEU beside its baseline's (the mean and standard
+    deviation over the seeds where a side has more than one)."""
+    by = groups(rows)
 
     def bleu(pair, side):
-        runs = by_side.get((pair, side), {}).get("runs", [])
-        if len(runs) > 1:
-            return f"{spread(runs, 'sacrebleu', '.2f')} ({len(runs)} seeds)"
-        r = by.get((pair, side), {"eval": None, "ending": None})
-        value = fmt((r["eval"] or {}).get("test", {}).get("sacrebleu"), ".2f")
-        return value + (" (stopped by the time limit, not converged)" if r["ending"] == "stopped by time" else "")
+        runs = by.get((pair, side), {}).get("runs", [])
+        return spread(runs, "sacrebleu", ".2f") + (f" ({len(runs)} seeds)" if len(runs) > 1 else "")
 
     lines = [
         f"| {pair} | `{arch(pair, 'model')}` | {bleu(pair, 'model')} | `{arch(pair, 'baseline')}` | "
@@ -340,18 +306,17 @@ def front_table(rows) -> str:
 
 def sides(pair: str):
     """The pair's run folders: the model, the baseline, then the runs kept beside them (variants of
-    ``pairs.py`` or earlier runs such as ``baseline.gpu-0.3h``), each side's seeds after it."""
+    ``pairs.py`` or earlier runs such as ``baseline.gpu-0.3h``, by name), each side's seeds after it."""
     folder = os.path.join(LOGS, pair)
-    runs = [s for s in (sorted(os.listdir(folder)) if os.path.isdir(folder) else []) if s.split(".")[0] in SIDES]
-    named = {split_run(s)[0] for s in runs}
-    order = [s for s in SIDES if s in named] + sorted(named - set(SIDES))
-    return [run for side in order for run in sorted((r for r in runs if split_run(r)[0] == side), key=split_run)]
+    runs = [r for r in (os.listdir(folder) if os.path.isdir(folder) else []) if r.split(".")[0] in SIDES]
+    order = {side: i for i, side in enumerate(SIDES)}
+    return sorted(runs, key=lambda r: (order.get(split_run(r)[0], len(SIDES)), split_run(r)))
 
 
 def main() -> None:
     rows = []
     for pair in PAIRS:
-        rows += (pair_rows := [summarize(pair, side) for side in sides(pair)])
+        rows += (pair_rows := [summarize(pair, run) for run in sides(pair)])
         if any(r["curve"] for r in pair_rows):
             plot(pair, pair_rows)
     tables = {"table": table(rows), "seeds": seeds_table(rows), "verdicts": verdict_table(rows)}

@@ -25,17 +25,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.dirname(HERE)]
+sys.path[:0] = [HERE, os.path.dirname(HERE), os.path.dirname(os.path.dirname(HERE))]  # + the root: benchmarks
 import recipes  # noqa: E402
 import report  # noqa: E402
 from pairs import PAIRS, SIDES, options, rates, split_run  # noqa: E402
-from recipes import ROOT, run, start  # noqa: E402
+from recipes import DEVICE, ROOT, USER_DIR, run, start  # noqa: E402
 from report import LOGS, SWEEP_EPOCHS, epochs, records  # noqa: E402
 
 RAW = os.environ.get("MULTI30K_RAW", os.path.join(ROOT, "..", "shared", "data", "multi30k"))
 WORK = os.environ.get("MULTI30K_WORK", os.path.join(ROOT, "multi30k-work"))
-USER_DIR = os.path.join(ROOT, "user_dir")
-DEVICE = os.environ.get("DEVICE", "cpu")  # "cuda": train and decode on the GPU
 SRC, TGT = "en", "de"
 # a cap only (80 would have cut the slowest side, the DenseRNN baseline, before early stopping);
 # MULTI30K_MAX_EPOCH lowers it for a dry run of the machinery (gpu_seeds.sh's)
@@ -46,10 +44,6 @@ COMMON = [
     *"--clip-norm 1.0 --lr-scheduler inverse_sqrt --warmup-init-lr 1e-07 --criterion".split(),
     *"label_smoothed_cross_entropy --label-smoothing 0.1 --max-tokens 4096 --log-format json --log-interval 50".split(),
 ]
-
-
-def data_bin() -> str:
-    return os.path.join(WORK, "data", "bin")
 
 
 def side_dir(pair: str, side: str) -> str:
@@ -78,8 +72,6 @@ def copy_log(src: str, name: str) -> None:
 
 def run_name(side: str, seed: int = 1) -> str:
     """The folder of one run of a side: ``side`` for seed 1 (the committed runs), ``side.seedN`` else."""
-    if seed < 1:
-        raise ValueError(f"seed {seed}: seeds count from 1")
     return side if seed == 1 else f"{side}.seed{seed}"
 
 
@@ -87,8 +79,8 @@ def train_args(pair: str, side: str, lr: float):
     """The ``fairseq-train`` command of one run of a side (``side`` or ``side.seedN``) at peak rate ``lr``,
     without stopping options."""
     return [
-        *("fairseq-train", data_bin(), "--user-dir", USER_DIR, *COMMON, "--seed", str(split_run(side)[1])),
-        *(["--cpu"] if DEVICE == "cpu" else []),
+        *("fairseq-train", os.path.join(WORK, "data", "bin"), "--user-dir", USER_DIR, *COMMON, "--seed"),
+        *(str(split_run(side)[1]), *recipes.device_args()),
         *options(pair, side),  # after COMMON: a pair's own options (e.g. its --task) win
         *("--warmup-updates", str(PAIRS[pair]["warmup"]), "--lr", f"{lr:g}"),
         *("--save-dir", os.path.join(side_dir(pair, side), f"lr{lr:g}"), "--no-epoch-checkpoints"),
@@ -133,10 +125,10 @@ def converge(pair: str, side: str, lr: float, threads: int, deadline=None) -> No
     from fairseq_dense.cli.quickstart_steps import checkpoint_state
 
     log = os.path.join(side_dir(pair, side), "train.log")
-    logged_lr = report.trained_lr(report.processes(log))
-    if logged_lr is not None and logged_lr != lr:  # a wider sweep chose another rate: that run's log is set aside
-        os.replace(log, os.path.join(side_dir(pair, side), f"train-lr{logged_lr:g}.log"))
-    if report.ending(report.processes(log)) in report.FINISHED:
+    procs = report.processes(log)
+    if report.trained_lr(procs) not in (None, lr):  # a wider sweep chose another rate: that log is set aside
+        os.replace(log, os.path.join(side_dir(pair, side), f"train-lr{report.trained_lr(procs):g}.log"))
+    elif report.ending(procs) in report.FINISHED:
         return
     os.makedirs(side_dir(pair, side), exist_ok=True)  # another seed's run has no sweep to make it
     with open(os.path.join(side_dir(pair, side), "chosen_lr"), "w") as f:
@@ -155,37 +147,24 @@ def decode(pair: str, side: str, lr: float, subset: str, lenpen: float, threads:
     import sacrebleu
     from sacremoses import MosesDetokenizer
 
-    cmd = [
-        *("fairseq-generate", data_bin(), "--user-dir", USER_DIR, "--path"),
-        *(os.path.join(side_dir(pair, side), f"lr{lr:g}", "checkpoint_best.pt"), "-s", SRC, "-t", TGT),
-        *(["--cpu"] if DEVICE == "cpu" else []),
-        *("--gen-subset", subset, "--beam", "5", "--lenpen", f"{lenpen:g}", "--batch-size", "64"),
-        *("--required-batch-size-multiple", "1", "--remove-bpe"),
-    ]
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    out = subprocess.run(cmd, check=True, env=env, capture_output=True, text=True).stdout
+    from fairseq_dense.data.prepare import read_lines
+
+    checkpoint = os.path.join(side_dir(pair, side), f"lr{lr:g}", "checkpoint_best.pt")
+    opts = ["-s", SRC, "-t", TGT, "--gen-subset", subset, "--lenpen", f"{lenpen:g}"]
+    cmd, out = recipes.generate(os.path.join(WORK, "data", "bin"), checkpoint, opts, threads)
     # "H-<sentence id>\t<score>\t<hypothesis>", in the order the batches end
     hyps = {int(i[2:]): h for i, _, h in (line.split("\t", 2) for line in out.splitlines() if line.startswith("H-"))}
     tok = [hyps[i] for i in range(len(hyps))]
     detok = [MosesDetokenizer(lang=TGT).detokenize(h.split()) for h in tok]
-    refs = {}
-    for kind, path in (("raw", os.path.join(RAW, f"{'test_2016_flickr' if subset == 'test' else subset}.{TGT}")),
-                       ("tok", os.path.join(WORK, "data", "tok", f"{subset}.{TGT}"))):  # fmt: skip
-        with open(path, encoding="utf-8") as f:
-            refs[kind] = [line.rstrip("\n") for line in f]
-    if len(refs["raw"]) != len(detok):
-        raise RuntimeError(f"{subset}: {len(detok)} hypotheses for {len(refs['raw'])} references")
+    raw = read_lines(os.path.join(RAW, f"{'test_2016_flickr' if subset == 'test' else subset}.{TGT}"))
+    tok_refs = read_lines(os.path.join(WORK, "data", "tok", f"{subset}.{TGT}"))
+    if len(raw) != len(detok):
+        raise RuntimeError(f"{subset}: {len(detok)} hypotheses for {len(raw)} references")
     bleu, lc = sacrebleu.metrics.BLEU(), sacrebleu.metrics.BLEU(tokenize="none", lowercase=True)
-    return (
-        cmd,
-        detok,
-        {
-            "sacrebleu": round(bleu.corpus_score(detok, [refs["raw"]]).score, 2),
-            "sacrebleu_signature": str(bleu.get_signature()),
-            "bleu_tok_lc": round(lc.corpus_score(tok, [refs["tok"]]).score, 2),
-            "chrf": round(sacrebleu.metrics.CHRF().corpus_score(detok, [refs["raw"]]).score, 2),
-        },
-    )
+    scores = {"sacrebleu": bleu.corpus_score(detok, [raw]).score, "sacrebleu_signature": str(bleu.get_signature())}
+    scores.update(bleu_tok_lc=lc.corpus_score(tok, [tok_refs]).score)
+    scores.update(chrf=sacrebleu.metrics.CHRF().corpus_score(detok, [raw]).score)
+    return cmd, detok, {k: round(v, 2) if isinstance(v, float) else v for k, v in scores.items()}
 
 
 def evaluate(pair: str, side: str, lr: float, threads: int) -> dict:
@@ -220,15 +199,14 @@ def machine() -> str:
         import torch
 
         return f"{torch.cuda.get_device_name()}, GPU"
-    with open("/proc/cpuinfo" if os.path.isfile("/proc/cpuinfo") else os.devnull) as f:
-        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-    return f"{cpu}, {os.cpu_count()} cores, CPU"
+    from benchmarks.report import cpu_name
+
+    return f"{cpu_name()}, {os.cpu_count()} cores, CPU"
 
 
 def side(pair: str, which: str, threads: int, parallel_sweep: bool = False, train_hours=None, seed: int = 1) -> None:
     """Seed 1: sweep, converge, evaluate; another seed: converge and evaluate at seed 1's rate."""
-    if not os.path.isdir(data_bin()):
-        sys.exit(f"{data_bin()}: no prepared data; run `python {sys.argv[0]} prepare` first")
+    recipes.need(os.path.join(WORK, "data", "bin"))
     deadline = None if train_hours is None else time.time() + train_hours * 3600
     lr = sweep(pair, which, threads, parallel_sweep, train=seed == 1)
     converge(pair, run_name(which, seed), lr, threads, deadline)
@@ -252,9 +230,8 @@ def progress(pairs) -> None:
                 best = f", best {row['best_loss']:.3f} at epoch {row['best_epoch']}" if row["curve"] else ""
                 parts.append(f"lr {report.fmt(row['lr'], 'g')}, epoch {row['epochs']}{best}, {row['ending']}")
                 if row["eval"] and row["eval"].get("best_valid_loss") == row["best_loss"]:
-                    parts.append(
-                        f"test sacreBLEU {row['eval']['test']['sacrebleu']}, chrF {row['eval']['test']['chrf']}"
-                    )
+                    test = row["eval"]["test"]
+                    parts.append(f"test sacreBLEU {test['sacrebleu']}, chrF {test['chrf']}")
             if parts:
                 print(f"{pair}/{name}: " + "; ".join(parts), flush=True)
 

@@ -22,19 +22,17 @@ import argparse
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import recipes  # noqa: E402
-from recipes import ROOT, write_between  # noqa: E402
+from recipes import ROOT, USER_DIR, markdown, write_between  # noqa: E402
 
 from fairseq_dense.logs import parse_log  # noqa: E402
 
 WORK = os.environ.get("WT_ABLATION_WORK", os.path.join(ROOT, "wt-ablation-work"))
 LOGS = os.path.join(HERE, "ablation-logs")
-DEVICE = os.environ.get("DEVICE", "cpu")
 RATES = (1e-3, 3e-3, 6e-3)
 MAX_RATE = 2.4e-2  # the sweep doubles past the grid while the largest rate tried is the best
 SWEEP_UPDATES, UPDATES, SEEDS = 500, 1500, (1, 2)
@@ -64,37 +62,27 @@ WT = [
 # last 10% of the updates (the paper's shape); the main group peaks at the swept rate
 GROUPED = {"wt_grouped_schedule"}
 
+M1 = ["--encoder-branches", "1", "--decoder-branches", "1"]
+# the branches drawn and dropped as the Transformer's (at M = 1 the Transformer itself)
+LIKE = ["--branch-init", "transformer", "--branch-residual-dropout", "outputs"]
+FIXED = ["--fixed-kappa", "--fixed-alpha"]  # Table 3: both fixed to 1
+
 VARIANTS = {
     "transformer": ["--arch", "transformer", *SHAPE],
     "wt": WT,  # M = 4 (one head per branch), decoder self-attention plain, encoder-decoder branched
-    "wt_m1": [*WT, "--encoder-branches", "1", "--decoder-branches", "1"],
+    "wt_m1": [*WT, *M1],
     "wt_transformer_init": [*WT, "--branch-init", "transformer"],  # branch matrices drawn as the Transformer's
     # residual dropout on each branch's output (the Transformer's placement), not on the heads
     "wt_output_dropout": [*WT, "--branch-residual-dropout", "outputs"],
-    # both: the branches drawn and dropped as the Transformer's (at M = 1 the Transformer itself)
-    "wt_transformer_like": [*WT, "--branch-init", "transformer", "--branch-residual-dropout", "outputs"],
-    "wt_m1_transformer_like": [
-        *WT,
-        *("--encoder-branches", "1", "--decoder-branches", "1"),
-        *("--branch-init", "transformer", "--branch-residual-dropout", "outputs"),
-    ],
+    "wt_transformer_like": [*WT, *LIKE],
+    "wt_m1_transformer_like": [*WT, *M1, *LIKE],
     # today's defaults with the decoder's branches in its self-attention (not the encoder-decoder attention)
-    "wt_transformer_like_plain_cross_attn": [
-        *WT,
-        *("--branch-init", "transformer", "--branch-residual-dropout", "outputs", "--decoder-plain-cross-attn"),
-    ],
+    "wt_transformer_like_plain_cross_attn": [*WT, *LIKE, "--decoder-plain-cross-attn"],
     # its M = 1 control: the Transformer with the decoder's FFN before its encoder-decoder attention
-    "wt_m1_transformer_like_plain_cross_attn": [
-        *WT,
-        *("--encoder-branches", "1", "--decoder-branches", "1"),
-        *("--branch-init", "transformer", "--branch-residual-dropout", "outputs", "--decoder-plain-cross-attn"),
-    ],
-    "wt_fixed_weights": [*WT, "--fixed-kappa", "--fixed-alpha"],  # Table 3: both fixed to 1
+    "wt_m1_transformer_like_plain_cross_attn": [*WT, *M1, *LIKE, "--decoder-plain-cross-attn"],
+    "wt_fixed_weights": [*WT, *FIXED],
     # today's defaults with both fixed to 1: does learning kappa / alpha cost with them too?
-    "wt_transformer_like_fixed_weights": [
-        *WT,
-        *("--branch-init", "transformer", "--branch-residual-dropout", "outputs", "--fixed-kappa", "--fixed-alpha"),
-    ],
+    "wt_transformer_like_fixed_weights": [*WT, *LIKE, *FIXED],
     "wt_branched_self_attn": [*WT, "--decoder-branched-self-attn"],
     "wt_plain_cross_attn": [*WT, "--decoder-plain-cross-attn"],
     "wt_grouped_schedule": WT,
@@ -117,8 +105,8 @@ def command(variant: str, lr: float, seed: int, updates: int, save: str):
     else:
         sched = "--lr-scheduler inverse_sqrt --warmup-updates 100 --warmup-init-lr 1e-4".split()
     return [
-        *("fairseq-train", data_bin(), "--user-dir", os.path.join(ROOT, "user_dir"), *VARIANTS[variant]),
-        *("--task", "translation_weighted", "-s", "de", "-t", "en", *(["--cpu"] if DEVICE == "cpu" else [])),
+        *("fairseq-train", data_bin(), "--user-dir", USER_DIR, *VARIANTS[variant]),
+        *("--task", "translation_weighted", "-s", "de", "-t", "en", *recipes.device_args()),
         *("--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", f"{lr:g}", *sched, "--clip-norm", "1.0"),
         *"--criterion label_smoothed_cross_entropy_with_stats --label-smoothing 0.1 --max-tokens 2048".split(),
         *("--max-update", str(updates), "--validate-interval-updates", "500", "--save-interval-updates", "500"),
@@ -169,20 +157,14 @@ def train(variant: str, lr: float, seed: int, updates: int) -> str:
     return log
 
 
-def bleu(variant: str, lr: float, seed: int) -> float:
+def bleu(variant: str, lr: float, seed: int) -> None:
+    """Score the full run's last checkpoint on the test split into its ``.bleu`` file, once."""
     path = os.path.join(LOGS, variant, f"lr{lr:g}-seed{seed}-{UPDATES}.bleu")
     if not os.path.isfile(path):
         ckpt = os.path.join(WORK, variant, f"lr{lr:g}-seed{seed}-{UPDATES}", "checkpoint_last.pt")
-        cmd = [
-            *("fairseq-generate", data_bin(), "--user-dir", os.path.join(ROOT, "user_dir"), "--path", ckpt),
-            *(["--cpu"] if DEVICE == "cpu" else []),
-            *"--gen-subset test --beam 5 --batch-size 64 --required-batch-size-multiple 1 --remove-bpe".split(),
-        ]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        line = [x for x in out.splitlines() if "BLEU4 =" in x][-1]
+        out = recipes.generate(data_bin(), ckpt, ["--gen-subset", "test"])[1]
         with open(path, "w") as f:
-            f.write(line + "\n")
-    return float(bleu_of(path))
+            f.write([x for x in out.splitlines() if "BLEU4 =" in x][-1] + "\n")
 
 
 def bleu_of(path: str) -> str:
@@ -190,35 +172,22 @@ def bleu_of(path: str) -> str:
     return re.search(r"BLEU4 = ([\d.]+)", open(path).read()).group(1) if os.path.isfile(path) else "-"
 
 
-def sweep(loss_at) -> dict:
-    """``{rate: best validation loss after SWEEP_UPDATES}`` in the order the sweep tries them.
+def sweep(loss_at):
+    """``({rate: best validation loss after SWEEP_UPDATES} in the order tried, whether the sweep is finished)``.
 
     The rates of RATES, then twice the largest while the largest tried is the best (its
     optimum may lie above the grid), up to MAX_RATE. ``loss_at(lr)`` gives one rate's loss
     (training it if need be), or None where it is not there yet: the sweep stops there.
     """
-    losses = {}
-    for lr in RATES:
-        losses[lr] = loss_at(lr)
-        if losses[lr] is None:
-            return {k: v for k, v in losses.items() if v is not None}
-    while doubling_due(losses):
-        lr = 2 * max(losses)
-        losses[lr] = loss_at(lr)
-        if losses[lr] is None:
-            del losses[lr]
-            break
-    return losses
-
-
-def doubling_due(losses: dict) -> bool:
-    """Whether the largest rate tried is the best and twice it is within MAX_RATE."""
-    return min(losses, key=losses.get) == max(losses) and 2 * max(losses) <= MAX_RATE
-
-
-def sweep_finished(losses: dict) -> bool:
-    """Whether ``sweep`` has nothing left to try after ``losses`` (every grid rate, no doubling due)."""
-    return all(lr in losses for lr in RATES) and not doubling_due(losses)
+    losses, todo = {}, list(RATES)
+    while todo:
+        lr = todo.pop(0)
+        if (loss := loss_at(lr)) is None:
+            return losses, False
+        losses[lr] = loss
+        if not todo and min(losses, key=losses.get) == lr and 2 * lr <= MAX_RATE:
+            todo.append(2 * lr)
+    return losses, True
 
 
 def sweep_log_loss(variant: str, lr: float):
@@ -227,26 +196,24 @@ def sweep_log_loss(variant: str, lr: float):
     return min(losses.values()) if losses else None
 
 
-def run(variant: str) -> None:
-    swept = sweep(lambda lr: min(valid_losses(train(variant, lr, 1, SWEEP_UPDATES)).values()))
-    lr = min(swept, key=swept.get)
+def run(variant: str, lr=None) -> None:
+    """The two seeds' full runs of ``variant`` at ``lr`` (None: the rate its sweep chooses), and their scores."""
+    if lr is None:
+        swept = sweep(lambda lr: min(valid_losses(train(variant, lr, 1, SWEEP_UPDATES)).values()))[0]
+        lr = min(swept, key=swept.get)
     for seed in SEEDS:
         train(variant, lr, seed, UPDATES)
         bleu(variant, lr, seed)
 
 
 def report() -> str:
-    rows = [
-        "| variant | sweep (lr -> valid loss @500) | lr | valid loss @500 / 1000 / 1500 (seed 1; seed 2) "
-        "| test BLEU (seed 1; seed 2) | tokens/s |",
-        "|---|---|---|---|---|---|",
-    ]
+    rows = []
     for variant in VARIANTS:
-        losses_by_rate = sweep(lambda lr: sweep_log_loss(variant, lr))
+        losses_by_rate, finished = sweep(lambda lr: sweep_log_loss(variant, lr))
         if not losses_by_rate:
             continue
         swept = ", ".join(f"{k:g} -> {v:.3f}" for k, v in losses_by_rate.items())
-        if not sweep_finished(losses_by_rate):
+        if not finished:
             rows.append(f"| {variant} | {swept} (under way) | - | - | - | - |")
             continue
         lr = min(losses_by_rate, key=losses_by_rate.get)
@@ -255,7 +222,8 @@ def report() -> str:
             rows.append(
                 f"| {variant} at {other:g} (not the sweep's choice) | - | {other:g} | {full_runs(variant, other)} |"
             )
-    return "\n".join(rows)
+    head = "variant | sweep (lr -> valid loss @500) | lr | valid loss @500 / 1000 / 1500 (seed 1; seed 2) | "
+    return markdown(head + "test BLEU (seed 1; seed 2) | tokens/s", rows)
 
 
 def full_runs(variant: str, lr: float) -> str:
@@ -294,19 +262,14 @@ def main() -> None:
         from fairseq_dense.data.prepare import main as prepare
 
         prepare(["--corpus", "tatoeba-deu-eng", "--dest", os.path.join(WORK, "data")])
-    elif args.cmd == "run":
-        if not os.path.isdir(data_bin()):
-            sys.exit(f"{data_bin()}: no prepared data; run `python {sys.argv[0]} prepare` first")
-        for variant in args.variants or VARIANTS:
-            run(variant)
-    elif args.cmd == "at":
-        for seed in SEEDS:
-            train(args.variant, args.lr, seed, UPDATES)
-            bleu(args.variant, args.lr, seed)
+    elif args.cmd in ("run", "at"):
+        recipes.need(data_bin())
+        for variant in [args.variant] if args.cmd == "at" else args.variants or VARIANTS:
+            run(variant, getattr(args, "lr", None))
     else:
         table = report()
-        for path in (os.path.join(ROOT, "docs", "weighted_transformer.md"), os.path.join(HERE, "RESULTS.md")):
-            if args.write:  # between the ablation markers of the docs page and of the family's RESULTS.md
+        if args.write:  # between the ablation markers of the docs page and of the family's RESULTS.md
+            for path in (os.path.join(ROOT, "docs", "weighted_transformer.md"), os.path.join(HERE, "RESULTS.md")):
                 write_between(path, "wt-ablation", table)
         print(table)
 

@@ -10,13 +10,16 @@ installs::
 """
 
 import argparse
-import time
+import os
+import sys
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fairseq_dense.modules.branched_attention import BranchedAttention
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from benchmarks.measure import timed_rounds  # noqa: E402
+from fairseq_dense.modules.branched_attention import BranchedAttention  # noqa: E402
 
 
 class TransformerLayer(nn.Module):
@@ -40,22 +43,9 @@ class TransformerLayer(nn.Module):
         return self.ln2(x + F.dropout(f, self.p, self.training))
 
 
-def bench(module, x, iters, device):
-    def step():
-        out = module(x)
-        out = out[0] if isinstance(out, tuple) else out
-        out.float().square().mean().backward()
-
-    for _ in range(3):
-        step()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(iters):
-        step()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return (time.perf_counter() - t) / iters
+def step(module, x, _):
+    out = module(x)
+    (out[0] if isinstance(out, tuple) else out).float().square().mean().backward()
 
 
 def main():
@@ -69,6 +59,7 @@ def main():
     ap.add_argument("--len", type=int, default=64)
     ap.add_argument("--dropout", type=float, default=0.1)
     ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[a.dtype]
     torch.manual_seed(0)
@@ -76,15 +67,16 @@ def main():
     tf = TransformerLayer(a.dim, a.heads, a.ffn, a.dropout).to(a.device, dtype).train()
     x = torch.randn(a.len, a.batch, a.dim, device=a.device, dtype=dtype, requires_grad=True)
     n_wt, n_tf = (sum(p.numel() for p in m.parameters()) for m in (wt, tf))
-    res = {}
-    for rnd in range(2):  # interleaved, best of two
-        for name, m in (("transformer", tf), ("weighted", wt)):
-            res[name] = min(res.get(name, 1e9), bench(m, x, a.iters, a.device))
-    tokens = a.batch * a.len
-    for name in res:
-        print(f"{name:12s} {1e3 * res[name]:8.3f} ms/step  {tokens / res[name]:12.0f} tokens/s")
+    for module in (wt, tf):  # warm-up
+        for _ in range(3):
+            step(module, x, 0)
+    # the two take turns on the same input, the order reversed every other round
+    res = timed_rounds({"ours": wt, "baseline": tf}, [x] * a.iters, a.rounds, step, a.device)
+    for name, side in (("transformer", "baseline"), ("weighted", "ours")):
+        best = min(r[f"{side}_s"] for r in res["rounds"]) / a.iters
+        print(f"{name:12s} {1e3 * best:8.3f} ms/step  {a.batch * a.len / best:12.0f} tokens/s")
     print(f"params: transformer {n_tf}, weighted {n_wt} (+{n_wt - n_tf})")
-    print(f"throughput ratio weighted/transformer: {res['transformer'] / res['weighted']:.3f}")
+    print(f"throughput ratio weighted/transformer (median of the rounds): {res['ratio']:.3f}")
 
 
 if __name__ == "__main__":

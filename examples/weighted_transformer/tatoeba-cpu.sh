@@ -15,21 +15,11 @@
 #       # a conventional peak learning rate instead of the paper's d_model^-0.5 scale
 #       # (the kappa/alpha group keeps the paper's ratio to the main rate)
 set -euo pipefail
-RAW=${RAW:-../shared/data/tatoeba-deu-eng}
-DATA=${DATA:-data/tatoeba-deu-eng}
 OUT=${OUT:-checkpoints/weighted-tatoeba}
 MAX_UPDATE=${MAX_UPDATE:-3000}
 ARCHS=${ARCHS:-"weighted_transformer transformer"}
-USER_DIR=${USER_DIR:-$(python -c 'import fairseq_dense, os; print(os.path.dirname(fairseq_dense.__file__))')}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-# DEVICE=cuda trains and decodes on the GPU (float32; add --amp for float16 autocast)
-DEVICE=${DEVICE:-cpu}
-DEV=(); [ "$DEVICE" = cpu ] && DEV=(--cpu)
-
-[ -f "$DATA/bin/dict.en.txt" ] || \
-    fairseq-dense-prepare --raw "$RAW" --src de --tgt en --dest "$DATA" --bpe-merges 10000
-SRC=$(ls "$DATA/bin" | sed -n 's/^train\.\([a-z]*\)-\([a-z]*\)\.\1\.idx$/\1/p' | head -1)
-TGT=$(ls "$DATA/bin" | sed -n 's/^train\.\([a-z]*\)-\([a-z]*\)\.\1\.idx$/\2/p' | head -1)
+# shellcheck source=examples/tatoeba.sh
+source "$(dirname "$0")/../tatoeba.sh"
 
 # schedule scaled to the budget: main warm-up MAX_UPDATE/8, branch warm-up a tenth of it,
 # kappa/alpha frozen for the last 10% (the paper: 4000, 400, 10k of 60k updates)
@@ -71,10 +61,7 @@ for ARCH in $ARCHS; do
         --save-interval-updates 250 --keep-interval-updates 20 --no-epoch-checkpoints \
         --seed 1 --save-dir "$SAVE" --log-format simple --log-interval 50 \
         "$@" 2>&1 | tee "$SAVE.train.log" | grep -E "valid on|done training"
-    fairseq-generate "$DATA/bin" --user-dir "$USER_DIR" --path "$SAVE/checkpoint_last.pt" -s "$SRC" -t "$TGT" \
-        "${DEV[@]}" --beam 5 --batch-size 128 --required-batch-size-multiple 1 --remove-bpe --gen-subset test \
-        > "$SAVE.test.txt" 2>&1
-    echo "$ARCH: $(grep -c '^H-' "$SAVE.test.txt") test sentences; $(tail -1 "$SAVE.test.txt")"
+    decode_test "$ARCH" "$SAVE"
     if [ "$ARCH" != transformer ]; then
         shopt -s nullglob
         python -m fairseq_dense.cli.dump_branch_weights "$SAVE"/checkpoint_*_*.pt "$SAVE/checkpoint_last.pt" \
