@@ -1,12 +1,10 @@
 """fairseq-dense: dense and deep NMT architectures as a fairseq plugin.
 
-Importing this package (directly, or through ``--user-dir``) registers every model,
-architecture, criterion, LR scheduler and task with fairseq's registries, and does
-nothing else: the program's warnings filters, loggers, ``sys.excepthook`` and exit handlers
-stay as they were (importing fairseq changes the root logger; that is undone). One exception:
-torch's safe loader is allowed ``argparse.Namespace`` (see below). This file is the registration
-list: every module is imported explicitly.
-``FAIRSEQ_DENSE_CLI=1`` asks for more in fairseq's command-line tools
+Importing this package (directly, or through ``--user-dir``) registers every model, architecture, criterion, LR
+scheduler and task with fairseq's registries, and does nothing else: the program's warnings filters, loggers,
+``sys.excepthook`` and exit handlers stay as they were (importing fairseq changes the root logger; that is undone). One
+exception: torch's safe loader is allowed ``argparse.Namespace`` (see below). This file is the registration list: every
+module is imported explicitly. ``FAIRSEQ_DENSE_CLI=1`` asks for more in fairseq's command-line tools
 (:mod:`fairseq_dense.cli.fairseq_tools`).
 """
 

@@ -1,11 +1,10 @@
-"""fairseq's built-in counterpart of each plugin family, matched in parameters.
+"""fairseq's built-in counterpart of each plugin family, matched in parameters (the quick-start's ``--baseline``
+and the benchmark harness pair models here).
 
-Every model registered by a module of :mod:`fairseq_dense` is a family, paired with a
-fairseq built-in (``BASELINES``; ``lstm`` when not listed) whose width is bisected until
-its parameter count is the closest to ours on the same dictionaries. The counterpart takes
-ours' depth, dropout rates and (``lstm``) embedding layout, so that equal parameters also
-means comparable work and regularisation. The quick-start (``--baseline``) and the
-benchmark harness both pair models here.
+Every model registered by a module of :mod:`fairseq_dense` is a family, paired with a fairseq built-in
+(``BASELINES``; ``lstm`` when not listed) whose width is bisected until its parameter count is the closest to
+ours on the same dictionaries. It takes ours' depth, dropout rates and (``lstm``) embedding layout, so that equal
+parameters also means comparable work and regularisation.
 """
 
 import logging
@@ -39,23 +38,16 @@ def flags(**options) -> List[str]:
 
 
 def same_dropout(ours_cfg, keys=("dropout",)) -> List[str]:
-    """Ours' dropout rates as the counterpart's arguments.
-
-    fairseq's built-ins default to 0.1 (``lstm``, ``fconv``) and no attention dropout
-    (``transformer``); the rate also picks the kernel (CPU flash attention has no
-    dropout), so unequal rates would bias both the speed and the loss comparison.
-    """
+    """Ours' dropout rates as the counterpart's arguments: fairseq's built-ins default to 0.1 (``lstm``, ``fconv``)
+    and no attention dropout (``transformer``), and the rate also picks the kernel (CPU flash attention has no
+    dropout), so unequal rates would bias both the speed and the loss comparison."""
     rates = {key: safe_getattr(ours_cfg, key) for key in keys}
     return flags(**{k: float(v) for k, v in rates.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
 
 
 def same_embeddings(ours_cfg, width: int) -> List[str]:
-    """Ours' embedding sizes and softmax sharing as ``lstm`` arguments.
-
-    The width then buys recurrent weights only: with wide untied tables the same
-    parameter count held far fewer recurrent weights (DenseRNN did 1.38x the FLOPs per
-    token of such a baseline). Sizes ours lacks fall back to the width.
-    """
+    """Ours' embedding sizes (else the width) and softmax sharing as ``lstm`` arguments: the width then buys
+    recurrent weights only (with wide untied tables, DenseRNN did 1.38x the FLOPs per token of such a baseline)."""
 
     def dim(key):
         value = safe_getattr(ours_cfg, key)
@@ -131,12 +123,8 @@ def count_params(model) -> int:
 def match_baseline(
     data_bin: str, family: str, ours_args: List[str], tolerance: float = 0.10, param_ratio: float = 1.0
 ) -> Tuple[Dict, object, object]:
-    """The counterpart width whose parameter count is closest to ``param_ratio`` x ours.
-
-    Returns:
-        ``(pairing, ours_model, baseline_model)``; ``pairing`` holds ``baseline_args``,
-        ``ours_params``, ``baseline_params``, ``baseline_width``, ``param_gap``.
-    """
+    """``(pairing, ours_model, baseline_model)`` for the counterpart width whose parameter count is closest to
+    ``param_ratio`` x ours; ``pairing``: ``baseline_args``, ``baseline_width``, ``param_gap`` and both counts."""
     ours_model, ours_cfg = build_in_process(data_bin, ours_args)
     target = round(count_params(ours_model) * param_ratio)
     make_args, step = BASELINE_TEMPLATES[BASELINES.get(family, "lstm")]

@@ -1,8 +1,8 @@
 """fairseq checkpoint files, in one place: their names, the one reader, last-N selection, averaging.
 
-Used by the restart checks, ``fairseq-dense-export``, ``fairseq-dense-average`` and the quick-start.
-Files are read with torch's safe ``weights_only`` loader only, and written to ``<name>.tmp`` and
-renamed into place (a kill leaves the old file or the new one).
+Used by the restart checks, ``fairseq-dense-export``, ``fairseq-dense-average`` and the quick-start. Files are read with
+torch's safe ``weights_only`` loader only, and written to ``<name>.tmp`` and renamed into place (a kill leaves the old
+file or the new one).
 """
 
 import argparse
@@ -14,7 +14,7 @@ import re
 import shutil
 import zipfile
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 import torch
 
@@ -55,12 +55,8 @@ class CheckpointError(FairseqDenseError, ValueError):
 
 
 def read_state(path: str, mmap: bool = False) -> dict:
-    """The state a fairseq checkpoint holds, read with torch's ``weights_only`` loader on the CPU
-    (``mmap``: tensors memory-mapped, not read until used; zip checkpoints only).
-
-    Raises:
-        CheckpointError: one line naming ``path`` and why it cannot be read.
-    """
+    """The state a fairseq checkpoint holds, read with torch's ``weights_only`` loader on the CPU (``mmap``: tensors
+    memory-mapped, not read until used); a :class:`CheckpointError` names ``path`` and why it cannot be read."""
     if not os.path.isfile(path):
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:
@@ -143,14 +139,9 @@ def checkpoint_paths(save_dir: str) -> List[str]:
 
 
 def last_checkpoints(directory: str, n: int, by_updates: bool, upper_bound: Optional[int] = None) -> List[str]:
-    """The ``n`` checkpoints of ``directory`` with the most updates (or latest epochs), oldest first.
-
-    ``by_updates``: ``checkpoint_<epoch>_<updates>.pt`` (``--save-interval-updates``) instead of
-    ``checkpoint<epoch>.pt``; ``upper_bound``: ignore checkpoints after this update (or epoch).
-
-    Raises:
-        CheckpointError: ``directory`` holds fewer than ``n`` such files.
-    """
+    """The ``n`` checkpoints of ``directory`` with the most updates (or latest epochs), oldest first (fewer: a
+    :class:`CheckpointError`). ``by_updates``: ``checkpoint_<epoch>_<updates>.pt`` instead of ``checkpoint<epoch>.pt``;
+    ``upper_bound``: ignore checkpoints after this update (or epoch)."""
     from fairseq.checkpoint_utils import checkpoint_paths as numbered  # most updates (or latest epoch) first
 
     pattern = r"checkpoint_\d+_(\d+)\.pt" if by_updates else r"checkpoint(\d+)\.pt"
@@ -163,13 +154,9 @@ def last_checkpoints(directory: str, n: int, by_updates: bool, upper_bound: Opti
 
 
 def average_models(models: Sequence[Dict[str, torch.Tensor]], paths: Sequence[str]) -> Dict[str, torch.Tensor]:
-    """The element-wise mean of the ``"model"`` state dicts of one training run's checkpoints: floats summed
-    in float64 and rounded once to their dtype, other tensors floor-divided (as fairseq's
-    ``scripts/average_checkpoints.py``).
-
-    Raises:
-        CheckpointError: the checkpoints hold other parameter names or shapes.
-    """
+    """The element-wise mean of the ``"model"`` state dicts of one training run's checkpoints (other names or shapes:
+    a :class:`CheckpointError`): floats summed in float64 and rounded once to their dtype, other tensors
+    floor-divided (as fairseq's ``scripts/average_checkpoints.py``)."""
     if not models:
         raise CheckpointError("no checkpoints to average")
     reference, ref_path = models[-1], paths[-1]
@@ -203,14 +190,13 @@ def average_checkpoints(paths: Sequence[str]) -> dict:
     return state
 
 
-def atomic_copy(source: str, dest: str, times: Optional[os.stat_result] = None) -> None:
-    """Copy ``source`` over ``dest`` so that ``dest`` is at all times the old or the new file (a failed copy
-    leaves no temporary file); ``times``: give the copy these access and modification times."""
+@contextlib.contextmanager
+def replacing(dest: str) -> Iterator[str]:
+    """The name ``<dest>.tmp`` to write, renamed over ``dest`` when the block succeeds and removed when it fails:
+    ``dest`` is at all times the old file or the new one (every atomic file write of the project)."""
     tmp = dest + TMP_SUFFIX
     try:
-        shutil.copyfile(source, tmp)
-        if times is not None:
-            os.utime(tmp, ns=(times.st_atime_ns, times.st_mtime_ns))
+        yield tmp
         os.replace(tmp, dest)
     except BaseException:
         if os.path.lexists(tmp):
@@ -218,8 +204,15 @@ def atomic_copy(source: str, dest: str, times: Optional[os.stat_result] = None) 
         raise
 
 
+def atomic_copy(source: str, dest: str, times: Optional[os.stat_result] = None) -> None:
+    """Copy ``source`` over ``dest`` (:func:`replacing`); ``times``: the copy's access and modification times."""
+    with replacing(dest) as tmp:
+        shutil.copyfile(source, tmp)
+        if times is not None:
+            os.utime(tmp, ns=(times.st_atime_ns, times.st_mtime_ns))
+
+
 def atomic_save(state: dict, dest: str) -> None:
-    """``torch.save(state)`` to ``dest`` through ``<dest>.tmp`` and a rename (never a half-written file)."""
-    tmp = dest + TMP_SUFFIX
-    torch.save(state, tmp)
-    os.replace(tmp, dest)
+    """``torch.save(state)`` to ``dest`` (:func:`replacing`)."""
+    with replacing(dest) as tmp:
+        torch.save(state, tmp)

@@ -1,9 +1,8 @@
 """Every reach of fairseq-dense into fairseq's internals, each beside the behaviour of fairseq-fixed 0.12.3.1 it needs.
 
-fairseq offers plugins registries, config dataclasses and task/model hooks; what they do not reach is
-reached here and nowhere else. Each reach checks its assumption where it runs and raises
-:class:`FairseqInternalsChanged` naming it when fairseq differs (never a silent no-op);
-``tests/test_fairseq_internals.py`` checks every one against the installed fairseq.
+fairseq offers plugins registries, config dataclasses and task/model hooks; what they do not reach is reached here and
+nowhere else. Each reach checks its assumption where it runs and raises :class:`FairseqInternalsChanged` naming it when
+fairseq differs (never a silent no-op); ``tests/test_fairseq_internals.py`` checks each against the installed fairseq.
 """
 
 import atexit
@@ -168,11 +167,7 @@ def parked(thread) -> bool:
         raise FairseqInternalsChanged("a fairseq prefetch thread has no _queue.not_full._waiters") from None
 
 
-#: the longest wait of :func:`quiesce_prefetch_threads` at exit, in seconds
-WAIT_SECONDS = 30.0
-
-
-def quiesce_prefetch_threads(timeout: float = WAIT_SECONDS, threads: Optional[list] = None) -> bool:
+def quiesce_prefetch_threads(timeout: float = 30.0, threads: Optional[list] = None) -> bool:
     """Wait until fairseq's prefetch threads (default: all) are done or parked; True when they are.
 
     fairseq's daemon ``BackgroundConsumer`` fills a queue of batches. When ``fairseq-train`` ends while it

@@ -1,13 +1,12 @@
 """Logging set-up of the project's own programs: the console scripts, benchmark and example scripts.
 
-fairseq and the libraries under it print notices the user cannot act on (a speech task's optional
-package, hydra's and torch's deprecation notices about fairseq's calls, ``pin_memory`` without a GPU),
-and fairseq logs its whole configuration at INFO. ``import fairseq_dense`` changes none of the program's
-logging or warnings settings: it only undoes what importing fairseq does to them (:func:`importing_fairseq`:
-the root logger as it was, the import's notices kept in :data:`HELD`). A program of ours calls
-:func:`configure_logging` in its ``main``: it hides :data:`NOISE_WARNINGS` and keeps :data:`QUIET_LOGGERS` at
-WARNING; ``-v`` / ``--verbose`` or ``FAIRSEQ_DENSE_VERBOSE=1`` shows everything. Another program that wants
-the same quiet calls :func:`hide_noise` itself.
+fairseq and the libraries under it print notices the user cannot act on (a speech task's optional package, hydra's and
+torch's deprecation notices about fairseq's calls, ``pin_memory`` without a GPU), and fairseq logs its whole
+configuration at INFO. ``import fairseq_dense`` changes none of the program's logging or warnings settings: it only
+undoes what importing fairseq does to them (:func:`importing_fairseq`: the root logger as it was, the import's notices
+kept in :data:`HELD`). A program of ours calls :func:`configure_logging` in its ``main``: it hides
+:data:`NOISE_WARNINGS` and keeps :data:`QUIET_LOGGERS` at WARNING; ``-v`` / ``--verbose`` or ``FAIRSEQ_DENSE_VERBOSE=1``
+shows everything. Another program that wants the same quiet calls :func:`hide_noise` itself.
 """
 
 import argparse
@@ -42,13 +41,8 @@ def verbose_from_env() -> bool:
 
 def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
     """Add ``-v/--verbose`` (show fairseq's and torch's warnings) to an entry point's parser."""
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        default=verbose_from_env(),
-        help=f"also show fairseq's and torch's warnings and notices (or set {VERBOSE_ENV}=1)",
-    )
+    text = f"also show fairseq's and torch's warnings and notices (or set {VERBOSE_ENV}=1)"
+    parser.add_argument("-v", "--verbose", action="store_true", default=verbose_from_env(), help=text)
 
 
 #: the records of :data:`NOISE_LOGGERS` held back while this package imported fairseq (:func:`show_noise` prints them)
@@ -91,15 +85,8 @@ def hide_noise() -> None:
         warnings.filterwarnings("ignore", message=message, category=category)
 
 
-def quiet_loggers(quiet: bool = True) -> None:
-    """Keep :data:`QUIET_LOGGERS` at WARNING (``quiet``), or give them back the root's level."""
-    for name in QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.WARNING if quiet else logging.NOTSET)
-
-
 def show_noise() -> None:
-    """Undo :func:`hide_noise` and :func:`quiet_loggers` (``-v``) and print the records held back so far."""
-    quiet_loggers(False)
+    """Undo :func:`hide_noise` (``-v``) and print the records held back so far."""
     hidden = set(NOISE_WARNINGS)
     warnings.filters[:] = [
         f for f in warnings.filters if not (f[0] == "ignore" and f[1] is not None and (f[2], f[1].pattern) in hidden)
@@ -114,13 +101,13 @@ def configure_logging(fmt: str, datefmt: Optional[str] = None, verbose: Optional
     unless ``verbose`` (``None``: as ``FAIRSEQ_DENSE_VERBOSE`` says). ``force=True``: fairseq's own
     root configuration would make ``basicConfig`` a no-op."""
     logging.basicConfig(level=logging.INFO, format=fmt, datefmt=datefmt, force=True)
-    if verbose is None:
-        verbose = verbose_from_env()
+    verbose = verbose_from_env() if verbose is None else verbose
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.WARNING)
     if verbose:
         show_noise()
     else:
         hide_noise()
-        quiet_loggers()
 
 
 def matches_noise(message: str) -> bool:

@@ -72,16 +72,9 @@ def parse_line(line: str) -> Tuple[Optional[str], Dict, Optional[datetime]]:
 
 
 def parse_log(path: str) -> Dict[str, List[Dict]]:
-    """Parse a fairseq log (``--log-format json``, or ``simple`` as the recipes in ``examples/`` write).
-
-    Returns:
-        ``{"train_inner": [...], "train": [...], "valid": [...]}``, each a list of the
-        :func:`parse_line` statistics with ``t``: seconds since the first timestamped line of
-        the log (``None`` for untimed lines).
-
-    Raises:
-        FileNotFoundError: if ``path`` does not exist.
-    """
+    """``{"train_inner": [...], "train": [...], "valid": [...]}`` of a fairseq log (``--log-format json`` or
+    ``simple``): the :func:`parse_line` statistics with ``t``, seconds since the log's first timestamped line
+    (``None`` for untimed lines). A missing file is a ``FileNotFoundError``."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: log file not found")
     out: Dict[str, List[Dict]] = {tag: [] for tag in TAGS}

@@ -1,22 +1,13 @@
 """A save folder that survives a kill at any moment: checked where a training starts and after every save.
 
-fairseq's ``checkpoint_utils.save_checkpoint`` writes the first file due (an epoch or
-interval checkpoint, else ``checkpoint_best.pt`` or ``checkpoint_last.pt``) atomically
-(``<name>.tmp``, then a rename) and then *copies* it to the other names due
-(``PathManager.copy``, not atomic), best before last. A kill can leave a partial
-``<name>.tmp``, a cut copy (a prefix of its intact source), or a finished first file
-beside older copies. A moment of full disk can leave a "saved" file that does not load
-(fairseq retries ``torch.save`` into the same open file). A checkpoint counts only if it loads.
-
-The copies cannot be made atomic from a plugin: they run inside ``save_checkpoint``
-between the first write and its return, with no hook, registry or option between them
-(the task's ``post_save`` comes after). So :func:`start_training` (where ``fairseq-train``
-is about to load ``checkpoint_last.pt``, never when a model is built) locks the folder, makes its
-files its own (:func:`~fairseq_dense.save_lock.own_files`), undoes each of these and trusts no archive
-that fails its CRC check (:func:`recover_at_restart`), ends a run that already finished and says when
-the command or data differ from the checkpoint's (:mod:`fairseq_dense.trajectory`);
-:func:`check_after_save` stops a run whose save does not load. Every file is replaced
-atomically, so a kill during a repair is repaired at the next restart (docs/reliability.md).
+fairseq's ``checkpoint_utils.save_checkpoint`` writes the first file due atomically (``<name>.tmp``, then a
+rename) and then *copies* it to the other names due (``PathManager.copy``, not atomic), best before last, with
+no hook between (the task's ``post_save`` comes after). A kill can leave a partial ``<name>.tmp``, a cut copy
+(a prefix of its intact source), or a finished first file beside older copies; a moment of full disk, a
+"saved" file that does not load (fairseq retries ``torch.save`` into the same open file). So
+:func:`start_training` undoes each of these before ``fairseq-train`` loads ``checkpoint_last.pt``, and
+:func:`check_after_save` stops a run whose save does not load. Every repair replaces a file atomically: a
+kill during one is repaired at the next restart (docs/reliability.md).
 """
 
 import collections
@@ -24,7 +15,7 @@ import glob
 import logging
 import os
 import shutil
-from typing import Dict, Iterable, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from fairseq_dense.checkpoints import (
     BEST,
@@ -75,8 +66,7 @@ def _newest(infos: Iterable[CheckpointInfo]) -> Optional[CheckpointInfo]:
 
 
 def newest_loadable_checkpoint(save_dir: str, exclude: str = LAST) -> Optional[Tuple[str, int]]:
-    """``(path, updates)`` of the ``checkpoint*.pt`` of ``save_dir`` (but ``exclude``) with the most
-    updates among those that load; None if none loads."""
+    """``(path, updates)`` of the ``checkpoint*.pt`` of ``save_dir`` but ``exclude`` that loads with most updates."""
     infos = (read_info(p) for p in checkpoint_paths(save_dir) if os.path.basename(p) != exclude)
     found = _newest(i for i in infos if i is not None)
     return None if found is None else (found.path, found.num_updates)
@@ -97,16 +87,6 @@ def unreadable_message(path: str) -> str:
     )
 
 
-def _same_prefix(path: str, source: str, size: int) -> bool:
-    with open(path, "rb") as a, open(source, "rb") as b:
-        while size > 0:
-            chunk = a.read(min(_CHUNK, size))
-            if not chunk or b.read(len(chunk)) != chunk:
-                return False
-            size -= len(chunk)
-    return True
-
-
 def copy_source(path: str, candidates: Iterable[CheckpointInfo]) -> Optional[CheckpointInfo]:
     """The intact checkpoint that the cut file ``path`` is a partial copy of: the latest written candidate
     that is longer, not newer than ``path`` and starts with its bytes (its source was finished first)."""
@@ -120,7 +100,10 @@ def copy_source(path: str, candidates: Iterable[CheckpointInfo]) -> Optional[Che
         reverse=True,
     ):
         try:
-            if _same_prefix(path, c.path, st.st_size):
+            with open(path, "rb") as a, open(c.path, "rb") as b:
+                while (chunk := a.read(_CHUNK)) and b.read(len(chunk)) == chunk:
+                    pass
+            if not chunk:  # every byte of path matched
                 return c
         except OSError:
             continue
@@ -134,8 +117,7 @@ def _copy_over(source: CheckpointInfo, dest: str) -> CheckpointInfo:
 
 
 def _tidy(save_dir: str, partial: bool = True) -> None:
-    """Delete each ``<name>.unreadable`` whose ``<name>`` loads again and (``partial``) the
-    ``checkpoint*.pt.tmp`` of writes a kill cut short (a finished write is renamed at once)."""
+    """Delete each ``<name>.unreadable`` whose ``<name>`` loads again and (``partial``) each ``checkpoint*.pt.tmp``."""
     pattern = os.path.join(glob.escape(save_dir), "checkpoint*.pt")
     for tmp in sorted(glob.glob(pattern + TMP_SUFFIX)) if partial else ():
         size = os.path.getsize(tmp)
@@ -170,8 +152,8 @@ def repair_or_set_aside(path: str, candidates: Iterable[CheckpointInfo]) -> Opti
 
 
 def _trusted(infos: Dict[str, Optional[CheckpointInfo]]):
-    """A check that a checkpoint's archive passes its CRC check, once per file; a file that fails is dropped from
-    ``infos`` and (but ``checkpoint_last.pt``, which :func:`_settle_last` keeps aside) renamed ``<name>.unreadable``."""
+    """A check, once per file, that a checkpoint's archive passes its CRC check; a file that fails leaves ``infos``
+    and (but ``checkpoint_last.pt``: :func:`_settle_last`) is renamed ``<name>.unreadable``."""
     seen: Dict[str, bool] = {}
 
     def trust(info: CheckpointInfo) -> bool:
@@ -192,8 +174,12 @@ def _trusted(infos: Dict[str, Optional[CheckpointInfo]]):
     return trust
 
 
+def _others(infos: Dict[str, Optional[CheckpointInfo]], but: str) -> List[CheckpointInfo]:
+    """The full training states of ``infos`` that load, but the file ``but``."""
+    return [i for n, i in infos.items() if i is not None and n != but and RESUMABLE_NAME.match(n)]
+
+
 def _newest_trusted(infos: Iterable[CheckpointInfo], trust) -> Optional[CheckpointInfo]:
-    """:func:`_newest` of those that pass ``trust`` (checked newest first, until one passes)."""
     pool = list(infos)
     while (found := _newest(pool)) is not None and not trust(found):
         pool.remove(found)
@@ -203,10 +189,9 @@ def _newest_trusted(infos: Iterable[CheckpointInfo], trust) -> Optional[Checkpoi
 def _settle_last(
     save_dir: str, infos: Dict[str, Optional[CheckpointInfo]], new_last: bool, trust
 ) -> Tuple[Optional[CheckpointInfo], Optional[CheckpointInfo]]:
-    """Make ``checkpoint_last.pt`` the newest checkpoint that loads and passes ``trust``; returns its info (None:
-    none) and the checkpoint it was copied from (None: it was already)."""
+    """Make ``checkpoint_last.pt`` the newest trusted checkpoint; returns its info and the one it was copied from."""
     last, current = os.path.join(save_dir, LAST), infos.get(LAST)
-    others = [i for n, i in infos.items() if i is not None and n != LAST and RESUMABLE_NAME.match(n)]
+    others = _others(infos, LAST)
     damaged = current is not None and not trust(current)
     if current is not None and not damaged:
         newer = (i for i in others if i.num_updates > current.num_updates and i.mtime_ns > current.mtime_ns)
@@ -243,22 +228,14 @@ def _settle_last(
 
 
 def _settle_best(save_dir: str, infos: Dict[str, Optional[CheckpointInfo]], resume: CheckpointInfo, trust) -> None:
-    """Make ``checkpoint_best.pt`` hold the best validation score ``resume`` knows of (a kill can come
-    before fairseq copied a new best there, and resuming from a newer file skips the saves that would)."""
+    """Make ``checkpoint_best.pt`` hold the best validation score ``resume`` knows of (a kill can come before fairseq
+    copied a new best there, and resuming from a newer file skips the saves that would)."""
     current = infos.get(BEST)
     if current is not None and not trust(current):
         current = None
     if resume.best is None or (current is not None and current.val_loss == resume.best):
         return
-    candidates = (
-        i
-        for n, i in list(infos.items())
-        if i is not None
-        and n != BEST
-        and RESUMABLE_NAME.match(n)
-        and i.val_loss == resume.best
-        and i.num_updates <= resume.num_updates
-    )
+    candidates = (i for i in _others(infos, BEST) if i.val_loss == resume.best and i.num_updates <= resume.num_updates)
     source = _newest_trusted(candidates, trust)
     if source is None:
         return
@@ -272,10 +249,8 @@ def _settle_best(save_dir: str, infos: Dict[str, Optional[CheckpointInfo]], resu
 
 
 def _finish_save(save_dir: str, save: CheckpointInfo, cfg) -> None:
-    """What fairseq's ``save_checkpoint`` does after the copies to ``checkpoint_best.pt`` (made by
-    :func:`_settle_best`) and ``checkpoint_last.pt``, for the save ``save`` that a kill cut short: its
-    ``--keep-best-checkpoints`` copy (same name and condition as fairseq's) and the removal of the files its
-    ``--keep-*`` options no longer keep. ``cfg``: the run's checkpoint options."""
+    """What fairseq's ``save_checkpoint`` does after its copies, for the ``save`` a kill cut short: the
+    ``--keep-best-checkpoints`` copy (fairseq's name and condition) and the removals of the ``--keep-*`` options."""
     import numpy as np
     from fairseq.checkpoint_utils import checkpoint_paths as fairseq_paths
     from fairseq.data import data_utils
@@ -310,22 +285,13 @@ def _finish_save(save_dir: str, save: CheckpointInfo, cfg) -> None:
 
 
 def recover_at_restart(save_dir: str, new_last: bool = True, checkpoint_cfg=None) -> Optional[CheckpointInfo]:
-    """Check and repair ``save_dir`` before training resumes from its ``checkpoint_last.pt``.
+    """Repair ``save_dir`` before training resumes from its ``checkpoint_last.pt``; returns that checkpoint's info.
 
-    Partial ``*.tmp`` writes and superseded ``*.unreadable`` files go; a ``checkpoint*.pt`` that does not load
-    is repaired from the file it was a copy of or set aside; ``checkpoint_last.pt`` becomes the newest
-    checkpoint that loads and passes its CRC check, ``checkpoint_best.pt`` the best it knows of, and a save
-    a kill cut short is finished as fairseq would have (:func:`_finish_save`). Each change is logged; a
-    consistent folder is not written.
-
-    Args:
-        save_dir: the ``--save-dir`` folder (nothing happens if it is not a local folder).
-        new_last: write a missing ``checkpoint_last.pt`` from another checkpoint; False where a missing one
-            means something else (``--finetune-from-model``, ``--continue-once``, ``--no-last-checkpoints``).
-        checkpoint_cfg: the run's ``CheckpointConfig`` for :func:`_finish_save`.
-
-    Returns:
-        the checkpoint training resumes from (``checkpoint_last.pt``), or None.
+    A ``checkpoint*.pt`` that does not load is repaired from the file it was a copy of or set aside;
+    ``checkpoint_last.pt`` becomes the newest checkpoint that loads and passes its CRC check,
+    ``checkpoint_best.pt`` the best it knows of, and a save a kill cut short is finished (:func:`_finish_save`,
+    with ``checkpoint_cfg``). Each change is logged; a consistent folder is not written. ``new_last``: write a
+    missing ``checkpoint_last.pt`` (False where a missing one means another start).
 
     Raises:
         CheckpointError: ``checkpoint_last.pt`` is damaged and no other checkpoint is intact.
@@ -349,12 +315,8 @@ def recover_at_restart(save_dir: str, new_last: bool = True, checkpoint_cfg=None
 
 
 def check_after_save(save_dir: str, saved: str) -> None:
-    """After every save: the file it wrote loads, so do ``checkpoint_best.pt`` and ``checkpoint_last.pt``
-    (one that does not is repaired from the file it is a cut copy of, or set aside).
-
-    Raises:
-        SaveFailed: ``saved`` does not load; the folder is recovered (:func:`recover_at_restart`) first.
-    """
+    """After every save: ``saved`` must load (else :class:`SaveFailed`, the folder recovered first); a
+    ``checkpoint_best.pt`` or ``checkpoint_last.pt`` that does not is repaired or set aside."""
     try:
         read_state(saved, mmap=True)
     except CheckpointError as e:
@@ -389,10 +351,9 @@ def save_trouble(save_dir: str) -> Optional[str]:
 class OneWrite:
     """Goes into every save's ``extra_state``: a checkpoint is written in one try or not at all.
 
-    fairseq retries a ``torch.save`` that raised (3 tries) into the same open file, behind the bytes of the
-    failed try, then renames and copies it as if saved. ``torch.save`` pickles this once per try: the second
-    raises :class:`RetryRefused` and the save fails as a whole. Saved as an empty ``OrderedDict``.
-    """
+    fairseq retries a ``torch.save`` that raised into the same open file, behind the bytes of the failed try, then
+    renames and copies it as if saved. ``torch.save`` pickles this once per try: the second raises
+    :class:`RetryRefused`. Saved as an empty ``OrderedDict``."""
 
     def __init__(self, save_dir: str):
         self.save_dir = save_dir
@@ -442,10 +403,8 @@ def checks_files(cfg) -> bool:
 
 
 def broadcast_globals() -> list:
-    """What fairseq's resume under data parallelism sends through ``torch.load``, besides tensors: rank 0
-    broadcasts the checkpoint's state (``distributed_utils.broadcast_object``: ``torch.save``, then torch's safe
-    ``torch.load``, which refuses its OmegaConf ``cfg``). Allowed while fairseq loads (:func:`loading_globals`;
-    ``fairseq-dense-train-ddp`` for any task): the state comes from rank 0's own checkpoint."""
+    """What fairseq's resume under data parallelism sends through torch's safe ``torch.load`` besides tensors:
+    rank 0 broadcasts its checkpoint's state, OmegaConf ``cfg`` included (``distributed_utils.broadcast_object``)."""
     import typing
 
     from omegaconf import DictConfig, ListConfig
@@ -460,8 +419,7 @@ def broadcast_globals() -> list:
 
 
 def loading_globals() -> list:
-    """What torch's safe loader reads while ``fairseq-train`` loads ``--restore-file`` (the task's start):
-    :data:`~fairseq_dense.checkpoints.FAIRSEQ_GLOBALS`, and :func:`broadcast_globals` under data parallelism."""
+    """What torch's safe loader reads while ``fairseq-train`` loads ``--restore-file`` (the task's start)."""
     import torch.distributed as dist
 
     distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
@@ -475,8 +433,7 @@ def _without_refused_retry(record: logging.LogRecord) -> bool:
 
 
 def _prepare(cfg, save_dir: str) -> Tuple[Optional[CheckpointInfo], Optional[str]]:
-    """Rank 0's part of :func:`start_training` under the lock: ``(resume, message)``, ``message`` saying why the run
-    already finished (None: it goes on)."""
+    """Rank 0's part of :func:`start_training`: ``(resume, why the run already finished or None)``."""
     if os.path.isdir(save_dir):
         own_files(save_dir)
     if not checks_files(cfg):
@@ -487,16 +444,14 @@ def _prepare(cfg, save_dir: str) -> Tuple[Optional[CheckpointInfo], Optional[str
     new_last = not any(option(cfg, k) for k in others)
     recover_at_restart(save_dir, new_last=new_last, checkpoint_cfg=root.checkpoint if root is not None else None)
     resume = read_info(os.path.join(save_dir, LAST))
-    reason = resume and finished_reason(resume, cfg)
-    if reason:
+    if reason := resume and finished_reason(resume, cfg):
         return resume, (
             f"training already finished: {resume.path} holds {reason}; nothing to train (raise the limit to go on)"
         )
     if resume is not None and root is not None:
         state = read_state(resume.path, mmap=True)
         extra = state.get("extra_state") or {}
-        found = changes(root, state.get("cfg"), task_data_identity(cfg), extra.get(DATA_KEY))
-        if found:
+        if found := changes(root, state.get("cfg"), task_data_identity(cfg), extra.get(DATA_KEY)):
             more = f" and {len(found) - 8} more" if len(found) > 8 else ""
             logger.warning(
                 f"{resume.path} was written by a run with other options or data than this command "
@@ -506,17 +461,13 @@ def _prepare(cfg, save_dir: str) -> Tuple[Optional[CheckpointInfo], Optional[str
 
 
 def start_training(cfg) -> Optional[CheckpointInfo]:
-    """Where a training starts, before fairseq loads ``checkpoint_last.pt``: lock, repair, stop if finished.
-
-    Rank 0 locks ``--save-dir`` (:func:`lock_save_dir`), makes its files its own (:func:`own_files`) and,
-    where :func:`checks_files`, repairs it (:func:`recover_at_restart`) and warns if the command or data differ
-    from the checkpoint's (:func:`fairseq_dense.trajectory.changes`); other ranks take rank 0's answer.
-
-    Args:
-        cfg: the task's config (``TranslationExactResumeConfig``: the checkpoint and stopping options).
+    """Where a training starts, before fairseq loads ``checkpoint_last.pt``: rank 0 locks ``--save-dir``
+    (:func:`lock_save_dir`), makes its files its own (:func:`own_files`) and, where :func:`checks_files`, repairs
+    it (:func:`recover_at_restart`) and warns if the command or data differ from the checkpoint's
+    (:func:`fairseq_dense.trajectory.changes`); other ranks take rank 0's answer.
 
     Returns:
-        the checkpoint training resumes from (None: it starts afresh).
+        the checkpoint training resumes from (None: it starts afresh); ``cfg`` is the task's config.
 
     Raises:
         SaveDirBusy: another live training holds the folder.

@@ -1,7 +1,7 @@
-"""One training per save folder, and a folder of its own: the lock a training holds on its ``--save-dir``
-(two trainings on one folder, e.g. a job requeued while the first still runs, would overwrite each other's
-checkpoints), and its checkpoint files made its own before it writes (:func:`own_files`); one export per
-``--out``: :func:`held_folder`."""
+"""One training per save folder, and a folder of its own: the lock a training holds on its ``--save-dir`` (two
+trainings on one folder, e.g. a job requeued while the first still runs, would overwrite each other's checkpoints), and
+its checkpoint files made its own before it writes (:func:`own_files`); one export per ``--out`` (:func:`held_folder`).
+"""
 
 import contextlib
 import logging
@@ -29,38 +29,30 @@ class SaveDirError(FairseqDenseError):
 
 
 def lock_save_dir(save_dir: str) -> Optional[int]:
-    """Lock ``save_dir`` for this process until it ends; returns the locked descriptor (None: no lock here).
-
-    The lock is ``flock`` on the folder itself: no file is written and it ends with the process however
-    that ends (no stale lock). Later trainings in the same process go on under its lock.
-
-    Raises:
-        SaveDirBusy: another live process holds the folder (naming it where the system says).
-    """
+    """Lock ``save_dir`` for this process until it ends (later trainings of the process go on under it); returns
+    the locked descriptor (None: no lock here). ``flock`` on the folder itself writes no file and ends with the
+    process however that ends (no stale lock); :class:`SaveDirBusy` names a live holder."""
     if fcntl is None or not os.path.isdir(save_dir):
         return None
     st = os.stat(save_dir)
     key = (st.st_dev, st.st_ino)
     if key in _HELD:
         return _HELD[key]
-    fd = os.open(save_dir, os.O_RDONLY)
-    holder = _flock(fd)
-    if holder:
-        os.close(fd)
-        raise SaveDirBusy(
+    fd = _flock(
+        save_dir,
+        lambda holder: SaveDirBusy(
             f"{save_dir} is in use by another training ({holder}): wait for it to end, or pass another --save-dir"
-        ) from None
+        ),
+    )
     _HELD[key] = fd
     return fd
 
 
 @contextlib.contextmanager
 def held_folder(path: str, busy: Callable[[str], Exception]) -> Iterator[None]:
-    """Hold the folder ``path`` (created if missing) locked while the block runs; its holder removes it.
-
-    Raises ``busy(holder)`` when a live process holds it. A folder left by a killed holder is taken
-    over (``flock`` ends with its process). Taken, the lock is checked to be on the folder still at
-    ``path`` (a holder that just ended removed the one it held).
+    """Hold the folder ``path`` (created if missing) locked while the block runs, then remove it; raise
+    ``busy(holder)`` when a live process holds it. A killed holder's folder is taken over (``flock`` ends with its
+    process); the lock taken is checked to be on the folder still at ``path`` (a holder that just ended removes it).
     """
     if fcntl is None:
         yield
@@ -69,13 +61,9 @@ def held_folder(path: str, busy: Callable[[str], Exception]) -> Iterator[None]:
         with contextlib.suppress(FileExistsError):
             os.mkdir(path)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            fd = _flock(path, busy, os.O_DIRECTORY | os.O_NOFOLLOW)
         except FileNotFoundError:
             continue
-        holder = _flock(fd)
-        if holder:
-            os.close(fd)
-            raise busy(holder)
         with contextlib.suppress(FileNotFoundError):
             if os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False)):
                 break
@@ -102,14 +90,17 @@ def _forget_locks_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_locks_in_child)
 
 
-def _flock(fd: int) -> Optional[str]:
-    """Lock ``fd`` (a folder) for this process; None, or who holds it: ``process <pid>: <command>`` as Linux's
-    /proc/locks says, else ``another process``."""
+def _flock(path: str, busy: Callable[[str], Exception], flags: int = 0) -> int:
+    """A descriptor of the folder ``path`` locked for this process, or ``busy(holder)`` raised, the holder named
+    ``process <pid>: <command>`` as Linux's /proc/locks says, else ``another process``."""
+    fd = os.open(path, os.O_RDONLY | flags)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return None
+        return fd
     except OSError:
         st = os.fstat(fd)
+        os.close(fd)
+    holder = "another process"
     inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     try:
         with open("/proc/locks") as f:
@@ -122,23 +113,20 @@ def _flock(fd: int) -> Optional[str]:
                             cmd = " ".join(c.read().decode("utf-8", "replace").split("\0")).strip()
                     except OSError:
                         cmd = ""
-                    return f"process {pid}" + (f": {cmd}" if cmd else "")
+                    holder = f"process {pid}" + (f": {cmd}" if cmd else "")
+                    break
     except OSError:
         pass
-    return "another process"
+    raise busy(holder)
 
 
 def own_files(save_dir: str) -> None:
     """Make every ``checkpoint*`` entry of ``save_dir`` a file of this folder alone, before a training writes there.
 
-    fairseq copies each save over ``checkpoint_best.pt``, ``checkpoint_last.pt`` (and more) by opening the old
-    file for writing: through a symbolic link it would write the link's target, through a hard link (a folder
-    copied with ``cp -al``) the other folder's file. A symbolic link is replaced by a copy of its target, written
-    now (so ``checkpoint_last.pt -> checkpoint_1_25.pt`` resumes from update 25); a file with other hard links
-    by a copy with its times. Each is logged; the other file is not written.
-
-    Raises:
-        SaveDirError: a ``checkpoint*`` entry is not a file (a directory, a dangling link).
+    fairseq copies each save over ``checkpoint_best.pt``, ``checkpoint_last.pt`` (and more) by opening the old file for
+    writing: through a symbolic link it would write the link's target, through a hard link (``cp -al``) the other
+    folder's file. Either is replaced by a copy (of a link's target as it is now, so ``checkpoint_last.pt ->
+    checkpoint_1_25.pt`` resumes from update 25); an entry that is not a file is a :class:`SaveDirError`.
     """
     for name in sorted(os.listdir(save_dir)):
         path = os.path.join(save_dir, name)

@@ -1,12 +1,10 @@
 """How many CPU threads a command of this project gives torch, and why.
 
-torch starts one thread per core. When other jobs keep those cores busy, its threads
-wait for each other at every operator: on a 2-core machine with a load average of
-about 6, two threads made fewer than 50 training updates in 17 minutes where one
-thread made 1,600 in 25, and ``fairseq-dense-interactive`` took 2 s a sentence
-instead of 0.1 s. :func:`choose_threads` therefore leaves out the cores the load
-average says are busy, unless ``OMP_NUM_THREADS`` chooses. The console scripts apply
-it (:func:`apply_threads`); the Python API leaves torch's setting alone, as loading a
+torch starts one thread per core. When other jobs keep those cores busy, its threads wait for each other at every
+operator: on a 2-core machine with a load average of about 6, two threads made fewer than 50 training updates in 17
+minutes where one thread made 1,600 in 25, and ``fairseq-dense-interactive`` took 2 s a sentence instead of 0.1 s.
+:func:`choose_threads` therefore leaves out the cores the load average says are busy, unless ``OMP_NUM_THREADS``
+chooses. The console scripts apply it (:func:`apply_threads`); the Python API leaves torch's setting alone, as loading a
 model changes no global state.
 """
 
@@ -18,14 +16,6 @@ logger = logging.getLogger(__name__)
 
 #: the environment variable that chooses the thread count (torch and OpenMP read it too)
 THREADS_ENV = "OMP_NUM_THREADS"
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask, else ``os.cpu_count()``)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        return os.cpu_count() or 1
 
 
 def load_average() -> Optional[float]:
@@ -43,7 +33,11 @@ def choose_threads(
     positive whole number (else named in the reason and ignored), otherwise the usable CPUs minus
     the busy ones (the rounded load average), at least 1. The arguments default to this process's."""
     environ = os.environ if environ is None else environ
-    cpus = usable_cpus() if cpus is None else cpus
+    if cpus is None:  # the CPUs this process may run on
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):  # not on Linux
+            cpus = os.cpu_count() or 1
     load = load_average() if load is None else load
     given = environ.get(THREADS_ENV, "").strip()
     ignored = ""

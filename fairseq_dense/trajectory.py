@@ -1,16 +1,16 @@
 """What decides a training's trajectory, and what a restart changed of it.
 
-Every fairseq checkpoint records the options of the run that wrote it (its ``cfg``); the project's
-tasks add the identity of the data files it trained on (:func:`data_identity`, under
-:data:`~fairseq_dense.checkpoints.DATA_KEY`). A restart compares its own command and data with the
-checkpoint it resumes (:func:`changes`): any difference in the options below means the run goes on,
-but no longer as an exact continuation of the run that wrote the checkpoint.
+Every fairseq checkpoint records the options of the run that wrote it (its ``cfg``); the project's tasks add the
+identity of the data files it trained on (:func:`task_data_identity`, under
+:data:`~fairseq_dense.checkpoints.DATA_KEY`). A restart compares its own command and data with the checkpoint it resumes
+(:func:`changes`): any difference in the options below means the run goes on, but no longer as an exact continuation of
+the run that wrote the checkpoint.
 """
 
 import os
 import re
 import zlib
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional
 
 #: option groups of which every option decides the trajectory (but mirrors of other groups' options)
 WHOLE_GROUPS = ("model", "criterion", "optimizer", "lr_scheduler", "task")
@@ -19,20 +19,12 @@ SOME_OPTIONS = {
     "common": ("seed", "cpu", "fp16", "bf16", "amp", "memory_efficient_fp16"),
     "optimization": ("lr", "update_freq", "clip_norm", "sentence_avg", "skip_remainder_batch"),
     "dataset": (
-        "max_tokens",
-        "batch_size",
-        "required_batch_size_multiple",
-        "train_subset",
-        "valid_subset",
-        "validate_interval",
-        "validate_interval_updates",
-        "validate_after_updates",
-        "skip_invalid_size_inputs_valid_test",
-        "curriculum",
+        "max_tokens", "batch_size", "required_batch_size_multiple", "train_subset", "valid_subset", "validate_interval",
+        "validate_interval_updates", "validate_after_updates", "skip_invalid_size_inputs_valid_test", "curriculum",
         "dataset_impl",
     ),
     "distributed_training": ("distributed_world_size",),
-}
+}  # fmt: skip
 #: bytes read from each end of a data file for its checksum
 _ENDS = 1 << 20
 
@@ -87,10 +79,15 @@ def current_options(root) -> Dict[str, object]:
     return trajectory_options(config, skip)
 
 
-def data_identity(data: Optional[str], subsets: Sequence[str]) -> Dict[str, List[int]]:
-    """``{file: [size, CRC-32 of its first and last MiB]}`` of the dictionaries and the files of ``subsets``
-    (``train``, ``valid``, shards ``train1``, ...) in each folder of ``data`` (``:``-separated, as fairseq's)."""
-    folders = [f for f in (data or "").split(os.pathsep) if os.path.isdir(f)]
+def task_data_identity(cfg) -> Dict[str, List[int]]:
+    """``{file: [size, CRC-32 of its first and last MiB]}`` of the dictionaries and the training and validation
+    files (shards ``train1``, ... too) in each folder of a translation task config's data (``:``-separated)."""
+    from fairseq_dense.resume import option
+
+    root = root_config(cfg)
+    valid = option(root.dataset, "valid_subset") if root is not None else None
+    subsets = [option(cfg, "train_subset") or "train", *(valid or "valid").split(",")]
+    folders = [f for f in (option(cfg, "data") or "").split(os.pathsep) if os.path.isdir(f)]
     pattern = re.compile(r"^(dict\.|(%s)\d*\.)" % "|".join(re.escape(s) for s in subsets if s))
     out = {}
     for i, folder in enumerate(folders):
@@ -105,16 +102,6 @@ def data_identity(data: Optional[str], subsets: Sequence[str]) -> Dict[str, List
                 crc = zlib.crc32(f.read(), zlib.crc32(head))
             out[name if len(folders) == 1 else f"{i}/{name}"] = [size, crc]
     return out
-
-
-def task_data_identity(cfg) -> Dict[str, List[int]]:
-    """:func:`data_identity` of a translation task config's data, training and validation subsets."""
-    from fairseq_dense.resume import option
-
-    root = root_config(cfg)
-    valid = option(root.dataset, "valid_subset") if root is not None else None
-    subsets = [option(cfg, "train_subset") or "train", *(valid or "valid").split(",")]
-    return data_identity(option(cfg, "data"), subsets)
 
 
 def _show(value) -> str:

@@ -57,8 +57,7 @@ def explain_state_dict_mismatch(model, state_dict: Dict, model_cfg=None) -> Opti
     )
     if missing or unexpected:
         hint = getattr(model, "state_dict_mismatch_hint", None)
-        reason = hint(missing, unexpected) if hint is not None else None
-        if reason:
+        if hint is not None and (reason := hint(missing, unexpected)):
             return reason
         shared = len(set(own) & set(state_dict))
         return (

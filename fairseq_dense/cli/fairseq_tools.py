@@ -1,6 +1,6 @@
-"""What a command-line process gets beyond the registrations: fairseq's tools with ``FAIRSEQ_DENSE_CLI=1``,
-the project's own commands from their ``main`` (:func:`set_up`; docs/cli.md): one-line errors
-(:func:`clear_error_message`), a clean exit, and fairseq checkpoints read by torch's safe loader.
+"""What a command-line process gets beyond the registrations: fairseq's tools with ``FAIRSEQ_DENSE_CLI=1``, the
+project's own commands from their ``main`` (:func:`set_up`; docs/cli.md): one-line errors (:func:`clear_error_message`)
+and a clean exit.
 """
 
 import os
@@ -8,9 +8,7 @@ import sys
 import traceback
 from typing import Iterator, Optional
 
-import torch
-
-from fairseq_dense.checkpoints import FAIRSEQ_GLOBALS
+from fairseq_dense.checkpoints import CheckpointError, read_info, read_state
 from fairseq_dense.fairseq_internals import FRAME_LOCALS, quiesce_prefetch_threads_at_exit, traceback_locals
 from fairseq_dense.validation import CheckpointMismatchError, FairseqDenseError, find_non_utf8
 
@@ -26,11 +24,10 @@ def requested() -> bool:
 
 def set_up(tool: Optional[str] = None) -> None:
     """For this process's whole life (idempotent): ``sys.excepthook`` prints ``<tool>: error: <message>``
-    (:func:`install_excepthook`), fairseq's prefetch threads are waited for at exit, and torch's safe loader reads
-    :data:`~fairseq_dense.checkpoints.FAIRSEQ_GLOBALS` (fairseq loads checkpoints where no plugin hook runs)."""
+    (:func:`install_excepthook`) and fairseq's prefetch threads are waited for at exit (torch's safe loader reads
+    fairseq's checkpoints since ``import fairseq_dense``)."""
     install_excepthook(tool)
     quiesce_prefetch_threads_at_exit()
-    torch.serialization.add_safe_globals(FAIRSEQ_GLOBALS)
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
@@ -61,8 +58,6 @@ def _checkpoint_name(exc: BaseException) -> Optional[str]:
 
 def checkpoint_arch(path: str) -> Optional[str]:
     """The ``--arch`` a fairseq checkpoint was trained with, or None if it cannot be read."""
-    from fairseq_dense.checkpoints import CheckpointError, read_state
-
     try:
         state = read_state(path, mmap=True)
     except CheckpointError:
@@ -70,14 +65,6 @@ def checkpoint_arch(path: str) -> Optional[str]:
     model = (state.get("cfg") or {}).get("model") or {}  # a dict, or a Namespace for archs without a dataclass
     get = model.get if isinstance(model, dict) else lambda k: getattr(model, k, None)
     return get("arch") or get("_name") or getattr(state.get("args"), "arch", None)
-
-
-def _unreadable_checkpoint(exc: BaseException) -> Optional[str]:
-    """The checkpoint path if ``exc`` came from fairseq's load of a file that does not load."""
-    from fairseq_dense.checkpoints import read_info
-
-    path = _checkpoint_name(exc)
-    return path if path and os.path.isfile(path) and read_info(path) is None else None
 
 
 def _failed_save(exc: BaseException) -> Optional[str]:
@@ -138,18 +125,16 @@ def clear_error_message(exc: BaseException, argv=None) -> Optional[str]:
             arch = checkpoint_arch(name)
             return f"cannot load {name}{f' (a {arch} checkpoint)' if arch else ''}: {e}"
     first = chain[0]
-    failed_save = _failed_save(first)
-    if failed_save:
+    if failed_save := _failed_save(first):
         return failed_save
     for e in chain:
         if isinstance(e, FairseqDenseError) or (isinstance(e, ValueError) and _raised_in_package(e)):
             return str(e)
     msg = str(first)
-    special = _fairseq_start_error(first)
-    if special:
+    if special := _fairseq_start_error(first):
         return special
-    corrupt = _unreadable_checkpoint(first)
-    if corrupt:
+    corrupt = _checkpoint_name(first)  # fairseq's load of a file that does not load
+    if corrupt and os.path.isfile(corrupt) and read_info(corrupt) is None:
         from fairseq_dense.resume import unreadable_message
 
         return unreadable_message(corrupt)
@@ -167,10 +152,8 @@ def clear_error_message(exc: BaseException, argv=None) -> Optional[str]:
         readers = [w for w in FRAME_LOCALS if w[0] in ("fairseq.data.dictionary", "fairseq.binarizer")]
         for local in (local for where in readers for local in traceback_locals(first, *where)):
             name = local.get("filename")
-            if isinstance(name, str) and os.path.isfile(name):
-                bad = find_non_utf8(name)
-                if bad:
-                    return bad
+            if isinstance(name, str) and os.path.isfile(name) and (bad := find_non_utf8(name)):
+                return bad
     return None
 
 

@@ -1,16 +1,9 @@
 """Quick-start: train a small model on real sentences for a fixed number of updates, report sacreBLEU.
 
-    python -m fairseq_dense.cli.quickstart                        # bundled Tatoeba De-En, 1600 updates
-    python -m fairseq_dense.cli.quickstart --minutes 6            # a time budget instead
-    python -m fairseq_dense.cli.quickstart --baseline             # + fairseq's built-in of the same size
-    python -m fairseq_dense.cli.quickstart --all-families --baseline   # every family: one table
-    python -m fairseq_dense.cli.quickstart --arch A B --baseline --seeds 3   # mean ± sd over 3 seeds
-    python -m fairseq_dense.cli.quickstart --corpus DIR --src fr --tgt en
-    python -m fairseq_dense.cli.quickstart --corpus synthetic     # the made-up language pair
-
-The data goes through :mod:`fairseq_dense.data.prepare`, each model through ``fairseq-train`` and
-``fairseq-generate`` (:mod:`.quickstart_steps`), the figures into one table; with several seeds a line
-per pair gives the verdict of :func:`fairseq_dense.seeds.verdict`. docs/quickstart.md describes it all.
+``make quickstart`` runs it (``python -m fairseq_dense.cli.quickstart --help``: its options; docs/quickstart.md
+describes it all). The data goes through :mod:`fairseq_dense.data.prepare`, each model through ``fairseq-train`` and
+``fairseq-generate`` (:mod:`.quickstart_steps`), the figures into one table; with several seeds a line per pair gives
+the verdict of :func:`fairseq_dense.seeds.verdict`.
 """
 
 import argparse
@@ -94,7 +87,7 @@ def get_parser() -> argparse.ArgumentParser:
 
 
 def check_options(args, parser) -> Budget:
-    """The training budget of each model (``--minutes`` if given, else ``--updates``); every count positive."""
+    """The training budget of each model (``--minutes``, else ``--updates``); every count positive."""
     if args.minutes is not None and args.minutes <= 0:
         parser.error("--minutes must be positive")
     if args.minutes is None and args.updates <= 0:
@@ -106,8 +99,7 @@ def check_options(args, parser) -> Budget:
 
 
 def choose_corpus(args, parser) -> tuple:
-    """``(raw folder, src, tgt, name, BPE merges)`` for ``--corpus``; writes the bundled or
-    synthetic corpus into the work folder first."""
+    """``(raw folder, src, tgt, name, BPE merges)`` for ``--corpus`` (the bundled or synthetic one written first)."""
     if args.corpus == BUNDLED:
         src, tgt = args.src or tatoeba.SRC, args.tgt or tatoeba.TGT
         if {src, tgt} != {tatoeba.SRC, tatoeba.TGT}:
@@ -121,7 +113,8 @@ def choose_corpus(args, parser) -> tuple:
         src, tgt = args.src or "en", args.tgt or "xx"
         raw = os.path.join(args.work_dir, SYNTHETIC, "raw")
         if not os.path.isfile(os.path.join(raw, f"test.{tgt}")):
-            synthetic.write_corpus(raw, src, tgt)
+            with prep.building(raw) as tmp:  # a run cut short leaves no half-written corpus
+                synthetic.write_corpus(tmp, src, tgt)
         return raw, src, tgt, SYNTHETIC, args.bpe_merges or 500
     if not os.path.isdir(args.corpus):
         raise prep.DataError(f"{args.corpus}: corpus folder not found (or use --corpus {BUNDLED} / {SYNTHETIC})")
@@ -142,13 +135,13 @@ def family_archs() -> List[str]:
 
 def plugin_and_baseline(arch: str, data_bin: str, work: str, baseline: bool) -> List[Result]:
     """The model of ``arch`` and (``baseline``) fairseq's built-in matched to its parameter count."""
-    from fairseq.models import ARCH_MODEL_NAME_REGISTRY, MODEL_REGISTRY
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
     family = ARCH_MODEL_NAME_REGISTRY.get(arch, "?")
     ours = Result("plugin", family, arch, ["--arch", arch], os.path.join(work, f"checkpoints-{arch}"))
     if not baseline:
         return [ours]
-    if family not in MODEL_REGISTRY or not MODEL_REGISTRY[family].__module__.startswith("fairseq_dense"):
+    if family not in our_families():
         raise SystemExit(f"error: --baseline needs a fairseq_dense architecture, not {arch!r}")
     pairing, _, _ = match_baseline(data_bin, family, ours.model_args)
     shown = f"{BASELINES.get(family, 'lstm')} (width {pairing['baseline_width']})"
@@ -157,8 +150,8 @@ def plugin_and_baseline(arch: str, data_bin: str, work: str, baseline: bool) -> 
 
 
 def with_seed(model: Result, seed: int) -> Result:
-    """``model`` trained with ``seed`` in a folder of its own (``checkpoints-<arch>-seed<N>``; seed 1
-    keeps the plain name), so that every seed is a run that resumes on its own."""
+    """``model`` trained with ``seed`` in a folder of its own (``checkpoints-<arch>-seed<N>``, seed 1 the plain
+    name): every seed is a run that resumes on its own."""
     if seed == 1:
         return dataclasses.replace(model, seed=seed)
     base, baseline = model.save_dir.removesuffix("-baseline"), model.save_dir.endswith("-baseline")
@@ -166,23 +159,22 @@ def with_seed(model: Result, seed: int) -> Result:
 
 
 def train_all(archs: List[str], data: str, work: str, refs: List[str], tgt: str, budget: Budget, args) -> List[Result]:
-    """Each arch (and with ``--baseline`` its counterpart) for each seed, trained or read back; seed by
-    seed, so that an interrupted run of several seeds leaves whole pairs of the first seeds."""
+    """Each arch (and its ``--baseline``) trained or read back, seed by seed: an interrupted run of several
+    seeds leaves whole pairs of the first seeds."""
     models = [m for arch in archs for m in plugin_and_baseline(arch, os.path.join(data, "bin"), work, args.baseline)]
     several = len(models) > 1 or args.seeds > 1
     results = []
     for seed in range(args.seed, args.seed + args.seeds):
         for model in (with_seed(m, seed) for m in models):
             try:
-                results.append(train_and_score(model, data, work, refs, tgt, budget, args))
+                train_and_score(model, data, work, refs, tgt, budget, args)
             except SystemExit as e:
                 if not several:
                     raise
                 logger.error("%s", e)  # one failed run must not cost the others: its row says so
                 model.error = str(e).splitlines()[0]
-                results.append(model)
-                continue
-            if not model.reused:
+            results.append(model)
+            if not (model.reused or model.error):
                 logger.info(
                     "%s (seed %d): test BLEU %.2f after %d updates", model.arch, seed, model.bleu, model.updates
                 )
@@ -198,8 +190,8 @@ def by_model(results: List[Result]) -> Dict[Tuple[str, str, str], List[Result]]:
 
 
 def table(results: List[Result]) -> str:
-    """The figures as one markdown table, a row per model; with several seeds the valid loss and
-    test BLEU are mean ± sd over the runs that did not fail (the ``seeds`` column counts them)."""
+    """The figures as one markdown table, a row per model; with several seeds the valid loss and test BLEU are
+    mean ± sd over the runs that did not fail (the ``seeds`` column counts them)."""
 
     def cell(values: List[float]) -> str:
         mean, sd = mean_sd(values)
@@ -252,9 +244,8 @@ def pair_lines(results: List[Result]) -> List[str]:
 
 
 def print_usage_of(result: Result, data: str, src: str, tgt: str, srcs: List[str], exported: str, args) -> None:
-    """How to translate with the plugin model: ``fairseq-dense-interactive`` reading raw sentences with
-    the prepared data's Moses options (no escaping, no aggressive dash splits) and BPE codes, run
-    through ``env`` with :data:`INTERACTIVE_THREADS` CPU threads; and in Python, its export."""
+    """How to translate with the plugin model: ``fairseq-dense-interactive`` with the prepared data's Moses
+    options and BPE codes and :data:`INTERACTIVE_THREADS` CPU threads; and in Python, its export."""
     script = os.path.join(os.path.dirname(sys.executable), "fairseq-dense-interactive")
     program = [script] if os.path.isfile(script) else [sys.executable, "-m", "fairseq_dense.cli.interactive"]
     threads = [f"{k}={v}" for k, v in thread_env(INTERACTIVE_THREADS).items()]
@@ -307,8 +298,7 @@ def run(args, parser) -> int:
     print(table(results))
     print(f"sacreBLEU signature: {next((r.signature for r in results if r.signature), '-')}")
     print("(valid loss: label-smoothed cross-entropy of checkpoint_best, base 2; target tokens/s: training speed)")
-    pairs = pair_lines(results)
-    if pairs:
+    if pairs := pair_lines(results):
         print("Each model against its baseline, the difference of the means: ahead or behind when it exceeds")
         print("its 95% noise band (t(0.975, n1 + n2 - 2) x pooled sd x sqrt(1/n1 + 1/n2)), else within noise:")
         print("\n".join("  " + line for line in pairs))

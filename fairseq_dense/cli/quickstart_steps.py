@@ -1,9 +1,9 @@
 """One quick-start model from start to finish, as ordinary fairseq commands: train, translate, score, export.
 
-Each step is a ``fairseq-train`` or ``fairseq-generate`` command with ``--user-dir`` pointing at this package,
-logged before it runs. A finished model leaves ``quickstart-result.json`` (its settings and figures) in its
-checkpoint folder: the same settings again read it back and train nothing; a larger budget continues the
-training from ``checkpoint_last.pt``.
+Each step is a ``fairseq-train`` or ``fairseq-generate`` command with ``--user-dir`` pointing at this package, logged
+before it runs. A finished model leaves ``quickstart-result.json`` (its settings and figures) in its checkpoint folder:
+the same settings again read it back and train nothing; a larger budget continues the training from
+``checkpoint_last.pt``.
 """
 
 import hashlib
@@ -53,9 +53,6 @@ class Budget:
             return ["--max-update", str(self.updates)]
         return ["--stop-time-hours", f"{self.minutes / 60:.4f}"]
 
-    def as_dict(self) -> Dict[str, float]:
-        return {"updates": self.updates} if self.updates else {"minutes": self.minutes}
-
 
 @dataclass
 class Result:
@@ -92,11 +89,10 @@ def stop_reason(budget: Budget, updates: int, seconds: float) -> str:
 class TrainLog:
     """Reads ``fairseq-train``'s JSON records as they stream: prints progress lines, keeps the figures.
 
-    A progress line comes with the first update and then every ``interval_s`` seconds. It
-    shows the mean training loss since the previous line and the time left: with an update
-    budget, from the speed since the first line (fairseq's start-up is not training); with a
-    time budget, the budget minus the time trained. ``start_updates`` and ``previous_s`` are
-    the counters of the checkpoint it resumes from; ``clock`` is for tests.
+    A progress line comes with the first update and then every ``interval_s`` seconds, with the mean training
+    loss since the previous line and the time left: with an update budget from the speed since the first line
+    (fairseq's start-up is not training), with a time budget the budget minus the time trained.
+    ``start_updates`` and ``previous_s``: the counters of the checkpoint it resumes from.
     """
 
     def __init__(
@@ -187,8 +183,7 @@ class TrainLog:
 
 
 def checkpoint_state(save_dir: str) -> Tuple[int, float]:
-    """``(updates, training seconds)`` of ``save_dir``'s ``checkpoint_last.pt`` (``(0, 0.0)`` if none
-    or unreadable: fairseq-train reports that when it tries to resume)."""
+    """``(updates, training seconds)`` of ``save_dir``'s ``checkpoint_last.pt`` (``(0, 0.0)`` if none loads)."""
     info = read_info(os.path.join(save_dir, LAST))
     return (0, 0.0) if info is None else (info.num_updates, info.training_seconds)
 
@@ -205,12 +200,8 @@ def run_command(
     append: bool = False,
     threads: Optional[int] = None,
 ) -> str:
-    """Run ``cmd`` with ``threads`` CPU threads, its output written line by line to ``log_path``
-    (at its end with ``append``: a continued training keeps the earlier log) and returned.
-
-    Raises:
-        SystemExit: the command failed; the message ends with the log's last lines.
-    """
+    """Run ``cmd`` with ``threads`` CPU threads; its output is written line by line to ``log_path`` (at its end
+    with ``append``: a continued training keeps the earlier log) and returned. A failure exits with the last lines."""
     logger.info("$ %s", shlex.join(cmd))
     out_lines = []
     # unbuffered: fairseq's progress shows while training runs, not when it ends
@@ -259,8 +250,7 @@ def generate_command(bin_dir: str, checkpoint: str, beam: int) -> List[str]:
 
 
 def score(stdout: str, refs: List[str], tgt_moses: str, lowercase: bool) -> Tuple[float, str, List[str]]:
-    """``(sacreBLEU, its signature, detokenised hypotheses in test order)`` of ``fairseq-generate``'s
-    output against the raw references."""
+    """``(sacreBLEU, its signature, detokenised hypotheses in test order)`` of ``fairseq-generate``'s output."""
     import sacrebleu
     from sacremoses import MosesDetokenizer
 
@@ -285,7 +275,7 @@ def settings(result: Result, data: str, budget: Budget, args) -> Dict:
         fingerprint = hashlib.sha256(f.read()).hexdigest()
     return {
         "model_args": result.model_args,
-        "budget": budget.as_dict(),
+        "budget": {k: v for k, v in asdict(budget).items() if v},
         "seed": result.seed,
         "beam": args.beam,
         "lowercase": args.lowercase,
@@ -293,22 +283,8 @@ def settings(result: Result, data: str, budget: Budget, args) -> Dict:
     }
 
 
-def read_result(save_dir: str) -> Optional[Dict]:
-    """The stored ``{"settings": ..., "figures": ...}`` of a finished run, or ``None`` (also when
-    cut short or edited: the run is scored again)."""
-    try:
-        with open(os.path.join(save_dir, RESULT_NAME), encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 def budget_met(save_dir: str, budget: Budget) -> bool:
-    """Whether ``checkpoint_last.pt`` already holds the budget's training.
-
-    Raises:
-        SystemExit: it holds more updates than the budget (that takes ``--fresh``).
-    """
+    """Whether ``checkpoint_last.pt`` already holds the budget's training (more updates: an error)."""
     updates, seconds = checkpoint_state(save_dir)
     if not budget.updates:
         return seconds >= 60 * budget.minutes
@@ -321,9 +297,8 @@ def budget_met(save_dir: str, budget: Budget) -> bool:
 
 
 def train_and_score(result: Result, data: str, work: str, refs: List[str], tgt: str, budget: Budget, args) -> Result:
-    """Train ``result``'s model for ``budget`` (or find it trained), translate the test split, fill
-    in the figures; ``data`` is the prepared folder, ``work`` where the logs go, ``args`` the
-    quick-start's options (``beam``, ``lowercase``, ``fresh``, ``threads``)."""
+    """Train ``result``'s model for ``budget`` (or find it trained), translate the test split, fill in the figures;
+    ``data``: the prepared folder, ``work``: where the logs go, ``args``: the quick-start's options."""
     name = os.path.basename(result.save_dir).replace("checkpoints-", "")
     train_log, generate_log = (os.path.join(work, f"{step}-{name}.log") for step in ("train", "generate"))
     if args.fresh:
@@ -332,7 +307,11 @@ def train_and_score(result: Result, data: str, work: str, refs: List[str], tgt: 
             if os.path.isfile(path):
                 os.remove(path)
     wanted = settings(result, data, budget, args)
-    stored = read_result(result.save_dir)
+    try:  # {"settings": ..., "figures": ...} of a finished run; one cut short or edited is scored again
+        with open(os.path.join(result.save_dir, RESULT_NAME), encoding="utf-8") as f:
+            stored = json.load(f)
+    except (OSError, ValueError):
+        stored = None
     if stored is not None and stored.get("settings") == wanted:
         for key, value in stored["figures"].items():
             setattr(result, key, value)
@@ -371,10 +350,8 @@ def train_and_score(result: Result, data: str, work: str, refs: List[str], tgt: 
 
 
 def export_model(result: Result, data: str, out_dir: str) -> str:
-    """Export ``result``'s ``checkpoint_best.pt`` to ``out_dir`` for ``fairseq_dense.from_pretrained``,
-    with what the quick-start translated with (dictionaries, BPE codes, languages, Moses options);
-    returns ``out_dir``. ``out_dir.from`` names the checkpoint it came from: a second quick-start
-    does not export the same model again."""
+    """Export ``result``'s ``checkpoint_best.pt`` with its dictionaries, BPE codes and Moses options to ``out_dir``
+    for ``fairseq_dense.from_pretrained``; ``out_dir.from`` names the checkpoint, so that it is exported once."""
     from fairseq_dense.hub import ModelCardInfo, export_checkpoint
 
     checkpoint = os.path.abspath(os.path.join(result.save_dir, BEST))

@@ -7,8 +7,8 @@ which adds the distributed flags of its rank and calls fairseq's training entry 
 
     fairseq-dense-train-ddp --nproc 2 data-bin --arch gru_attention_tiny --cpu ...
 
-Several nodes: the same command on every node with ``--nnodes``, ``--node-rank`` and
-``--master-addr``/``--master-port`` (or ``--rdzv-endpoint``); see ``docs/reliability.md``.
+Several nodes: the same command on every node with ``--nnodes``, ``--node-rank`` and ``--master-addr``/``--master-port``
+(or ``--rdzv-endpoint``); see ``docs/reliability.md``.
 """
 
 import argparse
@@ -26,12 +26,9 @@ logger = logging.getLogger(__name__)
 
 #: Flags that this launcher sets on every rank; passing them by hand is an error.
 MANAGED_FLAGS = (
-    "--distributed-init-method",
-    "--distributed-world-size",
-    "--distributed-rank",
-    "--distributed-no-spawn",
+    "--distributed-init-method", "--distributed-world-size", "--distributed-rank", "--distributed-no-spawn",
     "--device-id",
-)
+)  # fmt: skip
 
 
 def _has_flag(args: Sequence[str], flag: str) -> bool:
@@ -39,22 +36,15 @@ def _has_flag(args: Sequence[str], flag: str) -> bool:
 
 
 def _managed_flag(args: Sequence[str]) -> Optional[str]:
-    """The first of :data:`MANAGED_FLAGS` given in ``args``, or None."""
     return next((f for f in MANAGED_FLAGS if _has_flag(args, f)), None)
 
 
 def distributed_args(
     train_args: Sequence[str], rank: int, world_size: int, local_rank: int, backend: Optional[str] = None
 ) -> List[str]:
-    """``train_args`` followed by the distributed flags of global ``rank`` (``local_rank`` on its node).
-
-    ``backend`` defaults to ``gloo`` with ``--cpu`` or without CUDA, else ``nccl``.
-
-    Raises:
-        ValueError: a flag this launcher manages was given by hand.
-    """
-    flag = _managed_flag(train_args)
-    if flag:
+    """``train_args`` followed by the distributed flags of global ``rank`` (``local_rank`` on its node); ``backend``:
+    ``gloo`` with ``--cpu`` or without CUDA, else ``nccl``. A flag this launcher manages is a ``ValueError``."""
+    if flag := _managed_flag(train_args):
         raise ValueError(f"{flag} is set by fairseq-dense-train-ddp; remove it from the arguments")
     cpu = _has_flag(train_args, "--cpu")
     if backend is None:
@@ -181,8 +171,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         return
     if not train_args:
         build_parser().error("no fairseq-train arguments given")
-    if _managed_flag(train_args):
-        build_parser().error(f"{_managed_flag(train_args)} is set by the launcher; remove it")
+    if flag := _managed_flag(train_args):
+        build_parser().error(f"{flag} is set by the launcher; remove it")
     from torch.distributed.run import main as torchrun_main
 
     configure_logging("%(asctime)s | %(levelname)s | %(name)s | %(message)s")

@@ -1,8 +1,7 @@
 """Raw parallel text -> Moses tokenisation -> joint BPE -> ``fairseq-preprocess``.
 
-The one data pipeline of the project: the quick-start, the examples and the
-benchmarks all call it. Input is a folder with ``{train,valid,test}.{src,tgt}``
-raw UTF-8 text, one sentence per line. Output (``--dest``)::
+The one data pipeline of the project (the quick-start, the examples and the benchmarks call it). Input: a
+folder of ``{train,valid,test}.{src,tgt}`` raw UTF-8 text, one sentence per line. Output (``--dest``)::
 
     tok/        Moses-tokenised (optionally lower-cased) text
     bpe/        the same after joint BPE
@@ -14,10 +13,9 @@ raw UTF-8 text, one sentence per line. Output (``--dest``)::
     prepare.json  the options used (languages, merges, lower-casing) and a content
                   fingerprint of the raw files (size and SHA-256 of each)
 
-Everything is written into ``DEST.tmp`` first and renamed at the end, so a failed
-run never leaves a half-prepared folder behind. A finished ``DEST`` is reused only
-when both the options and the raw files' fingerprint match; otherwise it is rebuilt
-and the log says what changed.
+Everything is written into ``DEST.tmp`` first and renamed at the end (:func:`building`). A finished ``DEST``
+is reused only when both the options and the raw files' fingerprint match (unless ``force``); otherwise it is
+rebuilt and the log says what changed.
 """
 
 import argparse
@@ -32,6 +30,7 @@ import time
 from multiprocessing import Pool
 from typing import Dict, Iterator, List, Optional, Sequence
 
+from fairseq_dense.checkpoints import replacing
 from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
 from fairseq_dense.validation import find_non_utf8
 
@@ -53,16 +52,15 @@ def moses_lang(lang: str) -> str:
 
 
 def write_json(path: str, obj, indent: int = 2) -> None:
-    """Write ``obj`` as JSON through ``<path>.tmp`` and a rename: never a half-written file."""
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
+    """Write ``obj`` as JSON, never a half-written file (:func:`~fairseq_dense.checkpoints.replacing`)."""
+    with replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=indent)
-    os.replace(path + ".tmp", path)
 
 
 @contextlib.contextmanager
 def building(dest: str) -> Iterator[str]:
-    """A fresh folder ``DEST.tmp`` to fill, renamed over ``dest`` when the block succeeds and removed when it
-    fails: ``dest`` is never half-written."""
+    """A fresh folder ``DEST.tmp`` to fill, renamed over ``dest`` when the block succeeds and removed when it fails
+    (the folder form of :func:`~fairseq_dense.checkpoints.replacing`)."""
     tmp = dest.rstrip("/") + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
@@ -123,14 +121,11 @@ def describe_changes(old: Dict, new: Dict) -> List[str]:
     before, after = old.get("inputs") or {}, new.get("inputs") or {}
     for name in sorted(set(before) | set(after)):
         a, b = before.get(name), after.get(name)
-        if a == b:
-            continue
         if a is None or b is None:
             changes.append(f"{name} {'added' if a is None else 'no longer read'}")
-        elif a["bytes"] != b["bytes"]:
-            changes.append(f"{name} changed ({a['bytes']} -> {b['bytes']} bytes)")
-        else:
-            changes.append(f"{name} changed (same size, other content)")
+        elif a != b:
+            sizes = "same size, other content" if a["bytes"] == b["bytes"] else f"{a['bytes']} -> {b['bytes']} bytes"
+            changes.append(f"{name} changed ({sizes})")
     return changes
 
 
@@ -259,12 +254,7 @@ def prepare(
     workers: int = 2,
     force: bool = False,
 ) -> str:
-    """Run the whole pipeline; returns ``dest``.
-
-    A finished ``dest`` is reused when it was prepared with the same options from raw
-    files of the same content (sizes and SHA-256 in ``prepare.json``) unless ``force``;
-    otherwise it is rebuilt, and the log names every option and raw file that changed.
-    """
+    """Run the whole pipeline (or reuse ``dest``, as the module says); returns ``dest``."""
     meta = {
         "src": src,
         "tgt": tgt,
@@ -339,8 +329,7 @@ def get_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """Command-line entry point (``fairseq-dense-prepare``); returns 0, the exit status
-    (bad input exits 1 or 2 with one line naming the cause)."""
+    """``fairseq-dense-prepare``; returns 0 (bad input exits 1 or 2 with one line naming the cause)."""
     parser = get_parser()
     args = parser.parse_args(argv)
     configure_logging("%(asctime)s | %(message)s", datefmt="%H:%M:%S", verbose=args.verbose)

@@ -12,9 +12,8 @@ as well::
 
     los dogo grandos una cata pequeña ka la manza roja come ven
 
-So a model must reorder (verb to the end, adjectives after nouns), carry agreement
-features across several words, and copy lexical items. Sentences are sampled
-with a seeded RNG, so the corpus is reproducible.
+So a model must reorder (verb to the end, adjectives after nouns), carry agreement features across several words, and
+copy lexical items. Sentences are sampled with a seeded RNG, so the corpus is reproducible.
 """
 
 import argparse

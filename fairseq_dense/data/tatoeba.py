@@ -1,8 +1,8 @@
 """The Tatoeba German-English split that ships with the package (xz-compressed).
 
-Source, licence (CC-BY 2.0 FR) and how the split was made: ``tatoeba-deu-eng/README.md``
-and ``LICENSE`` beside this file. :func:`extract` decompresses it into a folder of
-``{train,valid,test}.{de,en}`` raw text, the layout :mod:`fairseq_dense.data.prepare` reads.
+Source, licence (CC-BY 2.0 FR) and how the split was made: ``tatoeba-deu-eng/README.md`` and ``LICENSE`` beside this
+file. :func:`extract` decompresses it into a folder of ``{train,valid,test}.{de,en}`` raw text, the layout
+:mod:`fairseq_dense.data.prepare` reads.
 """
 
 import itertools
@@ -20,12 +20,8 @@ LINES: Dict[str, int] = {"train": 166438, "valid": 1672, "test": 852}
 
 
 def extract(dest: str, max_lines: Optional[int] = None) -> str:
-    """Decompress the bundled split into ``dest`` (reused when it holds this extraction already),
-    the first ``max_lines`` pairs of each split or all of them; returns ``dest``.
-
-    Raises:
-        DataError: a bundled file is missing (an installation without the package data).
-    """
+    """Decompress the first ``max_lines`` pairs (default: all) of each bundled split into ``dest`` (reused when it
+    holds this extraction already); returns ``dest``. A missing bundled file is a :class:`DataError`."""
     stamp = os.path.join(dest, ".extracted")
     want = f"{NAME} max_lines={max_lines}\n"
     if os.path.isfile(stamp) and open(stamp, encoding="utf-8").read() == want:

@@ -1,13 +1,11 @@
 """``translation_exact_resume``: fairseq's translation task with bit-exact resume.
 
-fairseq-fixed builds the training batches once per run with ``numpy_seed(seed + first_epoch)``
-and reuses them for every later epoch, so a run resumed in epoch ``e`` batches equal-length
-sentences differently from an uninterrupted one. This task sets fairseq's own
-``rebuild_batches`` switch: the batches of epoch ``e`` are built with ``seed + e`` in every run.
-It also restores what fairseq's resume loses (the LR scheduler's epoch-end step and plateau
-counters, the ``--patience`` count) and keeps the save folder loadable across kills
-(:mod:`fairseq_dense.resume`, where ``fairseq-train`` starts; building a model or a task opens
-no file). Everything else is :class:`fairseq.tasks.translation.TranslationTask`.
+fairseq-fixed builds the training batches once per run with ``numpy_seed(seed + first_epoch)`` and reuses them
+for every later epoch, so a run resumed in epoch ``e`` batches equal-length sentences differently from an
+uninterrupted one. This task sets fairseq's own ``rebuild_batches`` switch (epoch ``e``'s batches from
+``seed + e`` in every run), restores what fairseq's resume loses (the LR scheduler's epoch-end step and plateau
+counters, the ``--patience`` count) and keeps the save folder loadable across kills (:mod:`fairseq_dense.resume`,
+where ``fairseq-train`` starts). Everything else is :class:`fairseq.tasks.translation.TranslationTask`.
 """
 
 import contextlib
@@ -101,9 +99,8 @@ class TranslationExactResumeTask(fairseq_internals.StartsTrainingAtTheLoad, Tran
     @contextlib.contextmanager
     def start_training(self):
         """Around fairseq-train's load of ``--restore-file`` (:class:`fairseq_internals.StartsTrainingAtTheLoad`):
-        :func:`fairseq_dense.resume.start_training` first, then the wait for fairseq's prefetch threads at exit
-        (:func:`fairseq_internals.quiesce_prefetch_threads`), and torch's safe loader reads the classes of
-        :func:`resume.loading_globals` during the load only."""
+        :func:`fairseq_dense.resume.start_training`, the wait for fairseq's prefetch threads at exit, and torch's
+        safe loader allowed :func:`resume.loading_globals` during the load only."""
         info = resume.start_training(self.cfg)
         if info is not None and not resume.option(self.cfg, "reset_meters"):
             self._valid_best, self._valid_runs = info.best, info.runs_without_improvement
@@ -112,7 +109,7 @@ class TranslationExactResumeTask(fairseq_internals.StartsTrainingAtTheLoad, Tran
             yield
 
     def begin_valid_epoch(self, epoch, model):
-        """A validation starts: its first subset's score counts for ``--patience`` (:meth:`post_validate`)."""
+        """Only a validation's first subset counts for ``--patience`` (:meth:`post_validate`)."""
         super().begin_valid_epoch(epoch, model)
         self._first_subset = True
 
@@ -129,10 +126,9 @@ class TranslationExactResumeTask(fairseq_internals.StartsTrainingAtTheLoad, Tran
             self._valid_runs += 1
 
     def get_checkpoint_dict(self):
-        """Saved in every checkpoint's ``extra_state``: the ``--patience`` count, :class:`resume.OneWrite` and, under
-        the task's class names (the entry fairseq hands to :meth:`set_checkpoint_dict`), the counters of a torch LR
-        scheduler that fairseq leaves out (``reduce_lr_on_plateau``'s ``num_bad_epochs`` and ``cooldown_counter``),
-        read from the trainer of fairseq's ``save_checkpoint`` (:data:`fairseq_internals.FRAME_LOCALS`)."""
+        """Saved in every checkpoint's ``extra_state``: the ``--patience`` count, :class:`resume.OneWrite`, the data
+        identity and, under the task's class names (the entry fairseq hands to :meth:`set_checkpoint_dict`), the
+        torch LR scheduler counters fairseq leaves out, read from the trainer of fairseq's ``save_checkpoint``."""
         (trainer,) = fairseq_internals.caller_locals("fairseq.checkpoint_utils", "save_checkpoint", "trainer")
         torch_scheduler = getattr(trainer.lr_scheduler, "lr_scheduler", None)
         counters = {k: getattr(torch_scheduler, k) for k in _TORCH_SCHEDULER_COUNTERS if hasattr(torch_scheduler, k)}
@@ -175,15 +171,12 @@ class TranslationExactResumeTask(fairseq_internals.StartsTrainingAtTheLoad, Tran
             resume.check_after_save(os.path.dirname(cp_path), cp_path)
 
     def precision(self, model):
-        """The region forward passes run in: :func:`~fairseq_dense.modules.low_precision.bf16_autocast` on the
-        model's device under ``--bf16-autocast``, else none."""
+        """The region forward passes run in: bfloat16 autocast on the model's device under ``--bf16-autocast``."""
         if not resume.option(self.cfg, "bf16_autocast"):
             return contextlib.nullcontext()
         return bf16_autocast(next(model.parameters()).device.type)
 
     def _in_precision(self, criterion):
-        """``criterion`` whose calls (the model's forward and the loss) run in :meth:`precision`."""
-
         def run(model, sample, *args, **kwargs):
             with self.precision(model):
                 return criterion(model, sample, *args, **kwargs)
@@ -192,7 +185,7 @@ class TranslationExactResumeTask(fairseq_internals.StartsTrainingAtTheLoad, Tran
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         """fairseq's step, its forward and loss in :meth:`precision` and its backward outside it (as torch
-        recommends for autocast); the weights, gradients and optimizer state stay as the optimizer keeps them."""
+        recommends for autocast)."""
         return super().train_step(sample, model, self._in_precision(criterion), optimizer, update_num, ignore_grad)
 
     def valid_step(self, sample, model, criterion):

@@ -1,11 +1,10 @@
 """``translation_exact_resume_simplex``: exact resume, plus the post-step simplex projection.
 
-The Weighted Transformer (Ahmed et al., 2017, https://arxiv.org/abs/1711.02132) projects its
-branch weights kappa and alpha onto the probability simplex after every optimizer step. fairseq
-calls ``task.optimizer_step`` once per update (also with ``--update-freq``, data-parallel
-training and fp16/bf16), so the projection runs there, on the weights the optimizer keeps
-(:func:`fairseq_dense.modules.simplex.project_parameters_after_step`), for every parameter
-carrying ``on_simplex = True``. ``translation_weighted`` is its earlier name, still registered.
+The Weighted Transformer (Ahmed et al., 2017, https://arxiv.org/abs/1711.02132) projects its branch weights kappa and
+alpha onto the probability simplex after every optimizer step. fairseq calls ``task.optimizer_step`` once per update
+(also with ``--update-freq``, data-parallel training and fp16/bf16), so the projection runs there, on the weights the
+optimizer keeps (:func:`fairseq_dense.modules.simplex.project_parameters_after_step`), for every parameter carrying
+``on_simplex = True``. ``translation_weighted`` is its earlier name, still registered.
 """
 
 from fairseq.tasks import register_task
