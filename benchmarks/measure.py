@@ -16,6 +16,7 @@ from typing import Dict, List, Optional
 import torch
 
 from benchmarks import op_counts
+from fairseq_dense.baselines import train_config
 from fairseq_dense.logs import parse_log
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_train_child.py")
@@ -52,11 +53,9 @@ def start_training(train_args: List[str], run_dir: str, threads: int):
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, "command.json"), "w") as f:
         json.dump(["fairseq-train", *train_args], f, indent=1)
-    from fairseq_dense.cli.quickstart_steps import thread_env
+    from fairseq_dense.cli.quickstart_steps import command_env
 
-    path = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
-    # FAIRSEQ_DENSE_CLI: a clean exit on an error (fairseq_dense.cli.fairseq_tools)
-    env = dict(os.environ, FAIRSEQ_DENSE_CLI="1", PYTHONPATH=path, **thread_env(threads))
+    env = command_env(threads, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
     log = open(os.path.join(run_dir, "train.log"), "w")
     cmd = [sys.executable, CHILD, os.path.join(run_dir, "child_stats.json"), *train_args]
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log
@@ -175,20 +174,6 @@ def median_ratio(per_round: list, slow: str, fast: str, clock: str = "cpu_s") ->
 def spread(values: List[float]) -> Dict:
     """``{"median", "min", "max"}`` of ``values``."""
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
-def train_config(train_args: List[str]):
-    """fairseq's configuration of ``fairseq-train <train_args>`` (ValueError where its option parsing
-    rejects them: argparse would exit the program)."""
-    from fairseq import options
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-
-    import fairseq_dense  # noqa: F401
-
-    try:
-        return convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), train_args))
-    except SystemExit:
-        raise ValueError(f"fairseq-train rejects the arguments {' '.join(train_args)}")
 
 
 def build_trainable(train_args: List[str]):
@@ -312,10 +297,8 @@ def beam_bleu(ckpt: str, data_bin: str, raw_test_tgt: str, a) -> Dict:
     """Beam-5 decoding of the test split (its first ``a.decode_sentences``; 0: all) in batches of
     ``a.decode_batch_size``: sentences/s and sacreBLEU of the detokenised output against the raw
     references (``a``: the harness's options, also ``tgt``, ``device`` and ``bf16``)."""
-    import sacrebleu
-    from sacremoses import MosesDetokenizer
-
-    from fairseq_dense.data.prepare import moses_lang
+    from fairseq_dense.cli.quickstart_steps import score
+    from fairseq_dense.data.prepare import moses_lang, read_lines
 
     model, task = load_checkpoint(ckpt, data_bin, a.device, a.bf16)
     gen, hyps, seconds = generator(model, task, 5), {}, 0.0
@@ -325,17 +308,12 @@ def beam_bleu(ckpt: str, data_bin: str, raw_test_tgt: str, a) -> Dict:
             out = gen.generate([model], sample)
             seconds += time.perf_counter() - t0
             hyps.update((sid, h[0]["tokens"].int().cpu()) for sid, h in zip(sample["id"].tolist(), out))
-    detok = MosesDetokenizer(lang=moses_lang(a.tgt))
-    text = {
-        i: detok.detokenize(task.target_dictionary.string(t, bpe_symbol="subword_nmt").split()) for i, t in hyps.items()
-    }
-    with open(raw_test_tgt, encoding="utf-8") as f:
-        refs = f.read().splitlines()
-    metric, ids = sacrebleu.metrics.BLEU(), sorted(text)
-    score = metric.corpus_score([text[i] for i in ids], [[refs[i] for i in ids]])
+    refs, ids = read_lines(raw_test_tgt), sorted(hyps)
+    text = [task.target_dictionary.string(hyps[i], bpe_symbol="subword_nmt") for i in ids]
+    bleu, signature, _ = score(text, [refs[i] for i in ids], moses_lang(a.tgt), lowercase=False)
     return {
         "sentences": len(ids),
         "sentences_per_s": len(ids) / seconds if seconds else None,
-        "bleu": round(score.score, 2),
-        "signature": str(metric.get_signature()),
+        "bleu": round(bleu, 2),
+        "signature": signature,
     }

@@ -11,6 +11,8 @@ import shlex
 import subprocess
 import sys
 
+from fairseq_dense.cli.quickstart_steps import command_env, run_command
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(ROOT, "user_dir")
 DEVICE = os.environ.get("DEVICE", "cpu")  # "cuda": train and decode on the GPU
@@ -31,12 +33,10 @@ def need(data_bin: str) -> None:
 def start(cmd, log: str, threads=None) -> subprocess.Popen:
     """Start ``cmd`` (``threads``: its torch threads), its output appended to ``log`` after a ``# command`` line."""
     print("+", shlex.join(cmd), flush=True)
-    # FAIRSEQ_DENSE_CLI: fairseq's tools end in one line on an error (fairseq_dense.cli.fairseq_tools)
-    env = dict(os.environ, FAIRSEQ_DENSE_CLI="1", **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
     with open(log, "a") as f:
         f.write("# " + shlex.join(cmd) + "\n")
         f.flush()
-        return subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT)
+        return subprocess.Popen(cmd, env=command_env(threads), stdout=f, stderr=subprocess.STDOUT)
 
 
 def run(cmd, log: str, threads=None) -> None:
@@ -52,8 +52,7 @@ def generate(data_bin: str, checkpoint: str, options, threads=None):
         *("fairseq-generate", data_bin, "--user-dir", USER_DIR, "--path", checkpoint, *device_args(), *options),
         *"--beam 5 --batch-size 64 --required-batch-size-multiple 1 --remove-bpe".split(),
     ]
-    env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
-    return cmd, subprocess.run(cmd, check=True, env=env, capture_output=True, text=True).stdout
+    return cmd, run_command(cmd, os.devnull, threads=threads)
 
 
 def relative(text: str, work: str, name: str) -> str:

@@ -104,15 +104,25 @@ def our_families() -> Dict[str, List[str]]:
     }
 
 
-def build_in_process(data_bin: str, arch_args: List[str]):
-    """Build a model exactly as ``fairseq-train DATA <arch_args>`` would; returns ``(model, cfg.model)``."""
-    from fairseq import options, tasks
+def train_config(train_args: List[str]):
+    """fairseq's configuration of ``fairseq-train <train_args>`` (ValueError where its option parsing
+    rejects them: argparse would exit the program)."""
+    from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     import fairseq_dense  # noqa: F401
 
-    args = options.parse_args_and_arch(options.get_training_parser(), input_args=[data_bin, "--cpu", *arch_args])
-    cfg = convert_namespace_to_omegaconf(args)
+    try:
+        return convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), train_args))
+    except SystemExit:
+        raise ValueError(f"fairseq-train rejects the arguments {' '.join(train_args)}")
+
+
+def build_in_process(data_bin: str, arch_args: List[str]):
+    """Build a model exactly as ``fairseq-train DATA <arch_args>`` would; returns ``(model, cfg.model)``."""
+    from fairseq import tasks
+
+    cfg = train_config([data_bin, "--cpu", *arch_args])
     return tasks.setup_task(cfg.task).build_model(cfg.model), cfg.model
 
 

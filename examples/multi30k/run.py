@@ -145,25 +145,20 @@ def decode(pair: str, side: str, lr: float, subset: str, lenpen: float, threads:
     """Beam-5 translations of ``subset`` by the run's best checkpoint, and their scores: (the command, the
     detokenised hypotheses, sacreBLEU, tokenised lower-cased BLEU and chrF against the references)."""
     import sacrebleu
-    from sacremoses import MosesDetokenizer
 
+    from fairseq_dense.cli.quickstart_steps import hypotheses, score
     from fairseq_dense.data.prepare import read_lines
 
     checkpoint = os.path.join(side_dir(pair, side), f"lr{lr:g}", "checkpoint_best.pt")
     opts = ["-s", SRC, "-t", TGT, "--gen-subset", subset, "--lenpen", f"{lenpen:g}"]
     cmd, out = recipes.generate(os.path.join(WORK, "data", "bin"), checkpoint, opts, threads)
-    # "H-<sentence id>\t<score>\t<hypothesis>", in the order the batches end
-    hyps = {int(i[2:]): h for i, _, h in (line.split("\t", 2) for line in out.splitlines() if line.startswith("H-"))}
-    tok = [hyps[i] for i in range(len(hyps))]
-    detok = [MosesDetokenizer(lang=TGT).detokenize(h.split()) for h in tok]
     raw = read_lines(os.path.join(RAW, f"{'test_2016_flickr' if subset == 'test' else subset}.{TGT}"))
     tok_refs = read_lines(os.path.join(WORK, "data", "tok", f"{subset}.{TGT}"))
-    if len(raw) != len(detok):
-        raise RuntimeError(f"{subset}: {len(detok)} hypotheses for {len(raw)} references")
-    bleu, lc = sacrebleu.metrics.BLEU(), sacrebleu.metrics.BLEU(tokenize="none", lowercase=True)
-    scores = {"sacrebleu": bleu.corpus_score(detok, [raw]).score, "sacrebleu_signature": str(bleu.get_signature())}
-    scores.update(bleu_tok_lc=lc.corpus_score(tok, [tok_refs]).score)
-    scores.update(chrf=sacrebleu.metrics.CHRF().corpus_score(detok, [raw]).score)
+    tok = hypotheses(out, len(raw))
+    bleu, signature, detok = score(tok, raw, TGT, lowercase=False)
+    lc = sacrebleu.metrics.BLEU(tokenize="none", lowercase=True).corpus_score(tok, [tok_refs]).score
+    chrf = sacrebleu.metrics.CHRF().corpus_score(detok, [raw]).score
+    scores = {"sacrebleu": bleu, "sacrebleu_signature": signature, "bleu_tok_lc": lc, "chrf": chrf}
     return cmd, detok, {k: round(v, 2) if isinstance(v, float) else v for k, v in scores.items()}
 
 

@@ -193,6 +193,13 @@ def thread_env(threads: int) -> Dict[str, str]:
     return {THREADS_ENV: str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
+def command_env(threads: Optional[int] = None, **extra: str) -> Dict[str, str]:
+    """The environment of every fairseq command the project runs: ``threads`` CPU threads (None: as this
+    process), ``extra`` variables, and FAIRSEQ_DENSE_CLI: fairseq's tools end in one line on an error and exit
+    cleanly (:mod:`fairseq_dense.cli.fairseq_tools`)."""
+    return dict(os.environ, FAIRSEQ_DENSE_CLI="1", **(thread_env(threads) if threads else {}), **extra)
+
+
 def run_command(
     cmd: List[str],
     log_path: str,
@@ -204,9 +211,7 @@ def run_command(
     with ``append``: a continued training keeps the earlier log) and returned. A failure exits with the last lines."""
     logger.info("$ %s", shlex.join(cmd))
     out_lines = []
-    # unbuffered: fairseq's progress shows while training runs, not when it ends
-    # FAIRSEQ_DENSE_CLI: fairseq's tools end in one line on an error and exit cleanly (fairseq_tools)
-    env = dict(os.environ, PYTHONUNBUFFERED="1", FAIRSEQ_DENSE_CLI="1", **(thread_env(threads) if threads else {}))
+    env = command_env(threads, PYTHONUNBUFFERED="1")  # unbuffered: fairseq's progress shows while it runs
     with (
         open(log_path, "a" if append else "w", buffering=1) as log,
         subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env) as proc,
@@ -249,20 +254,22 @@ def generate_command(bin_dir: str, checkpoint: str, beam: int) -> List[str]:
     ]  # fmt: skip
 
 
-def score(stdout: str, refs: List[str], tgt_moses: str, lowercase: bool) -> Tuple[float, str, List[str]]:
-    """``(sacreBLEU, its signature, detokenised hypotheses in test order)`` of ``fairseq-generate``'s output."""
+def hypotheses(stdout: str, n: int) -> List[str]:
+    """The tokenised hypotheses of ``fairseq-generate``'s output, in test order (not ``n`` of them: an error)."""
+    # "H-<sentence id>\t<score>\t<hypothesis>", in the order the batches end
+    hyps = {int(i[2:]): h for i, _, h in (line.split("\t", 2) for line in stdout.splitlines() if line.startswith("H-"))}
+    if len(hyps) != n:
+        raise SystemExit(f"error: fairseq-generate translated {len(hyps)} of {n} test sentences")
+    return [hyps[i] for i in range(n)]
+
+
+def score(hyps: List[str], refs: List[str], tgt_moses: str, lowercase: bool) -> Tuple[float, str, List[str]]:
+    """``(sacreBLEU, its signature, the hypotheses detokenised)`` of tokenised ``hyps`` against raw ``refs``."""
     import sacrebleu
     from sacremoses import MosesDetokenizer
 
-    hyps = {}
-    for line in stdout.splitlines():
-        if line.startswith("H-"):
-            parts = line.split("\t")
-            hyps[int(parts[0][2:])] = parts[-1]
-    if len(hyps) != len(refs):
-        raise SystemExit(f"error: fairseq-generate translated {len(hyps)} of {len(refs)} test sentences")
     detok = MosesDetokenizer(lang=tgt_moses)
-    hyp_list = [detok.detokenize(hyps[i].split()) for i in range(len(refs))]
+    hyp_list = [detok.detokenize(h.split()) for h in hyps]
     if lowercase:
         refs = [r.lower() for r in refs]
     bleu = sacrebleu.metrics.BLEU()
@@ -343,7 +350,8 @@ def train_and_score(result: Result, data: str, work: str, refs: List[str], tgt: 
     logger.info("translating the test split with %s, beam %d", result.arch, args.beam)
     generate = generate_command(bin_dir, os.path.join(result.save_dir, BEST), args.beam)
     stdout = run_command(generate, generate_log, threads=args.threads)
-    result.bleu, result.signature, result.hyps = score(stdout, refs, prep.moses_lang(tgt), args.lowercase)
+    hyps = hypotheses(stdout, len(refs))
+    result.bleu, result.signature, result.hyps = score(hyps, refs, prep.moses_lang(tgt), args.lowercase)
     figures = {k: v for k, v in asdict(result).items() if k in FIGURES}
     prep.write_json(os.path.join(result.save_dir, RESULT_NAME), {"settings": wanted, "figures": figures}, indent=1)
     return result
