@@ -11,6 +11,7 @@ import shlex
 import subprocess
 import sys
 
+from fairseq_dense.checkpoints import replacing
 from fairseq_dense.cli.quickstart_steps import command_env, run_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -84,6 +85,5 @@ def write_between(path: str, name: str, text: str) -> None:
         content = f.read()
     if begin in content:
         head, rest = content.split(begin, 1)
-        with open(path + ".tmp", "w") as f:
+        with replacing(path) as tmp, open(tmp, "w") as f:
             f.write(head + begin + "\n" + text + "\n" + end + rest.split(end, 1)[1])
-        os.replace(path + ".tmp", path)
