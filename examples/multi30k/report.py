@@ -17,7 +17,7 @@ from pairs import PAIRS, SIDES, arch, split_run
 from recipes import ROOT, markdown, write_between
 
 from fairseq_dense.logs import parse_line
-from fairseq_dense.seeds import mean_sd, verdict
+from fairseq_dense.seeds import mean_sd_text, verdict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOGS = os.path.join(HERE, "logs")
@@ -233,11 +233,8 @@ def value(row, key: str) -> float:
 
 
 def spread(runs, key: str, spec: str) -> str:
-    """``mean ± sd`` of the runs' ``key`` (the value alone for one run; "-" for none)."""
-    if not runs:
-        return "-"
-    mean, sd = mean_sd([value(r, key) for r in runs])
-    return format(mean, spec) + ("" if math.isnan(sd) else f" ± {sd:{spec}}")
+    """``mean ± sd`` of the runs' ``key`` (:func:`fairseq_dense.seeds.mean_sd_text`)."""
+    return mean_sd_text([value(r, key) for r in runs], spec)
 
 
 def seeds_table(rows) -> str:
