@@ -183,9 +183,7 @@ def table(rows) -> str:
 
 
 def plot(pair: str, rows) -> None:
-    import matplotlib.pyplot as plt
-
-    from fairseq_dense.cli.plot import figure
+    from fairseq_dense.cli.plot import figure, save
 
     fig, (by_updates, by_time) = figure(1, 2, figsize=(10, 3.8))  # matplotlib's file-only backend
     rows = [r for r in rows if r["curve"]]
@@ -204,15 +202,10 @@ def plot(pair: str, rows) -> None:
     for ax in (by_updates, by_time):
         ax.set_ylabel("validation loss")
         ax.grid(alpha=0.3)
+    fig.suptitle(f"Multi30k en-de: {pair}")
     # below the panels: the labels (machines included) are wider than a panel
     legend = by_updates.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.2))
-    legend.set_in_layout(False)  # the panels keep their width; the saved figure grows to hold it
-    fig.suptitle(f"Multi30k en-de: {pair}")
-    fig.tight_layout()
-    legend.set_in_layout(True)  # for bbox_inches="tight"
-    os.makedirs(os.path.join(HERE, "plots"), exist_ok=True)
-    fig.savefig(os.path.join(HERE, "plots", f"{pair}.png"), dpi=80, bbox_inches="tight")
-    plt.close(fig)
+    save(fig, os.path.join(HERE, "plots", f"{pair}.png"), dpi=80, legend=legend)
 
 
 def groups(rows) -> dict:
