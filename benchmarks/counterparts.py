@@ -63,12 +63,20 @@ def matmul_params(model, src_per_tgt: float) -> float:
     return (count_params(model.encoder) - enc_lookup) * src_per_tgt + dec_n
 
 
-def _lstm(layers: int, enc_hidden: int, dec_hidden: int, embed: int, out: int, dropout: float) -> List[str]:
+def _lstm(layers: int, dropout: float, enc_hidden: int, dec_hidden: int, embed: int, out: int) -> List[str]:
     return (
         f"--arch lstm --encoder-layers {layers} --decoder-layers {layers} --encoder-bidirectional "
         f"--encoder-hidden-size {enc_hidden} --decoder-hidden-size {dec_hidden} --encoder-embed-dim {embed} "
         f"--decoder-embed-dim {embed} --decoder-out-embed-dim {out} --dropout {dropout}"
     ).split()
+
+
+def _lstm_pair(family: str, arch: str, layers: int, dropout: float, sizes, tiny_sizes, embed=16, **tiny) -> Dict:
+    """A recurrent family against fairseq's ``lstm`` of ``layers`` and ``dropout``; ``sizes``, ``tiny_sizes``: the
+    counterpart's (encoder hidden, decoder hidden, embedding, output) widths; ours' tiny: ``embed`` and ``tiny``."""
+    small = flags(encoder_embed_dim=embed, decoder_embed_dim=embed, encoder_hidden_size=16, decoder_hidden_size=16)
+    paper_lstm, tiny_lstm = (_lstm(layers, dropout, *s) for s in (sizes, tiny_sizes))
+    return _pair(family, ["--arch", arch], paper_lstm, small + flags(**tiny), tiny_lstm)
 
 
 def _pair(family: str, ours: List[str], counterpart: List[str], tiny: List[str], tiny_counterpart: List[str]) -> Dict:
@@ -111,29 +119,14 @@ PAPER_PAIRS: Dict[str, Dict] = {
         _TINY_FCONV + flags(encoder_hidden_size=16, decoder_hidden_size=16, attention_dim=16),
         _IWSLT + _TINY_FCONV + flags(encoder_layers="[(32, 3)] * 4", decoder_layers="[(32, 3)] * 3"),
     ),
-    "dense_rnn": _pair(
-        "dense_lstm",
-        ["--arch", "dense_lstm_6l"],
-        _lstm(6, enc_hidden=128, dec_hidden=256, embed=512, out=512, dropout=0.2),
-        "--encoder-embed-dim 32 --decoder-embed-dim 32 --decoder-out-embed-dim 32 --encoder-hidden-size 16 "
-        "--decoder-hidden-size 16".split(),
-        _lstm(6, enc_hidden=8, dec_hidden=16, embed=32, out=32, dropout=0.2),
+    "dense_rnn": _lstm_pair(
+        "dense_lstm", "dense_lstm_6l", 6, 0.2, (128, 256, 512, 512), (8, 16, 32, 32), 32, decoder_out_embed_dim=32
     ),
-    "deep_att": _pair(
-        "fast_forward_lstm",
-        ["--arch", "deep_att"],
-        _lstm(8, enc_hidden=512, dec_hidden=512, embed=256, out=512, dropout=0.1),
-        "--encoder-embed-dim 16 --decoder-embed-dim 16 --encoder-hidden-size 16 --decoder-hidden-size 16 "
-        "--encoder-fc-dim 16 --attention-dim 16".split(),
-        _lstm(8, enc_hidden=16, dec_hidden=16, embed=16, out=16, dropout=0.1),
+    "deep_att": _lstm_pair(
+        "fast_forward_lstm", "deep_att", 8, 0.1, (512, 512, 256, 512), (16,) * 4, encoder_fc_dim=16, attention_dim=16
     ),
-    "gru": _pair(
-        "gru_attention",
-        ["--arch", "gru_attention"],
-        _lstm(1, enc_hidden=512, dec_hidden=512, embed=512, out=512, dropout=0.5),
-        "--encoder-embed-dim 16 --decoder-embed-dim 16 --encoder-hidden-size 16 --decoder-hidden-size 16 "
-        "--attention-dim 16 --readout-dim 16".split(),
-        _lstm(1, enc_hidden=16, dec_hidden=16, embed=16, out=16, dropout=0.5),
+    "gru": _lstm_pair(
+        "gru_attention", "gru_attention", 1, 0.5, (512,) * 4, (16,) * 4, attention_dim=16, readout_dim=16
     ),
 }
 

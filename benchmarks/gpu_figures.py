@@ -14,7 +14,6 @@ import argparse
 import collections
 import logging
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -286,10 +285,11 @@ def main(argv=None) -> int:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     else:
         torch.set_num_threads(1)  # a CPU dry run: one thread, as the CPU benchmarks
-    device_name = torch.cuda.get_device_name(0) if a.device == "cuda" else platform.processor() or "cpu"
+    head = report.header("python -m benchmarks.gpu_figures", argv, a.device)
+    device_name = head["machine"]["gpu"] or head["machine"]["cpu"]  # the CPU's model name on a dry run
     sheet = datasheet_peak(device_name) if a.device == "cuda" else None
     r = {
-        **report.header("python -m benchmarks.gpu_figures", argv),
+        **head,
         "device_name": device_name,
         "gemm_peak_tflops": gemm_peak(a.device, a.gemm_size if a.device == "cuda" else 256, 10) / 1e12,
         "datasheet_peak_tflops": sheet / 1e12 if sheet else None,

@@ -32,6 +32,8 @@ NOISE_LOGGERS = ("fairseq.tasks.text_to_speech", "fairseq.tasks.frm_text_to_spee
 #: loggers the console scripts keep at WARNING unless verbose (fairseq's configuration dump and notices)
 QUIET_LOGGERS = ("fairseq", "fairseq_cli", "hydra")
 VERBOSE_ENV = "FAIRSEQ_DENSE_VERBOSE"
+#: fairseq's own log line, the format of the console scripts that run fairseq's code
+FAIRSEQ_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
 
 
 def verbose_from_env() -> bool:
@@ -96,7 +98,7 @@ def show_noise() -> None:
         logging.getLogger(record.name).handle(record)
 
 
-def configure_logging(fmt: str, datefmt: Optional[str] = None, verbose: Optional[bool] = None) -> None:
+def configure_logging(fmt: str = FAIRSEQ_FORMAT, datefmt: Optional[str] = None, verbose: Optional[bool] = None) -> None:
     """Log INFO and above to stderr in ``fmt``; hide the noise and :data:`QUIET_LOGGERS`' INFO lines
     unless ``verbose`` (``None``: as ``FAIRSEQ_DENSE_VERBOSE`` says). ``force=True``: fairseq's own
     root configuration would make ``basicConfig`` a no-op."""

@@ -21,6 +21,14 @@ def mean_sd(values: List[float]) -> Tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else float("nan")
 
 
+def mean_sd_text(values: List[float], spec: str = ".2f") -> str:
+    """``mean ± sd`` of ``values`` in ``spec`` as a table cell shows it (the value alone for one; "-" for none)."""
+    if not values:
+        return "-"
+    mean, sd = mean_sd(values)
+    return format(mean, spec) + ("" if math.isnan(sd) else f" ± {sd:{spec}}")
+
+
 def _within(x: float, df: int) -> float:
     """``P(|T| <= x)`` for Student's t with ``df`` degrees of freedom (Abramowitz and Stegun 26.7.3-4)."""
     theta = math.atan(x / math.sqrt(df))

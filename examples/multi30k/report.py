@@ -17,7 +17,7 @@ from pairs import PAIRS, SIDES, arch, split_run
 from recipes import ROOT, markdown, write_between
 
 from fairseq_dense.logs import parse_line
-from fairseq_dense.seeds import mean_sd, verdict
+from fairseq_dense.seeds import mean_sd_text, verdict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOGS = os.path.join(HERE, "logs")
@@ -183,9 +183,7 @@ def table(rows) -> str:
 
 
 def plot(pair: str, rows) -> None:
-    import matplotlib.pyplot as plt
-
-    from fairseq_dense.cli.plot import figure
+    from fairseq_dense.cli.plot import figure, save
 
     fig, (by_updates, by_time) = figure(1, 2, figsize=(10, 3.8))  # matplotlib's file-only backend
     rows = [r for r in rows if r["curve"]]
@@ -204,15 +202,10 @@ def plot(pair: str, rows) -> None:
     for ax in (by_updates, by_time):
         ax.set_ylabel("validation loss")
         ax.grid(alpha=0.3)
+    fig.suptitle(f"Multi30k en-de: {pair}")
     # below the panels: the labels (machines included) are wider than a panel
     legend = by_updates.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.2))
-    legend.set_in_layout(False)  # the panels keep their width; the saved figure grows to hold it
-    fig.suptitle(f"Multi30k en-de: {pair}")
-    fig.tight_layout()
-    legend.set_in_layout(True)  # for bbox_inches="tight"
-    os.makedirs(os.path.join(HERE, "plots"), exist_ok=True)
-    fig.savefig(os.path.join(HERE, "plots", f"{pair}.png"), dpi=80, bbox_inches="tight")
-    plt.close(fig)
+    save(fig, os.path.join(HERE, "plots", f"{pair}.png"), dpi=80, legend=legend)
 
 
 def groups(rows) -> dict:
@@ -233,11 +226,8 @@ def value(row, key: str) -> float:
 
 
 def spread(runs, key: str, spec: str) -> str:
-    """``mean ± sd`` of the runs' ``key`` (the value alone for one run; "-" for none)."""
-    if not runs:
-        return "-"
-    mean, sd = mean_sd([value(r, key) for r in runs])
-    return format(mean, spec) + ("" if math.isnan(sd) else f" ± {sd:{spec}}")
+    """``mean ± sd`` of the runs' ``key`` (:func:`fairseq_dense.seeds.mean_sd_text`)."""
+    return mean_sd_text([value(r, key) for r in runs], spec)
 
 
 def seeds_table(rows) -> str:

@@ -56,7 +56,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     card_group.add_argument("--languages", nargs="+", help="language codes for the hub metadata (default: the task's)")
     add_verbose_flag(p)
     args = p.parse_args(argv)
-    configure_logging("%(asctime)s | %(levelname)s | %(name)s | %(message)s", verbose=args.verbose)
+    configure_logging(verbose=args.verbose)
     threads = phrase(*apply_threads(say=False))  # said once the export is done: a refusal stays one line
     import fairseq_dense  # noqa: F401  (registers the architectures)
     from fairseq_dense.hub import ModelCardInfo, PretrainedModelError, export_checkpoint

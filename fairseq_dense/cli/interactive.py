@@ -81,7 +81,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ours, argv = own.parse_known_args(sys.argv[1:] if argv is None else argv)
     set_up(PROG)  # one line for checkpoint/dictionary errors too, fairseq's checkpoints read, a clean exit
     # fairseq's format, but on stderr (fairseq-interactive logs to stdout): stdout holds the translations
-    configure_logging("%(asctime)s | %(levelname)s | %(name)s | %(message)s", "%Y-%m-%d %H:%M:%S", ours.verbose)
+    configure_logging(datefmt="%Y-%m-%d %H:%M:%S", verbose=ours.verbose)
     source = ours.input
     stream = sys.stdin.buffer if source == "-" else open(source, "rb")
     saved = sys.stdin, sys.argv

@@ -29,13 +29,18 @@ def figure(rows: int = 1, cols: int = 1, **kwargs):
     return plt.subplots(rows, cols, **kwargs)
 
 
-def save(fig, out_png: str, dpi: int = 110) -> str:
-    """Lay out ``fig``, write it to ``out_png`` (creating its folder) and free it; returns ``out_png``."""
+def save(fig, out_png: str, dpi: int = 110, legend=None) -> str:
+    """Lay out ``fig``, write it to ``out_png`` (creating its folder) and free it; returns ``out_png``.
+    ``legend``: one drawn outside the panels, which keep their width: the saved figure grows to hold it."""
     import matplotlib.pyplot as plt
 
+    if legend is not None:
+        legend.set_in_layout(False)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(out_png)), exist_ok=True)
-    fig.savefig(out_png, dpi=dpi)
+    if legend is not None:
+        legend.set_in_layout(True)  # for bbox_inches="tight"
+    fig.savefig(out_png, dpi=dpi, bbox_inches=None if legend is None else "tight")
     plt.close(fig)
     return out_png
 

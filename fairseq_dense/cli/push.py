@@ -26,7 +26,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="print the files that would be uploaded; upload nothing")
     add_verbose_flag(p)
     args = p.parse_args(argv)
-    configure_logging("%(asctime)s | %(levelname)s | %(name)s | %(message)s", verbose=args.verbose)
+    configure_logging(verbose=args.verbose)
     from fairseq_dense.hub import PretrainedModelError, push_to_hub
     from fairseq_dense.hub.schema import shown
 

@@ -30,7 +30,7 @@ from fairseq_dense.cli.quickstart_steps import (
 from fairseq_dense.data import prepare as prep
 from fairseq_dense.data import synthetic, tatoeba
 from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
-from fairseq_dense.seeds import mean_sd, verdict
+from fairseq_dense.seeds import mean_sd_text, verdict
 from fairseq_dense.threads import THREADS_ENV, choose_threads
 
 logger = logging.getLogger("fairseq_dense.quickstart")
@@ -193,10 +193,6 @@ def table(results: List[Result]) -> str:
     """The figures as one markdown table, a row per model; with several seeds the valid loss and test BLEU are
     mean ± sd over the runs that did not fail (the ``seeds`` column counts them)."""
 
-    def cell(values: List[float]) -> str:
-        mean, sd = mean_sd(values)
-        return f"{mean:.2f}" if math.isnan(sd) else f"{mean:.2f} ± {sd:.2f}"
-
     groups = by_model(results)
     several = any(len(runs) > 1 for runs in groups.values())
     counts = {len([r for r in runs if not r.error]) for runs in groups.values()}
@@ -216,7 +212,7 @@ def table(results: List[Result]) -> str:
         seeds = f" {len(done)} |" if several else ""
         lines.append(
             f"| {family} | {model} | `{arch}` | {done[0].params / 1e6:.2f}M | {updates} |{seeds} "
-            f"{cell([r.valid_loss for r in done])} | {cell([r.bleu for r in done])} "
+            f"{mean_sd_text([r.valid_loss for r in done])} | {mean_sd_text([r.bleu for r in done])} "
             f"| {statistics.fmean(r.wps for r in done):,.0f} |"
         )
     return "\n".join(lines)

@@ -175,7 +175,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         build_parser().error(f"{flag} is set by the launcher; remove it")
     from torch.distributed.run import main as torchrun_main
 
-    configure_logging("%(asctime)s | %(levelname)s | %(name)s | %(message)s")
+    configure_logging()
     targs = torchrun_args(opts, train_args)
     if not os.environ.get(THREADS_ENV):  # torchrun would set 1 per rank; share out the idle CPUs
         nproc = int(targs[targs.index("--nproc_per_node") + 1])
