@@ -85,6 +85,18 @@ EXPORT_CASES = {
 }
 
 
+def test_export_refuses_averaging_checkpoints_of_two_architectures(gru, tmp_path, marker, capsys):
+    """Checkpoints of another architecture with the same parameter shapes: one line naming the odd file."""
+    arch = torch.load(gru.ckpt, weights_only=True)["cfg"]["model"]["_name"]
+    other = next(a for a in sorted(hub.dense_architectures()) if a != arch)
+    ckpt = crafted_checkpoint(gru, tmp_path, marker, _cfg("model", "_name", other))
+    out = tmp_path / "out"
+    rc = export_cli.main([str(ckpt), str(gru.ckpt), "--out", str(out), "--data", str(gru.data)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 1 and f"crafted.pt: architecture '{other}' differs from '{arch}'" in err, err
+    assert len(err.splitlines()) == 1 and not out.exists()
+
+
 @pytest.mark.parametrize("case", sorted(EXPORT_CASES))
 def test_export_refuses_crafted_checkpoints(gru, tmp_path, marker, capsys, case):
     change, match = EXPORT_CASES[case]

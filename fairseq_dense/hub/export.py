@@ -192,12 +192,17 @@ def export_checkpoint(
     states = [read_checkpoint(p) for p in paths]
     for state in states:  # optimizer state is neither exported nor needed: free it early
         state.pop("last_optimizer_state", None)
-    plain = states[-1]["plain_cfg"]  # the last checkpoint's: average_models refuses others of other parameters
+    plain = states[-1]["plain_cfg"]  # the last checkpoint's configuration is the one exported
     arch = plain["model"].get("_name")
     if not isinstance(arch, str) or arch not in dense_architectures():
         raise PretrainedModelError(
             f"{paths[-1]}: architecture '{safe_name(arch)}' is not one of fairseq-dense's; only those are exported"
         )
+    for state, path in zip(states, paths):  # archs of the same parameter shapes would average without an error
+        if (other := state["plain_cfg"]["model"].get("_name")) != arch:
+            raise PretrainedModelError(
+                f"{path}: architecture '{safe_name(other)}' differs from '{arch}' of {paths[-1]}"
+            )
     if data is None:
         data = plain["task"].get("data")
         if not isinstance(data, str) or not data:
