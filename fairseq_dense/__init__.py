@@ -25,7 +25,7 @@ with logging_setup.importing_fairseq():
 # plain attribute container: allowing it lets no code run. Without it, every such checkpoint fails to decode.
 torch.serialization.add_safe_globals(checkpoints.FAIRSEQ_GLOBALS)
 
-if fairseq_tools.requested():  # opt-in, for fairseq's command-line tools (docs/cli.md)
+if logging_setup.env_flag(fairseq_tools.CLI_ENV):  # opt-in, for fairseq's command-line tools (docs/cli.md)
     fairseq_tools.set_up()
 
 

@@ -36,15 +36,15 @@ VERBOSE_ENV = "FAIRSEQ_DENSE_VERBOSE"
 FAIRSEQ_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
 
 
-def verbose_from_env() -> bool:
-    """Whether ``FAIRSEQ_DENSE_VERBOSE`` asks for fairseq's and torch's notices."""
-    return os.environ.get(VERBOSE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+def env_flag(name: str) -> bool:
+    """Whether the environment variable ``name`` is set to anything but empty, 0, false or no."""
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
 
 
 def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
     """Add ``-v/--verbose`` (show fairseq's and torch's warnings) to an entry point's parser."""
     text = f"also show fairseq's and torch's warnings and notices (or set {VERBOSE_ENV}=1)"
-    parser.add_argument("-v", "--verbose", action="store_true", default=verbose_from_env(), help=text)
+    parser.add_argument("-v", "--verbose", action="store_true", default=env_flag(VERBOSE_ENV), help=text)
 
 
 #: the records of :data:`NOISE_LOGGERS` held back while this package imported fairseq (:func:`show_noise` prints them)
@@ -103,7 +103,7 @@ def configure_logging(fmt: str = FAIRSEQ_FORMAT, datefmt: Optional[str] = None, 
     unless ``verbose`` (``None``: as ``FAIRSEQ_DENSE_VERBOSE`` says). ``force=True``: fairseq's own
     root configuration would make ``basicConfig`` a no-op."""
     logging.basicConfig(level=logging.INFO, format=fmt, datefmt=datefmt, force=True)
-    verbose = verbose_from_env() if verbose is None else verbose
+    verbose = env_flag(VERBOSE_ENV) if verbose is None else verbose
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.WARNING)
     if verbose:

@@ -14,6 +14,7 @@ import collections
 import glob
 import logging
 import os
+import resource
 import shutil
 from typing import Dict, Iterable, List, Optional, Tuple
 
@@ -340,10 +341,6 @@ def save_trouble(save_dir: str) -> Optional[str]:
     free = shutil.disk_usage(save_dir).free
     if free < 16 << 20:
         return f"no space left on the device of {save_dir} ({free} bytes free)"
-    try:
-        import resource  # POSIX only
-    except ImportError:
-        return None
     soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
     return None if soft == resource.RLIM_INFINITY else f"the file size limit is {soft} bytes (ulimit -f)"
 

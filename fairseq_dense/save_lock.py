@@ -4,20 +4,16 @@ its checkpoint files made its own before it writes (:func:`own_files`); one expo
 """
 
 import contextlib
+import fcntl
 import logging
 import os
 import stat
-from typing import Callable, Dict, Iterator, Optional
+from typing import Callable, Dict, Iterator
 
 from fairseq_dense.checkpoints import TMP_SUFFIX, atomic_copy
 from fairseq_dense.validation import FairseqDenseError
 
 logger = logging.getLogger(__name__)
-
-try:
-    import fcntl
-except ImportError:  # not a POSIX system: no lock
-    fcntl = None
 
 
 class SaveDirBusy(FairseqDenseError):
@@ -28,24 +24,20 @@ class SaveDirError(FairseqDenseError):
     """A ``--save-dir`` entry that a training cannot make its own (:func:`own_files`)."""
 
 
-def lock_save_dir(save_dir: str) -> Optional[int]:
-    """Lock ``save_dir`` for this process until it ends (later trainings of the process go on under it); returns
-    the locked descriptor (None: no lock here). ``flock`` on the folder itself writes no file and ends with the
-    process however that ends (no stale lock); :class:`SaveDirBusy` names a live holder."""
-    if fcntl is None or not os.path.isdir(save_dir):
-        return None
+def lock_save_dir(save_dir: str) -> None:
+    """Lock ``save_dir`` for this process until it ends (later trainings of the process go on under it). ``flock``
+    on the folder itself writes no file and ends with the process however that ends (no stale lock);
+    :class:`SaveDirBusy` names a live holder."""
+    if not os.path.isdir(save_dir):
+        return
     st = os.stat(save_dir)
-    key = (st.st_dev, st.st_ino)
-    if key in _HELD:
-        return _HELD[key]
-    fd = _flock(
-        save_dir,
-        lambda holder: SaveDirBusy(
-            f"{save_dir} is in use by another training ({holder}): wait for it to end, or pass another --save-dir"
-        ),
-    )
-    _HELD[key] = fd
-    return fd
+    if (st.st_dev, st.st_ino) not in _HELD:
+        _HELD[st.st_dev, st.st_ino] = _flock(
+            save_dir,
+            lambda holder: SaveDirBusy(
+                f"{save_dir} is in use by another training ({holder}): wait for it to end, or pass another --save-dir"
+            ),
+        )
 
 
 @contextlib.contextmanager
@@ -54,9 +46,6 @@ def held_folder(path: str, busy: Callable[[str], Exception]) -> Iterator[None]:
     ``busy(holder)`` when a live process holds it. A killed holder's folder is taken over (``flock`` ends with its
     process); the lock taken is checked to be on the folder still at ``path`` (a holder that just ended removes it).
     """
-    if fcntl is None:
-        yield
-        return
     while True:
         with contextlib.suppress(FileExistsError):
             os.mkdir(path)

@@ -10,16 +10,12 @@ from typing import Iterator, Optional
 
 from fairseq_dense.checkpoints import CheckpointError, read_info, read_state
 from fairseq_dense.fairseq_internals import FRAME_LOCALS, quiesce_prefetch_threads_at_exit, traceback_locals
+from fairseq_dense.logging_setup import env_flag
 from fairseq_dense.validation import CheckpointMismatchError, FairseqDenseError, find_non_utf8
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: the environment variable that asks for :func:`set_up` in fairseq's own command-line tools
 CLI_ENV = "FAIRSEQ_DENSE_CLI"
-
-
-def requested() -> bool:
-    """Whether ``FAIRSEQ_DENSE_CLI`` asks for :func:`set_up` at import."""
-    return os.environ.get(CLI_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
 def set_up(tool: Optional[str] = None) -> None:
@@ -171,7 +167,7 @@ def tool_name(argv0: str) -> str:
 def install_excepthook(tool: Optional[str] = None) -> bool:
     """Print ``<tool>: error: <message>`` for the errors :func:`clear_error_message` knows (idempotent; False
     with ``FAIRSEQ_DENSE_TRACEBACK=1``). Any other exception keeps its traceback; the exit status stays 1."""
-    if os.environ.get("FAIRSEQ_DENSE_TRACEBACK", "0") not in ("", "0"):
+    if env_flag("FAIRSEQ_DENSE_TRACEBACK"):
         return False
     if getattr(sys.excepthook, "_fairseq_dense", False):
         return True

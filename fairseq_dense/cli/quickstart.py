@@ -29,6 +29,7 @@ from fairseq_dense.cli.quickstart_steps import (
 )
 from fairseq_dense.data import prepare as prep
 from fairseq_dense.data import synthetic, tatoeba
+from fairseq_dense.data.prepare import positive
 from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
 from fairseq_dense.seeds import mean_sd_text, verdict
 from fairseq_dense.threads import THREADS_ENV, choose_threads
@@ -45,9 +46,6 @@ EXPORT_NAME = "model"
 #: ``<family>_<CPU_SIZE>`` is each family's architecture in ``--all-families``
 CPU_SIZE = "small"
 BUNDLED, SYNTHETIC = "tatoeba", "synthetic"
-#: CPU threads of the printed ``fairseq-dense-interactive`` command: a sentence at a time is
-#: too little work to share, and extra threads only wait on a busy machine
-INTERACTIVE_THREADS = 1
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -57,9 +55,9 @@ def get_parser() -> argparse.ArgumentParser:
     # fmt: off
     add("--corpus", default=BUNDLED, help=f"'{BUNDLED}' (default: the bundled Tatoeba de-en split), "
         f"'{SYNTHETIC}' (a made-up language pair), or a folder of {{train,valid,test}}.{{SRC,TGT}} raw text")
-    add("--src", default=None, help="source suffix (default: de for tatoeba, en for synthetic)")
-    add("--tgt", default=None, help="target suffix (default: en for tatoeba, xx for synthetic)")
-    add("--max-lines", type=int, default=None, help="use only the first N pairs of each bundled split (a quick try)")
+    add("--src", help="source suffix (default: de for tatoeba, en for synthetic)")
+    add("--tgt", help="target suffix (default: en for tatoeba, xx for synthetic)")
+    add("--max-lines", type=positive(int), help="use only the first N pairs of each bundled split (a quick try)")
     add("--work-dir", default="quickstart-work", help="where data, checkpoints and logs go")
     add("--arch", nargs="+", default=[DEFAULT_ARCH],
         help=f"any registered architecture(s), trained in turn (default: {DEFAULT_ARCH})")
@@ -67,35 +65,23 @@ def get_parser() -> argparse.ArgumentParser:
         "budget (transformer / lstm / fconv) and print both side by side")
     add("--all-families", action="store_true", help=f"train every family's <family>_{CPU_SIZE} arch in turn "
         "(with --baseline, each one's counterpart too) and print one markdown table")
-    budget.add_argument("--updates", type=int, default=DEFAULT_UPDATES,
+    budget.add_argument("--updates", type=positive(int), default=DEFAULT_UPDATES,
         help=f"training updates per model (default {DEFAULT_UPDATES}): the same model on any machine")
-    budget.add_argument("--minutes", type=float, default=None, help="a training time budget per model instead "
+    budget.add_argument("--minutes", type=positive(float), help="a training time budget per model instead "
         "of --updates (the result then depends on the machine's speed)")
     add("--fresh", action="store_true", help="delete the models' checkpoints and results and train again "
         "(else a finished model is reported again)")
-    add("--bpe-merges", type=int, default=None, help="joint BPE merges (default 4000; 500 for synthetic)")
+    add("--bpe-merges", type=positive(int), help="joint BPE merges (default 4000; 500 for synthetic)")
     add("--lowercase", action="store_true", help="lower-case the data")
-    add("--beam", type=int, default=5)
+    add("--beam", type=positive(int), default=5)
     add("--seed", type=int, default=1, help="the (first) training seed")
-    add("--seeds", type=int, default=1, help="train each model with N seeds (--seed, --seed + 1, ...), each a "
-        "run of its own; the table then gives mean ± standard deviation over the seeds")
-    add("--threads", type=int, default=None, help="CPU threads per fairseq command (default: OMP_NUM_THREADS, "
+    add("--seeds", type=positive(int), default=1, help="train each model with N seeds (--seed, --seed + 1, ...), "
+        "each a run of its own; the table then gives mean ± standard deviation over the seeds")
+    add("--threads", type=positive(int), help="CPU threads per fairseq command (default: OMP_NUM_THREADS, "
         "else the CPUs the load average leaves idle, at least 1)")
     # fmt: on
     add_verbose_flag(parser)
     return parser
-
-
-def check_options(args, parser) -> Budget:
-    """The training budget of each model (``--minutes``, else ``--updates``); every count positive."""
-    if args.minutes is not None and args.minutes <= 0:
-        parser.error("--minutes must be positive")
-    if args.minutes is None and args.updates <= 0:
-        parser.error("--updates must be a positive integer")
-    for flag, value in (("--seeds", args.seeds), ("--threads", args.threads)):
-        if value is not None and value <= 0:
-            parser.error(f"{flag} must be a positive integer, not {value}")
-    return Budget(minutes=args.minutes) if args.minutes is not None else Budget(updates=args.updates)
 
 
 def choose_corpus(args, parser) -> tuple:
@@ -192,7 +178,6 @@ def by_model(results: List[Result]) -> Dict[Tuple[str, str, str], List[Result]]:
 def table(results: List[Result]) -> str:
     """The figures as one markdown table, a row per model; with several seeds the valid loss and test BLEU are
     mean ± sd over the runs that did not fail (the ``seeds`` column counts them)."""
-
     groups = by_model(results)
     several = any(len(runs) > 1 for runs in groups.values())
     counts = {len([r for r in runs if not r.error]) for runs in groups.values()}
@@ -241,10 +226,11 @@ def pair_lines(results: List[Result]) -> List[str]:
 
 def print_usage_of(result: Result, data: str, src: str, tgt: str, srcs: List[str], exported: str, args) -> None:
     """How to translate with the plugin model: ``fairseq-dense-interactive`` with the prepared data's Moses
-    options and BPE codes and :data:`INTERACTIVE_THREADS` CPU threads; and in Python, its export."""
+    options and BPE codes; and in Python, its export."""
     script = os.path.join(os.path.dirname(sys.executable), "fairseq-dense-interactive")
     program = [script] if os.path.isfile(script) else [sys.executable, "-m", "fairseq_dense.cli.interactive"]
-    threads = [f"{k}={v}" for k, v in thread_env(INTERACTIVE_THREADS).items()]
+    # one CPU thread: a sentence at a time is too little work to share, and extra threads wait on a busy machine
+    threads = [f"{k}={v}" for k, v in thread_env(1).items()]
     bin_dir, codes = (os.path.abspath(os.path.join(data, name)) for name in ("bin", "bpecodes"))
     cmd = [
         "env", *threads, *program, bin_dir, "--path", os.path.abspath(os.path.join(result.save_dir, BEST)),
@@ -264,7 +250,7 @@ def print_usage_of(result: Result, data: str, src: str, tgt: str, srcs: List[str
 
 def run(args, parser) -> int:
     """The quick-start of parsed ``args``: prepare, train and score every run, print the table."""
-    budget = check_options(args, parser)
+    budget = Budget(minutes=args.minutes) if args.minutes else Budget(updates=args.updates)
     args.threads, why = (args.threads, "--threads") if args.threads else choose_threads()
     hint = "" if why == "--threads" else f"; --threads N or {THREADS_ENV} to choose"
     logger.info("each fairseq command runs with %d CPU thread(s) (%s%s)", args.threads, why, hint)

@@ -47,6 +47,18 @@ class DataError(ValueError):
     """Malformed input data; the message names the file (and line) at fault."""
 
 
+def positive(cast):
+    """An argparse ``type``: a number of type ``cast`` above zero (the command's options that count things)."""
+
+    def parse(text: str):
+        value = cast(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
+        return value
+
+    return parse
+
+
 def moses_lang(lang: str) -> str:
     return MOSES_LANG.get(lang, lang if len(lang) == 2 else "en")
 
@@ -316,11 +328,11 @@ def get_parser() -> argparse.ArgumentParser:
     add("--dest", required=True, help="output folder (tok/, bpe/, bpecodes, bin/)")
     add("--src", help="source language suffix, e.g. deu (default with --corpus: de)")
     add("--tgt", help="target language suffix, e.g. eng (default with --corpus: en)")
-    add("--bpe-merges", type=int, default=None, help="number of joint BPE merges (default 10000; 4000 with --corpus)")
+    add("--bpe-merges", type=positive(int), help="number of joint BPE merges (default 10000; 4000 with --corpus)")
     add("--max-lines", type=int, default=0,
         help="with --corpus: keep the first N pairs of each split (a quick try; 0, the default: all)")
     add("--lowercase", action="store_true", help="lower-case after tokenisation")
-    add("--workers", type=int, default=2, help="processes for tokenisation and binarisation")
+    add("--workers", type=positive(int), default=2, help="processes for tokenisation and binarisation")
     add("--force", action="store_true",
         help="redo even if DEST holds the same preparation (same options and raw file contents)")
     # fmt: on
@@ -333,9 +345,7 @@ def main(argv=None) -> int:
     parser = get_parser()
     args = parser.parse_args(argv)
     configure_logging("%(asctime)s | %(message)s", datefmt="%H:%M:%S", verbose=args.verbose)
-    merges = args.bpe_merges if args.bpe_merges is not None else (4000 if args.corpus else 10000)
-    if merges <= 0:
-        raise SystemExit("error: --bpe-merges must be a positive integer")
+    merges = args.bpe_merges or (4000 if args.corpus else 10000)
     if args.max_lines < 0 or (args.max_lines and not args.corpus):
         parser.error("--max-lines takes a positive number of pairs, with --corpus only")
     if args.raw and not (args.src and args.tgt):

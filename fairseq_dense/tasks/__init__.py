@@ -1,6 +1,3 @@
 """Tasks registered by fairseq-dense."""
 
-from fairseq_dense.tasks import (
-    translation_exact_resume,  # noqa: F401
-    translation_exact_resume_simplex,  # noqa: F401
-)
+from fairseq_dense.tasks import translation_exact_resume  # noqa: F401

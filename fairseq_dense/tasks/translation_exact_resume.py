@@ -6,6 +6,12 @@ uninterrupted one. This task sets fairseq's own ``rebuild_batches`` switch (epoc
 ``seed + e`` in every run), restores what fairseq's resume loses (the LR scheduler's epoch-end step and plateau
 counters, the ``--patience`` count) and keeps the save folder loadable across kills (:mod:`fairseq_dense.resume`,
 where ``fairseq-train`` starts). Everything else is :class:`fairseq.tasks.translation.TranslationTask`.
+
+``translation_exact_resume_simplex`` (earlier name ``translation_weighted``) adds the Weighted Transformer's (Ahmed et
+al., 2017, https://arxiv.org/abs/1711.02132) projection of every ``on_simplex`` parameter (its branch weights kappa and
+alpha) onto the probability simplex after each optimizer step: fairseq calls ``task.optimizer_step`` once per update
+(also with ``--update-freq``, data-parallel training and fp16/bf16), and the projection acts on the weights the
+optimizer keeps (:func:`fairseq_dense.modules.simplex.project_parameters_after_step`).
 """
 
 import contextlib
@@ -21,6 +27,12 @@ from fairseq_dense import fairseq_internals, resume
 from fairseq_dense.checkpoints import DATA_KEY, ONE_WRITE_KEY, PATIENCE_KEY, safe_loading
 from fairseq_dense.models.option_checks import flag
 from fairseq_dense.modules.low_precision import bf16_autocast
+from fairseq_dense.modules.simplex import (
+    PROJECTED_BY_TASK_ATTR,
+    PROJECTION_HOOK_ATTR,
+    project_parameters_after_step,
+    simplex_parameters,
+)
 from fairseq_dense.trajectory import task_data_identity
 
 
@@ -196,3 +208,27 @@ class TranslationExactResumeTask(fairseq_internals.StartsTrainingAtTheLoad, Tran
         """``fairseq-generate``'s and ``fairseq-interactive``'s decoding (and scoring) in :meth:`precision`."""
         with self.precision(models[0]):
             return super().inference_step(generator, models, sample, prefix_tokens, constraints)
+
+
+@register_task("translation_exact_resume_simplex", dataclass=TranslationExactResumeConfig)
+class TranslationExactResumeSimplexTask(TranslationExactResumeTask):
+    """Translation with exact resume plus the post-step simplex projection of ``on_simplex`` parameters."""
+
+    def build_model(self, cfg, from_checkpoint=False):
+        """Build the model and mark it (and its ``on_simplex`` parameters) as projected after every step."""
+        model = super().build_model(cfg, from_checkpoint)
+        setattr(model, PROJECTION_HOOK_ATTR, True)
+        for p in simplex_parameters(model):
+            setattr(p, PROJECTED_BY_TASK_ATTR, True)  # the optimizer-step hook leaves them to this task
+        return model
+
+    def optimizer_step(self, optimizer, model, update_num):
+        """Step, then project every ``on_simplex`` parameter the step changed."""
+        super().optimizer_step(optimizer, model, update_num)
+        if simplex_parameters(model):
+            project_parameters_after_step(model, optimizer)
+
+
+@register_task("translation_weighted", dataclass=TranslationExactResumeConfig)
+class TranslationWeightedTask(TranslationExactResumeSimplexTask):
+    """``translation_exact_resume_simplex`` under its earlier name (saved checkpoints and commands name it)."""

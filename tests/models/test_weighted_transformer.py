@@ -16,7 +16,7 @@ import fairseq_dense  # noqa: F401
 from fairseq_dense import baselines
 from fairseq_dense.models.weighted_transformer import WeightedTransformerModel
 from fairseq_dense.modules.simplex import is_on_simplex, project_onto_simplex, simplex_parameters
-from fairseq_dense.tasks.translation_exact_resume_simplex import TranslationExactResumeSimplexTask
+from fairseq_dense.tasks.translation_exact_resume import TranslationExactResumeSimplexTask
 from tests import helpers
 from tests.models import families
 
@@ -323,7 +323,7 @@ def samples(d, n, seed):
 
 def test_projection_after_real_updates_with_update_freq_2(monkeypatch):
     trainer, model, d = make_trainer("--update-freq", "2", "--group-lr-scale", "branch=0.5")
-    import fairseq_dense.tasks.translation_exact_resume_simplex as tw
+    import fairseq_dense.tasks.translation_exact_resume as tw
 
     seen = []
     real = tw.project_parameters_after_step
