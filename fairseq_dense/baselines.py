@@ -95,8 +95,6 @@ def our_families() -> Dict[str, List[str]]:
     """``{model name: [arch names]}`` for every model registered by :mod:`fairseq_dense`."""
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY, MODEL_REGISTRY
 
-    import fairseq_dense  # noqa: F401  (registers everything)
-
     return {
         name: sorted(a for a, m in ARCH_MODEL_NAME_REGISTRY.items() if m == name)
         for name, cls in sorted(MODEL_REGISTRY.items())
@@ -109,8 +107,6 @@ def train_config(train_args: List[str]):
     rejects them: argparse would exit the program)."""
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-
-    import fairseq_dense  # noqa: F401
 
     try:
         return convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), train_args))

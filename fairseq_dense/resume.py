@@ -439,8 +439,7 @@ def _prepare(cfg, save_dir: str) -> Tuple[Optional[CheckpointInfo], Optional[str
     # a missing checkpoint_last.pt means "start from another file" (or "never write one") there
     others = ("finetune_from_model", "continue_once", "no_last_checkpoints")
     new_last = not any(option(cfg, k) for k in others)
-    recover_at_restart(save_dir, new_last=new_last, checkpoint_cfg=root.checkpoint if root is not None else None)
-    resume = read_info(os.path.join(save_dir, LAST))
+    resume = recover_at_restart(save_dir, new_last, root.checkpoint if root is not None else None)
     if reason := resume and finished_reason(resume, cfg):
         return resume, (
             f"training already finished: {resume.path} holds {reason}; nothing to train (raise the limit to go on)"

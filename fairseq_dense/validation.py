@@ -74,15 +74,13 @@ def explain_state_dict_mismatch(model, state_dict: Dict, model_cfg=None) -> Opti
         return None
     sides = ((side, getattr(getattr(model, side, None), "dictionary", None)) for side in ("encoder", "decoder"))
     vocab = {side: len(d) for side, d in sides if d is not None}
-    vocab_rows = set(vocab.values())
-    if all(len(c) == len(m) and c[1:] == m[1:] and m[0] in vocab_rows for _, c, m in shape_diffs):
-        key, ckpt, mine = shape_diffs[0]
+    key, ckpt, mine = shape_diffs[0]
+    if all(len(c) == len(m) and c[1:] == m[1:] and m[0] in vocab.values() for _, c, m in shape_diffs):
         sizes = ", ".join(f"{side} {n}" for side, n in vocab.items())
         return (
             f"the dictionaries do not match the checkpoint: they hold {sizes} symbols, the checkpoint was trained "
             f"with {ckpt[0]} ({key}); use the dict.*.txt files of the data the model was trained on"
         )
-    key, ckpt, mine = shape_diffs[0]
     return (
         f"checkpoint parameter {key!r} has shape {list(ckpt)} but {arch} built from the current "
         f"options has {list(mine)} ({len(shape_diffs)} tensors differ): it was trained with other sizes"

@@ -18,14 +18,6 @@ PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLI_ENV = "FAIRSEQ_DENSE_CLI"
 
 
-def set_up(tool: Optional[str] = None) -> None:
-    """For this process's whole life (idempotent): ``sys.excepthook`` prints ``<tool>: error: <message>``
-    (:func:`install_excepthook`) and fairseq's prefetch threads are waited for at exit (torch's safe loader reads
-    fairseq's checkpoints since ``import fairseq_dense``)."""
-    install_excepthook(tool)
-    quiesce_prefetch_threads_at_exit()
-
-
 def _chain(exc: BaseException) -> Iterator[BaseException]:
     seen = set()
     while exc is not None and id(exc) not in seen:
@@ -164,13 +156,13 @@ def tool_name(argv0: str) -> str:
     return base or "python"
 
 
-def install_excepthook(tool: Optional[str] = None) -> bool:
-    """Print ``<tool>: error: <message>`` for the errors :func:`clear_error_message` knows (idempotent; False
-    with ``FAIRSEQ_DENSE_TRACEBACK=1``). Any other exception keeps its traceback; the exit status stays 1."""
-    if env_flag("FAIRSEQ_DENSE_TRACEBACK"):
-        return False
-    if getattr(sys.excepthook, "_fairseq_dense", False):
-        return True
+def set_up(tool: Optional[str] = None) -> None:
+    """For this process's whole life (idempotent): fairseq's prefetch threads are waited for at exit and, unless
+    ``FAIRSEQ_DENSE_TRACEBACK=1``, ``sys.excepthook`` prints ``<tool>: error: <message>`` for the errors
+    :func:`clear_error_message` knows (any other keeps its traceback; the exit status stays 1)."""
+    quiesce_prefetch_threads_at_exit()
+    if env_flag("FAIRSEQ_DENSE_TRACEBACK") or getattr(sys.excepthook, "_fairseq_dense", False):
+        return
     previous = sys.excepthook
 
     def excepthook(etype, value, tb):
@@ -185,4 +177,3 @@ def install_excepthook(tool: Optional[str] = None) -> bool:
 
     excepthook._fairseq_dense = True
     sys.excepthook = excepthook
-    return True

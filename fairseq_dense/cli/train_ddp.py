@@ -67,8 +67,6 @@ def run_train(train_args: Sequence[str]) -> None:
     from fairseq.distributed import utils as distributed_utils
     from fairseq_cli import train
 
-    import fairseq_dense  # noqa: F401  (registers the architectures even without --user-dir)
-
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, input_args=list(train_args))
     cfg = convert_namespace_to_omegaconf(args)
