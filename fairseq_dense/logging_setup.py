@@ -13,7 +13,6 @@ import argparse
 import contextlib
 import logging
 import os
-import re
 import warnings
 from typing import Iterator, List, Optional
 
@@ -110,8 +109,3 @@ def configure_logging(fmt: str = FAIRSEQ_FORMAT, datefmt: Optional[str] = None, 
         show_noise()
     else:
         hide_noise()
-
-
-def matches_noise(message: str) -> bool:
-    """Whether a warning's text is one of :data:`NOISE_WARNINGS` (tests, filters of child output)."""
-    return any(re.match(pattern, message) for _, pattern in NOISE_WARNINGS)
