@@ -42,7 +42,6 @@ logger = logging.getLogger(__name__)
 
 #: suffix of an unreadable checkpoint that was set aside (kept until a good one of that name exists)
 UNREADABLE_SUFFIX = ".unreadable"
-_CHUNK = 1 << 20
 
 
 class TrainingFinished(SystemExit):
@@ -102,7 +101,7 @@ def copy_source(path: str, candidates: Iterable[CheckpointInfo]) -> Optional[Che
     ):
         try:
             with open(path, "rb") as a, open(c.path, "rb") as b:
-                while (chunk := a.read(_CHUNK)) and b.read(len(chunk)) == chunk:
+                while (chunk := a.read(1 << 20)) and b.read(len(chunk)) == chunk:
                     pass
             if not chunk:  # every byte of path matched
                 return c
