@@ -19,17 +19,9 @@ from typing import Dict, List, Tuple
 
 from fairseq_dense.baselines import BASELINES, match_baseline, our_families
 from fairseq_dense.checkpoints import BEST
-from fairseq_dense.cli.quickstart_steps import (
-    SAVE_EVERY,
-    Budget,
-    Result,
-    export_model,
-    thread_env,
-    train_and_score,
-)
+from fairseq_dense.cli.quickstart_steps import SAVE_EVERY, Budget, Result, export_model, thread_env, train_and_score
 from fairseq_dense.data import prepare as prep
 from fairseq_dense.data import synthetic, tatoeba
-from fairseq_dense.data.prepare import positive
 from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
 from fairseq_dense.seeds import mean_sd_text, verdict
 from fairseq_dense.threads import THREADS_ENV, choose_threads
@@ -57,7 +49,7 @@ def get_parser() -> argparse.ArgumentParser:
         f"'{SYNTHETIC}' (a made-up language pair), or a folder of {{train,valid,test}}.{{SRC,TGT}} raw text")
     add("--src", help="source suffix (default: de for tatoeba, en for synthetic)")
     add("--tgt", help="target suffix (default: en for tatoeba, xx for synthetic)")
-    add("--max-lines", type=positive(int), help="use only the first N pairs of each bundled split (a quick try)")
+    add("--max-lines", type=prep.positive(int), help="use only the first N pairs of each bundled split (a quick try)")
     add("--work-dir", default="quickstart-work", help="where data, checkpoints and logs go")
     add("--arch", nargs="+", default=[DEFAULT_ARCH],
         help=f"any registered architecture(s), trained in turn (default: {DEFAULT_ARCH})")
@@ -65,19 +57,19 @@ def get_parser() -> argparse.ArgumentParser:
         "budget (transformer / lstm / fconv) and print both side by side")
     add("--all-families", action="store_true", help=f"train every family's <family>_{CPU_SIZE} arch in turn "
         "(with --baseline, each one's counterpart too) and print one markdown table")
-    budget.add_argument("--updates", type=positive(int), default=DEFAULT_UPDATES,
+    budget.add_argument("--updates", type=prep.positive(int), default=DEFAULT_UPDATES,
         help=f"training updates per model (default {DEFAULT_UPDATES}): the same model on any machine")
-    budget.add_argument("--minutes", type=positive(float), help="a training time budget per model instead "
+    budget.add_argument("--minutes", type=prep.positive(float), help="a training time budget per model instead "
         "of --updates (the result then depends on the machine's speed)")
     add("--fresh", action="store_true", help="delete the models' checkpoints and results and train again "
         "(else a finished model is reported again)")
-    add("--bpe-merges", type=positive(int), help="joint BPE merges (default 4000; 500 for synthetic)")
+    add("--bpe-merges", type=prep.positive(int), help="joint BPE merges (default 4000; 500 for synthetic)")
     add("--lowercase", action="store_true", help="lower-case the data")
-    add("--beam", type=positive(int), default=5)
+    add("--beam", type=prep.positive(int), default=5)
     add("--seed", type=int, default=1, help="the (first) training seed")
-    add("--seeds", type=positive(int), default=1, help="train each model with N seeds (--seed, --seed + 1, ...), "
+    add("--seeds", type=prep.positive(int), default=1, help="train each model with N seeds (--seed, --seed + 1, ...), "
         "each a run of its own; the table then gives mean ± standard deviation over the seeds")
-    add("--threads", type=positive(int), help="CPU threads per fairseq command (default: OMP_NUM_THREADS, "
+    add("--threads", type=prep.positive(int), help="CPU threads per fairseq command (default: OMP_NUM_THREADS, "
         "else the CPUs the load average leaves idle, at least 1)")
     # fmt: on
     add_verbose_flag(parser)

@@ -111,16 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Data-parallel fairseq-train through torchrun (gloo on CPU, NCCL on GPU). "
         "Every argument not listed here goes to fairseq-train.",
     )
-    p.add_argument(
-        "--nproc", type=int, default=None, help="processes per node (default: number of GPUs, or 2 with --cpu)"
-    )
+    p.add_argument("--nproc", type=int, help="processes per node (default: number of GPUs, or 2 with --cpu)")
     p.add_argument("--nnodes", default="1", help="number of nodes, or MIN:MAX for elastic runs")
     p.add_argument("--node-rank", type=int, default=0, help="rank of this node (static rendezvous)")
     p.add_argument("--master-addr", default="127.0.0.1", help="address of node 0 (static rendezvous)")
     p.add_argument("--master-port", type=int, default=29500, help="port on node 0 (static rendezvous)")
-    p.add_argument(
-        "--rdzv-endpoint", default=None, help="host:port of a c10d rendezvous (instead of --master-addr/--node-rank)"
-    )
+    p.add_argument("--rdzv-endpoint", help="host:port of a c10d rendezvous (instead of --master-addr/--node-rank)")
     p.add_argument("--rdzv-id", default="fairseq-dense", help="job id for the c10d rendezvous")
     text = "torch.distributed backend (default: gloo with --cpu, else nccl)"
     p.add_argument("--backend", choices=("gloo", "nccl"), help=text)
