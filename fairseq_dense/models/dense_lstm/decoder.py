@@ -76,15 +76,13 @@ class DenseLSTMDecoder(IncrementalDecoder):
         max_positions: int = 1024,
         embed_tokens: Optional[nn.Embedding] = None,
     ):
-        super().__init__(dictionary)
-        self.padding_idx = dictionary.pad()
+        super().__init__(dictionary, max_positions)
         self.embed_dim = embed_dim
         self.hidden_size = hidden_size
         self.num_layers = num_layers
         self.dense = dense
         self.dense_attention = dense_attention
         self.attention_layer = attention_layer
-        self.max_target_positions = max_positions
         if dense_attention:
             memory_dims = [encoder_hidden_size] * encoder_layers
         else:  # o^{L_e} = [h^1..h^{L_e}] (dense connections) or h^{L_e}
@@ -94,11 +92,7 @@ class DenseLSTMDecoder(IncrementalDecoder):
         self.attentions = nn.ModuleList(
             BahdanauAttention(hidden_size, k, a) for k, a in zip(memory_dims, self.attention_dims)
         )
-        if embed_tokens is None:
-            embed_tokens = embedding(
-                len(dictionary), embed_dim, self.padding_idx, lambda w: nn.init.uniform_(w, -0.1, 0.1)
-            )
-        self.embed_tokens = embed_tokens
+        self.embed_tokens = embedding(dictionary, embed_dim, lambda w: nn.init.uniform_(w, -0.1, 0.1), embed_tokens)
         self.dropout = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.layers = nn.ModuleList(nn.LSTM(self._layer_input_dim(j), hidden_size) for j in range(num_layers))
         if dense:

@@ -3,6 +3,7 @@
 import math
 from typing import List, Optional, Tuple
 
+import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from fairseq.modules import FairseqDropout, PositionalEmbedding
@@ -78,18 +79,14 @@ class DenseNMTDecoder(IncrementalDecoder):
         share_input_output_embed: bool = False,
         embed_tokens: Optional[nn.Embedding] = None,
     ):
-        super().__init__(dictionary)
-        self.padding_idx = dictionary.pad()
+        super().__init__(dictionary, max_positions)
         self.embed_dim = embed_dim
         self.dense = dense
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.hidden_sizes = list(hidden_sizes)
         self.kernel_sizes = list(kernel_sizes)
-        self.max_target_positions = max_positions
         wn = use_weight_norm
-        if embed_tokens is None:
-            embed_tokens = embedding(len(dictionary), factorized_dim or embed_dim, self.padding_idx, normal_embedding)
-        self.embed_tokens = embed_tokens
+        self.embed_tokens = embedding(dictionary, factorized_dim or embed_dim, normal_embedding, embed_tokens)
         self.embed_factor = Linear(factorized_dim, embed_dim, 0.0, wn) if factorized_dim else None
         self.embed_positions = PositionalEmbedding(max_positions, embed_dim, self.padding_idx, learned=True)
         self.attention = DenseAttention(
@@ -223,22 +220,17 @@ class DenseNMTDecoder(IncrementalDecoder):
         attn_sum = None
         if self.dense:
             convs = iter(enumerate(self.convs))
-            first = x0
+            top = x0
             for bi, block in enumerate(self.blocks):
-                buf = x0.new_zeros(x0.size(0), 1, self.block_widths[bi])  # preallocated step features
-                w = first.size(-1)
-                buf[..., :w] = first
+                feats = [top]
                 for _ in block:
                     i, conv = next(convs)
-                    z = F.glu(conv(buf[..., :w], incremental_state), dim=-1)
+                    z = F.glu(conv(torch.cat(feats, -1), incremental_state), dim=-1)
                     a, attn_sum = self._attend(i, z, memory, attn_sum)
-                    buf[..., w : w + z.size(-1)] = z
-                    w += z.size(-1)
-                    buf[..., w : w + a.size(-1)] = a
-                    w += a.size(-1)
+                    feats += [z, a]
+                top = torch.cat(feats, -1)
                 if bi < len(self.blocks) - 1:
-                    first = self.summaries[bi](buf)
-            top = buf
+                    top = self.summaries[bi](top)
         else:
             x = self.fc1(x0)
             for i, conv in enumerate(self.convs):

@@ -66,7 +66,7 @@ class DenseNMTEncoder(Encoder):
         self.max_source_positions = max_positions
         self.kernel_sizes = list(kernel_sizes)
         self.hidden_sizes = list(hidden_sizes)
-        self.embed_tokens = embedding(len(dictionary), factorized_dim or embed_dim, self.padding_idx, normal_embedding)
+        self.embed_tokens = embedding(dictionary, factorized_dim or embed_dim, normal_embedding)
         self.embed_factor = Linear(factorized_dim, embed_dim, 0.0, use_weight_norm) if factorized_dim else None
         self.embed_positions = PositionalEmbedding(max_positions, embed_dim, self.padding_idx, learned=True)
         self.pad_left = max((k - 1) // 2 for k in kernel_sizes)

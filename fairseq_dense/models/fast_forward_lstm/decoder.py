@@ -67,15 +67,9 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
         share_input_output_embed: bool = False,
         embed_tokens: Optional[nn.Embedding] = None,
     ):
-        super().__init__(dictionary)
-        self.padding_idx = dictionary.pad()
+        super().__init__(dictionary, max_positions)
         self.hidden_size = hidden_size
-        self.max_target_positions = max_positions
-        if embed_tokens is None:
-            embed_tokens = embedding(
-                len(dictionary), embed_dim, self.padding_idx, lambda w: nn.init.normal_(w, 0.0, init_std)
-            )
-        self.embed_tokens = embed_tokens
+        self.embed_tokens = embedding(dictionary, embed_dim, lambda w: nn.init.normal_(w, 0.0, init_std), embed_tokens)
         # layer 1: W_f^1 [y; c] = [first.ff.weight, context_proj.weight] (Deep-Att steps the c part)
         self.first = FastForwardLSTMLayer(embed_dim, hidden_size, init_std=init_std)
         self.context_proj = nn.Linear(encoder_dim, 4 * hidden_size, bias=False)
