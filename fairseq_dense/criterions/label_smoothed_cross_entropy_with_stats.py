@@ -107,7 +107,3 @@ class LabelSmoothedCrossEntropyWithStatsCriterion(LabelSmoothedCrossEntropyCrite
             for key in sorted(keys):
                 total = sum(log.get(key, 0.0) for log in logging_outputs)
                 metrics.log_scalar(key, total / n_stat, n_stat, round=4)
-
-    @staticmethod
-    def logging_outputs_can_be_summed() -> bool:
-        return True

@@ -33,10 +33,14 @@ def within_beams(new_order: Tensor, rows: int, beam: int) -> bool:
 
 class Encoder(FairseqEncoder):
     """A fairseq encoder whose output dict holds lists of tensors: 3-D ones ``(src_len, batch, dim)``,
-    all others batch-first. Subclasses set ``self.max_source_positions``."""
+    all others batch-first."""
 
-    max_source_positions: int
     beam_size = 1  # set by :class:`EncoderDecoderModel`: 1 while unknown
+
+    def __init__(self, dictionary, max_positions: int):
+        super().__init__(dictionary)
+        self.padding_idx = dictionary.pad()
+        self.max_source_positions = max_positions
 
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
         """Reorder every tensor of ``encoder_out`` along its batch dimension by ``(new_batch,)`` ``new_order``
@@ -59,9 +63,7 @@ class RecurrentEncoder(Encoder):
     right-padded, and its time-major outputs are moved back to the caller's layout."""
 
     def __init__(self, dictionary, embed_dim: int, max_positions: int, init_embedding: Callable[[Tensor], None]):
-        super().__init__(dictionary)
-        self.padding_idx = dictionary.pad()
-        self.max_source_positions = max_positions
+        super().__init__(dictionary, max_positions)
         self.embed_tokens = embedding(dictionary, embed_dim, init_embedding)
 
     def encode(self, src_tokens: Tensor, src_lengths: Tensor) -> Dict[str, Tensor]:

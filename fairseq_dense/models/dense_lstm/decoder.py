@@ -114,20 +114,11 @@ class DenseLSTMDecoder(IncrementalDecoder):
     def _attend(
         self, query: Tensor, keys: Tensor, values: Tensor, w_query: Tensor, w_v: Tensor, padding_mask: Tensor
     ) -> Tuple[Tensor, Tensor]:
-        """All attention branches for one step, batched (Bahdanau's MLP per branch).
-
-        Args:
-            query: ``(batch, hidden)`` = ``r_{t-1}^{l'}``.
-            keys: ``(batch, src_len, n, A)`` projected keys ``W_k h_i + b``.
-            values: ``(batch, src_len, n, d)``.
-            w_query: ``(n * A, hidden)`` the branches' query projections stacked.
-            w_v: ``(n, A)`` the branches' score vectors.
-            padding_mask: ``(batch, src_len)``.
-
-        Returns:
-            ``(context, attn)``: ``(batch, n * d)`` = ``[c_t^1; ...; c_t^n]`` and the
-            mean attention ``(batch, src_len)``.
-        """
+        """All ``n`` attention branches for one step, batched (Bahdanau's MLP per branch): ``(batch, hidden)``
+        ``query`` = ``r_{t-1}^{l'}``, ``(batch, src_len, n, A)`` projected ``keys`` ``W_k h_i + b``, ``(batch,
+        src_len, n, d)`` ``values``, the branches' stacked ``(n * A, hidden)`` query projections ``w_query`` and
+        ``(n, A)`` score vectors ``w_v``. Returns ``(batch, n * d)`` ``[c_t^1; ...; c_t^n]`` and the mean
+        attention ``(batch, src_len)``."""
         q = F.linear(query, w_query).view(query.size(0), 1, *w_v.shape)  # B x 1 x n x A
         # v^T tanh(W_q s + W_k h + b): B x T x n; tanh in place: the largest tensor of the step
         scores = (torch.tanh_(q + keys) * w_v).sum(-1)

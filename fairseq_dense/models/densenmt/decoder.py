@@ -3,7 +3,6 @@
 import math
 from typing import List, Optional, Tuple
 
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from fairseq.modules import FairseqDropout, PositionalEmbedding
@@ -180,14 +179,12 @@ class DenseNMTDecoder(IncrementalDecoder):
         attn_sum = None
         p = self.pad_left
         if self.dense:
-            convs = iter(enumerate(self.convs))
             first = x0
             for bi, block in enumerate(self.blocks):
                 buf = FeatureBuffer(self.block_widths[bi], t, bsz, p, 0, x0)
                 buf.append(first)
-                for li in block:
-                    i, conv = next(convs)
-                    k = self.kernel_sizes[li]
+                for i in block:  # the layers' indices, in order
+                    conv, k = self.convs[i], self.kernel_sizes[i]
                     z = glu_rows(conv_rows(buf.conv_input(k, p - (k - 1)), conv.weight, conv.bias))
                     a, attn_sum = self._attend(i, z.permute(2, 1, 0), memory, attn_sum)
                     buf.append(self.dropout_module(z))
@@ -219,18 +216,21 @@ class DenseNMTDecoder(IncrementalDecoder):
         """One position from a ``(B, 1, C)`` embedding, using the convolutions' input buffers."""
         attn_sum = None
         if self.dense:
-            convs = iter(enumerate(self.convs))
-            top = x0
+            first = x0
             for bi, block in enumerate(self.blocks):
-                feats = [top]
-                for _ in block:
-                    i, conv = next(convs)
-                    z = F.glu(conv(torch.cat(feats, -1), incremental_state), dim=-1)
+                buf = x0.new_zeros(x0.size(0), 1, self.block_widths[bi])  # preallocated step features
+                w = first.size(-1)
+                buf[..., :w] = first
+                for i in block:
+                    z = F.glu(self.convs[i](buf[..., :w], incremental_state), dim=-1)
                     a, attn_sum = self._attend(i, z, memory, attn_sum)
-                    feats += [z, a]
-                top = torch.cat(feats, -1)
+                    buf[..., w : w + z.size(-1)] = z
+                    w += z.size(-1)
+                    buf[..., w : w + a.size(-1)] = a
+                    w += a.size(-1)
                 if bi < len(self.blocks) - 1:
-                    top = self.summaries[bi](top)
+                    first = self.summaries[bi](buf)
+            top = buf
         else:
             x = self.fc1(x0)
             for i, conv in enumerate(self.convs):
