@@ -57,19 +57,16 @@ def matmul_params(model, src_per_tgt: float) -> float:
     return (count_params(model.encoder) - enc_lookup) * src_per_tgt + dec_n
 
 
-def _lstm(layers: int, dropout: float, enc_hidden: int, dec_hidden: int, embed: int, out: int) -> List[str]:
-    return (
-        f"--arch lstm --encoder-layers {layers} --decoder-layers {layers} --encoder-bidirectional "
-        f"--encoder-hidden-size {enc_hidden} --decoder-hidden-size {dec_hidden} --encoder-embed-dim {embed} "
-        f"--decoder-embed-dim {embed} --decoder-out-embed-dim {out} --dropout {dropout}"
-    ).split()
-
-
 def _lstm_pair(family: str, arch: str, layers: int, dropout: float, sizes, tiny_sizes, embed=16, **tiny) -> Dict:
     """A recurrent family against fairseq's ``lstm`` of ``layers`` and ``dropout``; ``sizes``, ``tiny_sizes``: the
     counterpart's (encoder hidden, decoder hidden, embedding, output) widths; ours' tiny: ``embed`` and ``tiny``."""
     small = flags(encoder_embed_dim=embed, decoder_embed_dim=embed, encoder_hidden_size=16, decoder_hidden_size=16)
-    paper_lstm, tiny_lstm = (_lstm(layers, dropout, *s) for s in (sizes, tiny_sizes))
+    paper_lstm, tiny_lstm = (
+        ["--arch", "lstm", *flags(encoder_layers=layers, decoder_layers=layers, encoder_bidirectional=True)]
+        + flags(encoder_hidden_size=enc, decoder_hidden_size=dec, encoder_embed_dim=emb, decoder_embed_dim=emb)
+        + flags(decoder_out_embed_dim=out, dropout=dropout)
+        for enc, dec, emb, out in (sizes, tiny_sizes)
+    )
     return _pair(family, ["--arch", arch], paper_lstm, small + flags(**tiny), tiny_lstm)
 
 

@@ -1,10 +1,9 @@
 """CPU speed at the quick-start's size: every family against its fairseq counterpart, or a speed path on and off.
 
 Each family's ``<family>_small`` on the quick-start's data and recipe, one thread, the sides taking turns
-(``measure.timed_rounds``). Without ``--path``: against the quick-start's ``--baseline`` counterpart, ratios
-of training tokens/s and beam-5 sentences/s by thread CPU time and wall clock. With ``--path`` (:data:`PATHS`;
-``benchmarks/speed_paths.py`` until ``be44b0f``): off seconds / on seconds, the gain that decides whether a
-speed path stays. Method and figures: docs/benchmarks.md ("CPU speed at the quick-start's size", "Speed tricks").
+(``measure.timed_rounds``): against the quick-start's ``--baseline`` counterpart, training tokens/s and beam-5
+sentences/s by thread CPU time and wall clock; with ``--path`` (:data:`PATHS`), off seconds / on seconds, the
+gain that decides whether a speed path stays. Method and figures: docs/benchmarks.md.
 """
 
 import argparse
@@ -56,12 +55,9 @@ def measure_family(family: str, data_bin: str, a) -> Dict:
     if a.decode_sentences:
         models = {n: decode_models(data_bin, args) for n, args in zip(SIDES, (ours, base))}
         entry["decode"] = measure.paired_decode(
-            models,
-            sentences=a.decode_sentences,
-            rounds=a.rounds,
-            batch_size=a.decode_batch_size,
+            models, sentences=a.decode_sentences, rounds=a.rounds, batch_size=a.decode_batch_size,
             length=a.decode_length,
-        )
+        )  # fmt: skip
     entry["load_after"] = os.getloadavg()
     return entry
 
@@ -73,19 +69,13 @@ def table(entries: List[Dict]) -> str:
     def ratio(e, key, clock="cpu_s"):
         return report.spread(measure.ratios(e[key]["rounds"], "baseline", "ours", clock)) if key in e else "-"
 
-    rows = [
-        [
-            e["family"],
-            f"`{e['ours'][1]}`",
-            f"`{e['baseline'][1]} (width {e.get('baseline_width', '?')})`",
-            f"{e['ours_params'] / 1e6:.2f}M / {e['baseline_params'] / 1e6:.2f}M",
-            ratio(e, "train"),
-            ratio(e, "decode"),
-            f"{ratio(e, 'train', 's')} / {ratio(e, 'decode', 's')}",
-            f"{e['load_before'][0]:.1f} / {e['load_after'][0]:.1f}",
-        ]
-        for e in entries
-    ]
+    rows = []
+    for e in entries:
+        base = f"`{e['baseline'][1]} (width {e.get('baseline_width', '?')})`"
+        params = f"{e['ours_params'] / 1e6:.2f}M / {e['baseline_params'] / 1e6:.2f}M"
+        wall = f"{ratio(e, 'train', 's')} / {ratio(e, 'decode', 's')}"
+        load = f"{e['load_before'][0]:.1f} / {e['load_after'][0]:.1f}"
+        rows.append([e["family"], f"`{e['ours'][1]}`", base, params, ratio(e, "train"), ratio(e, "decode"), wall, load])
     header = "family | ours | counterpart | params ours / counterpart | training tok/s ratio | beam-5 sent/s ratio "
     return "\n".join(report.table(header + "| wall-clock: training / beam-5 | load avg", rows))
 
@@ -112,10 +102,6 @@ def beam_gain(family: str, data_bin: str, rounds: int, toggle, batch_size: int =
 
     with torch.inference_mode():
         return on_off(batches, rounds, run)
-
-
-def reorder_skip(family: str, data_bin: str, rounds: int) -> dict:
-    return beam_gain(family, data_bin, rounds, lambda model, on: model.set_beam_size(5 if on else 1))
 
 
 def weight_cache(family: str, data_bin: str, rounds: int) -> dict:
@@ -182,7 +168,7 @@ def fused_adam(family: str, data_bin: str, rounds: int) -> dict:
 PATHS = {
     "weight-cache": weight_cache,
     "fused-adam": fused_adam,
-    "reorder-skip": reorder_skip,
+    "reorder-skip": lambda *args: beam_gain(*args, lambda model, on: model.set_beam_size(5 if on else 1)),
     "float32-fast-forward": float32_fast_forward,
 }
 

@@ -1,15 +1,14 @@
 """The GPU figures: each family's paper-size pair trained side by side (``benchmarks/gpu_figures.sh`` runs it;
 ``--device cpu --tiny``: its dry run).
 
-Both models of a pair train in one process by fairseq's ``Trainer`` (``--optimizer fused_adam``) on the
-same synthetic batches, taking turns update by update (``measure.timed_rounds``); each result is written to
-``--out`` as it comes, what would start past ``--budget-s`` is marked skipped. Order: the A/A pair, every
-pair in bfloat16 at every shape, fused_adam against fairseq's ``adam``, every pair under ``--amp``, the
-kernels of one update of each side. The method: docs/benchmarks.md ("How the figures measure training").
+Both models of a pair train in one process by fairseq's ``Trainer`` on the same synthetic batches, taking turns
+update by update (``measure.timed_rounds``), each result written to ``--out`` as it comes, what would start past
+``--budget-s`` marked skipped. The method and the order: docs/benchmarks.md ("How the figures measure training").
 """
 
 import argparse
 import collections
+import gc
 import logging
 import os
 import sys
@@ -227,7 +226,7 @@ def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_figures", description=__doc__.split("\n\n")[0])
     add = p.add_argument
     add("--device", choices=("cuda", "cpu"), default="cuda")
-    add("--pairs", nargs="*", help=f"pairs (default: all of {', '.join(counterparts.PAPER_PAIRS)})")
+    add("--pairs", nargs="*", choices=list(counterparts.PAPER_PAIRS), help="pairs (default: all)")
     add("--tiny", action="store_true", help="each pair at its tiny widths (the CPU dry run)")
     add("--vocab", type=int, default=32000, help="joint vocabulary size (a paper-size joint BPE)")
     add("--max-len", type=int, default=128, help="longest sentence of the length distribution")
@@ -242,8 +241,6 @@ def get_parser() -> argparse.ArgumentParser:
 
 def release(device: str) -> None:
     """Free what the last pair held, so that the next one has the device's memory to itself."""
-    import gc
-
     gc.collect()
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -251,15 +248,11 @@ def release(device: str) -> None:
 
 def main(argv=None) -> int:
     started = time.time()
-    argv = sys.argv[1:] if argv is None else argv
     a = get_parser().parse_args(argv)
     logging.basicConfig(format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
     if a.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("error: --device cuda but torch sees no CUDA device")
-    try:
-        pairs = counterparts.paper_pairs(a.pairs)
-    except ValueError as e:
-        raise SystemExit(f"error: {e}")
+    pairs = counterparts.paper_pairs(a.pairs)  # (ValueError: a registered family without a pair)
     if a.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     else:

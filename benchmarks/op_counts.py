@@ -98,12 +98,9 @@ FLOPS = {
     "_scaled_dot_product_flash_attention_for_cpu": (lambda a, k, o: _sdpa(a[0], a[1], a[2]), 0),
     "_scaled_dot_product_flash_attention_for_cpu_backward": (lambda a, k, o: 2 * _sdpa(a[1], a[2], a[3]), 1),
 }
-for _kind in ("flash", "efficient", "cudnn"):  # CUDA's fused attention kernels, forward and backward
-    for _name, _operand in (
-        (f"_scaled_dot_product_{_kind}_attention", 0),
-        (f"_scaled_dot_product_{_kind}_attention_backward", 1),
-    ):
-        FLOPS[_name] = (_registry(_name), _operand)
+# CUDA's fused attention kernels, forward and backward (the backward's first operand is the output's gradient)
+for _name in (f"_scaled_dot_product_{kind}_attention" for kind in ("flash", "efficient", "cudnn")):
+    FLOPS[_name], FLOPS[f"{_name}_backward"] = (_registry(_name), 0), (_registry(f"{_name}_backward"), 1)
 
 
 def _tensors(obj) -> list:
@@ -317,7 +314,7 @@ class _Packed:
         self.owner._release(self.key)
 
 
-class SavedBytes:
+class SavedBytes(torch.autograd.graph.saved_tensors_hooks):
     """Bytes of the distinct storages autograd holds for backward when ``with`` ends, but ``model``'s parameters
     (their autocast copies count): a storage counts once however many saved tensors view it, while one is alive.
 
@@ -327,13 +324,13 @@ class SavedBytes:
     """
 
     def __init__(self, model: nn.Module):
+        super().__init__(self._pack, self._unpack)
         self._params = {p.untyped_storage().data_ptr() for p in model.parameters()}
         self._live: Dict = {}  # key -> [saved tensors alive, bytes, op label, inside an RNN unit]
         self.bytes = self.tensors = self.in_rnn_units = 0
         self.by_op: Dict[str, int] = collections.Counter()
         self.paused = 0
         self.counter = None  # a StepCounter watching the same step sets itself here
-        self._ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
 
     @staticmethod
     def _unpack(packed):
@@ -382,11 +379,11 @@ class SavedBytes:
                 del self._live[key]
 
     def __enter__(self):
-        self._ctx.__enter__()
+        super().__enter__()
         return self
 
     def __exit__(self, *exc):
-        self._ctx.__exit__(*exc)
+        super().__exit__(*exc)
         gc.collect()  # graph branches in reference cycles: freed now, not whenever the collector runs
         live = list(self._live.values())
         self.bytes, self.tensors = sum(e[1] for e in live), len(live)

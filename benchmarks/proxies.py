@@ -1,9 +1,8 @@
 """Hardware-independent proxies of GPU training speed, each family against its fairseq counterpart.
 
-Each pair of ``counterparts.PAPER_PAIRS``, built as ``fairseq-train`` builds it, takes one counted training
-step on the same synthetic batch in float32 and under CPU bfloat16 autocast (``op_counts``): kernel
-launches, the low-precision share of the matmul FLOPs, saved bytes per target token; ``proxies.json`` and
-``proxies.md`` (ratios against :data:`TARGETS`). The method: docs/benchmarks.md ("Speed proxies").
+Each pair of ``counterparts.PAPER_PAIRS``, built as ``fairseq-train`` builds it, takes one counted training step
+(``op_counts``) on the same synthetic batch in float32 and under CPU bfloat16 autocast: kernel launches, the
+low-precision share of the matmul FLOPs, saved bytes per target token, against :data:`TARGETS` (docs/benchmarks.md).
 """
 
 import argparse
@@ -124,9 +123,7 @@ def markdown(results: Dict) -> str:
 
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.proxies", description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--pairs", nargs="*", help=f"pairs to measure (default: all of {', '.join(counterparts.PAPER_PAIRS)})"
-    )
+    p.add_argument("--pairs", nargs="*", choices=list(counterparts.PAPER_PAIRS), help="pairs to measure (default: all)")
     p.add_argument("--vocab", type=int, default=8000, help="joint vocabulary size (fairseq's specials included)")
     p.add_argument("--max-tokens", type=int, default=2048, help="batch size x longest sentence of the one batch")
     p.add_argument("--tiny", action="store_true", help="each pair at its tiny widths (depth kept): the tests' sizes")
@@ -135,13 +132,9 @@ def get_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
     a = get_parser().parse_args(argv)
     logging.basicConfig(format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
-    try:
-        pairs = counterparts.paper_pairs(a.pairs)
-    except ValueError as e:
-        raise SystemExit(f"error: {e}")
+    pairs = counterparts.paper_pairs(a.pairs)  # (ValueError: a registered family without a pair)
     torch.set_num_threads(1)  # (the counts do not depend on it)
     lengths = synthetic.batch_lengths(a.max_tokens)
     sample = synthetic.make_batch(lengths, a.vocab)

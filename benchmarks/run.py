@@ -1,8 +1,7 @@
 """Our models against their fairseq counterparts: same data, same budget, matched parameters.
 
-Per model: the counterpart's width matched in parameters, both trained by ``fairseq-train``, timed side by
-side, decoded with beam 5 and scored; ``results.json``, ``results.md`` and loss plots in ``--out``
-(usage: benchmarks/README.md; the figures: docs/benchmarks.md).
+Per model: the counterpart's width matched in parameters, both trained by ``fairseq-train``, timed side by side,
+decoded with beam 5 and scored (usage: benchmarks/README.md; the figures: docs/benchmarks.md).
 """
 
 import argparse
@@ -10,7 +9,6 @@ import json
 import logging
 import os
 import shlex
-import sys
 import time
 from typing import Dict, List
 
@@ -174,7 +172,6 @@ def run_entry(a, data: Dict, family: str, ours_args: List[str], key: str, work: 
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
     a = get_parser().parse_args(argv)
     logging.basicConfig(format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
     if a.amp and a.device != "cuda":
@@ -208,16 +205,11 @@ def main(argv=None) -> int:
         except Exception as e:  # one broken family must not cost the others their figures
             logger.exception("%s failed", key)
             results["families"][key] = report.error(e)
-        write(results, out)  # after every family: a stopped run keeps its figures
-    results["total_wall_s"] = time.time() - started
-    write(results, out)
+        results["total_wall_s"] = time.time() - started  # written after every family: a stopped run keeps them
+        results["plots"] = report.plots(results, out)
+        report.write_results(results, out, "results", report.markdown)
     logger.info("wrote %s/results.json and results.md in %.0f s", out, results["total_wall_s"])
     return 0 if all("error" not in e for e in results["families"].values()) else 1
-
-
-def write(results: Dict, out: str) -> None:
-    results["plots"] = report.plots(results, out)
-    report.write_results(results, out, "results", report.markdown)
 
 
 if __name__ == "__main__":
