@@ -27,10 +27,10 @@ RNN_UNITS = (nn.LSTM, nn.GRU, nn.RNN)
 CELL_UNITS = (nn.LSTMCell, nn.GRUCell, nn.RNNCell)
 
 #: (forward, backward) CUDA kernels of a fused unit's call: a cuDNN RNN per layer and direction (the input GEMM
-#: batched over all steps, the recurrence; their backward and the weight gradient), a fused cell
-#: (``_thnn_fused_lstm_cell``: two GEMMs and the pointwise kernel; its backward with the bias gradients, both
-#: GEMMs' data and weight gradients), CUDA's fused attention (the CPU may run its unfused math form). Autocast's
-#: casts of a unit's weights count on top, as the CPU's autocast makes them.
+#: batched over all steps and the recurrence; the recurrence's backward, the input GEMM's data and weight
+#: gradients), a fused cell (``_thnn_fused_lstm_cell``: two GEMMs and the pointwise kernel; the pointwise backward
+#: with the bias gradients, both GEMMs' data and weight gradients), CUDA's fused attention (the CPU may run its
+#: unfused math form). Autocast's casts of a unit's weights count on top, as the CPU's autocast makes them.
 UNIT_LAUNCHES = {"rnn_per_layer_direction": (2, 3), "cell": (3, 5), "attention": (1, 2)}
 
 #: operator names that run no kernel on a GPU although they are not views (the profiler's markers
@@ -316,7 +316,8 @@ class _Packed:
 
 class SavedBytes(torch.autograd.graph.saved_tensors_hooks):
     """Bytes of the distinct storages autograd holds for backward when ``with`` ends, but ``model``'s parameters
-    (their autocast copies count): a storage counts once however many saved tensors view it, while one is alive.
+    (their autocast copies count): a storage counts once however many saved tensors view it, while one is alive
+    (a graph branch dropped during the forward pass frees its saved tensors).
 
     After ``with``: ``bytes``, ``tensors`` (storages), ``by_op`` (bytes by the ATen call that saved them, with a
     :class:`StepCounter` watching the same step) and ``in_rnn_units`` (bytes saved inside fused RNN units: the
