@@ -42,6 +42,11 @@ def epochs(log: str) -> int:
     return len({r["epoch"] for r in records(log, "valid")})
 
 
+def sweep_loss(log: str):
+    """A sweep run's lowest validation loss in its SWEEP_EPOCHS (None: none logged)."""
+    return min((r["loss"] for r in records(log, "valid") if r["epoch"] <= SWEEP_EPOCHS), default=None)
+
+
 def trained_lr(procs):
     """The peak rate of the first command of a log's processes that names one (None without)."""
     found = [float(m.group(1)) for p in procs if (m := re.search(r" --lr (\S+)", p.command))]
@@ -67,12 +72,10 @@ def patience_out(valid, patience: int = PATIENCE):
 def summarize(pair: str, run: str) -> dict:
     """One run's figures from its logs and ``eval.json``."""
     folder = os.path.join(LOGS, pair, run)
-    sweep = {}
-    for path in glob.glob(os.path.join(folder, "sweep-lr*.log")):
-        if losses := [r["loss"] for r in records(path, "valid") if r["epoch"] <= SWEEP_EPOCHS]:
-            sweep[float(os.path.basename(path)[len("sweep-lr") : -len(".log")])] = min(losses)
+    sweep = {float(os.path.basename(p)[8:-4]): sweep_loss(p) for p in glob.glob(os.path.join(folder, "sweep-lr*.log"))}
+    sweep = {lr: loss for lr, loss in sorted(sweep.items()) if loss is not None}
     row = dict.fromkeys("params lr ending best_loss best_epoch best_updates best_wall_h trained_on wps".split())
-    row.update(pair=pair, side=run, arch=arch(pair, run), sweep=dict(sorted(sweep.items())), seed=split_run(run)[1])
+    row.update(pair=pair, side=run, arch=arch(pair, run), sweep=sweep, seed=split_run(run)[1])
     row.update(curve=[], epochs=0, eval=read_json(os.path.join(folder, "eval.json")))
     train = processes(os.path.join(folder, "train.log"))
     if not (sweep or row["seed"] > 1) or not train:
@@ -106,10 +109,8 @@ def stopped(row) -> str:
     """How the row's converging run ended: early stopping ("yes", and how late where a resume restarted
     fairseq's count), the epoch cap ("no"), a time limit, or not in its log ("interrupted")."""
     late = row["epochs"] - row["patience_out"] if row["patience_out"] else 0
-    early = f"yes ({late} epochs late: resumed)" if late > 0 else "yes"
-    return {"early stopped": early, "epoch cap": "no", "stopped by time": "no (time limit)"}.get(
-        row["ending"], "no (interrupted)"
-    )
+    words = {"early stopped": f"yes ({late} epochs late: resumed)" if late > 0 else "yes", "epoch cap": "no"}
+    return {**words, "stopped by time": "no (time limit)"}.get(row["ending"], "no (interrupted)")
 
 
 def table(rows) -> str:

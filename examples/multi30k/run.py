@@ -115,8 +115,7 @@ def sweep(pair: str, side: str, threads: int, parallel: bool = False, train: boo
 
     with ThreadPoolExecutor(len(todo) if parallel and todo else 1) as pool:  # every point ends, even after a failure
         list(pool.map(point, todo))
-    losses = {lr: min(r["loss"] for r in records(sweep_log(pair, side, lr), "valid") if r["epoch"] <= SWEEP_EPOCHS)
-              for lr in rates(pair, side)}  # fmt: skip
+    losses = {lr: report.sweep_loss(sweep_log(pair, side, lr)) for lr in rates(pair, side)}
     print(f"{pair}/{side}: chosen lr {min(losses, key=losses.get):g}", flush=True)
     return min(losses, key=losses.get)
 
