@@ -11,7 +11,6 @@ import importlib.util
 import os
 import sys
 import threading
-import time
 
 import pytest
 from fairseq import options
@@ -114,27 +113,25 @@ def test_parallel_sweep_chooses_what_the_serial_sweep_chooses(tmp_path, monkeypa
     """Every rate of the grid is trained, at once or one after the other; the lowest loss wins."""
     losses = {1e-3: 6.0, 2e-3: 5.0, 4e-3: 5.5, 8e-3: 4.0}
     monkeypatch.setitem(run.PAIRS, "toy", {"rates": tuple(losses), "model": "", "baseline": "", "warmup": 1})
-    lock = threading.Lock()
 
     def fake_run(cmd, log, append, threads=None):
         lr = float(cmd[cmd.index("--lr") + 1])
-        with lock:
-            running.append(lr)
-            most[0] = max(most[0], len(running) - len(ended))
-        time.sleep(0.05)  # the others start meanwhile where they run at once
+        running.append(lr)
+        if barrier:
+            barrier.wait()  # passes only once every point has started
         with open(log, "a") as f:
             for epoch in range(1, run.SWEEP_EPOCHS + 1):
                 loss = losses[lr] + run.SWEEP_EPOCHS - epoch
                 f.write(TS + ' | INFO | valid | {"epoch": %d, "valid_loss": "%s"}\n' % (epoch, loss))
-        ended.append(lr)
+        ended.append(len(running))  # how many had started when it ends
 
     monkeypatch.setattr(run, "run_command", fake_run)
     for parallel in (False, True):
         monkeypatch.setattr(run, "WORK", str(tmp_path / f"work{parallel}"))
         monkeypatch.setattr(run, "LOGS", str(tmp_path / f"logs{parallel}"))
-        running, ended, most = [], [], [0]
+        running, ended, barrier = [], [], parallel and threading.Barrier(len(losses), timeout=20)
         assert run.sweep("toy", "model", 1, parallel=parallel) == 8e-3
-        assert sorted(running) == sorted(losses) and most[0] == (4 if parallel else 1)
+        assert sorted(running) == sorted(losses) and ended == ([4] * 4 if parallel else [1, 2, 3, 4])
 
 
 def test_train_hours_stop_the_converging_run_and_the_report_says_so(tmp_path, monkeypatch):

@@ -79,8 +79,7 @@ def run_name(side: str, seed: int = 1) -> str:
 
 
 def train_args(pair: str, side: str, lr: float):
-    """The ``fairseq-train`` command of one run of a side (``side`` or ``side.seedN``) at peak rate ``lr``,
-    without stopping options."""
+    """The ``fairseq-train`` command of a run (``side`` or ``side.seedN``) at peak rate ``lr``, without stopping."""
     return [
         *("fairseq-train", os.path.join(WORK, "data", "bin"), "--user-dir", USER_DIR, *COMMON, "--seed"),
         *(str(split_run(side)[1]), *recipes.device_args()),
@@ -142,8 +141,7 @@ def converge(pair: str, side: str, lr: float, threads: int, deadline=None) -> No
 
 
 def decode(pair: str, side: str, lr: float, subset: str, lenpen: float, threads: int):
-    """Beam-5 translations of ``subset`` by the run's best checkpoint, and their scores: (the command, the
-    detokenised hypotheses, sacreBLEU, tokenised lower-cased BLEU and chrF against the references)."""
+    """(the command, the detokenised hypotheses, their scores) of the run's best checkpoint on ``subset``."""
     import sacrebleu
 
     from fairseq_dense.cli.quickstart_steps import hypotheses, score
@@ -190,13 +188,11 @@ def evaluate(pair: str, side: str, lr: float, threads: int) -> dict:
 
 
 def machine() -> str:
-    if DEVICE != "cpu":
-        import torch
+    import torch
 
-        return f"{torch.cuda.get_device_name()}, GPU"
     from benchmarks.report import cpu_name
 
-    return f"{cpu_name()}, {os.cpu_count()} cores, CPU"
+    return f"{torch.cuda.get_device_name()}, GPU" if DEVICE != "cpu" else f"{cpu_name()}, {os.cpu_count()} cores, CPU"
 
 
 def side(pair: str, which: str, threads: int, parallel_sweep: bool = False, train_hours=None, seed: int = 1) -> None:
@@ -211,7 +207,7 @@ def side(pair: str, which: str, threads: int, parallel_sweep: bool = False, trai
 
 def progress(pairs) -> None:
     """Each run of ``pairs`` in the work folder: its logs copied to ``logs/`` (a run still training too: the
-    report then shows it as interrupted), and a line on how it stands."""
+    report shows it as interrupted), and a line on how it stands."""
     for pair in pairs:
         root = os.path.join(WORK, pair)
         for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
