@@ -1,11 +1,9 @@
 """The one reader of fairseq's training logs: the statistics lines of ``fairseq-train``, and how a run ended.
 
-Reads the lines fairseq writes with ``--log-format json`` (``... | train_inner | {...}``,
-``... | valid | {...}``, ``... | train | {...}``) or ``--log-format simple``, and files of bare
-JSON objects, one a line. A log may hold several processes one after another (a resumed run
-appends to its log), each from its ``# command`` line on (:func:`~fairseq_dense.cli.quickstart_steps.run_command`
-writes it). ``fairseq-dense-plot``, the quick-start, the benchmark harness and the recipes in
-``examples/`` read their logs here.
+Reads the lines fairseq writes with ``--log-format json`` (``... | valid | {...}``) or ``simple``, and files
+of bare JSON objects, one a line. A resumed run appends to its log: a log holds one process after another,
+each from its ``# command`` line on (:func:`fairseq_dense.cli.quickstart_steps.run_command` writes it).
+``fairseq-dense-plot``, the quick-start, the benchmark harness and the recipes in ``examples/`` read logs here.
 """
 
 import json

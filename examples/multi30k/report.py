@@ -178,7 +178,6 @@ def value(row, key: str) -> float:
 
 
 def spread(runs, key: str, spec: str) -> str:
-    """``mean ± sd`` of the runs' ``key`` (:func:`fairseq_dense.seeds.mean_sd_text`)."""
     return mean_sd_text([value(r, key) for r in runs], spec)
 
 
