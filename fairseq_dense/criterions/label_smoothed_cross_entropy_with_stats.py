@@ -57,16 +57,16 @@ class LabelSmoothedCrossEntropyWithStatsCriterion(LabelSmoothedCrossEntropyCrite
         lprobs, target = self.get_lprobs_and_target(model, net_output, sample)
         loss, nll_loss = label_smoothed_nll_loss(lprobs, target, self.eps, ignore_index=self.padding_idx, reduce=reduce)
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
+        n_err, n_tok = token_errors(lprobs.detach(), target, self.padding_idx)
         logging_output = {
             "loss": loss.data,
             "nll_loss": nll_loss.data,
             "ntokens": sample["ntokens"],
             "nsentences": sample["target"].size(0),
             "sample_size": sample_size,
+            "n_token_errors": n_err,
+            "n_scored_tokens": n_tok,
         }
-        n_err, n_tok = token_errors(lprobs.detach(), target, self.padding_idx)
-        logging_output["n_token_errors"] = n_err
-        logging_output["n_scored_tokens"] = n_tok
         if self.report_accuracy:
             n_correct, total = self.compute_accuracy(model, net_output, sample)
             logging_output["n_correct"] = n_correct.data
@@ -107,7 +107,3 @@ class LabelSmoothedCrossEntropyWithStatsCriterion(LabelSmoothedCrossEntropyCrite
             for key in sorted(keys):
                 total = sum(log.get(key, 0.0) for log in logging_outputs)
                 metrics.log_scalar(key, total / n_stat, n_stat, round=4)
-
-    @staticmethod
-    def logging_outputs_can_be_summed() -> bool:
-        return True

@@ -19,9 +19,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class ConvS2SAnnealScheduleConfig(FairseqDataclass):
-    lr_shrink: float = field(
-        default=0.1, metadata={"help": "factor applied to the learning rate at each annealing step"}
-    )
+    lr_shrink: float = field(default=0.1, metadata={"help": "learning-rate factor at each annealing step"})
     shrink_every_epoch_after_rise: bool = field(
         default=False,
         metadata={"help": "after the first rise of the validation loss, shrink every epoch (the WMT14 En-De recipe)"},

@@ -1,24 +1,16 @@
-"""Per-parameter-group learning-rate schedule: ``--lr-scheduler grouped``.
+"""Per-parameter-group learning-rate schedule: ``--lr-scheduler grouped`` (docs/weighted_transformer.md).
 
-A model declares groups by tagging parameters ``param.param_group = "branch"`` (untagged: ``default``;
-the attribute fairseq's ``composite`` optimizer reads and ``FP16Optimizer`` copies to unflattened fp32
-master parameters). Right after the trainer builds the optimizer, before any state is loaded, the
-scheduler splits its parameter group(s) into one per tag, ``default`` first. Before update
-``u = num_updates + 1`` group ``g`` gets::
+Parameters tagged ``param.param_group = "branch"`` (untagged: ``default``; fairseq's ``composite`` optimizer
+reads the same attribute, ``FP16Optimizer`` copies it to unflattened fp32 masters) get a torch parameter
+group each, split when the scheduler is built, before any state is loaded. Before update ``u`` group ``g``
+gets the Transformer's inverse-square-root warm-up (Vaswani et al., 2017, Eq. 3), with the Weighted
+Transformer's own scale and warm-up for its branch weights (Ahmed et al., 2017)::
 
-    lr_g(u) = scale_g * min(u ** -0.5, u * W_g ** -1.5)   if W_g > 0
-    lr_g(u) = scale_g                                      if W_g = 0
+    lr_g(u) = scale_g * min(u ** -0.5, u * W_g ** -1.5)   if W_g > 0, else scale_g
     lr_g(u) = 0          if F_g > 0 and u > max_update - F_g   (freeze window)
 
-the Transformer's inverse-square-root warm-up (Vaswani et al., 2017, Eq. 3), which the Weighted
-Transformer (Ahmed et al., 2017, https://arxiv.org/abs/1711.02132) uses with another scale and warm-up
-for its branch weights; it peaks at ``u = W_g`` with ``scale_g * W_g ** -0.5``. The freeze window
-leaves ``requires_grad`` alone (it survives a resume); with Adam (any step ``p -= lr * x``) a zero rate
-leaves the group bit-identical, and code that changes parameters after the step must skip it.
-
-``step_update`` returns ``{group: lr}`` (logged as ``lr_<group>``). Not supported: flattened fp16/bf16
-master weights (pass ``--fp16-no-flatten-grads``) and the ``composite`` optimizer. The paper's
-options: docs/weighted_transformer.md.
+A zero rate leaves ``requires_grad`` alone (it survives a resume) and, with Adam, the group bit-identical:
+code that changes parameters after the step must skip it.
 """
 
 import logging

@@ -1,6 +1,6 @@
 """Additive (MLP) attention of Bahdanau et al. (2014), batched over source positions."""
 
-from typing import Optional, Tuple
+from typing import Tuple
 
 import torch
 import torch.nn as nn
@@ -32,34 +32,22 @@ class BahdanauAttention(nn.Module):
         """``W_k h_i + b``: ``(src_len, batch, key_dim)`` -> ``(batch, src_len, attention_dim)``."""
         return self.key_proj(keys.transpose(0, 1))
 
-    def forward(
-        self,
-        query: Tensor,
-        proj_keys: Tensor,
-        values: Tensor,
-        padding_mask: Optional[Tensor] = None,
-    ) -> Tuple[Tensor, Tensor]:
-        """Attend for one or more query steps at once.
+    def forward(self, query: Tensor, proj_keys: Tensor, values: Tensor, padding_mask: Tensor) -> Tuple[Tensor, Tensor]:
+        """Attend for one step.
 
         Args:
-            query: ``(batch, query_dim)`` or ``(batch, steps, query_dim)``.
+            query: ``(batch, query_dim)``.
             proj_keys: ``(batch, src_len, attention_dim)`` from :meth:`project_keys`.
             values: ``(batch, src_len, value_dim)``.
             padding_mask: ``(batch, src_len)``, True at padding.
 
         Returns:
-            ``(context, attn)``: ``(batch[, steps], value_dim)`` and
-            ``(batch[, steps], src_len)``.
+            ``(context, attn)``: ``(batch, value_dim)`` and ``(batch, src_len)``.
         """
-        single = query.dim() == 2
-        if single:
-            query = query.unsqueeze(1)
-        # B x S x 1 x A + B x 1 x T x A -> B x S x T
+        query = query.unsqueeze(1)
+        # B x 1 x 1 x A + B x 1 x T x A -> B x 1 x T
         scores = self.v(torch.tanh_(self.query_proj(query).unsqueeze(2) + proj_keys.unsqueeze(1))).squeeze(-1)
-        if padding_mask is not None:
-            scores = scores.masked_fill(padding_mask.unsqueeze(1), float("-inf"))
+        scores = scores.masked_fill(padding_mask.unsqueeze(1), float("-inf"))
         attn = torch.softmax(scores.float(), dim=-1).type_as(scores)
-        context = torch.bmm(attn, values)  # B x S x V
-        if single:
-            return context.squeeze(1), attn.squeeze(1)
-        return context, attn
+        context = torch.bmm(attn, values)  # B x 1 x V
+        return context.squeeze(1), attn.squeeze(1)

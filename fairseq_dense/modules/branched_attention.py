@@ -13,12 +13,8 @@ of inner size ``d_ff / M``, and kappa, alpha each on the probability simplex (pr
 after every optimizer step, :mod:`fairseq_dense.modules.simplex`). Post-norm as the
 Transformer; ``normalize_before`` gives pre-norm (``u_i = x + hbar_i``, ``FFN_i(LN_f(u_i))``,
 no final norm). The layer norms and ``b^O``, ``b^2`` are shared, so the block has the
-parameters of a Transformer attention + FFN pair plus the 2M weights kappa, alpha.
-
-The M output projections and FFNs are batched products over a branch-major
-``(M, T*B, C)`` layout (the alpha-weighted second FFN layer is one GEMM). The per-branch
-layer norm needs that ``(M, T*B, C)`` tensor ``u``, so the block moves more memory than a
-Transformer layer.
+parameters of a Transformer attention + FFN pair plus the 2M weights kappa, alpha. How it runs
+and what it keeps for backward: docs/weighted_transformer.md ("Mixed precision and activation memory").
 """
 
 import math

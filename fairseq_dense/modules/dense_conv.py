@@ -101,12 +101,11 @@ def conv_rows(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     return y.permute(2, 0, 1)  # T x B x O -> O x T x B
 
 
-def linear_rows(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+def linear_rows(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     """Position-wise linear map of a channel-major ``(C, T, B)`` tensor -> ``(O, T, B)``."""
     c, t, b = x.shape
     x = x.reshape(c, t * b)  # a view for rows of a FeatureBuffer
-    y = torch.mm(weight, x) if bias is None else torch.addmm(bias.unsqueeze(1), weight, x)
-    return y.view(-1, t, b)
+    return torch.addmm(bias.unsqueeze(1), weight, x).view(-1, t, b)
 
 
 def glu_rows(x: Tensor) -> Tensor:
@@ -114,14 +113,11 @@ def glu_rows(x: Tensor) -> Tensor:
     return nn.functional.glu(x, dim=0)
 
 
-def Linear(
-    in_features: int, out_features: int, dropout: float = 0.0, use_weight_norm: bool = True, bias: bool = True
-) -> nn.Linear:
+def Linear(in_features: int, out_features: int, dropout: float = 0.0, use_weight_norm: bool = True) -> nn.Linear:
     """Linear layer with ConvS2S initialisation, optionally weight-normalised (cached in inference)."""
-    m = CachedLinear(in_features, out_features, bias=bias)
+    m = CachedLinear(in_features, out_features)
     nn.init.normal_(m.weight, mean=0, std=math.sqrt((1 - dropout) / in_features))
-    if bias:
-        nn.init.constant_(m.bias, 0)
+    nn.init.constant_(m.bias, 0)
     return weight_norm(m) if use_weight_norm else m
 
 

@@ -1,5 +1,5 @@
-"""Encoder/decoder scaffolding of the recurrent and convolutional families, and the padding
-helpers of the recurrent encoders (they run right-padded; fairseq pads sources on the left)."""
+"""Encoder/decoder scaffolding of the recurrent and convolutional families: the recurrent encoders
+run right-padded (fairseq pads sources on the left), :class:`RecurrentEncoder` and the padding helpers."""
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -11,11 +11,14 @@ from torch import Tensor
 from fairseq_dense.validation import ExplainsCheckpointMismatch
 
 
-def embedding(num_embeddings: int, dim: int, padding_idx: int, init: Callable[[Tensor], Any]) -> nn.Embedding:
-    """``nn.Embedding`` whose weight ``init`` initialises in place, the padding row then zeroed."""
-    m = nn.Embedding(num_embeddings, dim, padding_idx=padding_idx)
+def embedding(dictionary, dim: int, init: Callable[[Tensor], Any], shared: Optional[nn.Embedding] = None):
+    """``dictionary``'s ``nn.Embedding`` whose weight ``init`` initialises in place, the padding row then
+    zeroed; or ``shared``, the encoder's table (``--share-all-embeddings``), when given."""
+    if shared is not None:
+        return shared
+    m = nn.Embedding(len(dictionary), dim, padding_idx=dictionary.pad())
     init(m.weight)
-    nn.init.zeros_(m.weight[padding_idx])
+    nn.init.zeros_(m.weight[dictionary.pad()])
     return m
 
 
@@ -30,10 +33,14 @@ def within_beams(new_order: Tensor, rows: int, beam: int) -> bool:
 
 class Encoder(FairseqEncoder):
     """A fairseq encoder whose output dict holds lists of tensors: 3-D ones ``(src_len, batch, dim)``,
-    all others batch-first. Subclasses set ``self.max_source_positions``."""
+    all others batch-first."""
 
-    max_source_positions: int
     beam_size = 1  # set by :class:`EncoderDecoderModel`: 1 while unknown
+
+    def __init__(self, dictionary, max_positions: int):
+        super().__init__(dictionary)
+        self.padding_idx = dictionary.pad()
+        self.max_source_positions = max_positions
 
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
         """Reorder every tensor of ``encoder_out`` along its batch dimension by ``(new_batch,)`` ``new_order``
@@ -50,6 +57,35 @@ class Encoder(FairseqEncoder):
         return self.max_source_positions
 
 
+class RecurrentEncoder(Encoder):
+    """A source embedding (``init_embedding`` initialises its weight in place) and recurrences on
+    right-padded batches (fairseq pads sources on the left by default): :meth:`encode` gets the batch
+    right-padded, and its time-major outputs are moved back to the caller's layout."""
+
+    def __init__(self, dictionary, embed_dim: int, max_positions: int, init_embedding: Callable[[Tensor], None]):
+        super().__init__(dictionary, max_positions)
+        self.embed_tokens = embedding(dictionary, embed_dim, init_embedding)
+
+    def encode(self, src_tokens: Tensor, src_lengths: Tensor) -> Dict[str, Tensor]:
+        """The encoder's outputs for a right-padded ``(batch, src_len)`` batch; ``(src_len, batch, dim)``
+        tensors are right-padded too."""
+        raise NotImplementedError
+
+    def forward(self, src_tokens: Tensor, src_lengths: Tensor, **unused) -> Dict[str, List[Tensor]]:
+        """What :meth:`encode` returns for left- or right-padded ``(batch, src_len)`` ``src_tokens``, each in a
+        list and aligned with them, plus ``encoder_padding_mask`` ``[(batch, src_len)]`` (True at padding)
+        and ``src_lengths`` ``[(batch,)]``."""
+        padding_mask = src_tokens.eq(self.padding_idx)
+        src_tokens, shift = to_right_padding(src_tokens, self.padding_idx)
+        out = self.encode(src_tokens, src_lengths)
+        out = {k: right_to_left_padding(v, shift) if v.dim() == 3 else v for k, v in out.items()}
+        return {
+            **{k: [v] for k, v in out.items()},
+            "encoder_padding_mask": [padding_mask],
+            "src_lengths": [src_lengths],
+        }
+
+
 class EncoderDecoderModel(ExplainsCheckpointMismatch, FairseqEncoderDecoderModel):
     """A fairseq encoder-decoder model that passes the beam size on to its encoder and decoder
     (fairseq's ``SequenceGenerator`` calls ``model.set_beam_size`` for beams wider than 1)."""
@@ -61,15 +97,18 @@ class EncoderDecoderModel(ExplainsCheckpointMismatch, FairseqEncoderDecoderModel
 
 class IncrementalDecoder(FairseqIncrementalDecoder):
     """A fairseq incremental decoder whose cache is one batch-first ``Dict[str, Optional[Tensor]]``
-    under ``STATE_KEY``. Subclasses set ``STATE_KEY``, ``self.max_target_positions``,
-    ``self.output_projection`` and implement ``extract_features``; ``MEMORY`` names the cached
-    entries computed from the encoder output alone (the same rows for every hypothesis of one
-    sentence)."""
+    under ``STATE_KEY``. Subclasses set ``STATE_KEY``, ``self.output_projection`` and implement
+    ``extract_features``; ``MEMORY`` names the cached entries computed from the encoder output alone
+    (the same rows for every hypothesis of one sentence)."""
 
     STATE_KEY = "state"
     MEMORY: Tuple[str, ...] = ()
-    max_target_positions: int
     beam_size = 1  # set by :meth:`set_beam_size`: 1 while unknown
+
+    def __init__(self, dictionary, max_positions: int):
+        super().__init__(dictionary)
+        self.padding_idx = dictionary.pad()
+        self.max_target_positions = max_positions
 
     def set_beam_size(self, beam_size: int) -> None:
         super().set_beam_size(beam_size)  # fairseq's: passes it on to submodules that take it

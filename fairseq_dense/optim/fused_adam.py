@@ -1,24 +1,11 @@
-"""``--optimizer fused_adam``: fairseq's ``adam`` on PyTorch's fused (or foreach) Adam kernels.
+"""``--optimizer fused_adam``: fairseq's ``adam`` on PyTorch's fused AdamW kernel (``foreach`` where no fused
+kernel exists), the clipping norm in one ``torch._foreach_norm``. Same options, schedule, weights to float
+rounding and state (``exp_avg``, ``exp_avg_sq``, an integer ``step`` per tensor) as fairseq's ``adam``: a
+checkpoint of either loads into the other (docs/gpu.md).
 
-fairseq's ``adam`` without apex runs its own Python loop over the parameters (several kernels per
-tensor) and fairseq's ``clip_grad_norm_`` takes one norm per tensor. This optimizer takes the same
-options (``--adam-betas``, ``--adam-eps``, ``--weight-decay``), follows the same schedule (fairseq's
-``set_lr``/``get_lr``), gives the same weights to float rounding and reads and writes the same state
-(``exp_avg``, ``exp_avg_sq``, an integer ``step`` per tensor): a checkpoint of either loads into the
-other. The update runs as ``torch.optim.AdamW`` with ``fused=True`` (a couple of kernels per device and
-dtype; CUDA and CPU) or ``foreach=True`` where fused kernels do not exist; the gradient norm as
-``torch._foreach_norm``.
-
-Semantics kept from fairseq's ``adam``:
-
-* decoupled weight decay ``p -= lr * weight_decay * p`` (AdamW's);
-* ``eps`` added to ``sqrt(exp_avg_sq)`` before the bias correction of the second moment (PyTorch adds
-  it after): each step runs with ``eps / sqrt(1 - beta2 ** step)``, ``step`` counted on the host, so
-  no device value is read;
-* the moments in float32 for float32 master weights (``--fp16``/``--amp`` keep those).
-
-Not supported: ``--memory-efficient-fp16`` (PyTorch keeps the moments in the parameters' dtype; fairseq
-then says the optimizer is unsupported), ``--fp16-adam-stats``, ``--use-old-adam``.
+fairseq's ``adam`` adds ``eps`` to ``sqrt(exp_avg_sq)`` before the second moment's bias correction, PyTorch
+after it: each step therefore runs with ``eps / sqrt(1 - beta2 ** step)``, ``step`` counted on the host (no
+device value read). Not supported: ``--memory-efficient-fp16``, ``--fp16-adam-stats``, ``--use-old-adam``.
 """
 
 import ast

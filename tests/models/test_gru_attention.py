@@ -37,20 +37,20 @@ def test_attention_matches_loop_over_positions():
 
 def test_attention_gradients_match_the_tanh_formula():
     """The batched scores train like the literal ``v^T tanh(.)`` per position: same
-    gradients for every attention parameter, the query and the keys, steps batched or not."""
+    gradients for every attention parameter, the query and the keys."""
     torch.manual_seed(0)
     att = BahdanauAttention(query_dim=5, key_dim=6, attention_dim=4)
     keys = torch.randn(7, 2, 6, requires_grad=True)  # T x B x K
-    query = torch.randn(2, 3, 5, requires_grad=True)  # B x S x Q
+    query = torch.randn(2, 5, requires_grad=True)  # B x Q
     mask = torch.zeros(2, 7, dtype=torch.bool)
     mask[0, 4:] = True
-    weight = torch.randn(2, 3, 6)
+    weight = torch.randn(2, 6)
 
     def literal():
         k = att.key_proj(keys.transpose(0, 1))  # B x T x A
-        e = att.v(torch.tanh(k.unsqueeze(1) + att.query_proj(query).unsqueeze(2))).squeeze(-1)
-        a = torch.softmax(e.masked_fill(mask.unsqueeze(1), float("-inf")), dim=-1)
-        return torch.bmm(a, keys.transpose(0, 1))
+        e = att.v(torch.tanh(k + att.query_proj(query).unsqueeze(1))).squeeze(-1)
+        a = torch.softmax(e.masked_fill(mask, float("-inf")), dim=-1)
+        return torch.bmm(a.unsqueeze(1), keys.transpose(0, 1)).squeeze(1)
 
     def ours():
         return att(query, att.project_keys(keys), keys.transpose(0, 1), mask)[0]

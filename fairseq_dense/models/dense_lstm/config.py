@@ -45,12 +45,8 @@ class DenseLSTMConfig(FairseqDataclass):
         default=False,
         metadata={"help": "DA: one attention per encoder layer, contexts concatenated (Eq. 7-8)"},
     )
-    dropout: float = field(
-        default=0.2, metadata={"help": "dropout on embeddings and LSTM output states (between layers)"}
-    )
-    softmax_dropout: float = field(
-        default=0.2, metadata={"help": "dropout on the readout state right before the softmax layer"}
-    )
+    dropout: float = field(default=0.2, metadata={"help": "dropout on the embeddings and every LSTM layer's output"})
+    softmax_dropout: float = field(default=0.2, metadata={"help": "dropout on the readout right before the softmax"})
     share_decoder_input_output_embed: bool = tie_softmax_field("--decoder-out-embed-dim == --decoder-embed-dim")
     share_all_embeddings: bool = share_all_embeddings_field()
     max_source_positions: int = max_positions_field("source")

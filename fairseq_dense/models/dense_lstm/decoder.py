@@ -76,15 +76,13 @@ class DenseLSTMDecoder(IncrementalDecoder):
         max_positions: int = 1024,
         embed_tokens: Optional[nn.Embedding] = None,
     ):
-        super().__init__(dictionary)
-        self.padding_idx = dictionary.pad()
+        super().__init__(dictionary, max_positions)
         self.embed_dim = embed_dim
         self.hidden_size = hidden_size
         self.num_layers = num_layers
         self.dense = dense
         self.dense_attention = dense_attention
         self.attention_layer = attention_layer
-        self.max_target_positions = max_positions
         if dense_attention:
             memory_dims = [encoder_hidden_size] * encoder_layers
         else:  # o^{L_e} = [h^1..h^{L_e}] (dense connections) or h^{L_e}
@@ -94,11 +92,7 @@ class DenseLSTMDecoder(IncrementalDecoder):
         self.attentions = nn.ModuleList(
             BahdanauAttention(hidden_size, k, a) for k, a in zip(memory_dims, self.attention_dims)
         )
-        if embed_tokens is None:
-            embed_tokens = embedding(
-                len(dictionary), embed_dim, self.padding_idx, lambda w: nn.init.uniform_(w, -0.1, 0.1)
-            )
-        self.embed_tokens = embed_tokens
+        self.embed_tokens = embedding(dictionary, embed_dim, lambda w: nn.init.uniform_(w, -0.1, 0.1), embed_tokens)
         self.dropout = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.layers = nn.ModuleList(nn.LSTM(self._layer_input_dim(j), hidden_size) for j in range(num_layers))
         if dense:
@@ -120,20 +114,11 @@ class DenseLSTMDecoder(IncrementalDecoder):
     def _attend(
         self, query: Tensor, keys: Tensor, values: Tensor, w_query: Tensor, w_v: Tensor, padding_mask: Tensor
     ) -> Tuple[Tensor, Tensor]:
-        """All attention branches for one step, batched (Bahdanau's MLP per branch).
-
-        Args:
-            query: ``(batch, hidden)`` = ``r_{t-1}^{l'}``.
-            keys: ``(batch, src_len, n, A)`` projected keys ``W_k h_i + b``.
-            values: ``(batch, src_len, n, d)``.
-            w_query: ``(n * A, hidden)`` the branches' query projections stacked.
-            w_v: ``(n, A)`` the branches' score vectors.
-            padding_mask: ``(batch, src_len)``.
-
-        Returns:
-            ``(context, attn)``: ``(batch, n * d)`` = ``[c_t^1; ...; c_t^n]`` and the
-            mean attention ``(batch, src_len)``.
-        """
+        """All ``n`` attention branches for one step, batched (Bahdanau's MLP per branch): ``(batch, hidden)``
+        ``query`` = ``r_{t-1}^{l'}``, ``(batch, src_len, n, A)`` projected ``keys`` ``W_k h_i + b``, ``(batch,
+        src_len, n, d)`` ``values``, the branches' stacked ``(n * A, hidden)`` query projections ``w_query`` and
+        ``(n, A)`` score vectors ``w_v``. Returns ``(batch, n * d)`` ``[c_t^1; ...; c_t^n]`` and the mean
+        attention ``(batch, src_len)``."""
         q = F.linear(query, w_query).view(query.size(0), 1, *w_v.shape)  # B x 1 x n x A
         # v^T tanh(W_q s + W_k h + b): B x T x n; tanh in place: the largest tensor of the step
         scores = (torch.tanh_(q + keys) * w_v).sum(-1)

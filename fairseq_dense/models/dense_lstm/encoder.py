@@ -8,8 +8,8 @@ import torch.nn as nn
 from fairseq.modules import FairseqDropout
 from torch import Tensor
 
-from fairseq_dense.models.recurrent_encoder import RecurrentEncoder
 from fairseq_dense.modules.dense_lstm_layer import DenseLSTMEncoderLayer
+from fairseq_dense.modules.encoder_decoder import RecurrentEncoder
 
 
 class DenseLSTMEncoder(RecurrentEncoder):

@@ -32,7 +32,6 @@ class DenseLSTMModel(EncoderDecoderModel):
             cfg, sides("embed_dim", "hidden_size", "layers") + ("decoder_out_embed_dim",), optional=("attention_dim",)
         )
         require_probability(cfg, ("dropout", "softmax_dropout"))
-        attention_dim = safe_getattr(cfg, "attention_dim", None)
         bidirectional = not safe_getattr(cfg, "no_encoder_bidirectional", False)
         if bidirectional and cfg.encoder_hidden_size % 2:
             raise ValueError(
@@ -66,7 +65,7 @@ class DenseLSTMModel(EncoderDecoderModel):
             dense=dense,
             dense_attention=bool(safe_getattr(cfg, "dense_attention", False)),
             attention_layer=cfg.attention_layer,
-            attention_dim=attention_dim,
+            attention_dim=safe_getattr(cfg, "attention_dim", None),
             out_embed_dim=cfg.decoder_out_embed_dim,
             dropout=cfg.dropout,
             softmax_dropout=cfg.softmax_dropout,

@@ -78,18 +78,14 @@ class DenseNMTDecoder(IncrementalDecoder):
         share_input_output_embed: bool = False,
         embed_tokens: Optional[nn.Embedding] = None,
     ):
-        super().__init__(dictionary)
-        self.padding_idx = dictionary.pad()
+        super().__init__(dictionary, max_positions)
         self.embed_dim = embed_dim
         self.dense = dense
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.hidden_sizes = list(hidden_sizes)
         self.kernel_sizes = list(kernel_sizes)
-        self.max_target_positions = max_positions
         wn = use_weight_norm
-        if embed_tokens is None:
-            embed_tokens = embedding(len(dictionary), factorized_dim or embed_dim, self.padding_idx, normal_embedding)
-        self.embed_tokens = embed_tokens
+        self.embed_tokens = embedding(dictionary, factorized_dim or embed_dim, normal_embedding, embed_tokens)
         self.embed_factor = Linear(factorized_dim, embed_dim, 0.0, wn) if factorized_dim else None
         self.embed_positions = PositionalEmbedding(max_positions, embed_dim, self.padding_idx, learned=True)
         self.attention = DenseAttention(
@@ -183,14 +179,12 @@ class DenseNMTDecoder(IncrementalDecoder):
         attn_sum = None
         p = self.pad_left
         if self.dense:
-            convs = iter(enumerate(self.convs))
             first = x0
             for bi, block in enumerate(self.blocks):
                 buf = FeatureBuffer(self.block_widths[bi], t, bsz, p, 0, x0)
                 buf.append(first)
-                for li in block:
-                    i, conv = next(convs)
-                    k = self.kernel_sizes[li]
+                for i in block:  # the layers' indices, in order
+                    conv, k = self.convs[i], self.kernel_sizes[i]
                     z = glu_rows(conv_rows(buf.conv_input(k, p - (k - 1)), conv.weight, conv.bias))
                     a, attn_sum = self._attend(i, z.permute(2, 1, 0), memory, attn_sum)
                     buf.append(self.dropout_module(z))
@@ -222,15 +216,13 @@ class DenseNMTDecoder(IncrementalDecoder):
         """One position from a ``(B, 1, C)`` embedding, using the convolutions' input buffers."""
         attn_sum = None
         if self.dense:
-            convs = iter(enumerate(self.convs))
             first = x0
             for bi, block in enumerate(self.blocks):
                 buf = x0.new_zeros(x0.size(0), 1, self.block_widths[bi])  # preallocated step features
                 w = first.size(-1)
                 buf[..., :w] = first
-                for _ in block:
-                    i, conv = next(convs)
-                    z = F.glu(conv(buf[..., :w], incremental_state), dim=-1)
+                for i in block:
+                    z = F.glu(self.convs[i](buf[..., :w], incremental_state), dim=-1)
                     a, attn_sum = self._attend(i, z, memory, attn_sum)
                     buf[..., w : w + z.size(-1)] = z
                     w += z.size(-1)

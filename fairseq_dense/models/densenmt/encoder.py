@@ -57,16 +57,14 @@ class DenseNMTEncoder(Encoder):
         grad_scale: float = 1.0,
         max_positions: int = 1024,
     ):
-        super().__init__(dictionary)
-        self.padding_idx = dictionary.pad()
+        super().__init__(dictionary, max_positions)
         self.embed_dim = embed_dim
         self.dense = dense
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.grad_scale = grad_scale
-        self.max_source_positions = max_positions
         self.kernel_sizes = list(kernel_sizes)
         self.hidden_sizes = list(hidden_sizes)
-        self.embed_tokens = embedding(len(dictionary), factorized_dim or embed_dim, self.padding_idx, normal_embedding)
+        self.embed_tokens = embedding(dictionary, factorized_dim or embed_dim, normal_embedding)
         self.embed_factor = Linear(factorized_dim, embed_dim, 0.0, use_weight_norm) if factorized_dim else None
         self.embed_positions = PositionalEmbedding(max_positions, embed_dim, self.padding_idx, learned=True)
         self.pad_left = max((k - 1) // 2 for k in kernel_sizes)
@@ -158,16 +156,14 @@ class DenseNMTEncoder(Encoder):
         }
 
     def _dense(self, x0: Tensor, keep: Tensor, t: int, bsz: int) -> FeatureBuffer:
-        """Run the dense blocks; return the last block's feature buffer."""
-        convs = iter(self.convs)
-        buf = None
+        """Run the dense blocks (at least one); return the last block's feature buffer."""
         first = x0
         for bi, block in enumerate(self.blocks):
             buf = FeatureBuffer(self.block_widths[bi], t, bsz, self.pad_left, self.pad_right, x0)
             buf.append(first)
             keep_buf = keep.to(buf.data.dtype)  # features stay in the buffer's (autocast) dtype
             for i in block:
-                conv, k = next(convs), self.kernel_sizes[i]
+                conv, k = self.convs[i], self.kernel_sizes[i]
                 y = glu_rows(conv_rows(buf.conv_input(k, self.pad_left - (k - 1) // 2), conv.weight, conv.bias))
                 buf.append(self.dropout_module(y * keep_buf))
             if bi < len(self.blocks) - 1:

@@ -14,10 +14,7 @@ INTERFACE_CHOICES = ChoiceEnum(["deep_att", "deep_ed"])
 class FastForwardLSTMConfig(FairseqDataclass):
     interface: INTERFACE_CHOICES = field(
         default="deep_att",
-        metadata={
-            "help": "deep_att: attention over the fc-projected [f; h] of both columns; "
-            "deep_ed: one fixed vector (last step of column 1, max over time of column 2)"
-        },
+        metadata={"help": "deep_att (attention over the encoder's fc) or deep_ed (one fixed vector)"},
     )
     encoder_embed_dim: int = field(default=256, metadata={"help": "source embedding size"})
     encoder_hidden_size: int = field(default=512, metadata={"help": "encoder LSTM size (each layer, each column)"})
@@ -43,15 +40,11 @@ class FastForwardLSTMConfig(FairseqDataclass):
         default=0.1, metadata={"help": "dropout on h where it enters the next layer and the softmax"}
     )
     init_std: float = field(
-        default=0.07,
-        metadata={"help": "std of the Gaussian init of all non-recurrent weights (recurrent matrices start at zero)"},
+        default=0.07, metadata={"help": "std of the Gaussian init of the non-recurrent weights (recurrent: zero)"}
     )
     decoder_out_embed_dim: Optional[int] = field(
         default=None,
-        metadata={
-            "help": "softmax input size: a linear map of the top decoder h to this size before the "
-            "softmax, as in fairseq's lstm (default: --decoder-hidden-size, no map)"
-        },
+        metadata={"help": "softmax input size, a linear map of the top decoder h (default: --decoder-hidden-size)"},
     )
     share_decoder_input_output_embed: bool = tie_softmax_field(
         "the softmax input size, --decoder-out-embed-dim or else --decoder-hidden-size, == --decoder-embed-dim"

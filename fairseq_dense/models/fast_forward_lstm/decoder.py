@@ -1,6 +1,6 @@
 """Single-column forward decoder with fast-forward connections (Deep-Att / Deep-ED)."""
 
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -67,15 +67,9 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
         share_input_output_embed: bool = False,
         embed_tokens: Optional[nn.Embedding] = None,
     ):
-        super().__init__(dictionary)
-        self.padding_idx = dictionary.pad()
+        super().__init__(dictionary, max_positions)
         self.hidden_size = hidden_size
-        self.max_target_positions = max_positions
-        if embed_tokens is None:
-            embed_tokens = embedding(
-                len(dictionary), embed_dim, self.padding_idx, lambda w: nn.init.normal_(w, 0.0, init_std)
-            )
-        self.embed_tokens = embed_tokens
+        self.embed_tokens = embedding(dictionary, embed_dim, lambda w: nn.init.normal_(w, 0.0, init_std), embed_tokens)
         # layer 1: W_f^1 [y; c] = [first.ff.weight, context_proj.weight] (Deep-Att steps the c part)
         self.first = FastForwardLSTMLayer(embed_dim, hidden_size, init_std=init_std)
         self.context_proj = nn.Linear(encoder_dim, 4 * hidden_size, bias=False)
@@ -109,9 +103,7 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
         cached = self.get_cache(incremental_state)
         if incremental_state is not None:
             prev_output_tokens = prev_output_tokens[:, -1:]
-        states: Optional[List[Tuple[Tensor, Tensor]]] = None
-        if cached is not None:
-            states = list(zip(cached["h"].unbind(1), cached["c"].unbind(1)))
+        states = None if cached is None else list(zip(cached["h"].unbind(1), cached["c"].unbind(1)))  # (h, c) a layer
         y = self.embed_tokens(prev_output_tokens).transpose(0, 1)  # B x S x C -> S x B x C
         # the fast-forward path and all that reads it in float32 (see fairseq_dense.modules.fast_forward_lstm)
         full_range, y = outside_low_precision(y, self.first.ff.weight, self.rest.fast_forward)
@@ -153,15 +145,9 @@ class FastForwardLSTMDecoder(IncrementalDecoder):
         the one-hot sentence index, whose input weights are ``g^T``, so that
         ``[W_y, g^T] [y_t; onehot(b)] = W_y y_t + g_b``. That costs ``B`` columns per token
         instead of ``E`` (``10H`` with two encoder columns): fewer while a batch holds fewer
-        sentences than ``E``.
-
-        Args:
-            y: ``(S, B, C)`` target embeddings; g: ``(B, 4H)`` = ``W_c e``.
-            state: initial ``(h, c)``; zeros when None.
-
-        Returns:
-            ``(f1, h1, final)``: the ``half(f^1)`` the next layer reads ``(S, B, 2H)`` (``(S, B, 0)``
-            when none does), ``h^1`` ``(S, B, H)`` and the final ``(h, c)``.
+        sentences than ``E``. ``y``: ``(S, B, C)`` target embeddings; ``state``: initial ``(h, c)`` or None
+        (zeros). Returns ``(f1, h1, final)``: the ``half(f^1)`` the next layer reads ``(S, B, 2H)`` (``(S, B,
+        0)`` when none does), ``h^1`` ``(S, B, H)`` and the final ``(h, c)``.
         """
         steps, bsz = y.shape[:2]
         x = torch.cat([y, torch.eye(bsz, dtype=y.dtype, device=y.device).expand(steps, -1, -1)], -1)

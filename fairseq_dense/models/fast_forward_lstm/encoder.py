@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from fairseq_dense.models.recurrent_encoder import RecurrentEncoder
+from fairseq_dense.modules.encoder_decoder import RecurrentEncoder
 from fairseq_dense.modules.fast_forward_lstm import FastForwardLSTM
 from fairseq_dense.modules.low_precision import outside_low_precision
 

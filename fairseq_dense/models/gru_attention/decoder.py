@@ -45,15 +45,11 @@ class GRUAttentionDecoder(IncrementalDecoder):
         max_positions: int = 1024,
         embed_tokens: Optional[nn.Embedding] = None,
     ):
-        super().__init__(dictionary)
-        self.padding_idx = dictionary.pad()
+        super().__init__(dictionary, max_positions)
         self.encoder_dim = encoder_dim
-        self.max_target_positions = max_positions
-        if embed_tokens is None:
-            embed_tokens = embedding(
-                len(dictionary), embed_dim, self.padding_idx, lambda w: nn.init.normal_(w, 0, embed_dim**-0.5)
-            )
-        self.embed_tokens = embed_tokens
+        self.embed_tokens = embedding(
+            dictionary, embed_dim, lambda w: nn.init.normal_(w, 0, embed_dim**-0.5), embed_tokens
+        )
         self.embed_dropout = FairseqDropout(embed_dropout, module_name=self.__class__.__name__)
         self.init_proj = nn.Linear(encoder_hidden_size, hidden_size)
         self.cell = nn.GRUCell(encoder_dim + embed_dim, hidden_size)  # input [c_{t-1}; y_{t-1}]

@@ -6,7 +6,7 @@ import torch.nn as nn
 from fairseq.modules import FairseqDropout
 from torch import Tensor
 
-from fairseq_dense.models.recurrent_encoder import RecurrentEncoder
+from fairseq_dense.modules.encoder_decoder import RecurrentEncoder
 
 
 class GRUAttentionEncoder(RecurrentEncoder):
@@ -24,8 +24,7 @@ class GRUAttentionEncoder(RecurrentEncoder):
         """``encoder_out``: ``(src_len, batch, 2 * hidden)`` annotations h_i; ``encoder_final``:
         ``(batch, hidden)`` the backward GRU's state at the first source word (Bahdanau's initial
         decoder state input)."""
-        x = self.embed_dropout(self.embed_tokens(src_tokens))
-        x = x.transpose(0, 1)  # B x T x C -> T x B x C
+        x = self.embed_dropout(self.embed_tokens(src_tokens)).transpose(0, 1)  # B x T x C -> T x B x C
         lengths = src_lengths.detach().cpu().long()
         packed = nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False)
         packed_out, final = self.gru(packed)

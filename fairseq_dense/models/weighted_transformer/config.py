@@ -49,10 +49,8 @@ class WeightedTransformerConfig(FairseqDataclass):
     learned_branch_weights: Optional[bool] = field(
         default=None,
         metadata={
-            "help": "learn kappa and alpha on the simplex, as the paper does: the default of the paper's "
-            "configurations (weighted_transformer, _a, _b, _c, _n4, _n8); weighted_transformer_small and "
-            "_tiny fix both to 1 unless given (measured better at CPU size: docs/weighted_transformer.md). "
-            "--fixed-kappa / --fixed-alpha fix one or both to 1 (Table 3)"
+            "help": "learn kappa and alpha on the simplex, as the paper does (default of the paper's "
+            "configurations; weighted_transformer_small and _tiny fix both to 1 unless given)"
         },
     )
     # None: not given, learned_branch_weights decides
@@ -74,26 +72,18 @@ class WeightedTransformerConfig(FairseqDataclass):
     branch_init: BRANCH_INIT_CHOICES = field(
         default="transformer",
         metadata={
-            "help": "initialisation of the branch matrices W_i^O, W1_i, W2_i: 'transformer' (the "
-            "default), drawn as fairseq's transformer draws the whole matrices they split (W^O Xavier "
-            "over C x C, the FFN nn.Linear's default with the whole fan-in, uniform FFN biases), or "
-            "'xavier', each for its own shape with zero biases (the first form built, measured worse)"
+            "help": "branch matrices W_i^O, W1_i, W2_i drawn as fairseq's transformer draws the matrices "
+            "they split ('transformer'), or each for its own shape with zero biases ('xavier')"
         },
     )
     branch_residual_dropout: RESIDUAL_DROPOUT_CHOICES = field(
         default="outputs",
         metadata={
-            "help": "where the residual dropout of Eq. 6 acts: 'outputs' (the default), on each "
-            "branch's output kappa_i (head_i W_i^O + b^O) before the residual sum (the Transformer's "
-            "placement; M times the tensor), or 'heads', on the attention heads before W_i^O (one "
-            "(T*B, C) tensor: cheaper, same expectation)"
+            "help": "the residual dropout of Eq. 6 on each branch output before the residual sum "
+            "('outputs', the Transformer's placement) or on the heads before W_i^O ('heads', cheaper)"
         },
     )
     branch_recompute: bool = field(
         default=False,
-        metadata={
-            "help": "recompute each block's branch outputs, residual sums and their layer norm in "
-            "the backward pass instead of keeping the (M, T*B, C) residual sums and dropout masks "
-            "(less activation memory, one more W^O product per block)"
-        },
+        metadata={"help": "recompute the branch outputs and residual sums in backward (less activation memory)"},
     )

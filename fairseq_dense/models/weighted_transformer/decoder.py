@@ -146,8 +146,6 @@ class WeightedTransformerDecoder(TransformerDecoderBase):
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=False)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        if no_encoder_attn:
-            raise ValueError("the Weighted Transformer decoder needs encoder-decoder attention")
         self._layers_built += 1
         seed = int(self.args.branch_random_seed) + 1000 * (100 + self._layers_built)
         block = block_kwargs(cfg, self.args, "decoder")

@@ -101,13 +101,11 @@ class WeightedTransformerModel(ExplainsCheckpointMismatch, TransformerModel):
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
-        cfg = TransformerConfig.from_namespace(args)
-        return WeightedTransformerEncoder(cfg, src_dict, embed_tokens, args)
+        return WeightedTransformerEncoder(TransformerConfig.from_namespace(args), src_dict, embed_tokens, args)
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
-        cfg = TransformerConfig.from_namespace(args)
-        return WeightedTransformerDecoder(cfg, tgt_dict, embed_tokens, args)
+        return WeightedTransformerDecoder(TransformerConfig.from_namespace(args), tgt_dict, embed_tokens, args)
 
     def state_dict_mismatch_hint(self, missing, unexpected) -> Optional[str]:
         """Why a checkpoint does not load when only kappa/alpha names differ (a checkpoint that learned
@@ -143,12 +141,12 @@ class WeightedTransformerModel(ExplainsCheckpointMismatch, TransformerModel):
 
     def branch_weights(self) -> Dict[str, torch.Tensor]:
         """Learned kappa/alpha by name, e.g. ``{"enc0.kappa": (M,) tensor, ...}``."""
-        out = {}
-        for name, block in self.branch_blocks():
-            for w in ("kappa", "alpha"):
-                if getattr(block, w) is not None:
-                    out[f"{name}.{w}"] = getattr(block, w).detach()
-        return out
+        return {
+            f"{name}.{w}": getattr(block, w).detach()
+            for name, block in self.branch_blocks()
+            for w in ("kappa", "alpha")
+            if getattr(block, w) is not None
+        }
 
     def set_num_updates(self, num_updates):
         """Called by fairseq before every training forward and when loading a checkpoint.
