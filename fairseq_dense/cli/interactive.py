@@ -91,8 +91,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from fairseq import distributed_utils, options
         from fairseq_cli import interactive
 
-        import fairseq_dense  # noqa: F401  (registers the architectures and dense_moses even without --user-dir)
-
         apply_threads()
         args = options.parse_args_and_arch(options.get_interactive_generation_parser())  # fairseq's cli_main
         distributed_utils.call_main(fairseq_config(args), interactive.main)

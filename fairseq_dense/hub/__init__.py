@@ -1,8 +1,6 @@
 """Sharing models: pickle-free export, ``from_pretrained``, hub upload and download (docs/hub.md).
 
-Modules: ``schema`` (the model directory format, the one error), ``loading`` (:func:`load_model`, read top to
-bottom), ``text`` (how a model reads text), ``export`` (export and model card), ``push`` (upload). Nothing is
-family-specific: every architecture fairseq-dense registers is rebuilt through fairseq's registries.
+Nothing is family-specific: every architecture fairseq-dense registers is rebuilt through fairseq's registries.
 """
 
 import contextlib

@@ -10,7 +10,6 @@ import argparse
 import contextlib
 import ctypes
 import dataclasses
-import enum
 import errno
 import functools
 import glob
@@ -85,10 +84,7 @@ class ModelCardInfo:
 def read_checkpoint(path: Path) -> Dict[str, Any]:
     """A fairseq checkpoint (torch's ``weights_only`` loader) plus ``"plain_cfg"``: ``{"model": {...},
     "task": {...}}``, flat dicts of option values (no OmegaConf interpolation, no hydra composition)."""
-    try:
-        state = read_state(str(path))
-    except CheckpointError as err:
-        raise PretrainedModelError(one_line(err, 300)) from None
+    state = read_state(str(path))
     for name, value in state["model"].items():
         if not isinstance(name, str) or not isinstance(value, torch.Tensor):
             raise PretrainedModelError(f"{path}: 'model' entry '{safe_name(name)}' is not a named tensor")
@@ -113,12 +109,8 @@ def read_checkpoint(path: Path) -> Dict[str, Any]:
 
 
 def _jsonable(value):
-    """Enums as their value, tuples as lists; anything else unchanged (:func:`check_config` judges it)."""
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
+    """Tuples as lists; anything else unchanged (:func:`check_config` judges it; fairseq saves enums as text)."""
+    return [_jsonable(v) for v in value] if isinstance(value, (list, tuple)) else value
 
 
 def model_options(model_cfg: Dict[str, Any], arch: str) -> Dict[str, Any]:
@@ -126,13 +118,16 @@ def model_options(model_cfg: Dict[str, Any], arch: str) -> Dict[str, Any]:
     return {name: _jsonable(model_cfg[name]) for name in declared_model_options(arch) if name in model_cfg}
 
 
-def one_line_os_errors(func):
-    """``func`` with every file system failure one :class:`PretrainedModelError` line naming the file."""
+def one_line_errors(func):
+    """``func`` with every file system failure, and a checkpoint it cannot read or average, one
+    :class:`PretrainedModelError` line naming the file."""
 
     @functools.wraps(func)
     def checked(*args, **kwargs):
         try:
             return func(*args, **kwargs)
+        except CheckpointError as err:
+            raise PretrainedModelError(one_line(err, 300)) from None
         except OSError as err:
             where = shown(err.filename) + ": " if err.filename else ""
             raise PretrainedModelError(f"{where}{err.strerror or one_line(err)} (exporting)") from None
@@ -140,7 +135,7 @@ def one_line_os_errors(func):
     return checked
 
 
-@one_line_os_errors
+@one_line_errors
 def export_checkpoint(
     checkpoints: Sequence[Union[str, Path]],
     out_dir: Union[str, Path],
@@ -175,9 +170,7 @@ def export_checkpoint(
     out_dir = Path(out_dir)
     if out_dir.is_symlink():  # replacing it would swap the link, not the folder it names
         raise PretrainedModelError(f"{shown(out_dir)}: is a symbolic link; give the folder it points to")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise PretrainedModelError(f"{shown(out_dir)}: exists and is not a folder")
-    if out_dir.exists() and any(out_dir.iterdir()) and not force:
+    if out_dir.exists() and any(out_dir.iterdir()) and not force:  # a file: NotADirectoryError, one line
         raise PretrainedModelError(f"{out_dir}: exists and is not empty (use --force to replace it)")
     paths = [Path(p) for p in checkpoints]
     if average_last is not None:
@@ -232,8 +225,6 @@ def export_checkpoint(
             raise PretrainedModelError(f"{dict_files[side]}: missing (pass --data, the binarized data directory)")
         dictionaries[side] = parse_dictionary(str(dict_files[side]), dict_files[side].read_bytes())  # the loader's
     if bpe_codes is not None:
-        if not Path(bpe_codes).is_file():
-            raise PretrainedModelError(f"{bpe_codes}: no such BPE codes file")
         parse_bpe_codes(str(bpe_codes), Path(bpe_codes).read_bytes())
     if tokenizer not in (None, "moses"):
         raise PretrainedModelError(f"--tokenizer {tokenizer}: only 'moses' or 'none' are supported")
@@ -332,10 +323,7 @@ def swap_paths(a: Path, b: Path) -> None:
 def _write_weights(tmp: Path, config, dictionaries, states, paths):
     """Save the (averaged) weights through a model built as the loader builds it (fairseq's state-dict upgrades,
     names and shapes checked against the dictionaries); tied weights stored once. Returns it and its state."""
-    try:
-        averaged = average_models([s["model"] for s in states], [str(p) for p in paths])
-    except CheckpointError as err:
-        raise PretrainedModelError(one_line(err, 300)) from None
+    averaged = average_models([s["model"] for s in states], [str(p) for p in paths])
     cfg, _, model = build_model(config, dictionaries, where=shown(paths[-1]))
     try:
         model.load_state_dict(averaged, strict=True, model_cfg=cfg.model)

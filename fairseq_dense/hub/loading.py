@@ -414,21 +414,19 @@ def load_weights(model, where: str, config: Dict[str, Any], weights, model_cfg) 
 LoadedModel = collections.namedtuple("LoadedModel", "cfg task model config bpe_codes")
 
 
-def load_model(model_dir: Union[str, Path], overrides: Optional[Dict[str, Any]] = None) -> LoadedModel:
-    """Load a directory of ``fairseq-dense-export`` with fairseq options ``overrides`` (``beam``, ``dropout``).
+def load_model(model_dir: Union[str, Path], overrides: Optional[Dict[str, Any]] = None, files=None) -> LoadedModel:
+    """Load a directory of ``fairseq-dense-export`` with fairseq options ``overrides`` (``beam``, ``dropout``), or
+    its ``files`` already read (:func:`read_files`' config and verified bytes; the weights' bytes leave them once
+    parsed). torch's global random generator is left as it was.
 
     Raises:
         PretrainedModelError: naming the file (and key, line or tensor) at fault.
         TypeError: an override that is not a fairseq option.
     """
-    with ModelDirectory(model_dir) as directory:
-        config, data = read_files(directory)
-    return model_from_files(model_dir, config, data, overrides)
-
-
-def model_from_files(model_dir, config: Dict[str, Any], data: Dict[str, bytes], overrides=None) -> LoadedModel:
-    """The model of :func:`read_files`' ``config`` and verified bytes ``data`` (read from ``model_dir``); the
-    weights' bytes leave ``data`` once parsed; torch's global random generator is left as it was."""
+    if files is None:
+        with ModelDirectory(model_dir) as directory:
+            files = read_files(directory)
+    config, data = files
     where = {name: shown(Path(model_dir) / name) for name in data}
     dictionaries = []
     for side in ("source", "target"):
@@ -485,12 +483,6 @@ def from_pretrained(name_or_path: Union[str, Path], **kwargs) -> TranslationHubI
     Raises:
         PretrainedModelError: every problem of the model directory, in one line naming the file and key.
         TypeError: a keyword that is not a fairseq option.
-
-    Example::
-
-        >>> import fairseq_dense
-        >>> de_en = fairseq_dense.from_pretrained("exports/gru-deu-eng")
-        >>> de_en.translate("Wie geht es dir?", beam=5)
     """
     load = {k: kwargs.pop(k) for k in ("revision", "cache_dir", "local_files_only", "token") if k in kwargs}
     text = {k: kwargs.pop(k) for k in ("tokenizer", "bpe") if k in kwargs}
