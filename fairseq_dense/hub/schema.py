@@ -102,9 +102,6 @@ def describe(value: Any) -> str:
     return "an object" if isinstance(value, dict) else f"a {type(value).__name__}"
 
 
-# ---------------------------------------------------------------- SHA256SUMS
-
-
 def write_manifest(model_dir: Path, names: Iterable[str]) -> None:
     sums = {n: hashlib.sha256((model_dir / n).read_bytes()).hexdigest() for n in sorted(set(names))}
     (model_dir / MANIFEST_NAME).write_bytes(b"".join(f"{digest}  {n}\n".encode() for n, digest in sums.items()))
