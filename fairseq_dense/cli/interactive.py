@@ -3,9 +3,7 @@
 fairseq-interactive translates an empty or whitespace-only line as an empty sentence, silently. This
 runs fairseq's own ``fairseq_cli.interactive`` in this process (all its options apply) on a checking
 reader: at the first empty or non-UTF-8 line it stops with one line ``fairseq-dense-interactive: error:
-<source>:<line>: ...`` (``--allow-empty-lines``: fairseq's behaviour). Logs on stderr (quiet unless
-``-v``), translations on stdout. With ``--tokenizer moses`` on data of ``fairseq-dense-prepare``, the
-text steps recorded beside its dictionaries are applied (``dense_moses``), said in one line on stderr.
+<source>:<line>: ...``. ``--tokenizer moses`` on data of ``fairseq-dense-prepare``: :func:`fairseq_config`.
 
     fairseq-dense-interactive data-bin --path ckpt.pt --user-dir ... < input.txt
 """
@@ -66,9 +64,8 @@ def fairseq_config(args):
             setattr(args, key, key in steps)
         print(f"{PROG}: the data's text preparation applied: {', '.join(steps)}", file=sys.stderr, flush=True)
     cfg = convert_namespace_to_omegaconf(args)
-    for key in ("source_lang", "target_lang"):
-        if key in record:
-            cfg.tokenizer[key] = record[key]
+    if record:
+        cfg.tokenizer.update({k: record[k] for k in ("source_lang", "target_lang") if k in record})
     return cfg
 
 

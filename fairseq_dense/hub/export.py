@@ -61,6 +61,7 @@ def read_checkpoint(path: Path) -> Dict[str, Any]:
     """A fairseq checkpoint (torch's ``weights_only`` loader) plus ``"plain_cfg"``: ``{"model": {...},
     "task": {...}}``, flat dicts of option values (no OmegaConf interpolation, no hydra composition)."""
     state = read_state(str(path))
+    state.pop("last_optimizer_state", None)  # neither exported nor needed: freed early
     for name, value in state["model"].items():
         if not isinstance(name, str) or not isinstance(value, torch.Tensor):
             raise PretrainedModelError(f"{path}: 'model' entry '{safe_name(name)}' is not a named tensor")
@@ -77,8 +78,7 @@ def read_checkpoint(path: Path) -> Dict[str, Any]:
     elif state.get("cfg") is not None:
         cfg = plain(state["cfg"], "cfg")
         state["plain_cfg"] = model_task = {key: plain(cfg.get(key), f"cfg.{key}") for key in ("model", "task")}
-        if not model_task["model"].get("_name"):
-            model_task["model"]["_name"] = model_task["model"].get("arch")
+        model_task["model"]["_name"] = model_task["model"].get("_name") or model_task["model"].get("arch")
     else:
         raise PretrainedModelError(f"{path}: the checkpoint holds no configuration ('cfg' or 'args')")
     return state
@@ -95,8 +95,7 @@ def model_options(model_cfg: Dict[str, Any], arch: str) -> Dict[str, Any]:
 
 
 def one_line_errors(func):
-    """``func`` with every file system failure, and a checkpoint it cannot read or average, one
-    :class:`PretrainedModelError` line naming the file."""
+    """``func`` with a file system failure or an unusable checkpoint as one line naming the file."""
 
     @functools.wraps(func)
     def checked(*args, **kwargs):
@@ -152,15 +151,9 @@ def export_checkpoint(
     if average_last is not None:
         if len(paths) != 1 or not paths[0].is_dir():
             raise PretrainedModelError(f"--average-last needs one checkpoint directory, got {[str(p) for p in paths]}")
-        try:
-            paths = [Path(p) for p in last_checkpoints(str(paths[0]), average_last, update_based)]
-        except CheckpointError as err:
-            raise PretrainedModelError(
-                f"--average-last {average_last} needs {average_last} checkpoints: {err}"
-            ) from None
+        # too few: "<dir> holds 1 checkpoint<epoch>.pt files, 2 needed" (one_line_errors)
+        paths = [Path(p) for p in last_checkpoints(str(paths[0]), average_last, update_based)]
     states = [read_checkpoint(p) for p in paths]
-    for state in states:  # optimizer state is neither exported nor needed: free it early
-        state.pop("last_optimizer_state", None)
     plain = states[-1]["plain_cfg"]  # the last checkpoint's configuration is the one exported
     arch = plain["model"].get("_name")
     if not isinstance(arch, str) or arch not in schema.dense_architectures():

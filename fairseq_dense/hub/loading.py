@@ -45,9 +45,6 @@ MAX_CONFIG_BYTES = 1 << 20
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-# ---------------------------------------------------------------- resolve: a name -> a local directory
-
-
 def hub_models() -> Dict[str, Union[str, Dict[str, str]]]:
     """Named published models of every model class: a hub id, a directory, or ``{"path", "revision"}``."""
     named: Dict[str, Union[str, Dict[str, str]]] = {}
@@ -116,9 +113,6 @@ def resolve_model_dir(
             f"{text} (revision {revision or 'main'}): not a local directory, and cannot get it from the hub{mode}, "
             f"cache {shown(cache_dir or constants.HF_HUB_CACHE)}: {type(err).__name__}: {one_line(err, 200)}"
         ) from None
-
-
-# ---------------------------------------------------------------- read and verify every file once
 
 
 class ModelDirectory:

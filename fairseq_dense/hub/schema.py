@@ -153,9 +153,6 @@ def parse_json(where: str, data: bytes) -> Any:
         raise PretrainedModelError(f"{where}: not valid JSON ({detail}{at})") from None
 
 
-# ---------------------------------------------------------------- what config.json may say
-
-
 def dense_architectures() -> Dict[str, type]:
     """``{arch name: model class}`` of every registered architecture whose model lives in :mod:`fairseq_dense`."""
     return {
