@@ -47,10 +47,8 @@ class CheckedLines(io.TextIOBase):
 
 
 def fairseq_config(args):
-    """fairseq's configuration of ``args``; ``--tokenizer moses`` becomes ``dense_moses`` with the data's record.
-
-    The record gives the steps and the Moses languages (the data's preparation mapped the task's to Moses' codes).
-    """
+    """fairseq's configuration of ``args``; ``--tokenizer moses`` becomes ``dense_moses`` with the steps and the
+    Moses languages of the data's record (its preparation mapped the task's languages to Moses' codes)."""
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     from fairseq_dense.hub.schema import MOSES_OPTIONS

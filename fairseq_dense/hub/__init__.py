@@ -8,14 +8,12 @@ import importlib
 import os
 import sys
 
-#: the third-party modules a load and a translation import (sacremoses brings ``regex`` and ``xml``)
-LOAD_IMPORTS = ("safetensors.torch", "sacremoses", "subword_nmt.apply_bpe")
 
-
-def import_installed(names=LOAD_IMPORTS) -> None:
-    """Import ``names`` (and what they import) without the current directory on ``sys.path``: under ``python
-    -c``, the REPL or Jupyter it comes first, and a ``safetensors.py`` in a model folder used as the working
-    directory would run when a load first imports safetensors. Imported here, a load imports nothing."""
+def import_installed(names=("safetensors.torch", "sacremoses", "subword_nmt.apply_bpe")) -> None:
+    """Import ``names`` (by default the libraries a load and a translation import; sacremoses brings ``regex`` and
+    ``xml``) without the current directory on ``sys.path``: under ``python -c``, the REPL or Jupyter it comes
+    first, and a ``safetensors.py`` in a model folder used as the working directory would run when a load first
+    imports safetensors. Imported here, a load imports nothing."""
     try:
         cwd = os.getcwd()
     except OSError:  # removed: nothing can be imported from it

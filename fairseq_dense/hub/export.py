@@ -151,8 +151,12 @@ def export_checkpoint(
     if average_last is not None:
         if len(paths) != 1 or not paths[0].is_dir():
             raise PretrainedModelError(f"--average-last needs one checkpoint directory, got {[str(p) for p in paths]}")
-        # too few: "<dir> holds 1 checkpoint<epoch>.pt files, 2 needed" (one_line_errors)
-        paths = [Path(p) for p in last_checkpoints(str(paths[0]), average_last, update_based)]
+        try:
+            paths = [Path(p) for p in last_checkpoints(str(paths[0]), average_last, update_based)]
+        except CheckpointError as err:
+            raise PretrainedModelError(
+                f"--average-last {average_last} needs {average_last} checkpoints: {err}"
+            ) from None
     states = [read_checkpoint(p) for p in paths]
     plain = states[-1]["plain_cfg"]  # the last checkpoint's configuration is the one exported
     arch = plain["model"].get("_name")
