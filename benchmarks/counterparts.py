@@ -1,8 +1,5 @@
-"""Which models the harness runs, the paper-size pairs, and how much matmul work each does per token.
-
-The pairing of each family with its parameter-matched fairseq counterpart is
-:mod:`fairseq_dense.baselines` (also the quick-start's ``--baseline``).
-"""
+"""Which models the harness runs, the paper-size pairs, and how much matmul work each does per token (the
+parameter-matched counterpart of each family: :mod:`fairseq_dense.baselines`, the quick-start's too)."""
 
 from typing import Dict, List, Optional, Tuple
 
@@ -42,11 +39,8 @@ def resolve_models(specs: Optional[List[str]], size: str) -> List[Tuple[str, str
 
 
 def matmul_params(model, src_per_tgt: float) -> float:
-    """Weights taking part in a matmul per *target* token (6 x this = training FLOPs per token).
-
-    Encoder weights count ``src_per_tgt`` times, embedding and positional tables not at all
-    (lookups), a tied output projection once.
-    """
+    """Weights taking part in a matmul per *target* token (6 x this = training FLOPs per token): encoder weights
+    ``src_per_tgt`` times, embedding and positional tables not at all (lookups), a tied output projection once."""
 
     def lookups(module):
         tables = [getattr(module, n, None) for n in ("embed_tokens", "embed_positions")]
@@ -63,19 +57,16 @@ def matmul_params(model, src_per_tgt: float) -> float:
     return (count_params(model.encoder) - enc_lookup) * src_per_tgt + dec_n
 
 
-def _lstm(layers: int, dropout: float, enc_hidden: int, dec_hidden: int, embed: int, out: int) -> List[str]:
-    return (
-        f"--arch lstm --encoder-layers {layers} --decoder-layers {layers} --encoder-bidirectional "
-        f"--encoder-hidden-size {enc_hidden} --decoder-hidden-size {dec_hidden} --encoder-embed-dim {embed} "
-        f"--decoder-embed-dim {embed} --decoder-out-embed-dim {out} --dropout {dropout}"
-    ).split()
-
-
 def _lstm_pair(family: str, arch: str, layers: int, dropout: float, sizes, tiny_sizes, embed=16, **tiny) -> Dict:
     """A recurrent family against fairseq's ``lstm`` of ``layers`` and ``dropout``; ``sizes``, ``tiny_sizes``: the
     counterpart's (encoder hidden, decoder hidden, embedding, output) widths; ours' tiny: ``embed`` and ``tiny``."""
     small = flags(encoder_embed_dim=embed, decoder_embed_dim=embed, encoder_hidden_size=16, decoder_hidden_size=16)
-    paper_lstm, tiny_lstm = (_lstm(layers, dropout, *s) for s in (sizes, tiny_sizes))
+    paper_lstm, tiny_lstm = (
+        ["--arch", "lstm", *flags(encoder_layers=layers, decoder_layers=layers, encoder_bidirectional=True)]
+        + flags(encoder_hidden_size=enc, decoder_hidden_size=dec, encoder_embed_dim=emb, decoder_embed_dim=emb)
+        + flags(decoder_out_embed_dim=out, dropout=dropout)
+        for enc, dec, emb, out in (sizes, tiny_sizes)
+    )
     return _pair(family, ["--arch", arch], paper_lstm, small + flags(**tiny), tiny_lstm)
 
 
@@ -95,12 +86,11 @@ _WMT_SIZES = str([8] * 9 + [16] * 4 + [32] * 2)
 _WMT_LAYERS = "[(32, 3)] * 9 + [(64, 3)] * 4 + [(128, 1)] * 2"
 _WMT, _IWSLT = ["--arch", "fconv_wmt_en_de"], ["--arch", "fconv_iwslt_de_en"]
 
-#: Each family at its paper's base size against fairseq's built-in at the paper's size
-#: (``proxies.py``, ``gpu_figures.py``): name -> family, ours' and the counterpart's arch
-#: arguments, and both at tiny widths, depth kept (``tiny_*``, the test suite's sizes). The
-#: ``lstm`` counterparts take ours' depth, embedding sizes, dropout and the width of each
-#: layer's output (a bidirectional encoder layer: two directions of half of it, as DenseRNN's;
-#: Deep-Att's columns and the GRU's directions are each of the full width).
+#: Each family at its paper's base size against fairseq's built-in at the paper's size (``proxies.py``,
+#: ``gpu_figures.py``): name -> family, ours' and the counterpart's arch arguments, and both at tiny widths,
+#: depth kept (``tiny_*``, the test suite's sizes). The ``lstm`` counterparts take ours' depth, embedding sizes,
+#: dropout and the width of each layer's output (a bidirectional encoder layer: two directions of half of it,
+#: as DenseRNN's; Deep-Att's columns and the GRU's directions are each of the full width).
 PAPER_PAIRS: Dict[str, Dict] = {
     "wt_a": _pair("weighted_transformer", _WT_A, _TRANSFORMER, *_WT_TINY),
     # configuration (A) learns kappa and alpha (the paper's); the project's fixed form beside it

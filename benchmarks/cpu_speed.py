@@ -1,18 +1,9 @@
 """CPU speed at the quick-start's size: every family against its fairseq counterpart, or a speed path on and off.
 
-    python -m benchmarks.cpu_speed --out benchmarks/out/cpu-speed [--families weighted_transformer ...]
-    python -m benchmarks.cpu_speed --path reorder-skip --families densenmt gru_attention dense_lstm fast_forward_lstm
-    python -m benchmarks.cpu_speed --path weight-cache --families densenmt
-    python -m benchmarks.cpu_speed --path float32-fast-forward --families fast_forward_lstm
-    python -m benchmarks.cpu_speed --path fused-adam --families weighted_transformer densenmt ...
-
 Each family's ``<family>_small`` on the quick-start's data and recipe, one thread, the sides taking turns
-(``measure.timed_rounds``). Without ``--path``: against the quick-start's ``--baseline`` counterpart, ratios
-of training tokens/s and beam-5 sentences/s by thread CPU time and wall clock. With ``--path``: off seconds
-/ on seconds (the gain that decides whether a speed path stays) of a kept path (``reorder-skip``,
-``weight-cache``: beam 5), of Deep-Att's float32 fast-forward stack under autocast or of ``fused_adam``
-(training). Until ``be44b0f`` the paths were ``benchmarks/speed_paths.py``. Method and figures:
-docs/benchmarks.md ("CPU speed at the quick-start's size", "Speed tricks").
+(``measure.timed_rounds``): against the quick-start's ``--baseline`` counterpart, training tokens/s and beam-5
+sentences/s by thread CPU time and wall clock; with ``--path`` (:data:`PATHS`), off seconds / on seconds, the
+gain that decides whether a speed path stays. Method and figures: docs/benchmarks.md.
 """
 
 import argparse
@@ -64,41 +55,29 @@ def measure_family(family: str, data_bin: str, a) -> Dict:
     if a.decode_sentences:
         models = {n: decode_models(data_bin, args) for n, args in zip(SIDES, (ours, base))}
         entry["decode"] = measure.paired_decode(
-            models,
-            sentences=a.decode_sentences,
-            rounds=a.rounds,
-            batch_size=a.decode_batch_size,
+            models, sentences=a.decode_sentences, rounds=a.rounds, batch_size=a.decode_batch_size,
             length=a.decode_length,
-        )
+        )  # fmt: skip
     entry["load_after"] = os.getloadavg()
     return entry
-
-
-def _spread(res: Dict, key: str = "cpu_s") -> str:
-    """``median (lowest-highest)`` of the per-round ratios of one clock (``s``: wall, ``cpu_s``: thread CPU)."""
-    ratios = measure.round_ratios(res["rounds"], "baseline", "ours", key)
-    return f"{ratios[len(ratios) // 2]:.3f} ({ratios[0]:.2f}-{ratios[-1]:.2f})"
 
 
 def table(entries: List[Dict]) -> str:
     """One markdown row per family: the ratios of thread CPU time (median, and the range over the
     rounds), then those of the wall clock."""
-    lines = [
-        "| family | ours | counterpart | params ours / counterpart | training tok/s ratio | beam-5 sent/s ratio "
-        "| wall-clock: training / beam-5 | load avg |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+
+    def ratio(e, key, clock="cpu_s"):
+        return report.spread(measure.ratios(e[key]["rounds"], "baseline", "ours", clock)) if key in e else "-"
+
+    rows = []
     for e in entries:
-        base = f"{e['baseline'][1]} (width {e.get('baseline_width', '?')})"
-        train = _spread(e["train"]) if "train" in e else "-"
-        decode = _spread(e["decode"]) if "decode" in e else "-"
-        wall = " / ".join(_spread(e[k], "s") if k in e else "-" for k in ("train", "decode"))
+        base = f"`{e['baseline'][1]} (width {e.get('baseline_width', '?')})`"
+        params = f"{e['ours_params'] / 1e6:.2f}M / {e['baseline_params'] / 1e6:.2f}M"
+        wall = f"{ratio(e, 'train', 's')} / {ratio(e, 'decode', 's')}"
         load = f"{e['load_before'][0]:.1f} / {e['load_after'][0]:.1f}"
-        lines.append(
-            f"| {e['family']} | `{e['ours'][1]}` | `{base}` | {e['ours_params'] / 1e6:.2f}M / "
-            f"{e['baseline_params'] / 1e6:.2f}M | {train} | {decode} | {wall} | {load} |"
-        )
-    return "\n".join(lines)
+        rows.append([e["family"], f"`{e['ours'][1]}`", base, params, ratio(e, "train"), ratio(e, "decode"), wall, load])
+    header = "family | ours | counterpart | params ours / counterpart | training tok/s ratio | beam-5 sent/s ratio "
+    return "\n".join(report.table(header + "| wall-clock: training / beam-5 | load avg", rows))
 
 
 def on_off(items: list, rounds: int, step) -> dict:
@@ -106,7 +85,7 @@ def on_off(items: list, rounds: int, step) -> dict:
     rounds: the gain (median of off seconds / on seconds, thread CPU time) and the rounds."""
     step(True, items[0], 0), step(False, items[0], 0)
     res = measure.timed_rounds({"on": True, "off": False}, items, rounds, step, "cpu")
-    return {"gain": measure.median_ratio(res["rounds"], "off", "on"), "rounds": res["rounds"]}
+    return {"gain": measure.ratios(res["rounds"], "off", "on")["median"], "rounds": res["rounds"]}
 
 
 def beam_gain(family: str, data_bin: str, rounds: int, toggle, batch_size: int = 64) -> dict:
@@ -123,10 +102,6 @@ def beam_gain(family: str, data_bin: str, rounds: int, toggle, batch_size: int =
 
     with torch.inference_mode():
         return on_off(batches, rounds, run)
-
-
-def reorder_skip(family: str, data_bin: str, rounds: int) -> dict:
-    return beam_gain(family, data_bin, rounds, lambda model, on: model.set_beam_size(5 if on else 1))
 
 
 def weight_cache(family: str, data_bin: str, rounds: int) -> dict:
@@ -183,7 +158,7 @@ def fused_adam(family: str, data_bin: str, rounds: int) -> dict:
             measure.train_step(side, sample, 9, counter=counter)
         launches[name] = dict(counter.launches)
     return {
-        "gain": measure.median_ratio(res["rounds"], "off", "on"),
+        "gain": measure.ratios(res["rounds"], "off", "on")["median"],
         **{f"optimizer launches {n}": launches[n]["optimizer"] for n in sides},
         **{f"step launches {n}": sum(launches[n].values()) for n in sides},
         "rounds": res["rounds"],
@@ -193,7 +168,7 @@ def fused_adam(family: str, data_bin: str, rounds: int) -> dict:
 PATHS = {
     "weight-cache": weight_cache,
     "fused-adam": fused_adam,
-    "reorder-skip": reorder_skip,
+    "reorder-skip": lambda *args: beam_gain(*args, lambda model, on: model.set_beam_size(5 if on else 1)),
     "float32-fast-forward": float32_fast_forward,
 }
 
@@ -209,7 +184,6 @@ def get_parser() -> argparse.ArgumentParser:
     add("--decode-sentences", type=int, default=128, help="test sentences per round (0: no decoding figure)")
     add("--decode-batch-size", type=int, default=64, help="sentences per batch (the quick-start's)")
     add("--decode-length", type=int, default=12, help="output length forced in every hypothesis")
-    add("--threads", type=int, default=1, help="torch threads")
     add("--path", choices=sorted(PATHS), help="time this speed path on and off instead (per family)")
     return p
 
@@ -217,7 +191,7 @@ def get_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     a = get_parser().parse_args(argv)
     logging.basicConfig(format="%(asctime)s | %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
-    torch.set_num_threads(a.threads)
+    torch.set_num_threads(1)
     from fairseq_dense.baselines import our_families
 
     families = a.families or list(our_families())

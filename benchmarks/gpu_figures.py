@@ -1,17 +1,14 @@
-"""The GPU figures: each family's paper-size pair trained side by side (``benchmarks/gpu_figures.sh`` runs it).
+"""The GPU figures: each family's paper-size pair trained side by side (``benchmarks/gpu_figures.sh`` runs it;
+``--device cpu --tiny``: its dry run).
 
-    python -m benchmarks.gpu_figures --device cuda --out OUT [--pairs wt_a deep_att ...] [--budget-s 230]
-    python -m benchmarks.gpu_figures --device cpu --tiny --shapes 64x1 32x2 --rounds 2 --vocab 100 ...   # dry run
-
-Both models of a pair train in one process by fairseq's ``Trainer`` (``--optimizer fused_adam``) on the
-same synthetic batches, taking turns update by update (``measure.timed_rounds``); each result is written to
-``--out`` as it comes, what would start past ``--budget-s`` is marked skipped. Order: the A/A pair, every
-pair in bfloat16 at every shape, fused_adam against fairseq's ``adam``, every pair under ``--amp``, the
-kernels of one update of each side. The method: docs/benchmarks.md ("How the figures measure training").
+Both models of a pair train in one process by fairseq's ``Trainer`` on the same synthetic batches, taking turns
+update by update (``measure.timed_rounds``), each result written to ``--out`` as it comes, what would start past
+``--budget-s`` marked skipped. The method and the order: docs/benchmarks.md ("How the figures measure training").
 """
 
 import argparse
 import collections
+import gc
 import logging
 import os
 import sys
@@ -25,6 +22,7 @@ from benchmarks import counterparts, measure, op_counts, report, synthetic
 
 logger = logging.getLogger("benchmarks.gpu_figures")
 #: dense (no sparsity) bfloat16 tensor-core peaks of the datasheets, TFLOP/s, by a part of the device's name
+#: (the more specific names first)
 DATASHEET_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.4, "H200": 989.4, "A100": 312.0}
 #: the A/A ratio must be within this of 1 before any other ratio is read
 AA_TOLERANCE = 0.05
@@ -34,10 +32,7 @@ SIDES = ("ours", "counterpart")
 
 def datasheet_peak(device_name: str) -> Optional[float]:
     """The datasheet's dense bfloat16 peak of ``device_name`` in FLOP/s, or None when unknown."""
-    for key, tflops in DATASHEET_TFLOPS.items():  # the more specific names first
-        if key in device_name:
-            return tflops * 1e12
-    return None
+    return next((tflops * 1e12 for key, tflops in DATASHEET_TFLOPS.items() if key in device_name), None)
 
 
 def gemm_peak(device: str, n: int, iters: int) -> float:
@@ -53,18 +48,21 @@ def build_trainer(dict_dir: str, arch_args: List[str], optimizer: str, precision
     from fairseq import tasks
     from fairseq.trainer import Trainer
 
+    from fairseq_dense.baselines import train_config
+
     torch.manual_seed(1)
     args = synthetic.train_args(dict_dir, arch_args, amp=precision == "amp", device=device)
     args[args.index("--optimizer") + 1] = optimizer
-    cfg = measure.train_config(args + (["--amp-batch-retries", "0"] if precision == "amp" else ["--bf16-autocast"]))
+    cfg = train_config(args + (["--amp-batch-retries", "0"] if precision == "amp" else ["--bf16-autocast"]))
     os.makedirs(cfg.checkpoint.save_dir, exist_ok=True)  # where a failing step saves crash.pt
     task = tasks.setup_task(cfg.task)
     return Trainer(cfg, task, task.build_model(cfg.model), task.build_criterion(cfg.criterion))
 
 
-def train_update(trainer, batches: List[Dict]) -> Optional[Dict]:
+def train_update(trainer, batches: List[Dict], i: int = 0) -> Optional[Dict]:
     """``trainer.train_step(batches)`` (as many batches as its ``--update-freq``: the update's logged values,
-    None when skipped), its statistics logged under a metrics root of its own."""
+    None when skipped), its statistics logged under a metrics root of its own (``i``: the update's index in a
+    :func:`measure.timed_rounds` round, unused)."""
     from fairseq.logging import metrics
 
     with metrics.aggregate(new_root=True):
@@ -78,26 +76,19 @@ def make_shapes(a) -> Dict[str, List[List[Dict]]]:
     for spec in a.shapes:
         tokens, freq = (int(x) for x in spec.split("x"))
         n = a.updates * freq
-        batches = [
-            synthetic.make_batch(
-                synthetic.batch_lengths(tokens, a.max_len, quantile=(i + 0.5) / n), a.vocab, seed=i, device=a.device
-            )
-            for i in range(n)
-        ]
+        lengths = [synthetic.batch_lengths(tokens, a.max_len, quantile=(i + 0.5) / n) for i in range(n)]
+        batches = [synthetic.make_batch(x, a.vocab, seed=i, device=a.device) for i, x in enumerate(lengths)]
         shapes[spec] = [batches[u :: a.updates] for u in range(a.updates)]
     return shapes
 
 
 def time_shape(trainers: Dict, updates: List[List[Dict]], rounds: int, device: str) -> Dict:
     """Warm-up on every batch of ``updates``, then ``rounds`` interleaved rounds (:func:`measure.timed_rounds`)."""
-
     for batches in updates:
         for trainer in trainers.values():
             train_update(trainer, batches)
     before = {name: t.get_num_updates() for name, t in trainers.items()}
-    res = measure.timed_rounds(
-        trainers, updates, rounds, lambda trainer, batches, i: train_update(trainer, batches), device
-    )
+    res = measure.timed_rounds(trainers, updates, rounds, train_update, device)
     tokens = sum(int(b["ntokens"]) for batches in updates for b in batches)
     out = {"target_tokens_per_round": tokens, "updates_per_round": len(updates), "rounds": res["rounds"]}
     for name, t in trainers.items():
@@ -107,7 +98,7 @@ def time_shape(trainers: Dict, updates: List[List[Dict]], rounds: int, device: s
             "skipped_updates": rounds * len(updates) - (t.get_num_updates() - before[name]),
             "timed_updates": rounds * len(updates),
         }
-    out["ratio"] = measure.spread(measure.round_ratios(res["rounds"], "counterpart", "ours", "s"))
+    out["ratio"] = measure.ratios(res["rounds"], "counterpart", "ours", "s")
     return out
 
 
@@ -158,7 +149,7 @@ def aa_gate(r: Dict) -> Tuple[bool, str]:
     measured = {s: m["ratio"] for s, m in r["pairs"].get("aa", {}).get("bf16", {}).items() if "ratio" in m}
     if not measured or len(measured) < len(r["shapes"]):
         return False, "**A/A not measured at every shape: no ratio below is read.**"
-    said = ", ".join(f"{m['median']:.3f} ({m['min']:.3f}-{m['max']:.3f}) at {s}" for s, m in measured.items())
+    said = ", ".join(f"{report.spread(m)} at {s}" for s, m in measured.items())
     if all(abs(m["median"] - 1) <= AA_TOLERANCE for m in measured.values()):
         return True, f"A/A (the transformer against itself, bf16): {said}: within {AA_TOLERANCE} of 1, ratios read."
     return False, (
@@ -171,10 +162,6 @@ def markdown(r: Dict) -> str:
     """The tables of ``gpu_figures.json``: tokens/s and ratios (median, range), MFU by 6N, counted FLOPs."""
     read, gate = aa_gate(r)
     sheet = r["datasheet_peak_tflops"]
-
-    def rng(m, fmt):
-        return f"{m['median']:{fmt}} ({m['min']:{fmt}}-{m['max']:{fmt}})"
-
     lines = [
         f"`{r['command']}`  ",
         f"{r['date']}, commit `{r['commit']}`, {r['device_name']}, torch {r['torch']}; datasheet dense bf16 peak "
@@ -188,19 +175,15 @@ def markdown(r: Dict) -> str:
         "tokens/s x 6N (beside it: the counted FLOPs) per token over the datasheet peak. Skipped: updates whose "
         "gradients overflowed (no optimizer step).",
         "",
-        "| pair | precision | shape | ours tok/s | counterpart tok/s | ratio | MFU 6N ours / cp "
-        "| MFU counted FLOPs ours / cp | skipped ours / cp |",
-        "|---|---|---|---|---|---|---|---|---|",
     ]
+    rows = []
     for name, e in r["pairs"].items():
         for precision in ("bf16", "amp"):
             for shape, m in e.get(precision, {}).items():
-                row = f"| {name} | {precision} | {shape} |"
                 if "ratio" not in m:
-                    lines.append(f"{row} {m.get('error') or m.get('skipped')} |||||")
+                    rows.append([name, precision, shape, m.get("error") or m.get("skipped")] + [""] * 5)
                     continue
                 o, c = m["ours"], m["counterpart"]
-                ratio = rng(m["ratio"], ".3f") if read or name == "aa" else "not read (A/A)"
                 mfu = [
                     " / ".join(
                         f"{x['tokens_per_s']['median'] * e[s][flops] / (sheet * 1e12):.1%}"
@@ -209,29 +192,25 @@ def markdown(r: Dict) -> str:
                     )
                     for flops in ("six_n_flops_per_token", "counted_flops_per_token")
                 ]  # fmt: skip
-                skipped = f"{o['skipped_updates']} / {c['skipped_updates']} of {o['timed_updates']}"
-                lines.append(
-                    f"{row} {rng(o['tokens_per_s'], ',.0f')} | {rng(c['tokens_per_s'], ',.0f')} | {ratio} "
-                    f"| {mfu[0]} | {mfu[1]} | {skipped} |"
-                )
-    lines += [
-        "",
-        "| pair | side | arch, optimizer | params | 6N FLOPs/token | counted FLOPs/token | counted / 6N "
-        "| kernels/update, GPU busy ms |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+                rows.append([
+                    name, precision, shape, *(report.spread(x["tokens_per_s"], ",.0f") for x in (o, c)),
+                    report.spread(m["ratio"]) if read or name == "aa" else "not read (A/A)", *mfu,
+                    f"{o['skipped_updates']} / {c['skipped_updates']} of {o['timed_updates']}",
+                ])  # fmt: skip
+    header = "pair | precision | shape | ours tok/s | counterpart tok/s | ratio | MFU 6N ours / cp "
+    lines += report.table(header + "| MFU counted FLOPs ours / cp | skipped ours / cp", rows)
+    rows = []
     for name, e in r["pairs"].items():
-        for side in SIDES:
-            s = e.get(side, {})
-            if "params" not in s:
-                continue
-            k = s.get("kernels", {})
+        for side in (s for s in SIDES if "params" in e.get(s, {})):
+            s, k = e[side], e[side].get("kernels", {})
             kernels = k.get("error") or k.get("skipped") or f"{k.get('kernels', '-')}, {k.get('busy_ms') or '-'}"
-            lines.append(
-                f"| {name} | {side} | `{' '.join(s['arch_args'])}`, {s['optimizer']} | {s['params']:,} "
-                f"| {s['six_n_flops_per_token'] / 1e6:,.1f} M | {s['counted_flops_per_token'] / 1e6:,.1f} M "
-                f"| {s['counted_flops_per_token'] / s['six_n_flops_per_token']:.2f} | {kernels} |"
-            )
+            rows.append([
+                name, side, f"`{' '.join(s['arch_args'])}`, {s['optimizer']}", f"{s['params']:,}",
+                f"{s['six_n_flops_per_token'] / 1e6:,.1f} M", f"{s['counted_flops_per_token'] / 1e6:,.1f} M",
+                f"{s['counted_flops_per_token'] / s['six_n_flops_per_token']:.2f}", kernels,
+            ])  # fmt: skip
+    header = "pair | side | arch, optimizer | params | 6N FLOPs/token | counted FLOPs/token | counted / 6N "
+    lines += ["", *report.table(header + "| kernels/update, GPU busy ms", rows)]
     return "\n".join(lines) + "\n"
 
 
@@ -247,7 +226,7 @@ def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_figures", description=__doc__.split("\n\n")[0])
     add = p.add_argument
     add("--device", choices=("cuda", "cpu"), default="cuda")
-    add("--pairs", nargs="*", help=f"pairs (default: all of {', '.join(counterparts.PAPER_PAIRS)})")
+    add("--pairs", nargs="*", choices=list(counterparts.PAPER_PAIRS), help="pairs (default: all)")
     add("--tiny", action="store_true", help="each pair at its tiny widths (the CPU dry run)")
     add("--vocab", type=int, default=32000, help="joint vocabulary size (a paper-size joint BPE)")
     add("--max-len", type=int, default=128, help="longest sentence of the length distribution")
@@ -256,15 +235,12 @@ def get_parser() -> argparse.ArgumentParser:
     add("--shapes", nargs="+", type=shape, default=["32768x1", "8192x4"], help="TOKENSxFREQ: tokens a batch x batches")
     add("--updates", type=int, default=2, help="updates a side in each round (distinct batches)")
     add("--rounds", type=int, default=5, help="interleaved timed rounds")
-    add("--gemm-size", type=int, default=8192, help="n of the n x n x n GEMM of the measured peak")
     add("--kernels-s", type=float, default=35, help="seconds of the budget kept for the kernel counts at the end")
     return p
 
 
 def release(device: str) -> None:
     """Free what the last pair held, so that the next one has the device's memory to itself."""
-    import gc
-
     gc.collect()
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -272,15 +248,11 @@ def release(device: str) -> None:
 
 def main(argv=None) -> int:
     started = time.time()
-    argv = sys.argv[1:] if argv is None else argv
     a = get_parser().parse_args(argv)
     logging.basicConfig(format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
     if a.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("error: --device cuda but torch sees no CUDA device")
-    try:
-        pairs = counterparts.paper_pairs(a.pairs)
-    except ValueError as e:
-        raise SystemExit(f"error: {e}")
+    pairs = counterparts.paper_pairs(a.pairs)  # (ValueError: a registered family without a pair)
     if a.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     else:
@@ -291,7 +263,7 @@ def main(argv=None) -> int:
     r = {
         **head,
         "device_name": device_name,
-        "gemm_peak_tflops": gemm_peak(a.device, a.gemm_size if a.device == "cuda" else 256, 10) / 1e12,
+        "gemm_peak_tflops": gemm_peak(a.device, 8192 if a.device == "cuda" else 256, 10) / 1e12,
         "datasheet_peak_tflops": sheet / 1e12 if sheet else None,
         **{k: getattr(a, k) for k in ("shapes", "rounds", "updates", "vocab")},
         "optimizer": FUSED_OPTIMIZER,
@@ -308,9 +280,8 @@ def main(argv=None) -> int:
     jobs += [(n, "amp", first) for n in pairs]
     shapes = make_shapes(a)
     counted = [b for u in shapes[first[0]] for b in u]  # the batches of one bfloat16 step's counts
-    src_per_tgt = sum(int(b["net_input"]["src_lengths"].sum()) for b in counted) / sum(
-        int(b["ntokens"]) for b in counted
-    )
+    src_tokens = sum(int(b["net_input"]["src_lengths"].sum()) for b in counted)
+    src_per_tgt = src_tokens / sum(int(b["ntokens"]) for b in counted)
     failed = False
 
     def over(budget_s: float) -> Optional[Dict]:
@@ -335,8 +306,7 @@ def main(argv=None) -> int:
                     if not trainers:
                         logger.info("%s %s: building both sides", name, precision)
                         trainers = {s: build(name, s, precision) for s in SIDES}
-                    for s, t in trainers.items():
-                        if s not in e and precision == "bf16":
+                        for s, t in trainers.items() if precision == "bf16" else ():
                             e[s] = {"arch_args": sides[name][s][0], "optimizer": sides[name][s][1]}
                             e[s].update(count_side(t, counted[0], src_per_tgt))
                     logger.info("%s %s %s: timing", name, precision, shape)

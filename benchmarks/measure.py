@@ -1,5 +1,5 @@
 """The measurements: ``fairseq-train`` in a child process (one fresh process per model: its peak memory,
-``_train_child.py``, and its JSON log), and models side by side in one process, taking turns on the same
+:func:`child_main`, and its JSON log), and models side by side in one process, taking turns on the same
 batches (:func:`timed_rounds`: load changes on a shared machine hit all sides alike). Decoding speed forces
 every hypothesis to one length, so that undertrained models' short or runaway outputs do not decide it.
 """
@@ -15,11 +15,6 @@ from typing import Dict, List, Optional
 
 import torch
 
-from benchmarks import op_counts
-from fairseq_dense.baselines import train_config
-from fairseq_dense.logs import parse_log
-
-CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_train_child.py")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -57,13 +52,12 @@ def start_training(train_args: List[str], run_dir: str, threads: int):
 
     env = command_env(threads, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
     log = open(os.path.join(run_dir, "train.log"), "w")
-    cmd = [sys.executable, CHILD, os.path.join(run_dir, "child_stats.json"), *train_args]
+    cmd = [sys.executable, "-m", "benchmarks.measure", os.path.join(run_dir, "child_stats.json"), *train_args]
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log
 
 
 def finish_training(proc, log, run_dir: str, timeout_s: float) -> Dict:
-    """Wait for a child of :func:`start_training`: its log path, wait time and peak memory (RuntimeError
-    with the log's tail when it fails)."""
+    """A child of :func:`start_training`'s log path, wait time and peak memory (RuntimeError: its log's tail)."""
     t0 = time.time()
     try:
         proc.wait(timeout=timeout_s)
@@ -87,12 +81,11 @@ def finish_training(proc, log, run_dir: str, timeout_s: float) -> Dict:
 
 
 def summarise_log(log_path: str, warmup_fraction: float = 0.2) -> Dict:
-    """Steady-state throughput and the validation curve of one training log.
+    """Steady-state throughput of one training log (the median of fairseq's ``wps``, target tokens/s, over the
+    intervals after the first ``warmup_fraction`` of updates and the first two, which also discounts the
+    intervals a validation pass fell into) and its validation curve."""
+    from fairseq_dense.logs import parse_log
 
-    Throughput is the median of fairseq's ``wps`` (target tokens/s) over the log intervals
-    after the first ``warmup_fraction`` of updates (and at least the first two intervals),
-    which also discounts the intervals a validation pass fell into.
-    """
     log = parse_log(log_path)
     inner = [r for r in log["train_inner"] if isinstance(r.get("num_updates"), float)]
     valid = [r for r in log["valid"] if isinstance(r.get("loss"), float)]
@@ -132,14 +125,13 @@ def sync(device: str) -> None:
 
 
 def timed_rounds(sides: Dict, items: list, rounds: int, step, device: str) -> Dict:
-    """Run ``step(side, item, i)`` for every item, each side in turn, ``rounds`` times (the order of
-    the sides reversed every other round), each call timed by the wall clock (``<side>_s``) and by the CPU
-    time of the calling thread (``<side>_cpu_s``: with one torch thread all the work runs there; it leaves
-    out waits for a core); ``ratio``, ``cpu_ratio``: :func:`median_ratio` baseline / ours, if both are sides."""
+    """``step(side, item, i)`` for every item, each side in turn, ``rounds`` times (the sides' order reversed
+    every other round), timed by the wall clock (``<side>_s``) and the calling thread's CPU time (``<side>_cpu_s``:
+    with one torch thread all the work runs there, without waits for a core); ``ratio``, ``cpu_ratio``: the
+    median of :func:`ratios` baseline / ours, if both are sides."""
     per_round = []
     for r in range(rounds):
-        seconds = dict.fromkeys(sides, 0.0)
-        cpu = dict.fromkeys(sides, 0.0)
+        seconds, cpu = dict.fromkeys(sides, 0.0), dict.fromkeys(sides, 0.0)
         for i, item in enumerate(items):
             for name in list(sides) if r % 2 == 0 else list(sides)[::-1]:
                 sync(device)
@@ -151,24 +143,18 @@ def timed_rounds(sides: Dict, items: list, rounds: int, step, device: str) -> Di
         per_round.append({**{f"{n}_s": seconds[n] for n in sides}, **{f"{n}_cpu_s": cpu[n] for n in sides}})
     both = "ours" in sides and "baseline" in sides
     return {
-        "ratio": median_ratio(per_round, "baseline", "ours", "s") if both else None,
-        "cpu_ratio": median_ratio(per_round, "baseline", "ours", "cpu_s") if both else None,
+        "ratio": ratios(per_round, "baseline", "ours", "s")["median"] if both else None,
+        "cpu_ratio": ratios(per_round, "baseline", "ours", "cpu_s")["median"] if both else None,
         "rounds": per_round,
         "threads": torch.get_num_threads(),
         "device": device,
     }
 
 
-def round_ratios(per_round: list, slow: str, fast: str, clock: str = "cpu_s") -> List[float]:
-    """Side ``slow``'s seconds / side ``fast``'s of each round of :func:`timed_rounds`, sorted (``clock``:
-    ``s`` wall, ``cpu_s``)."""
-    return sorted(p[f"{slow}_{clock}"] / p[f"{fast}_{clock}"] for p in per_round if p[f"{fast}_{clock}"])
-
-
-def median_ratio(per_round: list, slow: str, fast: str, clock: str = "cpu_s") -> Optional[float]:
-    """Median over the rounds of :func:`round_ratios` (the upper one of an even number)."""
-    ratios = round_ratios(per_round, slow, fast, clock)
-    return ratios[len(ratios) // 2] if ratios else None
+def ratios(per_round: list, slow: str, fast: str, clock: str = "cpu_s") -> Dict:
+    """:func:`spread` of side ``slow``'s seconds / side ``fast``'s over the rounds of :func:`timed_rounds`
+    (``clock``: ``s`` wall, ``cpu_s``)."""
+    return spread([p[f"{slow}_{clock}"] / p[f"{fast}_{clock}"] for p in per_round if p[f"{fast}_{clock}"]])
 
 
 def spread(values: List[float]) -> Dict:
@@ -179,6 +165,8 @@ def spread(values: List[float]) -> Dict:
 def build_trainable(train_args: List[str]):
     """``(task, model, criterion, optimizer, cfg)`` as ``fairseq-train <train_args>`` builds them."""
     from fairseq import optim, tasks
+
+    from fairseq_dense.baselines import train_config
 
     cfg = train_config(train_args)
     task = tasks.setup_task(cfg.task)
@@ -192,11 +180,13 @@ def build_trainable(train_args: List[str]):
 
 
 def train_step(side, sample, update: int = 1, *, dtype=None, counter=None, saved=None) -> torch.Tensor:
-    """One training step as fairseq's Trainer takes it: forward under autocast in ``dtype`` (None: none; float16
-    with fairseq's ``--amp`` optimizer, which also scales the loss), gradients over the sample size, clipping,
-    the task's optimizer step; ``counter``/``saved`` (``op_counts``) watch it in phases.
-    Returns the loss, detached (reading it waits for the device)."""
+    """One training step of a :func:`build_trainable` ``side`` as fairseq's Trainer takes it: forward under
+    autocast in ``dtype`` (None: none; float16 with fairseq's ``--amp`` optimizer, which also scales the loss),
+    gradients over the sample size, clipping, the task's optimizer step; ``counter``/``saved`` (``op_counts``)
+    watch it in phases. Returns the loss, detached (reading it waits for the device)."""
     from fairseq.optim.amp_optimizer import AMPOptimizer
+
+    from benchmarks import op_counts
 
     task, model, criterion, optimizer, cfg = side
     phase = counter.phase if counter else lambda name: contextlib.nullcontext()
@@ -259,8 +249,7 @@ def load_checkpoint(path: str, data_bin: str, device: str = "cpu", bf16: bool = 
 
 
 def decode_batches(dataset, sentences: int, batch_size: int, device: str, spread: bool = True) -> list:
-    """Batches of ``sentences`` sentences (0: all) of ``dataset``, spread evenly over it (else its first),
-    by source length."""
+    """Batches by source length of ``sentences`` sentences (0: all) of ``dataset``, spread over it (else its first)."""
     from fairseq import utils
 
     n = min(len(dataset), sentences or len(dataset))
@@ -281,9 +270,9 @@ def generator(model, task, beam: int, fixed_length: int = 0):
 def paired_decode(
     models: Dict, *, sentences: int, rounds: int, batch_size: int, length: int, device: str = "cpu"
 ) -> Dict:
-    """Beam-5 sentences/s of ``models`` (``{"ours"/"baseline": (model in eval mode, task with the test
-    split loaded)}``) on ``sentences`` test sentences of the baseline's spread over the split, every
-    hypothesis forced to ``length`` tokens, interleaved (:func:`timed_rounds`)."""
+    """Beam-5 sentences/s of ``models`` (``{"ours"/"baseline": (model in eval mode, task with the test split
+    loaded)}``), interleaved (:func:`timed_rounds`) on ``sentences`` test sentences of the baseline's spread over
+    the split, every hypothesis forced to ``length`` tokens."""
     sides = {name: (model, generator(model, task, 5, length)) for name, (model, task) in models.items()}
     batches = decode_batches(models["baseline"][1].dataset("test"), sentences, batch_size, device)
     with torch.inference_mode():
@@ -317,3 +306,33 @@ def beam_bleu(ckpt: str, data_bin: str, raw_test_tgt: str, a) -> Dict:
         "bleu": round(bleu, 2),
         "signature": signature,
     }
+
+
+def vm_hwm_kib() -> Optional[int]:
+    """Peak resident set size of this process since ``exec`` (KiB), or None off Linux."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return None
+
+
+def child_main() -> None:
+    """``python -m benchmarks.measure STATS.json <fairseq-train arguments>`` (:func:`start_training`): ``fairseq-train``
+    in this process, then its peak memory into STATS.json: ``VmHWM``, the peak resident set since ``exec`` (Linux
+    carries the parent's high-water mark into ``ru_maxrss``), and the CUDA allocator's peak, visible only here."""
+    stats_path, sys.argv = sys.argv[1], ["fairseq-train"] + sys.argv[2:]
+    from fairseq_cli.train import cli_main
+
+    try:
+        cli_main()
+    finally:
+        stats = {"vm_hwm_kib": vm_hwm_kib()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            stats["cuda_max_allocated_bytes"] = torch.cuda.max_memory_allocated()
+        with open(stats_path, "w") as f:
+            json.dump(stats, f)
+
+
+if __name__ == "__main__":
+    child_main()

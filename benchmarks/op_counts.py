@@ -1,9 +1,6 @@
-"""Counting a training step on the CPU in terms that carry over to a GPU (docs/benchmarks.md, "Speed proxies").
-
-:class:`StepCounter`: kernel launches (ATen calls below autograd that run a kernel on a GPU; fused
-recurrent units and attention as CUDA runs them, :data:`UNIT_LAUNCHES`) and the FLOPs of matmul-class
-calls by dtype; :class:`SavedBytes`: the activation bytes saved for backward;
-:class:`SyncCounter`: the host syncs a step would make on a GPU.
+"""Counting a training step on the CPU in terms that carry over to a GPU (the method: docs/benchmarks.md,
+"Speed proxies"): :class:`StepCounter`, kernel launches and matmul-class FLOPs by dtype; :class:`SavedBytes`,
+the activation bytes saved for backward; :class:`SyncCounter`, the host syncs a step would make on a GPU.
 """
 
 import collections
@@ -29,16 +26,11 @@ aten = torch.ops.aten
 RNN_UNITS = (nn.LSTM, nn.GRU, nn.RNN)
 CELL_UNITS = (nn.LSTMCell, nn.GRUCell, nn.RNNCell)
 
-#: The convention, in CUDA kernels per call. cuDNN RNN call, per layer and direction:
-#: forward 2 (the input GEMM batched over all time steps, the recurrence), backward 3
-#: (recurrence backward, input-GEMM data gradient, weight gradient). Fused cell
-#: (``_thnn_fused_lstm_cell`` / ``_thnn_fused_gru_cell``): forward 3 (input GEMM, hidden
-#: GEMM, the fused pointwise kernel), backward 5 (fused pointwise backward with the bias
-#: gradients, data and weight gradients of both GEMMs). Autocast's casts of a unit's weights
-#: are counted on top, as the CPU's autocast makes them (``_to_copy`` and its backward).
-#: Scaled-dot-product attention is a unit as well, of CUDA's fused attention kernels: forward
-#: 1, backward 2 (the CPU may run it as its unfused, float32-upcasting math form); its FLOPs
-#: are counted analytically (QK^T and PV; backward twice that) in the dtype autocast gives it.
+#: (forward, backward) CUDA kernels of a fused unit's call: a cuDNN RNN per layer and direction (the input GEMM
+#: batched over all steps and the recurrence; the recurrence's backward, the input GEMM's data and weight
+#: gradients), a fused cell (``_thnn_fused_lstm_cell``: two GEMMs and the pointwise kernel; the pointwise backward
+#: with the bias gradients, both GEMMs' data and weight gradients), CUDA's fused attention (the CPU may run its
+#: unfused math form). Autocast's casts of a unit's weights count on top, as the CPU's autocast makes them.
 UNIT_LAUNCHES = {"rnn_per_layer_direction": (2, 3), "cell": (3, 5), "attention": (1, 2)}
 
 #: operator names that run no kernel on a GPU although they are not views (the profiler's markers
@@ -106,12 +98,9 @@ FLOPS = {
     "_scaled_dot_product_flash_attention_for_cpu": (lambda a, k, o: _sdpa(a[0], a[1], a[2]), 0),
     "_scaled_dot_product_flash_attention_for_cpu_backward": (lambda a, k, o: 2 * _sdpa(a[1], a[2], a[3]), 1),
 }
-for _kind in ("flash", "efficient", "cudnn"):  # CUDA's fused attention kernels, forward and backward
-    for _name, _operand in (
-        (f"_scaled_dot_product_{_kind}_attention", 0),
-        (f"_scaled_dot_product_{_kind}_attention_backward", 1),
-    ):
-        FLOPS[_name] = (_registry(_name), _operand)
+# CUDA's fused attention kernels, forward and backward (the backward's first operand is the output's gradient)
+for _name in (f"_scaled_dot_product_{kind}_attention" for kind in ("flash", "efficient", "cudnn")):
+    FLOPS[_name], FLOPS[f"{_name}_backward"] = (_registry(_name), 0), (_registry(f"{_name}_backward"), 1)
 
 
 def _tensors(obj) -> list:
@@ -131,17 +120,14 @@ def rnn_launches(num_layers: int, bidirectional: bool):
 
 
 class StepCounter(TorchDispatchMode):
-    """Counts kernel launches per phase and matmul-class FLOPs per dtype while active.
+    """Counts kernel launches per phase and matmul-class FLOPs per dtype while active (``with``; ``with
+    counter.phase(name):`` around a step's parts).
 
     Args:
-        model: the model whose ``nn.LSTM``/``nn.GRU``/``nn.RNN`` calls and cells are counted
-            as fused units (hooks, removed by :meth:`close`).
-        saved: a :class:`SavedBytes` watching the same step: an attention unit then saves what
-            CUDA's fused attention saves (query, key, value, output and the float32 row
-            log-sum-exp), not what the CPU's math form saves (probabilities, dropout masks).
-
-    Use ``with StepCounter(model) as counter: ...`` around a step (the hooks are removed when it ends) and
-    ``with counter.phase(name):`` around its parts.
+        model: its ``nn.LSTM``/``nn.GRU``/``nn.RNN`` calls and cells count as fused units (hooks, removed by
+            :meth:`close` or at the end of ``with``).
+        saved: a :class:`SavedBytes` watching the same step: an attention unit then saves what CUDA's fused
+            attention saves (query, key, value, output, a float32 log-sum-exp per row), not the CPU math form's.
     """
 
     def __init__(self, model: nn.Module, saved=None):
@@ -150,21 +136,14 @@ class StepCounter(TorchDispatchMode):
         self.last_op = "?"  # the latest ATen call: the one whose autograd node saves what it saves next
         if saved is not None:
             saved.counter = self
-        self.launches: Dict[str, int] = collections.Counter()
-        self.ops: Dict[str, int] = collections.Counter()
-        self.flops: Dict[str, float] = collections.Counter()  # "op dtype" -> FLOPs
+        # launches and operator calls by name, matmul-class FLOPs by "op dtype", fused units by kind
+        self.launches, self.ops, self.flops, self.units = (collections.Counter() for _ in range(4))
         self.unrecognised: Dict[str, int] = collections.Counter()
-        self.units: Dict[str, int] = collections.Counter()
-        self._phase = "other"
-        self._depth = 0
-        self._boundary = []
+        self._phase, self._depth, self._attention_depth, self._boundary = "other", 0, 0, []
         self._nodes = set()  # autograd nodes of fused units: their backward launches are the convention's
         self._flop_nodes = set()  # ... of attention units: their FLOPs are counted analytically
-        self._attention_depth = 0
         self._unit_grads = set()  # storages of gradients computed inside units (by data pointer)
-        self._pending_backward = 0
-        self._pending_flops = collections.Counter()
-        self._sdpa = None
+        self._pending_backward, self._pending_flops = 0, collections.Counter()
         self._hooks = []
         for m in model.modules():
             if isinstance(m, RNN_UNITS + CELL_UNITS):
@@ -207,8 +186,8 @@ class StepCounter(TorchDispatchMode):
         return super().__exit__(*exc)
 
     def _functional_rnn(self, func, args, kwargs):
-        """``torch.lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
-        batch_first)`` (or its packed form, ``batch_sizes`` second) as one fused unit."""
+        """``torch.lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, ...)`` (packed:
+        ``batch_sizes`` second) as one fused unit."""
         boundary = _graph_inputs((args, kwargs))
         self._depth += 1
         try:
@@ -335,28 +314,24 @@ class _Packed:
         self.owner._release(self.key)
 
 
-class SavedBytes:
-    """Bytes of the distinct storages autograd holds for backward when ``with`` ends, parameters excluded.
+class SavedBytes(torch.autograd.graph.saved_tensors_hooks):
+    """Bytes of the distinct storages autograd holds for backward when ``with`` ends, but ``model``'s parameters
+    (their autocast copies count): a storage counts once however many saved tensors view it, while one is alive
+    (a graph branch dropped during the forward pass frees its saved tensors).
 
-    A storage counts once however many saved tensors view it, and only while a saved tensor of
-    it is alive (a graph branch dropped during the forward pass frees its saved tensors).
-
-    Args:
-        model: its parameters' storages are not counted (their autocast copies are).
-
-    After ``with``: ``bytes``, ``tensors`` (storages), ``by_op`` (bytes by the ATen call that
-    saved them, with a :class:`StepCounter` watching the same step) and ``in_rnn_units`` (bytes
-    saved inside fused RNN units: the CPU kernel's workspace, not cuDNN's reserve space).
+    After ``with``: ``bytes``, ``tensors`` (storages), ``by_op`` (bytes by the ATen call that saved them, with a
+    :class:`StepCounter` watching the same step) and ``in_rnn_units`` (bytes saved inside fused RNN units: the
+    CPU kernel's workspace, not cuDNN's reserve space).
     """
 
     def __init__(self, model: nn.Module):
+        super().__init__(self._pack, self._unpack)
         self._params = {p.untyped_storage().data_ptr() for p in model.parameters()}
         self._live: Dict = {}  # key -> [saved tensors alive, bytes, op label, inside an RNN unit]
         self.bytes = self.tensors = self.in_rnn_units = 0
         self.by_op: Dict[str, int] = collections.Counter()
         self.paused = 0
-        self.counter = None  # an op_counts.StepCounter watching the same step sets itself here
-        self._ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self.counter = None  # a StepCounter watching the same step sets itself here
 
     @staticmethod
     def _unpack(packed):
@@ -405,15 +380,14 @@ class SavedBytes:
                 del self._live[key]
 
     def __enter__(self):
-        self._ctx.__enter__()
+        super().__enter__()
         return self
 
     def __exit__(self, *exc):
-        self._ctx.__exit__(*exc)
+        super().__exit__(*exc)
         gc.collect()  # graph branches in reference cycles: freed now, not whenever the collector runs
         live = list(self._live.values())
-        self.bytes = sum(e[1] for e in live)
-        self.tensors = len(live)
+        self.bytes, self.tensors = sum(e[1] for e in live), len(live)
         self.in_rnn_units = sum(e[1] for e in live if e[3])
         self.by_op = collections.Counter()
         for e in live:
@@ -457,17 +431,13 @@ class SyncCounter(TorchDispatchMode):
         return counted
 
     def __enter__(self):
-        self._own = {name: torch.Tensor.__dict__.get(name) for name in HOST_COPIES}
-        for name in HOST_COPIES:
+        for name in HOST_COPIES:  # methods of torch._C.TensorBase, shadowed on torch.Tensor while counting
             setattr(torch.Tensor, name, self._wrap(name))
         return super().__enter__()
 
     def __exit__(self, *exc):
-        for name, own in self._own.items():
-            if own is None:
-                delattr(torch.Tensor, name)
-            else:
-                setattr(torch.Tensor, name, own)
+        for name in HOST_COPIES:
+            delattr(torch.Tensor, name)
         return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):

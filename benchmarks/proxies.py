@@ -1,11 +1,8 @@
 """Hardware-independent proxies of GPU training speed, each family against its fairseq counterpart.
 
-    python -m benchmarks.proxies [--pairs wt_a deep_att ...] [--out benchmarks/out/proxies]
-
-Each pair of ``counterparts.PAPER_PAIRS``, built as ``fairseq-train`` builds it, takes one counted training
-step on the same synthetic batch in float32 and under CPU bfloat16 autocast (``op_counts``): kernel
-launches, the low-precision share of the matmul FLOPs, saved bytes per target token; ``proxies.json`` and
-``proxies.md`` (ratios against :data:`TARGETS`). The method: docs/benchmarks.md ("Speed proxies").
+Each pair of ``counterparts.PAPER_PAIRS``, built as ``fairseq-train`` builds it, takes one counted training step
+(``op_counts``) on the same synthetic batch in float32 and under CPU bfloat16 autocast: kernel launches, the
+low-precision share of the matmul FLOPs, saved bytes per target token, against :data:`TARGETS` (docs/benchmarks.md).
 """
 
 import argparse
@@ -76,11 +73,6 @@ def measure_pair(dict_dir: str, pair: Dict, sample: Dict, tiny: bool = False) ->
     return {"family": pair["family"], **sides, "ratios": ratios(sides["ours"], sides["counterpart"])}
 
 
-def unit_share(m: Dict) -> float:
-    """Share of the saved bytes saved inside fused RNN units (the CPU kernel's workspace: cuDNN's differs)."""
-    return m.get("saved_bytes_in_rnn_units", 0) / m["saved_bytes"] if m["saved_bytes"] else 0.0
-
-
 def markdown(results: Dict) -> str:
     """The ratio table of ``proxies.json`` (a cell is marked ``MISS`` where its target is not met; the
     arch arguments of each side are in the JSON and in ``counterparts.PAPER_PAIRS``)."""
@@ -93,16 +85,11 @@ def markdown(results: Dict) -> str:
         f"Batch: {results['batch']['sentences']} sentences, {results['batch']['target_tokens']} target tokens "
         f"(source {results['batch']['max_source_len']} / target {results['batch']['max_target_len']} longest), "
         f"vocabulary {results['vocab']}.",
-        "",
-        f"| pair | params ours / cp (M) | launches/step fp32 ours / cp | ratio fp32 | ratio bf16 "
-        f"(<= {t['launches']}) | low-precision share ours / cp (>= {t['low_precision']:.0%}) "
-        f"| saved KB/token fp32 ours / cp | ratio | saved KB/token bf16 ours / cp | ratio (<= {t['saved_bytes']}) "
-        "| bf16 saved inside RNN units ours / cp |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    rows = []
     for name, e in results["pairs"].items():
         if "error" in e:
-            lines.append(f"| {name} | error: {e['error']} |" + " |" * 9)
+            rows.append([name, f"error: {e['error']}"] + [""] * 9)
             continue
         o, c, r = e["ours"], e["counterpart"], e["ratios"]
 
@@ -112,42 +99,47 @@ def markdown(results: Dict) -> str:
         def kb(mode):
             return f"{o[mode]['saved_bytes_per_token'] / 1e3:.1f} / {c[mode]['saved_bytes_per_token'] / 1e3:.1f}"
 
+        def units(x):  # the share saved inside fused RNN units (the CPU kernel's workspace: cuDNN's differs)
+            return f"{x['bf16']['saved_bytes_in_rnn_units'] / (x['bf16']['saved_bytes'] or 1):.0%}"
+
         low = f"{r['low_precision_ours']:.1%} / {r['low_precision_counterpart']:.1%}"
-        cells = [
+        rows.append([
             name,
             f"{o['params'] / 1e6:.1f} / {c['params'] / 1e6:.1f}",
             f"{o['fp32']['launches_total']:,} / {c['fp32']['launches_total']:,}",
             *(ratio("launches", m) for m in ("fp32", "bf16")),
             low + ("" if r["meets"]["low_precision"] else " MISS"),
             *(f(m) for m in ("fp32", "bf16") for f in (kb, lambda m: ratio("saved_bytes", m))),
-            f"{unit_share(o['bf16']):.0%} / {unit_share(c['bf16']):.0%}",
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
+            f"{units(o)} / {units(c)}",
+        ])  # fmt: skip
+    header = (
+        f"pair | params ours / cp (M) | launches/step fp32 ours / cp | ratio fp32 | ratio bf16 (<= {t['launches']}) "
+        f"| low-precision share ours / cp (>= {t['low_precision']:.0%}) | saved KB/token fp32 ours / cp | ratio "
+        f"| saved KB/token bf16 ours / cp | ratio (<= {t['saved_bytes']}) | bf16 saved inside RNN units ours / cp"
+    )
+    lines += ["", *report.table(header, rows)]
     return "\n".join(lines) + "\n"
 
 
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.proxies", description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--pairs", nargs="*", help=f"pairs to measure (default: all of {', '.join(counterparts.PAPER_PAIRS)})"
-    )
+    p.add_argument("--pairs", nargs="*", choices=list(counterparts.PAPER_PAIRS), help="pairs to measure (default: all)")
     p.add_argument("--vocab", type=int, default=8000, help="joint vocabulary size (fairseq's specials included)")
     p.add_argument("--max-tokens", type=int, default=2048, help="batch size x longest sentence of the one batch")
-    p.add_argument("--max-len", type=int, default=128, help="longest sentence of the length distribution")
     p.add_argument("--tiny", action="store_true", help="each pair at its tiny widths (depth kept): the tests' sizes")
-    p.add_argument("--threads", type=int, default=1, help="CPU threads")
     p.add_argument("--out", default="benchmarks/out/proxies", help="folder for proxies.json and proxies.md")
     return p
 
 
-def run(a) -> Dict:
-    """Measure the pairs of ``a`` (parsed :func:`get_parser` options); returns the results."""
-    pairs = counterparts.paper_pairs(a.pairs)
-    torch.set_num_threads(a.threads)
-    lengths = synthetic.batch_lengths(a.max_tokens, a.max_len)
+def main(argv=None) -> int:
+    a = get_parser().parse_args(argv)
+    logging.basicConfig(format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
+    pairs = counterparts.paper_pairs(a.pairs)  # (ValueError: a registered family without a pair)
+    torch.set_num_threads(1)  # (the counts do not depend on it)
+    lengths = synthetic.batch_lengths(a.max_tokens)
     sample = synthetic.make_batch(lengths, a.vocab)
     results = {
-        **report.header("python -m benchmarks.proxies", a.argv),
+        **report.header("python -m benchmarks.proxies", argv),
         "bf16_lstm_kernel": "oneDNN" if op_counts.onednn_lstm_runs(torch.bfloat16) else "PyTorch's per-step GEMMs",
         "vocab": a.vocab,
         "batch": {
@@ -171,18 +163,6 @@ def run(a) -> Dict:
                 results["pairs"][name] = {"family": pair["family"], **report.error(e)}
             if a.out:
                 report.write_results(results, a.out, "proxies", markdown)
-    return results
-
-
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    a = get_parser().parse_args(argv)
-    a.argv = argv
-    logging.basicConfig(format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
-    try:
-        results = run(a)
-    except ValueError as e:
-        raise SystemExit(f"error: {e}")
     print(markdown(results))
     return 1 if any("error" in e for e in results["pairs"].values()) else 0
 

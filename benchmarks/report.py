@@ -6,8 +6,9 @@ import os
 import platform
 import shlex
 import subprocess
+import sys
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 from fairseq_dense.cli.plot import plot_loss_curves
 from fairseq_dense.logs import parse_log
@@ -28,15 +29,15 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def header(prog: str, argv: List[str], device: str = "cpu") -> Dict:
-    """What every results file starts with: the command, the time (UTC), the commit (``git describe``),
+def header(prog: str, argv: Optional[List[str]], device: str = "cpu") -> Dict:
+    """What every results file starts with: the command (``argv`` None: this process's), the time (UTC), the commit,
     torch's version and the machine (its load average at the start; ``threads``: torch's at the call)."""
     import fairseq
     import torch
 
     commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout
     return {
-        "command": f"{prog} {shlex.join(argv)}",
+        "command": f"{prog} {shlex.join(sys.argv[1:] if argv is None else argv)}",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "commit": commit.strip() or None,
         "torch": torch.__version__,
@@ -78,40 +79,45 @@ def _get(d, *path):
     return d
 
 
-def _ratio(a, b):
-    return a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
-
-
 def _x(x) -> str:
     return "n/a" if x is None else f"x{x:.2f}"
 
 
-def row(key: str, e: Dict) -> str:
-    """One table row of a results entry."""
+def table(header: str, rows: List[List[str]]) -> List[str]:
+    """The lines of a markdown table: ``header`` (its cells joined by `` | ``), then one line per row of cells."""
+    return [f"| {header} |", "|" + "---|" * (header.count(" | ") + 1)] + [f"| {' | '.join(r)} |" for r in rows]
+
+
+def spread(m: Dict, fmt: str = ".3f") -> str:
+    """``median (min-max)`` of a ``measure.spread``."""
+    return f"{m['median']:{fmt}} ({m['min']:{fmt}}-{m['max']:{fmt}})"
+
+
+def row(key: str, e: Dict) -> List[str]:
+    """The cells of a results entry's table row."""
     if "error" in e:
-        return f"| {key} | failed: {e['error'][:100]} |" + " |" * 8
+        return [key, f"failed: {e['error'][:100]}"] + [""] * 8
     o, b = e["ours"], e["baseline"]
+
+    def ratio(*path):  # ours / counterpart of one figure
+        x, y = _get(o, *path), _get(b, *path)
+        return _x(x / y if isinstance(x, (int, float)) and isinstance(y, (int, float)) and y else None)
+
     mem = "cuda_max_allocated_mib" if _get(o, "train", "cuda_max_allocated_mib") else "peak_rss_mib"
     eq, reached = e.get("equal_updates"), _get(e, "convergence", "ours") or {}
-    bleu = [_get(s, "decode", "bleu") for s in (o, b)]
-    return " | ".join(
-        [
-            f"| {key}",
-            f"`{o['arch']}` ({o['params'] / 1e6:.2f}M)",
-            f"`{b['arch']}`"
-            + (f" w={e['baseline_width']}" if e.get("baseline_width") else "")
-            + f" ({b['params'] / 1e6:.2f}M)",
-            _x(_ratio(_get(o, "train", "train_tokens_per_s"), _get(b, "train", "train_tokens_per_s")))
-            + f" / {_x(_get(e, 'train_paired', 'ratio'))}",
-            _x(e.get("work_ratio")),
-            _x(_ratio(_get(o, "train", mem), _get(b, "train", mem))),
-            _x(_ratio(_get(o, "decode", "sentences_per_s"), _get(b, "decode", "sentences_per_s")))
-            + f" / {_x(_get(e, 'decode_paired', 'ratio'))}",
-            f"{eq['ours']:.3f} / {eq['baseline']:.3f} ({eq['updates']})" if eq else "n/a",
-            f"{reached['updates']} / {reached['seconds']:.0f} s" if reached.get("updates") else "not reached",
-            " / ".join("n/a" if x is None else f"{x:.2f}" for x in bleu) + " |",
-        ]
-    )
+    width = f" w={e['baseline_width']}" if e.get("baseline_width") else ""
+    return [
+        key,
+        f"`{o['arch']}` ({o['params'] / 1e6:.2f}M)",
+        f"`{b['arch']}`{width} ({b['params'] / 1e6:.2f}M)",
+        f"{ratio('train', 'train_tokens_per_s')} / {_x(_get(e, 'train_paired', 'ratio'))}",
+        _x(e.get("work_ratio")),
+        ratio("train", mem),
+        f"{ratio('decode', 'sentences_per_s')} / {_x(_get(e, 'decode_paired', 'ratio'))}",
+        f"{eq['ours']:.3f} / {eq['baseline']:.3f} ({eq['updates']})" if eq else "n/a",
+        f"{reached['updates']} / {reached['seconds']:.0f} s" if reached.get("updates") else "not reached",
+        " / ".join("n/a" if x is None else f"{x:.2f}" for x in (_get(s, "decode", "bleu") for s in (o, b))),
+    ]
 
 
 def markdown(results: Dict) -> str:
@@ -131,12 +137,13 @@ def markdown(results: Dict) -> str:
         f"{opts['budget_minutes']} min of training per model{', both at once' if opts['concurrent'] else ''}; "
         f"data `{opts['corpus']}` ({results['data']['summary']}).",
         "",
-        "| model | ours (params) | counterpart (params) | train tok/s: CLI / side by side | work | peak mem "
-        "| beam-5 sent/s: free length / side by side | valid loss at equal updates | reached counterpart best "
-        "| BLEU ours / counterpart |",
-        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    lines += [row(key, e) for key, e in results["families"].items()]
+    header = (
+        "model | ours (params) | counterpart (params) | train tok/s: CLI / side by side | work | peak mem "
+        "| beam-5 sent/s: free length / side by side | valid loss at equal updates | reached counterpart best "
+        "| BLEU ours / counterpart"
+    )
+    lines += table(header, [row(key, e) for key, e in results["families"].items()])
     sigs = sorted(
         {_get(e, s, "decode", "signature") for e in results["families"].values() for s in ("ours", "baseline")} - {None}
     )

@@ -1,12 +1,7 @@
 """Our models against their fairseq counterparts: same data, same budget, matched parameters.
 
-    python -m benchmarks.run --corpus ../shared/data/tatoeba-deu-eng --src de --tgt en --budget-minutes 2 \
-        [--models gru_attention densenmt_4l_2 ARCH:--flag=v ...] [--baseline ARCH] [--concurrent] \
-        [--device cuda --amp --bf16] [--out DIR]
-
-Per model: the counterpart's width matched in parameters, both trained by ``fairseq-train``, timed side by
-side, decoded with beam 5 and scored; ``results.json``, ``results.md`` and loss plots in ``--out``
-(docs/benchmarks.md).
+Per model: the counterpart's width matched in parameters, both trained by ``fairseq-train``, timed side by side,
+decoded with beam 5 and scored (usage: benchmarks/README.md; the figures: docs/benchmarks.md).
 """
 
 import argparse
@@ -14,7 +9,6 @@ import json
 import logging
 import os
 import shlex
-import sys
 import time
 from typing import Dict, List
 
@@ -37,7 +31,6 @@ def get_parser() -> argparse.ArgumentParser:
     add("--size", choices=("small", "tiny"), default="small", help="arch of a family named without one")
     add("--baseline", help="ARCH[:--flag=v,...] to compare with instead of the matched fairseq counterpart")
     add("--baseline-param-ratio", type=float, default=1.0, help="counterpart size / ours (2: ours is half)")
-    add("--param-tolerance", type=float, default=0.10, help="warn when the matched sizes differ by more")
     add("--concurrent", action="store_true", help="train both models at the same time, --threads each")
     add("--device", choices=("cpu", "cuda"), default="cpu")
     add("--amp", action="store_true", help="train with fairseq's --amp (CUDA float16 autocast)")
@@ -109,7 +102,7 @@ def pair(a, data: Dict, family: str, ours_args: List[str]) -> Dict:
         pairing.update(ours_params=n_ours, baseline_params=n_base)
     else:
         pairing, ours, base = baselines.match_baseline(
-            data["bin"], family, ours_args, a.param_tolerance, a.baseline_param_ratio
+            data["bin"], family, ours_args, param_ratio=a.baseline_param_ratio
         )
     work = [counterparts.matmul_params(m, data["src_per_tgt"]) for m in (ours, base)]
     return {**pairing, "ours_args": ours_args, "work_ratio": work[0] / work[1]}
@@ -179,7 +172,6 @@ def run_entry(a, data: Dict, family: str, ours_args: List[str], key: str, work: 
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
     a = get_parser().parse_args(argv)
     logging.basicConfig(format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
     if a.amp and a.device != "cuda":
@@ -213,16 +205,11 @@ def main(argv=None) -> int:
         except Exception as e:  # one broken family must not cost the others their figures
             logger.exception("%s failed", key)
             results["families"][key] = report.error(e)
-        write(results, out)  # after every family: a stopped run keeps its figures
-    results["total_wall_s"] = time.time() - started
-    write(results, out)
+        results["total_wall_s"] = time.time() - started  # written after every family: a stopped run keeps them
+        results["plots"] = report.plots(results, out)
+        report.write_results(results, out, "results", report.markdown)
     logger.info("wrote %s/results.json and results.md in %.0f s", out, results["total_wall_s"])
     return 0 if all("error" not in e for e in results["families"].values()) else 1
-
-
-def write(results: Dict, out: str) -> None:
-    results["plots"] = report.plots(results, out)
-    report.write_results(results, out, "results", report.markdown)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,6 @@
-"""Synthetic batches and models built as ``fairseq-train`` builds them, with no corpus (proxies, GPU figures).
-
-Sentence lengths are log-normal, close to a subword-segmented news corpus (median 24 target tokens);
-a batch is what fairseq's ``batch_by_size`` makes of length-sorted sentences. Models are built from a
-folder holding only the two dictionary files (:func:`write_dicts`).
-"""
+"""Synthetic batches and models built as ``fairseq-train`` builds them, with no corpus (proxies, GPU figures):
+sentence lengths log-normal, close to a subword-segmented news corpus (median 24 target tokens), a batch what
+fairseq's ``batch_by_size`` makes of length-sorted sentences, models built on the two dictionary files alone."""
 
 import math
 import os
@@ -18,8 +15,7 @@ SRC_RATIO_SIGMA = 0.15
 
 
 def write_dicts(folder: str, vocab: int, src: str = "de", tgt: str = "en") -> str:
-    """Write ``dict.{src,tgt}.txt`` of ``vocab`` entries (fairseq's 4 specials included, at least 8 entries:
-    else ValueError); returns ``folder``."""
+    """``folder`` with ``dict.{src,tgt}.txt`` of ``vocab`` entries, fairseq's 4 specials included (at least 8)."""
     if vocab < 8:
         raise ValueError(f"vocab: {vocab} is too small (at least 8 entries, 4 of them fairseq's specials)")
     os.makedirs(folder, exist_ok=True)
@@ -30,23 +26,17 @@ def write_dicts(folder: str, vocab: int, src: str = "de", tgt: str = "en") -> st
     return folder
 
 
-def sample_lengths(n: int, max_len: int, seed: int = 1) -> List[tuple]:
-    """``n`` (source, target) lengths, end of sentence included, sorted by target then source length."""
-    g = torch.Generator().manual_seed(seed)
-    tgt = torch.exp(math.log(MEDIAN_LEN) + SIGMA * torch.randn(n, generator=g))
-    src = tgt * torch.exp(SRC_RATIO_SIGMA * torch.randn(n, generator=g))
-    pairs = [(int(s.clamp(2, max_len).round()), int(t.clamp(2, max_len).round())) for s, t in zip(src, tgt)]
-    return sorted(pairs, key=lambda p: (p[1], p[0]))
-
-
 def batch_lengths(max_tokens: int, max_len: int = 128, *, quantile: float = 0.5, seed: int = 1) -> List[tuple]:
-    """The (source, target) lengths of one batch: the sentences from the ``quantile`` of the sorted
-    lengths on, as many as fit ``max_tokens`` (batch size x longest sentence, either side)."""
-    pool = sample_lengths(20000, max_len, seed)
-    start = min(int(quantile * len(pool)), len(pool) - 1)
+    """The (source, target) lengths, end of sentence included, of one batch: sentences from the ``quantile`` of
+    20,000 sorted by target then source length on, as many as fit ``max_tokens`` (batch size x longest)."""
+    g = torch.Generator().manual_seed(seed)
+    tgt = torch.exp(math.log(MEDIAN_LEN) + SIGMA * torch.randn(20000, generator=g))
+    src = tgt * torch.exp(SRC_RATIO_SIGMA * torch.randn(20000, generator=g))
+    pairs = [(int(s.clamp(2, max_len).round()), int(t.clamp(2, max_len).round())) for s, t in zip(src, tgt)]
+    pool = sorted(pairs, key=lambda p: (p[1], p[0]))
     out: List[tuple] = []
     longest = 0
-    for s, t in pool[start:]:
+    for s, t in pool[min(int(quantile * len(pool)), len(pool) - 1) :]:
         longest = max(longest, s, t)
         if out and (len(out) + 1) * longest > max_tokens:
             break
@@ -61,9 +51,8 @@ def make_batch(lengths: List[tuple], vocab: int, *, seed: int = 1, device: str =
     from fairseq.data.data_utils import collate_tokens
     from fairseq.utils import apply_to_sample
 
-    g = torch.Generator().manual_seed(seed)
+    g, pad, eos = torch.Generator().manual_seed(seed), 1, 2
     lengths = sorted(lengths, key=lambda p: -p[0])
-    pad, eos = 1, 2
 
     def sentence(n: int) -> torch.Tensor:
         return torch.cat([torch.randint(4, vocab, (n - 1,), generator=g), torch.tensor([eos])])

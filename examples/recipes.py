@@ -1,18 +1,16 @@
 """What the long recipes of ``examples/`` (Multi30k, the Weighted Transformer ablation) share: fairseq
 commands run into logs, the committed copies of those logs, and tables written between markers of a doc.
 
-A recipe log holds one process after another, each from its ``# command`` line on (a resumed run
-appends to its log); the statistics lines are read by :mod:`fairseq_dense.logs`.
+Commands run by :func:`fairseq_dense.cli.quickstart_steps.run_command`; their logs are read by
+:mod:`fairseq_dense.logs`.
 """
 
 import os
 import re
-import shlex
-import subprocess
 import sys
 
 from fairseq_dense.checkpoints import replacing
-from fairseq_dense.cli.quickstart_steps import command_env, run_command
+from fairseq_dense.cli.quickstart_steps import run_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(ROOT, "user_dir")
@@ -29,22 +27,6 @@ def need(data_bin: str) -> None:
     """End the command with what to run first when ``data_bin`` holds no prepared corpus."""
     if not os.path.isdir(data_bin):
         sys.exit(f"{data_bin}: no prepared data; run `python {sys.argv[0]} prepare` first")
-
-
-def start(cmd, log: str, threads=None) -> subprocess.Popen:
-    """Start ``cmd`` (``threads``: its torch threads), its output appended to ``log`` after a ``# command`` line."""
-    print("+", shlex.join(cmd), flush=True)
-    with open(log, "a") as f:
-        f.write("# " + shlex.join(cmd) + "\n")
-        f.flush()
-        return subprocess.Popen(cmd, env=command_env(threads), stdout=f, stderr=subprocess.STDOUT)
-
-
-def run(cmd, log: str, threads=None) -> None:
-    """Run ``cmd`` to its end (see :func:`start`); raise when it fails."""
-    code = start(cmd, log, threads).wait()
-    if code:
-        raise subprocess.CalledProcessError(code, cmd)
 
 
 def generate(data_bin: str, checkpoint: str, options, threads=None):

@@ -1,18 +1,22 @@
-"""The one reader of fairseq's training logs: the statistics lines of ``fairseq-train``.
+"""The one reader of fairseq's training logs: the statistics lines of ``fairseq-train``, and how a run ended.
 
-Reads the lines fairseq writes with ``--log-format json`` (``... | train_inner | {...}``,
-``... | valid | {...}``, ``... | train | {...}``) or ``--log-format simple``, and files of bare
-JSON objects, one a line. ``fairseq-dense-plot``, the quick-start, the benchmark harness and
-the recipes in ``examples/`` read their logs here.
+Reads the lines fairseq writes with ``--log-format json`` (``... | valid | {...}``) or ``simple``, and files
+of bare JSON objects, one a line. A resumed run appends to its log: a log holds one process after another,
+each from its ``# command`` line on (:func:`fairseq_dense.cli.quickstart_steps.run_command` writes it).
+``fairseq-dense-plot``, the quick-start, the benchmark harness and the recipes in ``examples/`` read logs here.
 """
 
 import json
 import os
 import re
+from collections import namedtuple
 from datetime import datetime
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 TAGS = ("train_inner", "train", "valid")
+#: what fairseq prints when --stop-time-hours ends a run
+TIME_STOP = "Stopping training due to cumulative_training_time"
+Process = namedtuple("Process", "command records text")
 _TIME = r"^(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)"
 _LINE = re.compile(_TIME + r"\s*\|\s*\w+\s*\|\s*(?P<tag>[\w.\-/]+)\s*\|\s*(?P<json>\{.*\})\s*$")
 # --log-format simple: "... | train_inner | epoch 001:     50 / 436 loss=10.2, nll_loss=9.7, ..."
@@ -71,21 +75,67 @@ def parse_line(line: str) -> Tuple[Optional[str], Dict, Optional[datetime]]:
     return tag, {k.removeprefix(tag + "_"): _number(v) for k, v in stats.items()}, ts
 
 
+def processes(*paths: str) -> List[Process]:
+    """The processes of the logs ``paths`` (missing ones: none), read as one log: each its ``# command`` line
+    ("" for lines before the first), its ``(tag, statistics)`` records (:func:`parse_line`, with ``t``: seconds
+    since the first timestamped line, ``None`` for untimed lines) and its text."""
+    out, start = [], None
+    for path in filter(os.path.isfile, paths):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("# ") or not out:
+                    out.append(Process(line if line.startswith("# ") else "", [], []))
+                tag, stats, ts = parse_line(line)
+                start = start or ts
+                if tag is not None:
+                    out[-1].records.append((tag, {**stats, "t": None if ts is None else (ts - start).total_seconds()}))
+                out[-1].text.append(line)
+    return [p._replace(text="".join(p.text)) for p in out]
+
+
+def records(log: Union[str, List[Process]], tag: str) -> List[Dict]:
+    """The ``tag`` statistics of a log (a path) or of its :func:`processes`, in order."""
+    procs = processes(log) if isinstance(log, str) else log
+    return [stats for p in procs for t, stats in p.records if t == tag]
+
+
 def parse_log(path: str) -> Dict[str, List[Dict]]:
-    """``{"train_inner": [...], "train": [...], "valid": [...]}`` of a fairseq log (``--log-format json`` or
-    ``simple``): the :func:`parse_line` statistics with ``t``, seconds since the log's first timestamped line
-    (``None`` for untimed lines). A missing file is a ``FileNotFoundError``."""
+    """``{"train_inner": [...], "train": [...], "valid": [...]}`` of a log (:func:`records`); a missing file is
+    a ``FileNotFoundError``."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: log file not found")
-    out: Dict[str, List[Dict]] = {tag: [] for tag in TAGS}
-    start: Optional[datetime] = None
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            tag, stats, ts = parse_line(line)
-            start = start or ts
-            if tag in out:
-                out[tag].append({**stats, "t": None if ts is None else (ts - start).total_seconds()})
-    return out
+    procs = processes(path)
+    return {tag: records(procs, tag) for tag in TAGS}
+
+
+def ending(procs: List[Process]) -> str:
+    """How the last process ended: "early stopped", "epoch cap", "stopped by time" (``--stop-time-hours``)
+    or "training" (still going, cut, or no log)."""
+    text = procs[-1].text if procs else ""
+    if TIME_STOP in text:
+        return "stopped by time"
+    return ("early stopped" if "early stop" in text else "epoch cap") if "done training" in text else "training"
+
+
+def walls_and_devices(procs: List[Process]) -> Tuple[Dict[int, float], Optional[str]]:
+    """``({epoch: wall seconds of training to the end of that epoch}, where the run trained)``. fairseq's
+    ``train_wall`` starts at 0 in every process, so each continues where the one before ended (an epoch
+    cut by an interruption is trained again, its time not counted). Where: None on one kind of device,
+    else e.g. "GPU, then CPU from epoch 50" (by ``--cpu`` in each process's command)."""
+    walls, offset, parts = {}, 0.0, []  # parts: [device, the first epoch it logged]
+    for p in procs:
+        device = "CPU" if " --cpu" in p.command else "GPU"
+        if p.command and (not parts or parts[-1][0] != device):
+            parts.append([device, None])
+        if parts and parts[-1][1] is None and p.records:
+            parts[-1][1] = int(p.records[0][1]["epoch"])
+        last = 0.0
+        for r in (r for tag, r in p.records if tag == "train"):
+            last = r["wall"]
+            walls[int(r["epoch"])] = offset + last
+        offset += last
+    where = parts[0][0] + "".join(f", then {d} from epoch {e}" for d, e in parts[1:]) if len(parts) > 1 else None
+    return walls, where
 
 
 def series(records: Sequence[Dict], key: str, x: str = "num_updates"):

@@ -104,13 +104,13 @@ def test_child_peak_memory_excludes_the_parents(tmp_path):
     big = torch.ones(160 * 2**20 // 4 * 4)  # 640 MiB resident in this (parent) process
     code = (
         "import json, resource, sys; sys.path.insert(0, {root!r}); "
-        "from benchmarks._train_child import vm_hwm_kib; "
+        "from benchmarks.measure import vm_hwm_kib; "
         "print(json.dumps([vm_hwm_kib(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss]))"
     )
     out = subprocess.run([sys.executable, "-c", code.format(root=REPO)], capture_output=True, text=True, check=True)
     hwm_kib, maxrss_kib = json.loads(out.stdout.strip().splitlines()[-1])
     assert big.sum() > 0
-    assert hwm_kib < 300 * 1024  # a bare interpreter plus benchmarks/_train_child.py
+    assert hwm_kib < 300 * 1024  # an interpreter with torch imported (benchmarks/measure.py)
     assert maxrss_kib > 600 * 1024  # what ru_maxrss would have reported instead
 
 
@@ -281,4 +281,4 @@ def test_timed_rounds_times_any_number_of_sides():
     assert seen == [1, 2, 3, 1, 2, 3, 3, 2, 1, 3, 2, 1]  # the order reversed every other round
     assert res["ratio"] is None and len(res["rounds"]) == 2
     assert set(res["rounds"][0]) == {"a_s", "b_s", "c_s", "a_cpu_s", "b_cpu_s", "c_cpu_s"}
-    assert measure.median_ratio([{"x_s": 2.0, "y_s": 1.0}], "x", "y", "s") == 2.0
+    assert measure.ratios([{"x_s": 2.0, "y_s": 1.0}, {"x_s": 3.0, "y_s": 1.0}], "x", "y", "s")["median"] == 2.5

@@ -10,11 +10,13 @@ import importlib
 import importlib.util
 import os
 import sys
+import threading
 
 import pytest
 from fairseq import options
 
 import fairseq_dense  # noqa: F401
+from fairseq_dense import logs
 from tests.helpers import REPO
 
 TS = "2026-01-01 00:00:00"  # a fairseq log line's timestamp
@@ -23,13 +25,6 @@ spec = importlib.util.spec_from_file_location("multi30k_run", os.path.join(HERE,
 run = importlib.util.module_from_spec(spec)
 sys.path.insert(0, HERE)
 spec.loader.exec_module(run)
-
-
-class Done:
-    """What the fakes of ``run.start`` return: a process that has ended well."""
-
-    def __init__(self, on_wait=lambda: None):
-        self.wait = lambda: on_wait() or 0
 
 
 SHARED = ("dropout", "attention_dropout", "activation_dropout", "share_all_embeddings")
@@ -71,7 +66,6 @@ def test_variants_parse_and_share_the_recipe(pair, name):
 
 def test_report_walls_continue_across_resumes(tmp_path):
     """fairseq's wall restarts in each process; the report's adds the earlier processes' time."""
-    report = importlib.import_module("report")
 
     def record(epoch, wall):
         return f'{TS} | INFO | train | {{"epoch": {epoch}, "train_wall": "{wall}"}}\n'
@@ -80,7 +74,7 @@ def test_report_walls_continue_across_resumes(tmp_path):
     sweep.write_text("# fairseq-train sweep\n" + record(1, 100) + record(2, 200))
     # continued from the sweep, then cut during epoch 4 and resumed from epoch 3's checkpoint
     train.write_text("# fairseq-train\n" + record(3, 90) + "# fairseq-train\n" + record(4, 95) + record(5, 190))
-    assert report.walls_and_devices(report.processes(str(sweep), str(train))) == (
+    assert logs.walls_and_devices(logs.processes(str(sweep), str(train))) == (
         {1: 100, 2: 200, 3: 290, 4: 385, 5: 480},
         None,
     )
@@ -103,14 +97,13 @@ def test_sweep_reuses_committed_points_and_trains_the_rest(tmp_path, monkeypatch
     (tmp_path / "logs" / "toy" / "model" / "sweep-lr0.002.log").write_text(log_lines([9, 8]))  # cut short
     trained = []
 
-    def fake_start(cmd, log, threads=None):
+    def fake_run(cmd, log, append, threads=None):
         lr = float(cmd[cmd.index("--lr") + 1])
         trained.append(lr)
         with open(log, "a") as f:
             f.write(log_lines({2e-3: [8, 7, 6, 5], 4e-3: [8, 7, 6, 5.5], 8e-3: [8, 7, 6, 6]}[lr]))
-        return Done()
 
-    monkeypatch.setattr(run, "start", fake_start)
+    monkeypatch.setattr(run, "run_command", fake_run)
     assert run.sweep("toy", "model", 1) == 2e-3
     assert trained == [2e-3, 4e-3, 8e-3]  # 1e-3 from its committed log, the others one after the other
     assert "5.5" in (tmp_path / "logs" / "toy" / "model" / "sweep-lr0.004.log").read_text()
@@ -120,24 +113,25 @@ def test_parallel_sweep_chooses_what_the_serial_sweep_chooses(tmp_path, monkeypa
     """Every rate of the grid is trained, at once or one after the other; the lowest loss wins."""
     losses = {1e-3: 6.0, 2e-3: 5.0, 4e-3: 5.5, 8e-3: 4.0}
     monkeypatch.setitem(run.PAIRS, "toy", {"rates": tuple(losses), "model": "", "baseline": "", "warmup": 1})
-    running = []
 
-    def fake_start(cmd, log, threads=None):
+    def fake_run(cmd, log, append, threads=None):
         lr = float(cmd[cmd.index("--lr") + 1])
         running.append(lr)
+        if barrier:
+            barrier.wait()  # passes only once every point has started
         with open(log, "a") as f:
             for epoch in range(1, run.SWEEP_EPOCHS + 1):
                 loss = losses[lr] + run.SWEEP_EPOCHS - epoch
                 f.write(TS + ' | INFO | valid | {"epoch": %d, "valid_loss": "%s"}\n' % (epoch, loss))
-        return Done(lambda: waited.append(len(running)))  # how many had started when it is waited for
+        ended.append(len(running))  # how many had started when it ends
 
-    monkeypatch.setattr(run, "start", fake_start)
+    monkeypatch.setattr(run, "run_command", fake_run)
     for parallel in (False, True):
         monkeypatch.setattr(run, "WORK", str(tmp_path / f"work{parallel}"))
         monkeypatch.setattr(run, "LOGS", str(tmp_path / f"logs{parallel}"))
-        running, waited = [], []
+        running, ended, barrier = [], [], parallel and threading.Barrier(len(losses), timeout=20)
         assert run.sweep("toy", "model", 1, parallel=parallel) == 8e-3
-        assert running == sorted(losses) and waited == ([4] * 4 if parallel else [1, 2, 3, 4])
+        assert sorted(running) == sorted(losses) and ended == ([4] * 4 if parallel else [1, 2, 3, 4])
 
 
 def test_train_hours_stop_the_converging_run_and_the_report_says_so(tmp_path, monkeypatch):
@@ -153,7 +147,7 @@ def test_train_hours_stop_the_converging_run_and_the_report_says_so(tmp_path, mo
     with open(run.sweep_log("toy", "model", 1e-3), "w") as f:
         f.write(TS + ' | INFO | train | {"epoch": 4, "train_wall": "300"}\n')  # the log's wall leaves out validation
     commands = []
-    monkeypatch.setattr(run, "run", lambda cmd, log=None, threads=None: commands.append(cmd))
+    monkeypatch.setattr(run, "run_command", lambda cmd, log, append, threads=None: commands.append(cmd))
     monkeypatch.setattr(run, "copy_log", lambda src, name: None)
     run.converge("toy", "model", 1e-3, 1, deadline=time.time() + 1800)
     hours = float(commands[0][commands[0].index("--stop-time-hours") + 1])
@@ -276,12 +270,12 @@ def test_a_run_stopped_by_time_continues_when_its_side_runs_again(tmp_path, monk
     os.makedirs(run.side_dir("toy", "model"))
     log = os.path.join(run.side_dir("toy", "model"), "train.log")
     commands = []
-    monkeypatch.setattr(run, "run", lambda cmd, log=None, threads=None: commands.append(cmd))
+    monkeypatch.setattr(run, "run_command", lambda cmd, log, append, threads=None: commands.append(cmd))
     monkeypatch.setattr(run, "copy_log", lambda src, name: None)
     cut = (
         "# fairseq-train --lr 0.001 --stop-time-hours 0.1\n"
         + _epoch_lines(range(1, 4), 100)
-        + f"2026 | INFO | fairseq_cli.train | {report.TIME_STOP}: 0.1 > 0.1 hour(s)\n"
+        + f"2026 | INFO | fairseq_cli.train | {logs.TIME_STOP}: 0.1 > 0.1 hour(s)\n"
         + "2026 | INFO | fairseq_cli.train | done training in 300 seconds\n"
     )
     with open(log, "w") as f:
@@ -309,16 +303,15 @@ def test_a_run_stopped_by_time_continues_when_its_side_runs_again(tmp_path, monk
 
 def test_the_report_names_both_machines_of_a_run_continued_on_another(tmp_path):
     """A run cut on the GPU machine and continued on the CPU one says so (its hours mix the two)."""
-    report = importlib.import_module("report")
     sweep, train = tmp_path / "sweep.log", tmp_path / "train.log"
     sweep.write_text("# fairseq-train data --lr 0.008\n" + _epoch_lines(range(1, 5), 10))
     train.write_text("# fairseq-train data --lr 0.008\n" + _epoch_lines(range(5, 9), 10))
-    assert report.walls_and_devices(report.processes(str(sweep), str(train)))[1] is None
+    assert logs.walls_and_devices(logs.processes(str(sweep), str(train)))[1] is None
     with open(train, "a") as f:
         f.write("# fairseq-train data --cpu --lr 0.008\n" + _epoch_lines(range(8, 10), 60))
         f.write("# fairseq-train data --cpu --lr 0.008\n" + _epoch_lines([10], 60))
-    assert report.walls_and_devices(report.processes(str(sweep), str(train)))[1] == "GPU, then CPU from epoch 8"
-    assert report.walls_and_devices(report.processes(str(train)))[1] == "GPU, then CPU from epoch 8"
+    assert logs.walls_and_devices(logs.processes(str(sweep), str(train)))[1] == "GPU, then CPU from epoch 8"
+    assert logs.walls_and_devices(logs.processes(str(train)))[1] == "GPU, then CPU from epoch 8"
 
 
 def test_an_earlier_run_of_a_side_is_kept_beside_it(tmp_path, monkeypatch):
@@ -372,10 +365,10 @@ def test_a_rate_chosen_by_a_wider_sweep_sets_the_earlier_rates_log_aside(tmp_pat
     monkeypatch.setattr(run, "WORK", str(tmp_path / "work"))
     os.makedirs(run.side_dir("toy", "baseline"))
 
-    def fake_run(cmd, log=None, threads=None):
+    def fake_run(cmd, log, append, threads=None):
         open(log, "a").close()  # fairseq-train appends to the side's log
 
-    monkeypatch.setattr(run, "run", fake_run)
+    monkeypatch.setattr(run, "run_command", fake_run)
     monkeypatch.setattr(run, "copy_log", lambda src, name: None)
     monkeypatch.setitem(run.PAIRS, "toy", {"rates": (4e-3, 8e-3), "model": "", "baseline": "", "warmup": 1})
     folder = tmp_path / "work" / "toy" / "baseline"

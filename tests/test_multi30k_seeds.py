@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from fairseq_dense.logs import TIME_STOP
+from fairseq_dense.seeds import verdict
 from tests.helpers import REPO
 
 TS = "2026-01-01 00:00:00"  # a fairseq log line's timestamp
@@ -112,7 +114,7 @@ def test_another_seed_trains_at_seed_1s_rate_without_sweeping(toy, monkeypatch):
     (toy / "work" / "data" / "bin").mkdir(parents=True)
     commands = []
 
-    def fake_run(cmd, log=None, threads=None):
+    def fake_run(cmd, log, append, threads=None):
         commands.append(cmd)
         with open(log, "a") as f:
             f.write("# " + " ".join(cmd) + "\n" + _run_log(2e-3, 2, [6.0, 5.0, 5.1, 5.2])[1:])
@@ -121,7 +123,7 @@ def test_another_seed_trains_at_seed_1s_rate_without_sweeping(toy, monkeypatch):
         assert (pair, side, lr) == ("toy", "model.seed2", 2e-3)
         return ["fairseq-generate"], ["ein Hund."], {"sacrebleu": 30.0, "chrf": 50.0}
 
-    monkeypatch.setattr(run, "run", fake_run)
+    monkeypatch.setattr(run, "run_command", fake_run)
     monkeypatch.setattr(run, "decode", fake_decode)
     run.side("toy", "model", 1, seed=2)
     (cmd,) = commands  # no sweep point trained: the converging run only
@@ -141,8 +143,7 @@ def test_another_seed_never_sweeps(toy, monkeypatch):
     """Seed 1's sweep incomplete: seed 2 ends with what to run first, and trains nothing."""
     _sweep_logs(toy / "logs" / "toy" / "model", {1e-3: 5.0})  # 2e-3 not swept yet
     (toy / "work" / "data" / "bin").mkdir(parents=True)
-    monkeypatch.setattr(run, "run", lambda *a, **k: pytest.fail("trained"))
-    monkeypatch.setattr(run, "start", lambda *a, **k: pytest.fail("trained"))
+    monkeypatch.setattr(run, "run_command", lambda *a, **k: pytest.fail("trained"))
     with pytest.raises(SystemExit, match=r"toy/model: seed 1's sweep is not complete \(rates 0.002\).*side toy model"):
         run.side("toy", "model", 1, parallel_sweep=True, seed=2)
     _sweep_logs(toy / "logs" / "toy" / "model", {2e-3: 4.0})  # complete: the rate, nothing trained
@@ -160,16 +161,11 @@ def test_the_seed_option_and_the_side_are_checked(capsys):
     )
 
 
-def test_the_verdict_by_hand():
-    # three seeds a side, both with sd 0.2: s_p 0.2, band t(0.975, 4) * 0.2 * sqrt(2/3) = 0.4533
-    diff, band, word = report.compare([37.0, 37.2, 37.4], [36.7, 36.9, 37.1])
-    assert diff == pytest.approx(0.3) and band == pytest.approx(0.4533, abs=1e-4) and word == "within noise"
-    assert report.compare([37.0, 37.2, 37.4], [36.0, 36.2, 36.4])[2] == "confirmed"
-    assert report.compare([36.0, 36.2, 36.4], [37.0, 37.2, 37.4])[2] == "not confirmed"
-    assert report.compare([4.1, 4.12, 4.14], [4.2, 4.22, 4.24], better=-1)[2] == "confirmed"  # a loss
-    assert report.compare([37.19], [36.88])[1:] == (None, "one seed each: no spread to judge by")
-    # one seed against three: the three give the spread (2 degrees of freedom)
-    assert report.compare([37.19], [36.7, 36.9, 37.1])[1] == pytest.approx(4.303 * 0.2 * (4 / 3) ** 0.5, 1e-3)
+def test_the_verdicts_words_and_spread():
+    """seeds.verdict (its figures by hand: tests/test_seeds.py) in the words of the committed verdicts."""
+    words = {report.WORDS.get(w, w) for w in (verdict(a, b, True)[2] for a, b in ([[37.0, 37.2], [36.0, 36.2]],
+             [[36.0, 36.2], [37.0, 37.2]], [[37.0, 37.2], [37.0, 37.4]], [[37.19], [36.88]]))}  # fmt: skip
+    assert words == {"confirmed", "not confirmed", "within noise", "one seed each: no spread to judge by"}
     runs = [{"eval": {"test": {"sacrebleu": v}}} for v in (1.0, 2.0, 3.0)]
     assert (
         report.spread(runs, "sacrebleu", ".2f") == "2.00 ± 1.00"
@@ -195,7 +191,7 @@ def test_the_report_gives_each_sides_seeds_mean_spread_and_verdicts(toy, monkeyp
     _write_run(logs, "model.seed2", 2e-3, 2, [6.0, 4.5, 4.1, 4.2, 4.2, 4.2, 4.3, 4.3], 38.4)
     _write_run(logs, "model.seed3", 2e-3, 3, [6.0, 4.5, 4.2, 4.0, 4.2, 4.3, 4.3, 4.3, 4.4], 38.2)
     _write_run(logs, "baseline", 2e-3, 1, [4.6, 4.3, 4.4, 4.4, 4.5, 4.5, 4.5], 37.0)
-    time_stop = f"2026 | INFO | fairseq_cli.train | {report.TIME_STOP}: 0.1 > 0.1 hour(s)\ndone training\n"
+    time_stop = f"2026 | INFO | fairseq_cli.train | {TIME_STOP}: 0.1 > 0.1 hour(s)\ndone training\n"
     _write_run(logs, "baseline.seed2", 2e-3, 2, [6.0, 5.0], 30.0, end=time_stop)  # not counted
     _write_run(logs, "baseline.seed3", 2e-3, 3, [6.0, 4.6, 4.4, 4.5, 4.5, 4.5, 4.6, 4.6], 37.4)
 
@@ -227,7 +223,7 @@ def test_the_report_gives_each_sides_seeds_mean_spread_and_verdicts(toy, monkeyp
         in seeds
     )
 
-    band = report.compare([38.0, 38.4, 38.2], [37.0, 37.4])[1]
+    band = verdict([38.0, 38.4, 38.2], [37.0, 37.4], True)[1]
     table = report.verdict_table(rows)
     bleu = f"| toy | model vs baseline | test sacreBLEU | 38.20 ± 0.20 (3) | 37.20 ± 0.28 (2) | +1.00 | ± {band:.2f} |"
     assert bleu + " confirmed |" in table

@@ -11,19 +11,17 @@ import json
 import math
 import os
 import re
-from collections import namedtuple
 
 from pairs import PAIRS, SIDES, arch, split_run
 from recipes import ROOT, markdown, write_between
 
-from fairseq_dense.logs import parse_line
+from fairseq_dense.logs import ending, processes, records, walls_and_devices
 from fairseq_dense.seeds import mean_sd_text, verdict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOGS = os.path.join(HERE, "logs")
 PATIENCE = 5
 SWEEP_EPOCHS = 4  # 528 updates: well past the warm-up, so the sweep does not just reward fast warm-up
-TIME_STOP = "Stopping training due to cumulative_training_time"
 FINISHED = ("early stopped", "epoch cap")  # the endings after which a run is not continued
 # what the seeds table and the verdicts compare: (key, column, format, +1 higher is better / -1 lower)
 METRICS = (
@@ -32,33 +30,21 @@ METRICS = (
     ("best_loss", "best valid loss", ".3f", -1),
     ("best_epoch", "epochs to best", ".1f", -1),
 )
-Process = namedtuple("Process", "command records text")
-
-
-def processes(*logs: str):
-    """The processes of recipe logs in order (each from its ``# command`` line on): the command, its
-    ``(tag, statistics)`` epoch records (:func:`fairseq_dense.logs.parse_line`), its text."""
-    out = []
-    for log in filter(os.path.isfile, logs):
-        with open(log) as f:
-            for line in f:
-                if line.startswith("# ") or not out:
-                    out.append(Process(line if line.startswith("# ") else "", [], []))
-                tag, stats, _ = parse_line(line)
-                if tag in ("train", "valid"):
-                    out[-1].records.append((tag, stats))
-                out[-1].text.append(line)
-    return [p._replace(text="".join(p.text)) for p in out]
-
-
-def records(procs, kind: str):
-    """The ``kind`` ('valid' or 'train') epoch statistics of a log (a path) or of processes."""
-    procs = processes(procs) if isinstance(procs, str) else procs
-    return [stats for p in procs for tag, stats in p.records if tag == kind]
+# seeds.verdict's words as the verdicts table says them
+WORDS = {
+    "ahead": "confirmed",
+    "behind": "not confirmed",
+    "one seed each: no spread measured": "one seed each: no spread to judge by",
+}
 
 
 def epochs(log: str) -> int:
     return len({r["epoch"] for r in records(log, "valid")})
+
+
+def sweep_loss(log: str):
+    """A sweep run's lowest validation loss in its SWEEP_EPOCHS (None: none logged)."""
+    return min((r["loss"] for r in records(log, "valid") if r["epoch"] <= SWEEP_EPOCHS), default=None)
 
 
 def trained_lr(procs):
@@ -67,40 +53,10 @@ def trained_lr(procs):
     return found[0] if found else None
 
 
-def ending(procs) -> str:
-    """How the last of a log's processes ended: "early stopped", "epoch cap", "stopped by time"
-    (``--train-hours``: it may be continued) or "training" (still going, cut, or no log)."""
-    text = procs[-1].text if procs else ""
-    if TIME_STOP in text:
-        return "stopped by time"
-    return ("early stopped" if "early stop" in text else "epoch cap") if "done training" in text else "training"
-
-
 def read_json(path: str):
     if os.path.isfile(path):
         with open(path) as f:
             return json.load(f)
-
-
-def walls_and_devices(procs):
-    """``({epoch: wall seconds of training to the end of that epoch}, where the run trained)``. fairseq's
-    ``train_wall`` starts at 0 in every process, so each continues where the one before ended (an epoch
-    cut by an interruption is trained again, its time not counted). Where: None on one kind of device,
-    else e.g. "GPU, then CPU from epoch 50" (by ``--cpu`` in each process's command)."""
-    walls, offset, parts = {}, 0.0, []  # parts: [device, the first epoch it logged]
-    for p in procs:
-        device = "CPU" if " --cpu" in p.command else "GPU"
-        if p.command and (not parts or parts[-1][0] != device):
-            parts.append([device, None])
-        if parts and parts[-1][1] is None and p.records:
-            parts[-1][1] = int(p.records[0][1]["epoch"])
-        last = 0.0
-        for r in (r for tag, r in p.records if tag == "train"):
-            last = r["wall"]
-            walls[int(r["epoch"])] = offset + last
-        offset += last
-    where = parts[0][0] + "".join(f", then {d} from epoch {e}" for d, e in parts[1:]) if len(parts) > 1 else None
-    return walls, where
 
 
 def patience_out(valid, patience: int = PATIENCE):
@@ -116,12 +72,10 @@ def patience_out(valid, patience: int = PATIENCE):
 def summarize(pair: str, run: str) -> dict:
     """One run's figures from its logs and ``eval.json``."""
     folder = os.path.join(LOGS, pair, run)
-    sweep = {}
-    for path in glob.glob(os.path.join(folder, "sweep-lr*.log")):
-        if losses := [r["loss"] for r in records(path, "valid") if r["epoch"] <= SWEEP_EPOCHS]:
-            sweep[float(os.path.basename(path)[len("sweep-lr") : -len(".log")])] = min(losses)
+    sweep = {float(os.path.basename(p)[8:-4]): sweep_loss(p) for p in glob.glob(os.path.join(folder, "sweep-lr*.log"))}
+    sweep = {lr: loss for lr, loss in sorted(sweep.items()) if loss is not None}
     row = dict.fromkeys("params lr ending best_loss best_epoch best_updates best_wall_h trained_on wps".split())
-    row.update(pair=pair, side=run, arch=arch(pair, run), sweep=dict(sorted(sweep.items())), seed=split_run(run)[1])
+    row.update(pair=pair, side=run, arch=arch(pair, run), sweep=sweep, seed=split_run(run)[1])
     row.update(curve=[], epochs=0, eval=read_json(os.path.join(folder, "eval.json")))
     train = processes(os.path.join(folder, "train.log"))
     if not (sweep or row["seed"] > 1) or not train:
@@ -155,10 +109,8 @@ def stopped(row) -> str:
     """How the row's converging run ended: early stopping ("yes", and how late where a resume restarted
     fairseq's count), the epoch cap ("no"), a time limit, or not in its log ("interrupted")."""
     late = row["epochs"] - row["patience_out"] if row["patience_out"] else 0
-    early = f"yes ({late} epochs late: resumed)" if late > 0 else "yes"
-    return {"early stopped": early, "epoch cap": "no", "stopped by time": "no (time limit)"}.get(
-        row["ending"], "no (interrupted)"
-    )
+    words = {"early stopped": f"yes ({late} epochs late: resumed)" if late > 0 else "yes", "epoch cap": "no"}
+    return {**words, "stopped by time": "no (time limit)"}.get(row["ending"], "no (interrupted)")
 
 
 def table(rows) -> str:
@@ -226,7 +178,6 @@ def value(row, key: str) -> float:
 
 
 def spread(runs, key: str, spec: str) -> str:
-    """``mean ± sd`` of the runs' ``key`` (:func:`fairseq_dense.seeds.mean_sd_text`)."""
     return mean_sd_text([value(r, key) for r in runs], spec)
 
 
@@ -246,15 +197,6 @@ def seeds_table(rows) -> str:
     return markdown("pair | side (arch) | seeds | " + " | ".join(column for _, column, _, _ in METRICS), lines)
 
 
-def compare(a, b, better: int = 1):
-    """``(a's mean - b's, its noise band or None, verdict)`` by :func:`fairseq_dense.seeds.verdict` (``better``
-    1: higher is better, -1: lower): "confirmed" (``a`` better beyond the band), "not confirmed", "within noise"."""
-    diff, band, word = verdict(a, b, better > 0)
-    if math.isnan(band):
-        return diff, None, "one seed each: no spread to judge by"
-    return diff, band, {"ahead": "confirmed", "behind": "not confirmed"}.get(word, word)
-
-
 def verdict_table(rows) -> str:
     """One verdict per comparison and metric where both sides have a counted run (one row for all metrics
     where each side has one run: no spread to judge by). A pair compares the model with the baseline, and
@@ -265,13 +207,13 @@ def verdict_table(rows) -> str:
         for a, b in [("model", "baseline"), *against]:
             runs_a, runs_b = by.get((pair, a), {}).get("runs"), by.get((pair, b), {}).get("runs")
             for key, column, spec, better in METRICS if runs_a and runs_b else ():
-                diff, band, word = compare([value(r, key) for r in runs_a], [value(r, key) for r in runs_b], better)
+                diff, band, word = verdict([value(r, key) for r in runs_a], [value(r, key) for r in runs_b], better > 0)
                 lines.append(
                     f"| {pair} | {a} vs {b} | {column} | {spread(runs_a, key, spec)} ({len(runs_a)}) | "
                     f"{spread(runs_b, key, spec)} ({len(runs_b)}) | {diff:+{spec}} | "
-                    f"{'-' if band is None else f'± {band:{spec}}'} | {word} |"
+                    f"{'-' if math.isnan(band) else f'± {band:{spec}}'} | {WORDS.get(word, word)} |"
                 )
-                if band is None:
+                if math.isnan(band):
                     break
     head = "pair | side vs side | metric | side (seeds) | other side (seeds) | difference | 95% noise band | verdict"
     return markdown(head, lines)

@@ -17,9 +17,9 @@ The recipe: examples/multi30k/RESULTS.md.
 
 import argparse
 import glob
+import logging
 import os
 import shlex
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,8 +29,11 @@ sys.path[:0] = [HERE, os.path.dirname(HERE), os.path.dirname(os.path.dirname(HER
 import recipes  # noqa: E402
 import report  # noqa: E402
 from pairs import PAIRS, SIDES, options, rates, split_run  # noqa: E402
-from recipes import DEVICE, ROOT, USER_DIR, run, start  # noqa: E402
-from report import LOGS, SWEEP_EPOCHS, epochs, records  # noqa: E402
+from recipes import DEVICE, ROOT, USER_DIR  # noqa: E402
+from report import LOGS, SWEEP_EPOCHS, epochs, processes, records  # noqa: E402
+
+from fairseq_dense.cli.quickstart_steps import checkpoint_state, run_command  # noqa: E402
+from fairseq_dense.logs import ending  # noqa: E402
 
 RAW = os.environ.get("MULTI30K_RAW", os.path.join(ROOT, "..", "shared", "data", "multi30k"))
 WORK = os.environ.get("MULTI30K_WORK", os.path.join(ROOT, "multi30k-work"))
@@ -76,8 +79,7 @@ def run_name(side: str, seed: int = 1) -> str:
 
 
 def train_args(pair: str, side: str, lr: float):
-    """The ``fairseq-train`` command of one run of a side (``side`` or ``side.seedN``) at peak rate ``lr``,
-    without stopping options."""
+    """The ``fairseq-train`` command of a run (``side`` or ``side.seedN``) at peak rate ``lr``, without stopping."""
     return [
         *("fairseq-train", os.path.join(WORK, "data", "bin"), "--user-dir", USER_DIR, *COMMON, "--seed"),
         *(str(split_run(side)[1]), *recipes.device_args()),
@@ -104,16 +106,15 @@ def sweep(pair: str, side: str, threads: int, parallel: bool = False, train: boo
         sys.exit(f"{pair}/{side}: seed 1's sweep is not complete (rates {', '.join(f'{lr:g}' for lr in todo)}): "
                  f"run `python {os.path.relpath(__file__)} side {pair} {side}` first")  # fmt: skip
     os.makedirs(side_dir(pair, side), exist_ok=True)
-    for group in [todo] if parallel else [[lr] for lr in todo]:
-        cmds = {lr: train_args(pair, side, lr) + ["--max-epoch", str(SWEEP_EPOCHS)] for lr in group}
-        procs = {lr: start(cmd, sweep_log(pair, side, lr), threads) for lr, cmd in cmds.items()}
-        codes = {lr: proc.wait() for lr, proc in procs.items()}  # all of them, even after a failure
-        for lr, code in codes.items():
-            if code:
-                raise subprocess.CalledProcessError(code, cmds[lr])
-            copy_log(sweep_log(pair, side, lr), f"{pair}/{side}/sweep-lr{lr:g}.log")
-    losses = {lr: min(r["loss"] for r in records(sweep_log(pair, side, lr), "valid") if r["epoch"] <= SWEEP_EPOCHS)
-              for lr in rates(pair, side)}  # fmt: skip
+
+    def point(lr):
+        log = sweep_log(pair, side, lr)
+        run_command(train_args(pair, side, lr) + ["--max-epoch", str(SWEEP_EPOCHS)], log, append=True, threads=threads)
+        copy_log(log, f"{pair}/{side}/sweep-lr{lr:g}.log")
+
+    with ThreadPoolExecutor(len(todo) if parallel and todo else 1) as pool:  # every point ends, even after a failure
+        list(pool.map(point, todo))
+    losses = {lr: report.sweep_loss(sweep_log(pair, side, lr)) for lr in rates(pair, side)}
     print(f"{pair}/{side}: chosen lr {min(losses, key=losses.get):g}", flush=True)
     return min(losses, key=losses.get)
 
@@ -122,13 +123,11 @@ def converge(pair: str, side: str, lr: float, threads: int, deadline=None) -> No
     """Train at the chosen rate until PATIENCE epochs bring no better validation loss; with a ``deadline``
     (``time.time()``) also stop cleanly there (fairseq's ``--stop-time-hours`` counts the training time the
     continued checkpoint carries, which the logs cannot give)."""
-    from fairseq_dense.cli.quickstart_steps import checkpoint_state
-
     log = os.path.join(side_dir(pair, side), "train.log")
-    procs = report.processes(log)
+    procs = processes(log)
     if report.trained_lr(procs) not in (None, lr):  # a wider sweep chose another rate: that log is set aside
         os.replace(log, os.path.join(side_dir(pair, side), f"train-lr{report.trained_lr(procs):g}.log"))
-    elif report.ending(procs) in report.FINISHED:
+    elif ending(procs) in report.FINISHED:
         return
     os.makedirs(side_dir(pair, side), exist_ok=True)  # another seed's run has no sweep to make it
     with open(os.path.join(side_dir(pair, side), "chosen_lr"), "w") as f:
@@ -137,13 +136,12 @@ def converge(pair: str, side: str, lr: float, threads: int, deadline=None) -> No
     if deadline is not None:
         done = checkpoint_state(os.path.join(side_dir(pair, side), f"lr{lr:g}"))[1]
         stop += ["--stop-time-hours", f"{(done + max(deadline - time.time(), 60.0)) / 3600:.4f}"]
-    run(train_args(pair, side, lr) + stop, log, threads)
+    run_command(train_args(pair, side, lr) + stop, log, append=True, threads=threads)
     copy_log(log, f"{pair}/{side}/train.log")
 
 
 def decode(pair: str, side: str, lr: float, subset: str, lenpen: float, threads: int):
-    """Beam-5 translations of ``subset`` by the run's best checkpoint, and their scores: (the command, the
-    detokenised hypotheses, sacreBLEU, tokenised lower-cased BLEU and chrF against the references)."""
+    """(the command, the detokenised hypotheses, their scores) of the run's best checkpoint on ``subset``."""
     import sacrebleu
 
     from fairseq_dense.cli.quickstart_steps import hypotheses, score
@@ -190,13 +188,11 @@ def evaluate(pair: str, side: str, lr: float, threads: int) -> dict:
 
 
 def machine() -> str:
-    if DEVICE != "cpu":
-        import torch
+    import torch
 
-        return f"{torch.cuda.get_device_name()}, GPU"
     from benchmarks.report import cpu_name
 
-    return f"{cpu_name()}, {os.cpu_count()} cores, CPU"
+    return f"{torch.cuda.get_device_name()}, GPU" if DEVICE != "cpu" else f"{cpu_name()}, {os.cpu_count()} cores, CPU"
 
 
 def side(pair: str, which: str, threads: int, parallel_sweep: bool = False, train_hours=None, seed: int = 1) -> None:
@@ -211,7 +207,7 @@ def side(pair: str, which: str, threads: int, parallel_sweep: bool = False, trai
 
 def progress(pairs) -> None:
     """Each run of ``pairs`` in the work folder: its logs copied to ``logs/`` (a run still training too: the
-    report then shows it as interrupted), and a line on how it stands."""
+    report shows it as interrupted), and a line on how it stands."""
     for pair in pairs:
         root = os.path.join(WORK, pair)
         for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
@@ -252,15 +248,13 @@ def main(argv=None) -> None:
         parser.error(f"--seed {args.seed}: seeds count from 1")
     if args.cmd == "side" and args.which not in (known := (*SIDES, *PAIRS[args.name].get("variants", {}))):
         parser.error(f"side {args.which!r} of pair {args.name}: choose from {', '.join(known)}")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # each command as it starts
     begin = time.time()
     if args.cmd == "prepare":
         prepare()
     elif args.cmd == "pair":  # both sides at once, one thread each (the most two cores take)
-        forward = ["--seed", str(args.seed), *(["--parallel-sweep"] if args.parallel_sweep else [])]
-        forward += ["--train-hours", str(args.train_hours)] if args.train_hours is not None else []
-        cmds = [[sys.executable, __file__, "side", args.name, which, "--threads", "1", *forward] for which in SIDES]
-        if any(codes := [p.wait() for p in [subprocess.Popen(cmd) for cmd in cmds]]):
-            sys.exit(f"pair {args.name}: a side failed (exit codes {codes})")
+        with ThreadPoolExecutor(len(SIDES)) as pool:
+            list(pool.map(lambda w: side(args.name, w, 1, args.parallel_sweep, args.train_hours, args.seed), SIDES))
     elif args.cmd == "side":
         side(args.name, args.which, args.threads, args.parallel_sweep, args.train_hours, args.seed)
     elif args.cmd == "progress":

@@ -29,7 +29,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 import recipes  # noqa: E402
 from recipes import ROOT, USER_DIR, markdown, write_between  # noqa: E402
 
-from fairseq_dense.logs import parse_log  # noqa: E402
+from fairseq_dense.cli.quickstart_steps import run_command  # noqa: E402
+from fairseq_dense.logs import records  # noqa: E402
 
 WORK = os.environ.get("WT_ABLATION_WORK", os.path.join(ROOT, "wt-ablation-work"))
 LOGS = os.path.join(HERE, "ablation-logs")
@@ -116,8 +117,8 @@ def command(variant: str, lr: float, seed: int, updates: int, save: str):
 
 
 def valid_losses(log: str):
-    """``{updates: validation loss}`` from a fairseq json log."""
-    return {int(r["num_updates"]): r["loss"] for r in parse_log(log)["valid"]} if os.path.isfile(log) else {}
+    """``{updates: validation loss}`` of a log (none where it is missing)."""
+    return {int(r["num_updates"]): r["loss"] for r in records(log, "valid")}
 
 
 def continue_sweep_run(variant: str, lr: float, seed: int, updates: int, save: str) -> str:
@@ -151,7 +152,7 @@ def train(variant: str, lr: float, seed: int, updates: int) -> str:
     head = continue_sweep_run(variant, lr, seed, updates, save)
     with open(log + ".tmp", "a") as f:  # a cut run resumes from its checkpoint: keep its log
         f.write(head)
-    recipes.run(command(variant, lr, seed, updates, save), log + ".tmp")
+    run_command(command(variant, lr, seed, updates, save), log + ".tmp", append=True)
     recipes.copy_log(log + ".tmp", log, WORK, "wt-ablation-work")
     os.remove(log + ".tmp")
     return log
@@ -192,8 +193,7 @@ def sweep(loss_at):
 
 def sweep_log_loss(variant: str, lr: float):
     """The best validation loss of the committed sweep run at ``lr``, or None."""
-    losses = valid_losses(os.path.join(LOGS, variant, f"lr{lr:g}-seed1-{SWEEP_UPDATES}.log"))
-    return min(losses.values()) if losses else None
+    return min(valid_losses(os.path.join(LOGS, variant, f"lr{lr:g}-seed1-{SWEEP_UPDATES}.log")).values(), default=None)
 
 
 def run(variant: str, lr=None) -> None:
@@ -234,7 +234,7 @@ def full_runs(variant: str, lr: float) -> str:
         losses = valid_losses(log)
         curves.append(" / ".join(f"{losses[u]:.3f}" if u in losses else "-" for u in (500, 1000, 1500)))
         bleus.append(bleu_of(log[: -len(".log")] + ".bleu"))
-        wps += [r["wps"] for r in parse_log(log)["train"]] if os.path.isfile(log) else []
+        wps += [r["wps"] for r in records(log, "train")]
     speed = f"{sum(wps) / len(wps):,.0f}" if wps else "-"
     return f"{'; '.join(curves)} | {'; '.join(bleus)} | {speed}"
 

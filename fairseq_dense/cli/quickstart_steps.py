@@ -207,16 +207,17 @@ def run_command(
     append: bool = False,
     threads: Optional[int] = None,
 ) -> str:
-    """Run ``cmd`` with ``threads`` CPU threads; its output is written line by line to ``log_path`` (at its end
-    with ``append``: a continued training keeps the earlier log) and returned. A failure exits with the last lines."""
-    logger.info("$ %s", shlex.join(cmd))
+    """Run ``cmd`` with ``threads`` CPU threads; its output goes line by line to ``log_path`` after a ``# command``
+    line (appended with ``append``: a resumed run's log holds one process after another) and is returned. A failure
+    exits with the last lines."""
+    logger.info("# %s", shlex.join(cmd))
     out_lines = []
     env = command_env(threads, PYTHONUNBUFFERED="1")  # unbuffered: fairseq's progress shows while it runs
     with (
         open(log_path, "a" if append else "w", buffering=1) as log,
         subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env) as proc,
     ):
-        log.write(f"$ {shlex.join(cmd)}\n")
+        log.write(f"# {shlex.join(cmd)}\n")
         for line in proc.stdout:
             log.write(line)
             out_lines.append(line)
