@@ -172,7 +172,7 @@ def test_push_uploads_the_bytes_it_checked(gru, tmp_path, marker, fake_hub, monk
 
     model_dir = tamper(gru.dir, tmp_path, lambda d, m: None, marker, resign=False)
     checked = {name: (model_dir / name).read_bytes() for name in [*listed(model_dir), "SHA256SUMS", "README.md"]}
-    check = push.model_from_files
+    check = push.load_model
 
     def check_then_swap(*args, **kwargs):
         loaded = check(*args, **kwargs)
@@ -180,7 +180,7 @@ def test_push_uploads_the_bytes_it_checked(gru, tmp_path, marker, fake_hub, monk
         write_manifest(model_dir, listed(model_dir))
         return loaded
 
-    monkeypatch.setattr(push, "model_from_files", check_then_swap)
+    monkeypatch.setattr(push, "load_model", check_then_swap)
     push.push_to_hub(model_dir, "me/tiny", include_pickle=False)
     ((_, files),) = [c for c in fake_hub if c[0] == "create_commit"]
     assert files == checked and (model_dir / "SHA256SUMS").read_bytes() != checked["SHA256SUMS"]

@@ -24,17 +24,14 @@ from fairseq_dense.threads import apply_threads
 
 logger = logging.getLogger("fairseq_dense.dump_branch_weights")
 
-SUFFIXES = (".kappa", ".alpha")
-
 
 def read_checkpoint(path: str) -> dict:
-    """``{"path", "num_updates", "weights": {name: [floats]}}`` of one checkpoint; ``ValueError`` if it is not
-    one (:class:`~fairseq_dense.checkpoints.CheckpointError`) or holds no kappa/alpha parameters."""
+    """One checkpoint's entry of ``OUT.json``; ``ValueError`` if it is not one or holds no kappa/alpha."""
     state = read_state(path)
     weights = {
         k: [float(x) for x in v.float().reshape(-1)]
         for k, v in state["model"].items()
-        if k.endswith(SUFFIXES) and torch.is_tensor(v)
+        if k.endswith((".kappa", ".alpha")) and torch.is_tensor(v)
     }
     if not weights:
         raise ValueError(

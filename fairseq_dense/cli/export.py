@@ -58,7 +58,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = p.parse_args(argv)
     configure_logging(verbose=args.verbose)
     threads = phrase(*apply_threads(say=False))  # said once the export is done: a refusal stays one line
-    import fairseq_dense  # noqa: F401  (registers the architectures)
     from fairseq_dense.hub import ModelCardInfo, PretrainedModelError, export_checkpoint
 
     card = ModelCardInfo(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ModelCardInfo)})

@@ -3,9 +3,7 @@
 fairseq-interactive translates an empty or whitespace-only line as an empty sentence, silently. This
 runs fairseq's own ``fairseq_cli.interactive`` in this process (all its options apply) on a checking
 reader: at the first empty or non-UTF-8 line it stops with one line ``fairseq-dense-interactive: error:
-<source>:<line>: ...`` (``--allow-empty-lines``: fairseq's behaviour). Logs on stderr (quiet unless
-``-v``), translations on stdout. With ``--tokenizer moses`` on data of ``fairseq-dense-prepare``, the
-text steps recorded beside its dictionaries are applied (``dense_moses``), said in one line on stderr.
+<source>:<line>: ...``. ``--tokenizer moses`` on data of ``fairseq-dense-prepare``: :func:`fairseq_config`.
 
     fairseq-dense-interactive data-bin --path ckpt.pt --user-dir ... < input.txt
 """
@@ -49,10 +47,8 @@ class CheckedLines(io.TextIOBase):
 
 
 def fairseq_config(args):
-    """fairseq's configuration of ``args``; ``--tokenizer moses`` becomes ``dense_moses`` with the data's record.
-
-    The record gives the steps and the Moses languages (the data's preparation mapped the task's to Moses' codes).
-    """
+    """fairseq's configuration of ``args``; ``--tokenizer moses`` becomes ``dense_moses`` with the steps and the
+    Moses languages of the data's record (its preparation mapped the task's languages to Moses' codes)."""
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     from fairseq_dense.hub.schema import MOSES_OPTIONS
@@ -66,9 +62,8 @@ def fairseq_config(args):
             setattr(args, key, key in steps)
         print(f"{PROG}: the data's text preparation applied: {', '.join(steps)}", file=sys.stderr, flush=True)
     cfg = convert_namespace_to_omegaconf(args)
-    for key in ("source_lang", "target_lang"):
-        if key in record:
-            cfg.tokenizer[key] = record[key]
+    if record:
+        cfg.tokenizer.update({k: record[k] for k in ("source_lang", "target_lang") if k in record})
     return cfg
 
 
@@ -90,8 +85,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         from fairseq import distributed_utils, options
         from fairseq_cli import interactive
-
-        import fairseq_dense  # noqa: F401  (registers the architectures and dense_moses even without --user-dir)
 
         apply_threads()
         args = options.parse_args_and_arch(options.get_interactive_generation_parser())  # fairseq's cli_main

@@ -4,11 +4,11 @@
     fairseq-dense-push exports/gru-deu-eng my-user/gru-deu-eng --dry-run   # list and check, upload nothing
 
 The token comes from huggingface_hub's usual lookup (``HF_TOKEN`` or ``hf auth login``), never the command
-line. Only the files a load reads (and the card, and ``model.pt`` unless ``--no-pickle``) go up, once a load
-of those very bytes has accepted them; the list is printed first.
+line. What goes up, and the checks first: :mod:`fairseq_dense.hub.push`.
 """
 
 import argparse
+import inspect
 import sys
 from typing import List, Optional
 
@@ -22,7 +22,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--private", action="store_true", help="create the repository as private")
     p.add_argument("--commit-message", help="hub commit message")
     p.add_argument("--revision", help="branch to commit to (default: main)")
-    p.add_argument("--no-pickle", action="store_true", help="do not upload model.pt even when present")
+    p.add_argument("--no-pickle", dest="include_pickle", action="store_false", help="do not upload model.pt")
     p.add_argument("--dry-run", action="store_true", help="print the files that would be uploaded; upload nothing")
     add_verbose_flag(p)
     args = p.parse_args(argv)
@@ -30,17 +30,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     from fairseq_dense.hub import PretrainedModelError, push_to_hub
     from fairseq_dense.hub.schema import shown
 
+    options = {k: v for k, v in vars(args).items() if k in inspect.signature(push_to_hub).parameters}
+    verb = "would upload " if args.dry_run else "uploading "
     try:
-        url = push_to_hub(
-            args.model_dir,
-            args.repo_id,
-            private=args.private,
-            commit_message=args.commit_message,
-            revision=args.revision,
-            include_pickle=not args.no_pickle,
-            dry_run=args.dry_run,
-            announce=lambda line: print(("would upload " if args.dry_run else "uploading ") + line, flush=True),
-        )
+        url = push_to_hub(announce=lambda line: print(verb + line, flush=True), **options)
     except PretrainedModelError as err:
         print(f"fairseq-dense-push: error: {err}", file=sys.stderr)
         return 1

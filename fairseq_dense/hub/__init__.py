@@ -1,8 +1,6 @@
 """Sharing models: pickle-free export, ``from_pretrained``, hub upload and download (docs/hub.md).
 
-Modules: ``schema`` (the model directory format, the one error), ``loading`` (:func:`load_model`, read top to
-bottom), ``text`` (how a model reads text), ``export`` (export and model card), ``push`` (upload). Nothing is
-family-specific: every architecture fairseq-dense registers is rebuilt through fairseq's registries.
+Nothing is family-specific: every architecture fairseq-dense registers is rebuilt through fairseq's registries.
 """
 
 import contextlib
@@ -10,14 +8,12 @@ import importlib
 import os
 import sys
 
-#: the third-party modules a load and a translation import (sacremoses brings ``regex`` and ``xml``)
-LOAD_IMPORTS = ("safetensors.torch", "sacremoses", "subword_nmt.apply_bpe")
 
-
-def import_installed(names=LOAD_IMPORTS) -> None:
-    """Import ``names`` (and what they import) without the current directory on ``sys.path``: under ``python
-    -c``, the REPL or Jupyter it comes first, and a ``safetensors.py`` in a model folder used as the working
-    directory would run when a load first imports safetensors. Imported here, a load imports nothing."""
+def import_installed(names=("safetensors.torch", "sacremoses", "subword_nmt.apply_bpe")) -> None:
+    """Import ``names`` (by default the libraries a load and a translation import; sacremoses brings ``regex`` and
+    ``xml``) without the current directory on ``sys.path``: under ``python -c``, the REPL or Jupyter it comes
+    first, and a ``safetensors.py`` in a model folder used as the working directory would run when a load first
+    imports safetensors. Imported here, a load imports nothing."""
     try:
         cwd = os.getcwd()
     except OSError:  # removed: nothing can be imported from it

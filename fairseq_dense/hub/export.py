@@ -1,16 +1,13 @@
 """Export fairseq checkpoints to a self-contained, pickle-free model directory, with its model card.
 
-Checkpoints are read with torch's ``weights_only`` loader; the config is checked with the loader's rules
-before any model is built; the directory is written beside ``--out``, loaded back with
-:func:`~fairseq_dense.hub.loading.load_model`, then moved (or swapped, :func:`swap_paths`) into place,
-under a lock on ``--out``. The same checkpoint gives the same bytes.
+The directory is written beside ``--out`` under a lock on it, loaded back with the loader, then moved (or
+swapped) into place; the same checkpoint gives the same bytes (docs/hub.md, "Export").
 """
 
 import argparse
 import contextlib
 import ctypes
 import dataclasses
-import enum
 import errno
 import functools
 import glob
@@ -32,31 +29,9 @@ from safetensors.torch import save
 
 import fairseq_dense
 from fairseq_dense.checkpoints import CheckpointError, average_models, last_checkpoints, read_state
+from fairseq_dense.hub import schema
 from fairseq_dense.hub.loading import build_model, load_model, tied_names
-from fairseq_dense.hub.schema import (
-    BPE_CODES_NAME,
-    CARD_NAME,
-    CONFIG_NAME,
-    FORMAT_NAME,
-    FORMAT_VERSION,
-    LANG_RE,
-    MANIFEST_NAME,
-    MOSES_OPTIONS,
-    PICKLE_NAME,
-    TASK_OPTIONS,
-    WEIGHTS_NAME,
-    PretrainedModelError,
-    check_config,
-    declared_model_options,
-    dense_architectures,
-    describe,
-    model_files,
-    one_line,
-    safe_name,
-    shown,
-    translation_tasks,
-    write_manifest,
-)
+from fairseq_dense.hub.schema import PretrainedModelError, describe, one_line, safe_name, shown
 from fairseq_dense.hub.text import parse_bpe_codes, parse_dictionary, read_record
 from fairseq_dense.save_lock import held_folder
 
@@ -85,10 +60,8 @@ class ModelCardInfo:
 def read_checkpoint(path: Path) -> Dict[str, Any]:
     """A fairseq checkpoint (torch's ``weights_only`` loader) plus ``"plain_cfg"``: ``{"model": {...},
     "task": {...}}``, flat dicts of option values (no OmegaConf interpolation, no hydra composition)."""
-    try:
-        state = read_state(str(path))
-    except CheckpointError as err:
-        raise PretrainedModelError(one_line(err, 300)) from None
+    state = read_state(str(path))
+    state.pop("last_optimizer_state", None)  # neither exported nor needed: freed early
     for name, value in state["model"].items():
         if not isinstance(name, str) or not isinstance(value, torch.Tensor):
             raise PretrainedModelError(f"{path}: 'model' entry '{safe_name(name)}' is not a named tensor")
@@ -105,34 +78,31 @@ def read_checkpoint(path: Path) -> Dict[str, Any]:
     elif state.get("cfg") is not None:
         cfg = plain(state["cfg"], "cfg")
         state["plain_cfg"] = model_task = {key: plain(cfg.get(key), f"cfg.{key}") for key in ("model", "task")}
-        if not model_task["model"].get("_name"):
-            model_task["model"]["_name"] = model_task["model"].get("arch")
+        model_task["model"]["_name"] = model_task["model"].get("_name") or model_task["model"].get("arch")
     else:
         raise PretrainedModelError(f"{path}: the checkpoint holds no configuration ('cfg' or 'args')")
     return state
 
 
 def _jsonable(value):
-    """Enums as their value, tuples as lists; anything else unchanged (:func:`check_config` judges it)."""
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
+    """Tuples as lists; anything else as it is (``check_config`` judges it; fairseq saves enums as text)."""
+    return [_jsonable(v) for v in value] if isinstance(value, (list, tuple)) else value
 
 
 def model_options(model_cfg: Dict[str, Any], arch: str) -> Dict[str, Any]:
     """Every option the architecture declares that the checkpoint sets, as JSON values."""
-    return {name: _jsonable(model_cfg[name]) for name in declared_model_options(arch) if name in model_cfg}
+    return {name: _jsonable(model_cfg[name]) for name in schema.declared_model_options(arch) if name in model_cfg}
 
 
-def one_line_os_errors(func):
-    """``func`` with every file system failure one :class:`PretrainedModelError` line naming the file."""
+def one_line_errors(func):
+    """``func`` with a file system failure or an unusable checkpoint as one line naming the file."""
 
     @functools.wraps(func)
     def checked(*args, **kwargs):
         try:
             return func(*args, **kwargs)
+        except CheckpointError as err:
+            raise PretrainedModelError(one_line(err, 300)) from None
         except OSError as err:
             where = shown(err.filename) + ": " if err.filename else ""
             raise PretrainedModelError(f"{where}{err.strerror or one_line(err)} (exporting)") from None
@@ -140,7 +110,7 @@ def one_line_os_errors(func):
     return checked
 
 
-@one_line_os_errors
+@one_line_errors
 def export_checkpoint(
     checkpoints: Sequence[Union[str, Path]],
     out_dir: Union[str, Path],
@@ -175,9 +145,7 @@ def export_checkpoint(
     out_dir = Path(out_dir)
     if out_dir.is_symlink():  # replacing it would swap the link, not the folder it names
         raise PretrainedModelError(f"{shown(out_dir)}: is a symbolic link; give the folder it points to")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise PretrainedModelError(f"{shown(out_dir)}: exists and is not a folder")
-    if out_dir.exists() and any(out_dir.iterdir()) and not force:
+    if out_dir.exists() and any(out_dir.iterdir()) and not force:  # a file: NotADirectoryError, one line
         raise PretrainedModelError(f"{out_dir}: exists and is not empty (use --force to replace it)")
     paths = [Path(p) for p in checkpoints]
     if average_last is not None:
@@ -190,11 +158,9 @@ def export_checkpoint(
                 f"--average-last {average_last} needs {average_last} checkpoints: {err}"
             ) from None
     states = [read_checkpoint(p) for p in paths]
-    for state in states:  # optimizer state is neither exported nor needed: free it early
-        state.pop("last_optimizer_state", None)
     plain = states[-1]["plain_cfg"]  # the last checkpoint's configuration is the one exported
     arch = plain["model"].get("_name")
-    if not isinstance(arch, str) or arch not in dense_architectures():
+    if not isinstance(arch, str) or arch not in schema.dense_architectures():
         raise PretrainedModelError(
             f"{paths[-1]}: architecture '{safe_name(arch)}' is not one of fairseq-dense's; only those are exported"
         )
@@ -210,10 +176,10 @@ def export_checkpoint(
         data = data.split(os.pathsep)[0]
     data_dir = Path(data)
     task_cfg = plain["task"]
-    if task_cfg.get("_name") not in translation_tasks():
+    if task_cfg.get("_name") not in schema.translation_tasks():
         raise PretrainedModelError(
             f"{paths[-1]}: task '{safe_name(task_cfg.get('_name'))}' of the checkpoint: only "
-            f"{', '.join(translation_tasks())} can be exported"
+            f"{', '.join(schema.translation_tasks())} can be exported"
         )
     src, tgt = source_lang or task_cfg.get("source_lang"), target_lang or task_cfg.get("target_lang")
     if src is None or tgt is None:
@@ -221,10 +187,10 @@ def export_checkpoint(
     if src is None or tgt is None:
         raise PretrainedModelError(f"{data_dir}: cannot infer the language pair; pass --source-lang/--target-lang")
     for key, lang in (("source_lang", src), ("target_lang", tgt)):  # checked before they name files
-        if not isinstance(lang, str) or not LANG_RE.fullmatch(lang):
+        if not isinstance(lang, str) or not schema.LANG_RE.fullmatch(lang):
             raise PretrainedModelError(f"{paths[-1]}: key 'task.{key}' must be a language code, not {describe(lang)}")
     task = {"_name": task_cfg["_name"], "source_lang": src, "target_lang": tgt}
-    task.update((key, _jsonable(task_cfg[key])) for key in TASK_OPTIONS if key in task_cfg)
+    task.update((key, _jsonable(task_cfg[key])) for key in schema.TASK_OPTIONS if key in task_cfg)
     dict_files, dictionaries = {}, {}
     for side in ("source", "target"):
         dict_files[side] = data_dir / f"dict.{task[side + '_lang']}.txt"
@@ -232,25 +198,23 @@ def export_checkpoint(
             raise PretrainedModelError(f"{dict_files[side]}: missing (pass --data, the binarized data directory)")
         dictionaries[side] = parse_dictionary(str(dict_files[side]), dict_files[side].read_bytes())  # the loader's
     if bpe_codes is not None:
-        if not Path(bpe_codes).is_file():
-            raise PretrainedModelError(f"{bpe_codes}: no such BPE codes file")
         parse_bpe_codes(str(bpe_codes), Path(bpe_codes).read_bytes())
     if tokenizer not in (None, "moses"):
         raise PretrainedModelError(f"--tokenizer {tokenizer}: only 'moses' or 'none' are supported")
     record = read_record(data_dir)  # what fairseq-dense-prepare did to the text
     given = (moses_no_dash_splits, moses_no_escape, moses_normalize_punctuation, moses_lowercase)
     if tokenizer is None and any(given):
-        set_flags = ", ".join("--" + k.replace("_", "-") for k, v in zip(MOSES_OPTIONS, given) if v)
+        set_flags = ", ".join("--" + k.replace("_", "-") for k, v in zip(schema.MOSES_OPTIONS, given) if v)
         raise PretrainedModelError(f"{set_flags}: Moses options need --tokenizer moses, not none")
     moses = {
         "_name": "moses",
         "source_lang": moses_source_lang or record.get("source_lang") or task["source_lang"],
         "target_lang": moses_target_lang or record.get("target_lang") or task["target_lang"],
-        **{k: True for k, flag in zip(MOSES_OPTIONS, given) if flag or record.get(k, False)},
+        **{k: True for k, flag in zip(schema.MOSES_OPTIONS, given) if flag or record.get(k, False)},
     }
     config = {
-        "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
+        "format": schema.FORMAT_NAME,
+        "format_version": schema.FORMAT_VERSION,
         "package_version": fairseq_dense.__version__,
         "fairseq_version": getattr(fairseq, "__version__", "unknown"),
         "arch": arch,
@@ -263,7 +227,7 @@ def export_checkpoint(
         "weights_dtype": "float16" if fp16 else "float32",
         "checkpoints": [p.name for p in paths],
     }
-    check_config(config, paths[-1])  # the same rules as loading, before any model code runs
+    schema.check_config(config, paths[-1])  # the same rules as loading, before any model code runs
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     lock = out_dir.parent / f".{out_dir.name}{EXPORT_TMP_MARK}lock"
     busy = f"{shown(out_dir)}: another export to it is running"
@@ -288,16 +252,18 @@ def _write_locked(out_dir, config, dict_files, dictionaries, bpe_codes, states, 
         for side, path in dict_files.items():
             shutil.copyfile(path, tmp / config["dictionaries"][side]["file"])
         if bpe_codes is not None:
-            shutil.copyfile(bpe_codes, tmp / BPE_CODES_NAME)
-        (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            shutil.copyfile(bpe_codes, tmp / schema.BPE_CODES_NAME)
+        (tmp / schema.CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         model, weights = _write_weights(tmp, config, (dictionaries["source"], dictionaries["target"]), states, paths)
-        write_manifest(tmp, model_files(config))
+        schema.write_manifest(tmp, schema.model_files(config))
         load_model(tmp)  # verification: the directory loads on its own, checksums and all
         n_params = sum(p.numel() for p in model.parameters())
-        (tmp / CARD_NAME).write_text(model_card(config, n_params, card or ModelCardInfo(), write_pickle), "utf-8")
+        (tmp / schema.CARD_NAME).write_text(
+            model_card(config, n_params, card or ModelCardInfo(), write_pickle), "utf-8"
+        )
         if write_pickle:  # a plain fairseq checkpoint for fairseq-generate --path: no optimizer state
             state = {k: v for k, v in states[-1].items() if k not in ("plain_cfg", "criterion")}
-            torch.save({**state, "model": weights}, tmp / PICKLE_NAME)
+            torch.save({**state, "model": weights}, tmp / schema.PICKLE_NAME)
         if out_dir.exists():
             swap_paths(tmp, out_dir)  # the old export is now at tmp, removed below
         else:
@@ -332,10 +298,7 @@ def swap_paths(a: Path, b: Path) -> None:
 def _write_weights(tmp: Path, config, dictionaries, states, paths):
     """Save the (averaged) weights through a model built as the loader builds it (fairseq's state-dict upgrades,
     names and shapes checked against the dictionaries); tied weights stored once. Returns it and its state."""
-    try:
-        averaged = average_models([s["model"] for s in states], [str(p) for p in paths])
-    except CheckpointError as err:
-        raise PretrainedModelError(one_line(err, 300)) from None
+    averaged = average_models([s["model"] for s in states], [str(p) for p in paths])
     cfg, _, model = build_model(config, dictionaries, where=shown(paths[-1]))
     try:
         model.load_state_dict(averaged, strict=True, model_cfg=cfg.model)
@@ -359,7 +322,7 @@ def _write_weights(tmp: Path, config, dictionaries, states, paths):
     header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # safetensors' alignment of the data
-    (tmp / WEIGHTS_NAME).write_bytes(struct.pack("<Q", len(text)) + text + data[8 + size :])
+    (tmp / schema.WEIGHTS_NAME).write_bytes(struct.pack("<Q", len(text)) + text + data[8 + size :])
     return model, full
 
 
@@ -367,7 +330,8 @@ def model_card(config: Dict[str, Any], n_params: int, info: ModelCardInfo, has_p
     """The ``README.md`` model card: the metadata block hubs read (huggingface_hub's ``ModelCardData``), the text."""
     from huggingface_hub import EvalResult, ModelCardData
 
-    link = re.search(r"https?://[^\s,;)>\]]+", dense_architectures()[config["arch"]].__doc__ or "")  # cited paper
+    cited = schema.dense_architectures()[config["arch"]].__doc__ or ""
+    link = re.search(r"https?://[^\s,;)>\]]+", cited)  # the paper the model class cites
     paper = info.paper or (link.group(0).rstrip(".") if link else None)
     src, tgt = config["task"]["source_lang"], config["task"]["target_lang"]
     name = info.model_name or f"{config['arch']}-{src}-{tgt}"
@@ -400,7 +364,7 @@ def model_card(config: Dict[str, Any], n_params: int, info: ModelCardInfo, has_p
         eval_results=evals,
     )
     tok = config["tokenizer"]
-    steps = [key for key in MOSES_OPTIONS if tok and tok.get(key)]
+    steps = [key for key in schema.MOSES_OPTIONS if tok and tok.get(key)]
     tok_text = (tok["_name"] + (f" ({', '.join(steps)})" if steps else "")) if tok else "none"
     rows = {
         "Architecture": f"`{config['arch']}` (fairseq-dense model `{config['model_name']}`)",
@@ -416,15 +380,15 @@ def model_card(config: Dict[str, Any], n_params: int, info: ModelCardInfo, has_p
         "Exported with": f"fairseq-dense {config['package_version']}, fairseq {config['fairseq_version']}",
     }
     files = [
-        f"`{CONFIG_NAME}`: architecture, every model option, task, tokenizer and BPE settings",
-        f"`{WEIGHTS_NAME}`: weights (safetensors: no code runs when loading)",
+        f"`{schema.CONFIG_NAME}`: architecture, every model option, task, tokenizer and BPE settings",
+        f"`{schema.WEIGHTS_NAME}`: weights (safetensors: no code runs when loading)",
         *(f"`{d['file']}`: {side} dictionary ({d['size']} symbols)" for side, d in config["dictionaries"].items()),
-        *([f"`{BPE_CODES_NAME}`: subword-nmt BPE codes"] if config["bpe"] else []),
-        f"`{MANIFEST_NAME}`: sha256 of the files above, verified when loading (`sha256sum -c`)",
+        *([f"`{schema.BPE_CODES_NAME}`: subword-nmt BPE codes"] if config["bpe"] else []),
+        f"`{schema.MANIFEST_NAME}`: sha256 of the files above, verified when loading (`sha256sum -c`)",
     ]
     if has_pickle:
         files.append(
-            f"`{PICKLE_NAME}`: **pickle-based** fairseq checkpoint for `fairseq-generate --path` / "
+            f"`{schema.PICKLE_NAME}`: **pickle-based** fairseq checkpoint for `fairseq-generate --path` / "
             "`fairseq-interactive --path` (with `--user-dir`). Unpickling can run code: load it only if you "
             "trust its author. `from_pretrained` never reads (or downloads) it."
         )

@@ -32,41 +32,23 @@ from omegaconf import OmegaConf, open_dict
 import fairseq_dense
 from fairseq_dense import logging_setup
 from fairseq_dense.fairseq_internals import private
-from fairseq_dense.hub.schema import (
-    BPE_CODES_NAME,
-    CARD_NAME,
-    CONFIG_NAME,
-    FILE_NAME_RE,
-    MANIFEST_NAME,
-    WEIGHTS_NAME,
-    PretrainedModelError,
-    check_config,
-    dense_architectures,
-    model_files,
-    one_line,
-    parse_json,
-    parse_manifest,
-    safe_name,
-    shown,
-)
+from fairseq_dense.hub import schema
+from fairseq_dense.hub.schema import CONFIG_NAME, MANIFEST_NAME, WEIGHTS_NAME, PretrainedModelError, one_line, shown
 from fairseq_dense.hub.text import MAX_BPE_WORD, VerifiedSubwordNMTBPE, parse_bpe_codes, parse_dictionary
 
 logger = logging.getLogger(__name__)
 
 #: What is fetched from a hub repository: never ``*.pt`` or any other pickle.
-HUB_ALLOW_PATTERNS = [CONFIG_NAME, WEIGHTS_NAME, "dict.*.txt", BPE_CODES_NAME, MANIFEST_NAME, CARD_NAME]
+HUB_ALLOW_PATTERNS = [CONFIG_NAME, WEIGHTS_NAME, "dict.*.txt", schema.BPE_CODES_NAME, MANIFEST_NAME, schema.CARD_NAME]
 MAX_MANIFEST_BYTES = 64 * 1024
 MAX_CONFIG_BYTES = 1 << 20
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-# ---------------------------------------------------------------- resolve: a name -> a local directory
-
-
 def hub_models() -> Dict[str, Union[str, Dict[str, str]]]:
     """Named published models of every model class: a hub id, a directory, or ``{"path", "revision"}``."""
     named: Dict[str, Union[str, Dict[str, str]]] = {}
-    for cls in dict.fromkeys(dense_architectures().values()):
+    for cls in dict.fromkeys(schema.dense_architectures().values()):
         named.update(cls.hub_models() or {})
     return named
 
@@ -133,9 +115,6 @@ def resolve_model_dir(
         ) from None
 
 
-# ---------------------------------------------------------------- read and verify every file once
-
-
 class ModelDirectory:
     """A model directory opened once (a context manager); its files are read relative to it, following no link
     but a huggingface_hub snapshot's into its ``blobs`` folder (opened once too) and one to a plain name beside it."""
@@ -179,7 +158,7 @@ class ModelDirectory:
             if err.errno != errno.ELOOP or own:
                 raise
         head, _, blob = os.readlink(name, dir_fd=self._fd).rpartition("/")
-        if FILE_NAME_RE.fullmatch(blob) and (not head or head == "../../blobs" and self._blobs is not None):
+        if schema.FILE_NAME_RE.fullmatch(blob) and (not head or head == "../../blobs" and self._blobs is not None):
             return os.open(blob, _OPEN, dir_fd=self._blobs if head else self._fd)  # a snapshot's blob, or beside it
         raise PretrainedModelError(f"{self.where(name)}: resolves outside the model directory")
 
@@ -218,19 +197,17 @@ def _reason(err: OSError) -> str:
 def read_files(directory: ModelDirectory, own: bool = False) -> Tuple[Dict[str, Any], Dict[str, bytes]]:
     """The checked ``config.json`` and the bytes of ``SHA256SUMS`` and of every file it names, each read once and
     of the hash it lists (a refusal gives that hash only); nothing else is opened. ``own``: no links (push)."""
-    if directory.refusal(CONFIG_NAME) == "missing":
-        raise PretrainedModelError(
-            f"{directory.where(CONFIG_NAME)}: missing; a model directory must hold {CONFIG_NAME}, {WEIGHTS_NAME}, "
-            f"dict.<lang>.txt, {MANIFEST_NAME} (see fairseq-dense-export)"
-        )
-    if directory.refusal(MANIFEST_NAME) == "missing":
-        raise PretrainedModelError(
-            f"{directory.where(MANIFEST_NAME)}: missing; fairseq-dense loads only directories whose checksums it can "
-            "verify (exports before format version 2 have none): re-export the training checkpoint with "
-            "fairseq-dense-export CHECKPOINT --out DIR"
-        )
+    needed = {  # the two files every export has, and what the lack of each means
+        CONFIG_NAME: f"a model directory must hold {CONFIG_NAME}, {WEIGHTS_NAME}, dict.<lang>.txt, {MANIFEST_NAME} "
+        "(see fairseq-dense-export)",
+        MANIFEST_NAME: "fairseq-dense loads only directories whose checksums it can verify (exports before format "
+        "version 2 have none): re-export the training checkpoint with fairseq-dense-export CHECKPOINT --out DIR",
+    }
+    for name, why in needed.items():
+        if directory.refusal(name) == "missing":
+            raise PretrainedModelError(f"{directory.where(name)}: missing; {why}")
     data = {MANIFEST_NAME: directory.read(MANIFEST_NAME, MAX_MANIFEST_BYTES, own)}
-    sums = parse_manifest(directory.where(MANIFEST_NAME), data[MANIFEST_NAME])
+    sums = schema.parse_manifest(directory.where(MANIFEST_NAME), data[MANIFEST_NAME])
 
     def read_verified(name: str, limit: Optional[int] = None) -> None:
         data[name] = directory.read(name, limit, own)
@@ -246,14 +223,14 @@ def read_files(directory: ModelDirectory, own: bool = False) -> Tuple[Dict[str, 
 
     where = directory.where(CONFIG_NAME)
     read_verified(CONFIG_NAME, MAX_CONFIG_BYTES)
-    config = parse_json(where, data[CONFIG_NAME])
+    config = schema.parse_json(where, data[CONFIG_NAME])
     try:
-        check_config(config, where)
+        schema.check_config(config, where)
     except PretrainedModelError:
         raise
     except Exception as err:  # a shape of JSON the schema did not foresee is refused all the same
         raise PretrainedModelError(f"{where}: not a fairseq-dense model config ({type(err).__name__})") from None
-    names = model_files(config)
+    names = schema.model_files(config)
     extra = sorted(set(sums) - set(names))
     if extra:
         raise PretrainedModelError(
@@ -263,9 +240,6 @@ def read_files(directory: ModelDirectory, own: bool = False) -> Tuple[Dict[str, 
     for name in names[1:]:
         read_verified(name)
     return config, data
-
-
-# ---------------------------------------------------------------- build
 
 
 def build_model(config: Dict[str, Any], dictionaries, overrides: Optional[Dict[str, Any]] = None, where=CONFIG_NAME):
@@ -321,15 +295,12 @@ def _fairseq_error(where: str, what: str, err: BaseException) -> PretrainedModel
     return PretrainedModelError(f"{where}: {what} ({type(err).__name__}: {one_line(err, 160)})")
 
 
-# ---------------------------------------------------------------- weights
-
-
 def parse_weights(where: str, data: bytes) -> Tuple[Dict[str, Any], Dict[str, str]]:
     """The tensors of ``model.safetensors`` and its tied-weight aliases ``{alias: stored name}``; the header
     is read as strict JSON first (safetensors itself keeps the last of two entries of one tensor name)."""
     (size,) = struct.unpack("<Q", data[:8]) if len(data) >= 8 else (0,)
     try:
-        header = parse_json(where, data[8 : 8 + size])
+        header = schema.parse_json(where, data[8 : 8 + size])
     except PretrainedModelError as err:
         detail = "its header names a tensor twice" if "duplicate key" in str(err) else "its header is not JSON"
         raise PretrainedModelError(f"{where}: corrupted or not a safetensors file ({detail})") from None
@@ -372,7 +343,7 @@ def load_weights(model, where: str, config: Dict[str, Any], weights, model_cfg) 
     if missing or unexpected:
         raise PretrainedModelError(
             f"{where}: does not match architecture '{arch}' of config.json "
-            f"(missing tensors: {missing[:5]}, unexpected tensors: {[safe_name(n) for n in unexpected[:5]]})"
+            f"(missing tensors: {missing[:5]}, unexpected tensors: {[schema.safe_name(n) for n in unexpected[:5]]})"
         )
     ties = tied_names(model)
     for alias, source in sorted(aliases.items()):
@@ -407,34 +378,29 @@ def load_weights(model, where: str, config: Dict[str, Any], weights, model_cfg) 
         raise PretrainedModelError(f"{where}: the weights do not load into '{arch}' ({one_line(err, 300)})") from None
 
 
-# ---------------------------------------------------------------- the load
-
-
 #: What :func:`load_model` returns: fairseq's config, the task, the model, the checked config, the BPE codes text.
 LoadedModel = collections.namedtuple("LoadedModel", "cfg task model config bpe_codes")
 
 
-def load_model(model_dir: Union[str, Path], overrides: Optional[Dict[str, Any]] = None) -> LoadedModel:
-    """Load a directory of ``fairseq-dense-export`` with fairseq options ``overrides`` (``beam``, ``dropout``).
+def load_model(model_dir: Union[str, Path], overrides: Optional[Dict[str, Any]] = None, files=None) -> LoadedModel:
+    """Load a directory of ``fairseq-dense-export`` with fairseq options ``overrides`` (``beam``, ``dropout``), or
+    its ``files`` already read (:func:`read_files`' config and verified bytes; the weights' bytes leave them once
+    parsed). torch's global random generator is left as it was.
 
     Raises:
         PretrainedModelError: naming the file (and key, line or tensor) at fault.
         TypeError: an override that is not a fairseq option.
     """
-    with ModelDirectory(model_dir) as directory:
-        config, data = read_files(directory)
-    return model_from_files(model_dir, config, data, overrides)
-
-
-def model_from_files(model_dir, config: Dict[str, Any], data: Dict[str, bytes], overrides=None) -> LoadedModel:
-    """The model of :func:`read_files`' ``config`` and verified bytes ``data`` (read from ``model_dir``); the
-    weights' bytes leave ``data`` once parsed; torch's global random generator is left as it was."""
+    if files is None:
+        with ModelDirectory(model_dir) as directory:
+            files = read_files(directory)
+    config, data = files
     where = {name: shown(Path(model_dir) / name) for name in data}
     dictionaries = []
     for side in ("source", "target"):
         name, size = config["dictionaries"][side]["file"], config["dictionaries"][side]["size"]
         dictionaries.append(parse_dictionary(where[name], data[name], size, side))
-    codes = parse_bpe_codes(where[BPE_CODES_NAME], data[BPE_CODES_NAME]) if config.get("bpe") else None
+    codes = parse_bpe_codes(where[schema.BPE_CODES_NAME], data[schema.BPE_CODES_NAME]) if config.get("bpe") else None
     weights = parse_weights(where[WEIGHTS_NAME], data.pop(WEIGHTS_NAME))
     with torch.random.fork_rng(devices=[]):
         cfg, task, model = build_model(config, dictionaries, overrides, where[CONFIG_NAME])
@@ -485,12 +451,6 @@ def from_pretrained(name_or_path: Union[str, Path], **kwargs) -> TranslationHubI
     Raises:
         PretrainedModelError: every problem of the model directory, in one line naming the file and key.
         TypeError: a keyword that is not a fairseq option.
-
-    Example::
-
-        >>> import fairseq_dense
-        >>> de_en = fairseq_dense.from_pretrained("exports/gru-deu-eng")
-        >>> de_en.translate("Wie geht es dir?", beam=5)
     """
     load = {k: kwargs.pop(k) for k in ("revision", "cache_dir", "local_files_only", "token") if k in kwargs}
     text = {k: kwargs.pop(k) for k in ("tokenizer", "bpe") if k in kwargs}

@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import Callable, Dict, Optional, Union
 
-from fairseq_dense.hub.loading import ModelDirectory, model_from_files, read_files
+from fairseq_dense.hub.loading import ModelDirectory, load_model, read_files
 from fairseq_dense.hub.schema import CARD_NAME, CONFIG_NAME, PICKLE_NAME, PretrainedModelError, shown
 
 logger = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ def upload_files(model_dir: Union[str, Path], include_pickle: bool = True) -> Di
             )
         config, data = read_files(directory, own=True)
         data.update((name, directory.read(name, own=True)) for name in optional)
-    model_from_files(model_dir, config, dict(data))  # the verdict of a load on these bytes
+    load_model(model_dir, files=(config, dict(data)))  # the verdict of a load on these bytes
     return data
 
 

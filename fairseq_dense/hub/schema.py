@@ -1,11 +1,9 @@
 """The model directory format: file names, ``SHA256SUMS``, what ``config.json`` may say, the one error.
 
 fairseq turns some option values into code or file reads (``fconv``'s ``eval()``, ``*_embed_path``,
-argparse ending the program on an unknown task), so :func:`check_config` is an allow-list: fairseq-dense's
-own architectures, the options they declare with values of the declared type (free text only as ``null``),
-a translation task, the dictionaries, ``moses``/``subword_nmt`` or ``null``, the weight dtype. Messages
-never quote a file (:func:`describe`, :func:`safe_name`, :func:`shown`). ``SHA256SUMS`` detects files
-changed after the export; it is not a signature.
+argparse ending the program on an unknown task), so :func:`check_config` is an allow-list of what each
+key may hold. Messages never quote a file (:func:`describe`, :func:`safe_name`, :func:`shown`).
+``SHA256SUMS`` detects files changed after the export; it is not a signature.
 """
 
 import argparse
@@ -104,9 +102,6 @@ def describe(value: Any) -> str:
     return "an object" if isinstance(value, dict) else f"a {type(value).__name__}"
 
 
-# ---------------------------------------------------------------- SHA256SUMS
-
-
 def write_manifest(model_dir: Path, names: Iterable[str]) -> None:
     sums = {n: hashlib.sha256((model_dir / n).read_bytes()).hexdigest() for n in sorted(set(names))}
     (model_dir / MANIFEST_NAME).write_bytes(b"".join(f"{digest}  {n}\n".encode() for n, digest in sums.items()))
@@ -158,9 +153,6 @@ def parse_json(where: str, data: bytes) -> Any:
         raise PretrainedModelError(f"{where}: not valid JSON ({detail}{at})") from None
 
 
-# ---------------------------------------------------------------- what config.json may say
-
-
 def dense_architectures() -> Dict[str, type]:
     """``{arch name: model class}`` of every registered architecture whose model lives in :mod:`fairseq_dense`."""
     return {
@@ -202,7 +194,7 @@ def _from_action(action: argparse.Action) -> OptionType:
     if action.choices:
         return OptionType("choice", nullable=True, choices=tuple(action.choices))
     # untyped: fairseq's interpolated (numeric) options; any other type: its eval_str_list parsers, given a list
-    kind = {int: "int", float: "float", None: "number", str: "null"}.get(action.type, "number_list")
+    kind = {int: "int", float: "float", None: "float", str: "null"}.get(action.type, "number_list")
     return OptionType("bool" if action.nargs == 0 else kind, nullable=True)
 
 
@@ -234,7 +226,6 @@ _CHECKS = {
     "bool": (lambda v: isinstance(v, bool), "a boolean"),
     "int": (_is_int, "an integer"),
     "float": (_is_number, "a finite number"),
-    "number": (_is_number, "a finite number"),
     "int_list": (_list_of(_is_int), "a list of integers"),
     "number_list": (_list_of(_is_number), "a list of finite numbers"),
     "null": (lambda v: False, "null (free-text options, such as paths, are not accepted from a shared model)"),

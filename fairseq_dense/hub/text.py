@@ -12,9 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from fairseq.data import Dictionary
 from fairseq.data.encoders import register_tokenizer
 from fairseq.data.encoders.moses_tokenizer import MosesTokenizer, MosesTokenizerConfig
 from fairseq.data.encoders.subword_nmt_bpe import SubwordNMTBPE
+from sacremoses import MosesPunctNormalizer
+from subword_nmt import apply_bpe
 
 from fairseq_dense.data.prepare import TEXT_RECORD
 from fairseq_dense.hub.schema import MOSES_OPTIONS, PretrainedModelError
@@ -49,8 +52,6 @@ class PreparedMosesTokenizer(MosesTokenizer):
 
     def __init__(self, cfg: PreparedMosesConfig):
         super().__init__(cfg)
-        from sacremoses import MosesPunctNormalizer
-
         self.normalizer = MosesPunctNormalizer(lang=cfg.source_lang) if cfg.moses_normalize_punctuation else None
 
     def normalize(self, text: str) -> str:
@@ -101,36 +102,24 @@ class VerifiedSubwordNMTBPE(SubwordNMTBPE):
     longer than :data:`MAX_BPE_WORD` characters is segmented in pieces joined by the separator."""
 
     def __init__(self, codes: str, separator: str):  # not fairseq's: it reads a path through an argument parser
-        from subword_nmt import apply_bpe
-
         self.bpe = apply_bpe.BPE(io.StringIO(codes), -1, separator, None, None)
-        self.bpe.cache = BoundedCache()
         self.bpe_symbol = separator + " "
 
     def encode(self, x: str) -> str:
         out = []
         for word in x.strip("\r\n ").split(" "):
             for start in range(0, len(word), MAX_BPE_WORD):
+                if len(self.bpe.cache) >= MAX_BPE_CACHE:  # each piece adds one entry
+                    self.bpe.cache.clear()
                 out += self.bpe.segment_tokens([word[start : start + MAX_BPE_WORD]])
                 if start + MAX_BPE_WORD < len(word):
                     out[-1] += self.bpe.separator
         return " ".join(out)
 
 
-class BoundedCache(dict):
-    """subword-nmt's word cache, emptied when it holds :data:`MAX_BPE_CACHE` words."""
-
-    def __setitem__(self, key, value):
-        if len(self) >= MAX_BPE_CACHE:
-            self.clear()
-        super().__setitem__(key, value)
-
-
 def parse_bpe_codes(where: str, data: bytes) -> str:
-    """The codes text: an optional ``#version: 0.1`` or ``0.2`` line, then ``left right`` merges (at least one).
-
-    subword-nmt itself ends the program (``sys.exit``) on a malformed line or on codes without any merge.
-    """
+    """The codes text: an optional ``#version: 0.1`` or ``0.2`` line, then ``left right`` merges (at least one);
+    subword-nmt itself ends the program (``sys.exit``) on a malformed line or on codes without any merge."""
     text = utf8_text(where, data)
     lines = text.rstrip("\n").split("\n")
     start = 1 if lines[0].startswith("#version:") else 0
@@ -160,8 +149,6 @@ def parse_dictionary(where: str, data: bytes, size: Optional[int] = None, side: 
     """A fairseq ``Dictionary`` of ``size`` symbols from the bytes of ``dict.<lang>.txt``: lines ``<symbol>
     <count>`` as fairseq writes them (optionally its ``#fairseq:overwrite`` flag), no symbol repeating another
     or a special symbol (with the flag, fairseq would keep both). Messages name the line, never quote it."""
-    from fairseq.data import Dictionary
-
     dictionary = Dictionary()
     seen = dict.fromkeys(dictionary.symbols, 0)
     lines = utf8_text(where, data).split("\n")
