@@ -163,8 +163,8 @@ def test_the_seed_option_and_the_side_are_checked(capsys):
 
 def test_the_verdicts_words_and_spread():
     """seeds.verdict (its figures by hand: tests/test_seeds.py) in the words of the committed verdicts."""
-    words = {report.WORDS.get(w, w) for w in (verdict(a, b, True)[2] for a, b in ([[37.0, 37.2], [36.0, 36.2]],
-             [[36.0, 36.2], [37.0, 37.2]], [[37.0, 37.2], [37.0, 37.4]], [[37.19], [36.88]]))}  # fmt: skip
+    words = {report.said(*verdict(a, b, True)[1:]) for a, b in ([[37.0, 37.2], [36.0, 36.2]],
+             [[36.0, 36.2], [37.0, 37.2]], [[37.0, 37.2], [37.0, 37.4]], [[37.19], [36.88]])}  # fmt: skip
     assert words == {"confirmed", "not confirmed", "within noise", "one seed each: no spread to judge by"}
     runs = [{"eval": {"test": {"sacrebleu": v}}} for v in (1.0, 2.0, 3.0)]
     assert (

@@ -30,12 +30,8 @@ METRICS = (
     ("best_loss", "best valid loss", ".3f", -1),
     ("best_epoch", "epochs to best", ".1f", -1),
 )
-# seeds.verdict's words as the verdicts table says them
-WORDS = {
-    "ahead": "confirmed",
-    "behind": "not confirmed",
-    "one seed each: no spread measured": "one seed each: no spread to judge by",
-}
+# seeds.verdict's words as the verdicts table says them (:func:`said`)
+WORDS = {"ahead": "confirmed", "behind": "not confirmed"}
 
 
 def epochs(log: str) -> int:
@@ -72,7 +68,8 @@ def patience_out(valid, patience: int = PATIENCE):
 def summarize(pair: str, run: str) -> dict:
     """One run's figures from its logs and ``eval.json``."""
     folder = os.path.join(LOGS, pair, run)
-    sweep = {float(os.path.basename(p)[8:-4]): sweep_loss(p) for p in glob.glob(os.path.join(folder, "sweep-lr*.log"))}
+    logs = glob.glob(os.path.join(folder, "sweep-lr*.log"))
+    sweep = {float(os.path.basename(p)[len("sweep-lr") : -len(".log")]): sweep_loss(p) for p in logs}
     sweep = {lr: loss for lr, loss in sorted(sweep.items()) if loss is not None}
     row = dict.fromkeys("params lr ending best_loss best_epoch best_updates best_wall_h trained_on wps".split())
     row.update(pair=pair, side=run, arch=arch(pair, run), sweep=sweep, seed=split_run(run)[1])
@@ -109,8 +106,12 @@ def stopped(row) -> str:
     """How the row's converging run ended: early stopping ("yes", and how late where a resume restarted
     fairseq's count), the epoch cap ("no"), a time limit, or not in its log ("interrupted")."""
     late = row["epochs"] - row["patience_out"] if row["patience_out"] else 0
-    words = {"early stopped": f"yes ({late} epochs late: resumed)" if late > 0 else "yes", "epoch cap": "no"}
-    return {**words, "stopped by time": "no (time limit)"}.get(row["ending"], "no (interrupted)")
+    endings = {
+        "early stopped": f"yes ({late} epochs late: resumed)" if late > 0 else "yes",
+        "epoch cap": "no",
+        "stopped by time": "no (time limit)",
+    }
+    return endings.get(row["ending"], "no (interrupted)")
 
 
 def table(rows) -> str:
@@ -197,6 +198,11 @@ def seeds_table(rows) -> str:
     return markdown("pair | side (arch) | seeds | " + " | ".join(column for _, column, _, _ in METRICS), lines)
 
 
+def said(band: float, word: str) -> str:
+    """A :func:`fairseq_dense.seeds.verdict` (its band and word) as the verdicts table says it."""
+    return "one seed each: no spread to judge by" if math.isnan(band) else WORDS.get(word, word)
+
+
 def verdict_table(rows) -> str:
     """One verdict per comparison and metric where both sides have a counted run (one row for all metrics
     where each side has one run: no spread to judge by). A pair compares the model with the baseline, and
@@ -211,7 +217,7 @@ def verdict_table(rows) -> str:
                 lines.append(
                     f"| {pair} | {a} vs {b} | {column} | {spread(runs_a, key, spec)} ({len(runs_a)}) | "
                     f"{spread(runs_b, key, spec)} ({len(runs_b)}) | {diff:+{spec}} | "
-                    f"{'-' if math.isnan(band) else f'± {band:{spec}}'} | {WORDS.get(word, word)} |"
+                    f"{'-' if math.isnan(band) else f'± {band:{spec}}'} | {said(band, word)} |"
                 )
                 if math.isnan(band):
                     break
