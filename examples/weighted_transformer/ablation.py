@@ -19,6 +19,7 @@ copied to ``examples/weighted_transformer/ablation-logs/``.
 """
 
 import argparse
+import logging
 import os
 import re
 import shutil
@@ -258,6 +259,7 @@ def main() -> None:
     rep = sub.add_parser("report")
     rep.add_argument("--write", action="store_true", help="also put the table into the docs and RESULTS.md")
     args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # each command as it starts (run_command)
     if args.cmd == "prepare":  # the bundled Tatoeba De-En, 4,000 joint BPE merges
         from fairseq_dense.data.prepare import main as prepare
 
