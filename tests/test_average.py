@@ -83,6 +83,7 @@ def bad(tmp_path):
         (["{save}/checkpoint_1_3.pt"], r"checkpoint_1_3\.pt: cannot be read safely as a fairseq checkpoint"),
         (["{save}/missing.pt"], r"missing\.pt: no such checkpoint file"),
         (["{save}"], r"give one folder with --num-update-checkpoints"),
+        (["{save}", "--num-epoch-checkpoints", "0"], r"--num-epoch-checkpoints: must be a positive number, not 0"),
     ],
 )
 def test_bad_input_gives_a_usage_error_naming_the_cause(bad, tmp_path, capsys, argv, message):

@@ -16,6 +16,7 @@ import os
 from typing import List, Optional
 
 from fairseq_dense.checkpoints import CheckpointError, atomic_save, average_checkpoints, last_checkpoints
+from fairseq_dense.data.prepare import positive
 from fairseq_dense.logging_setup import add_verbose_flag, configure_logging
 from fairseq_dense.threads import apply_threads, phrase
 
@@ -29,9 +30,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--output", required=True, help="the averaged checkpoint to write")
     group = parser.add_mutually_exclusive_group()
     text = "with a folder: the N checkpoint_<epoch>_<updates>.pt with the most updates"
-    group.add_argument("--num-update-checkpoints", type=int, metavar="N", help=text)
+    group.add_argument("--num-update-checkpoints", type=positive(int), metavar="N", help=text)
     text = "with a folder: the N checkpoint<epoch>.pt of the latest epochs"
-    group.add_argument("--num-epoch-checkpoints", type=int, metavar="N", help=text)
+    group.add_argument("--num-epoch-checkpoints", type=positive(int), metavar="N", help=text)
     text = "with a folder: ignore checkpoints after update (or epoch) K"
     parser.add_argument("--checkpoint-upper-bound", type=int, metavar="K", help=text)
     add_verbose_flag(parser)
@@ -45,8 +46,6 @@ def main(argv: Optional[List[str]] = None) -> int:
             "give one folder with --num-update-checkpoints or --num-epoch-checkpoints N, "
             "or checkpoint files without them"
         )
-    if n is not None and n < 1:
-        parser.error("the number of checkpoints must be a positive integer")
     flag = "--num-update-checkpoints" if args.num_update_checkpoints else "--num-epoch-checkpoints"
     try:
         paths = (
