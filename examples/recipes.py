@@ -11,12 +11,14 @@ import sys
 
 from fairseq_dense.checkpoints import replacing
 from fairseq_dense.cli.quickstart_steps import run_command
+from fairseq_dense.logs import NOTES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(ROOT, "user_dir")
 DEVICE = os.environ.get("DEVICE", "cpu")  # "cuda": train and decode on the GPU
-#: the lines the reports read: commands, epoch summaries and validations, the parameter count, how a run ended
-KEEP = re.compile(r"^# |\| INFO \| (valid|train) \| \{|done training|model params|early stop|Stopping training")
+#: the lines the reports read: commands, epoch summaries and validations, and the log reader's notes (the
+#: parameter count, how a run ended)
+KEEP = re.compile(r"^# |\| INFO \| (valid|train) \| \{|" + NOTES.pattern)
 
 
 def device_args():

@@ -16,7 +16,10 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 TAGS = ("train_inner", "train", "valid")
 #: what fairseq prints when --stop-time-hours ends a run
 TIME_STOP = "Stopping training due to cumulative_training_time"
-Process = namedtuple("Process", "command records text")
+#: the lines besides the statistics that the readers use: the parameter count and how training stopped
+NOTES = re.compile(r"model params|done training|early stop|Stopping training")
+_PARAMS = re.compile(r"num\. (?:shared )?model params: ([\d,]+)")  # not the "expert" line after it
+Process = namedtuple("Process", "command records notes")
 _TIME = r"^(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)"
 _LINE = re.compile(_TIME + r"\s*\|\s*\w+\s*\|\s*(?P<tag>[\w.\-/]+)\s*\|\s*(?P<json>\{.*\})\s*$")
 # --log-format simple: "... | train_inner | epoch 001:     50 / 436 loss=10.2, nll_loss=9.7, ..."
@@ -75,10 +78,18 @@ def parse_line(line: str) -> Tuple[Optional[str], Dict, Optional[datetime]]:
     return tag, {k.removeprefix(tag + "_"): _number(v) for k, v in stats.items()}, ts
 
 
+def param_count(text: str) -> Optional[int]:
+    """The count of fairseq-train's first ``num. shared model params: N`` line in ``text`` (``num. model params``
+    in earlier fairseq versions); None without."""
+    m = _PARAMS.search(text)
+    return int(m.group(1).replace(",", "")) if m else None
+
+
 def processes(*paths: str) -> List[Process]:
     """The processes of the logs ``paths`` (missing ones: none), read as one log: each its ``# command`` line
     ("" for lines before the first), its ``(tag, statistics)`` records (:func:`parse_line`, with ``t``: seconds
-    since the first timestamped line, ``None`` for untimed lines) and its text."""
+    since the first timestamped line, ``None`` for untimed lines) and its :data:`NOTES` lines (only those: a
+    long log is not held in memory)."""
     out, start = [], None
     for path in filter(os.path.isfile, paths):
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -89,8 +100,9 @@ def processes(*paths: str) -> List[Process]:
                 start = start or ts
                 if tag is not None:
                     out[-1].records.append((tag, {**stats, "t": None if ts is None else (ts - start).total_seconds()}))
-                out[-1].text.append(line)
-    return [p._replace(text="".join(p.text)) for p in out]
+                if NOTES.search(line):
+                    out[-1].notes.append(line)
+    return [p._replace(notes="".join(p.notes)) for p in out]
 
 
 def records(log: Union[str, List[Process]], tag: str) -> List[Dict]:
@@ -111,7 +123,7 @@ def parse_log(path: str) -> Dict[str, List[Dict]]:
 def ending(procs: List[Process]) -> str:
     """How the last process ended: "early stopped", "epoch cap", "stopped by time" (``--stop-time-hours``)
     or "training" (still going, cut, or no log)."""
-    text = procs[-1].text if procs else ""
+    text = procs[-1].notes if procs else ""
     if TIME_STOP in text:
         return "stopped by time"
     return ("early stopped" if "early stop" in text else "epoch cap") if "done training" in text else "training"

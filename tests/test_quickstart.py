@@ -80,6 +80,7 @@ def test_progress_lines_come_by_time_with_the_loss_since_the_last_line_and_the_t
     clock = _Clock()
     log = TrainLog("densenmt_small", Budget(updates=200), clock=clock, interval_s=20)
     log.feed(_PARAMS_LINE)
+    log.feed("12:00:00 | INFO | fairseq_cli.train | num. expert model params: 0 (num. trained: 0)")  # not the count
     clock.now = 10.0  # the first update, however long it took: a line at once
     log.feed(_record("train_inner", loss=10.0, num_updates=1))
     for n in range(2, 101):  # 2 updates a second: a line every 20 s, none in between

@@ -15,7 +15,7 @@ import re
 from pairs import PAIRS, SIDES, arch, split_run
 from recipes import ROOT, markdown, write_between
 
-from fairseq_dense.logs import ending, processes, records, walls_and_devices
+from fairseq_dense.logs import ending, param_count, processes, records, walls_and_devices
 from fairseq_dense.seeds import mean_sd_text, verdict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -90,8 +90,7 @@ def summarize(pair: str, run: str) -> dict:
     # (updates, wall seconds at the end of that epoch, validation loss, epoch)
     curve = [(int(r["num_updates"]), wall.get(int(r["epoch"]), math.nan), r["loss"], int(r["epoch"])) for r in valid]
     best = min(curve, key=lambda c: c[2]) if curve else (None,) * 4
-    params = re.search(r"model params: ([\d,]+)", "".join(p.text for p in train + procs))
-    row.update(params=params and int(params.group(1).replace(",", "")), lr=trained_lr(train), curve=curve)
+    row.update(params=param_count("".join(p.notes for p in train + procs)), lr=trained_lr(train), curve=curve)
     row.update(ending=ending(train), best_updates=best[0], best_loss=best[2], best_epoch=best[3], trained_on=where)
     row.update(best_wall_h=None if best[1] is None else best[1] / 3600, epochs=curve[-1][3] if curve else 0)
     row.update(patience_out=patience_out([(c[3], c[2]) for c in curve]), wps=sum(wps) / len(wps) if wps else None)

@@ -21,7 +21,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from fairseq_dense.checkpoints import BEST, LAST, read_info
 from fairseq_dense.cli.fairseq_tools import PACKAGE_DIR
 from fairseq_dense.data import prepare as prep
-from fairseq_dense.logs import parse_line
+from fairseq_dense.logs import param_count, parse_line
 from fairseq_dense.threads import THREADS_ENV
 
 logger = logging.getLogger("fairseq_dense.quickstart")
@@ -30,8 +30,6 @@ logger = logging.getLogger("fairseq_dense.quickstart")
 PROGRESS_S = 30.0
 #: the recipe saves a checkpoint every this many updates: what a resumed run can lose
 SAVE_EVERY = 200
-#: the text of fairseq-train's parameter-count line (not part of its JSON records)
-_PARAMS = "num. shared model params: "
 RESULT_NAME = "quickstart-result.json"
 #: the figures a finished run stores (the rest of :class:`Result` comes from the command line)
 FIGURES = ("params", "updates", "valid_loss", "wps", "bleu", "signature", "hyps", "stop_reason", "train_s")
@@ -120,8 +118,8 @@ class TrainLog:
 
     def feed(self, line: str) -> None:
         """Take one line of ``fairseq-train``'s output."""
-        if _PARAMS in line:
-            self.params = int(line.split(_PARAMS, 1)[1].split()[0].replace(",", ""))
+        if (params := param_count(line)) is not None:
+            self.params = params
             return
         tag, s, _ = parse_line(line)
         if tag == "train_inner":
