@@ -123,10 +123,10 @@ PAPER_PAIRS: Dict[str, Dict] = {
 
 def paper_pairs(names: Optional[List[str]] = None) -> Dict[str, Dict]:
     """The entries of :data:`PAPER_PAIRS` named, in the order named (default: all, in the table's order);
-    ValueError for an unknown name, or for a family of the registry without a pair."""
+    ValueError for an unknown name; a registered family without a pair exits with one line naming it."""
     missing = sorted(set(our_families()) - {p["family"] for p in PAPER_PAIRS.values()})
     if missing:
-        raise ValueError(f"benchmarks/counterparts.py PAPER_PAIRS: no pair for the families {', '.join(missing)}")
+        raise SystemExit(f"error: family {', '.join(missing)} has no paper pair: add one to benchmarks/counterparts.py")
     unknown = sorted(set(names or []) - set(PAPER_PAIRS))
     if unknown:
         raise ValueError(f"unknown pair(s) {', '.join(unknown)} (pairs: {', '.join(PAPER_PAIRS)})")

@@ -18,19 +18,19 @@ from benchmarks import measure, op_counts, report, synthetic
 
 logger = logging.getLogger("benchmarks.cpu_speed")
 
-#: the quick-start's training batch size and BPE merges
-MAX_TOKENS, MERGES = 2048, 4000
+#: the quick-start's training batch size
+MAX_TOKENS = 2048
 SIDES = ("ours", "baseline")
 
 
 def quickstart_data(work_dir: str) -> str:
     """The quick-start's prepared bundled corpus (``<work_dir>/tatoeba-deu-eng/data/bin``), made if absent."""
+    from fairseq_dense.cli import quickstart
     from fairseq_dense.data import prepare as prep
-    from fairseq_dense.data import tatoeba
 
-    work = os.path.join(work_dir, tatoeba.NAME)
-    raw = tatoeba.extract(os.path.join(work, "raw"))
-    return os.path.join(prep.prepare(raw, os.path.join(work, "data"), tatoeba.SRC, tatoeba.TGT, MERGES), "bin")
+    parser = quickstart.get_parser()  # its defaults: the bundled corpus, its languages and BPE merges
+    raw, src, tgt, name, merges = quickstart.choose_corpus(parser.parse_args(["--work-dir", work_dir]), parser)
+    return os.path.join(prep.prepare(raw, os.path.join(work_dir, name, "data"), src, tgt, merges), "bin")
 
 
 def decode_models(data_bin: str, arch_args: List[str]):

@@ -252,7 +252,7 @@ def main(argv=None) -> int:
     logging.basicConfig(format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
     if a.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("error: --device cuda but torch sees no CUDA device")
-    pairs = counterparts.paper_pairs(a.pairs)  # (ValueError: a registered family without a pair)
+    pairs = counterparts.paper_pairs(a.pairs)
     if a.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     else:

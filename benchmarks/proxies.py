@@ -134,7 +134,7 @@ def get_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     a = get_parser().parse_args(argv)
     logging.basicConfig(format="%(asctime)s | %(name)s | %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
-    pairs = counterparts.paper_pairs(a.pairs)  # (ValueError: a registered family without a pair)
+    pairs = counterparts.paper_pairs(a.pairs)
     torch.set_num_threads(1)  # (the counts do not depend on it)
     lengths = synthetic.batch_lengths(a.max_tokens)
     sample = synthetic.make_batch(lengths, a.vocab)

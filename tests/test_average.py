@@ -84,6 +84,10 @@ def bad(tmp_path):
         (["{save}/missing.pt"], r"missing\.pt: no such checkpoint file"),
         (["{save}"], r"give one folder with --num-update-checkpoints"),
         (["{save}", "--num-epoch-checkpoints", "0"], r"--num-epoch-checkpoints: must be a positive number, not 0"),
+        (
+            ["{save}", "--num-update-checkpoints", "2", "--checkpoint-upper-bound", "1"],
+            r"--num-update-checkpoints 2: .* holds 1 checkpoint_<epoch>_<updates>.pt files up to 1, 2 needed",
+        ),
     ],
 )
 def test_bad_input_gives_a_usage_error_naming_the_cause(bad, tmp_path, capsys, argv, message):
@@ -94,6 +98,18 @@ def test_bad_input_gives_a_usage_error_naming_the_cause(bad, tmp_path, capsys, a
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert re.search(message, last), last
     assert not out.exists() and not (tmp_path / "avg.pt.tmp").exists()
+
+
+def test_checkpoint_upper_bound_leaves_out_the_later_checkpoints(tmp_path):
+    """``--checkpoint-upper-bound K``: the last N checkpoints up to update (or epoch) K, not the last N."""
+    for k in (1, 2, 3):
+        torch.save({"model": {"w": torch.full((2,), float(k))}}, tmp_path / f"checkpoint_1_{k}.pt")
+        torch.save({"model": {"w": torch.full((2,), 10.0 * k)}}, tmp_path / f"checkpoint{k}.pt")
+    for kind, expected in (("update", 1.5), ("epoch", 15.0)):
+        out = tmp_path / f"{kind}.pt"
+        argv = [str(tmp_path), f"--num-{kind}-checkpoints", "2", "--checkpoint-upper-bound", "2", "--output", str(out)]
+        assert average.main(argv) == 0
+        assert torch.equal(rh.load_checkpoint(out)["model"]["w"], torch.full((2,), expected)), kind
 
 
 @pytest.fixture(scope="module")

@@ -171,12 +171,16 @@ def test_saved_bytes_count_activations_and_autocast_copies_not_parameters():
     z.sum().backward()
 
 
-def test_paper_pairs_cover_every_registered_family():
+def test_paper_pairs_cover_every_registered_family(monkeypatch):
     pairs = counterparts.paper_pairs()
     assert {p["family"] for p in pairs.values()} == set(baselines.our_families())
     assert set(ENFORCED) == set(pairs)
     with pytest.raises(ValueError, match="unknown pair"):
         counterparts.paper_pairs(["no_such_pair"])
+    # a family registered without a pair: the proxies (and gpu_figures) stop with one line naming it and the file
+    monkeypatch.setattr(counterparts, "our_families", lambda: {**baselines.our_families(), "new_family": []})
+    with pytest.raises(SystemExit, match="^error: family new_family has no paper pair: add one to benchmarks/counter"):
+        proxies.main(["--tiny", "--out", ""])
 
 
 def _pairs_and_lstm_kernels():
