@@ -84,6 +84,8 @@ def bad(tmp_path):
         (["{save}/missing.pt"], r"missing\.pt: no such checkpoint file"),
         (["{save}"], r"give one folder with --num-update-checkpoints"),
         (["{save}", "--num-epoch-checkpoints", "0"], r"--num-epoch-checkpoints: must be a positive number, not 0"),
+        (["{save}/checkpoint_1_1.pt", "--checkpoint-upper-bound", "1"], r"give one folder with .*or checkpoint files"),
+        (["{save}", "--checkpoint-upper-bound", "-1"], r"--checkpoint-upper-bound: must be a positive number, not -1"),
         (
             ["{save}", "--num-update-checkpoints", "2", "--checkpoint-upper-bound", "1"],
             r"--num-update-checkpoints 2: .* holds 1 checkpoint_<epoch>_<updates>.pt files up to 1, 2 needed",

@@ -34,17 +34,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     text = "with a folder: the N checkpoint<epoch>.pt of the latest epochs"
     group.add_argument("--num-epoch-checkpoints", type=positive(int), metavar="N", help=text)
     text = "with a folder: ignore checkpoints after update (or epoch) K"
-    parser.add_argument("--checkpoint-upper-bound", type=int, metavar="K", help=text)
+    parser.add_argument("--checkpoint-upper-bound", type=positive(int), metavar="K", help=text)
     add_verbose_flag(parser)
     args = parser.parse_args(argv)
     configure_logging("%(levelname)s %(message)s", verbose=args.verbose)
     threads = phrase(*apply_threads(say=False))
     n = args.num_update_checkpoints or args.num_epoch_checkpoints
     folder = len(args.inputs) == 1 and os.path.isdir(args.inputs[0])
-    if folder != (n is not None):
+    if folder != (n is not None) or (args.checkpoint_upper_bound and not folder):
         parser.error(
-            "give one folder with --num-update-checkpoints or --num-epoch-checkpoints N, "
-            "or checkpoint files without them"
+            "give one folder with --num-update-checkpoints or --num-epoch-checkpoints N (and --checkpoint-upper-bound "
+            "K), or checkpoint files without them"
         )
     flag = "--num-update-checkpoints" if args.num_update_checkpoints else "--num-epoch-checkpoints"
     try:
