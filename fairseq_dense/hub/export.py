@@ -149,6 +149,8 @@ def export_checkpoint(
         raise PretrainedModelError(f"{out_dir}: exists and is not empty (use --force to replace it)")
     paths = [Path(p) for p in checkpoints]
     if average_last is not None:
+        if average_last < 1:  # a slice of the newest checkpoints: 0 selects none, -1 all but the oldest
+            raise PretrainedModelError(f"--average-last {average_last}: must be a positive number")
         if len(paths) != 1 or not paths[0].is_dir():
             raise PretrainedModelError(f"--average-last needs one checkpoint directory, got {[str(p) for p in paths]}")
         try:
