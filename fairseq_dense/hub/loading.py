@@ -246,7 +246,8 @@ def build_model(config: Dict[str, Any], dictionaries, overrides: Optional[Dict[s
     """``(cfg, task, model)`` of a checked config and its parsed dictionaries as fairseq's inference loads build
     them (``from_checkpoint=True``: no training-time work), from fairseq's dataclasses: no argument parser (it
     reads ``sys.argv``, imports any ``--user-dir`` there), no hydra (global state). ``overrides`` set every
-    group's option of that name (``TypeError`` if none has it); argparse-style models get a flat ``Namespace``."""
+    group's option of that name (``TypeError`` if none has it, or for a value not of its type); argparse-style
+    models get a flat ``Namespace``."""
     arch, task_name = config["arch"], config["task"].get("_name", "translation")
     model_dc = MODEL_DATACLASS_REGISTRY.get(ARCH_MODEL_NAME_REGISTRY[arch])
     try:
@@ -264,7 +265,11 @@ def build_model(config: Dict[str, Any], dictionaries, overrides: Optional[Dict[s
             if not owners:
                 raise TypeError(f"from_pretrained() got an unknown fairseq option '{key}'")
             for name in owners:
-                root[name][key] = value
+                try:
+                    root[name][key] = value
+                except Exception as err:  # OmegaConf's type check of the caller's value, not the directory's
+                    reason = str(err).split("\n")[0]
+                    raise TypeError(f"from_pretrained() keyword '{key}': {reason}") from None
         # allow_objects on this config only: fairseq's omegaconf_no_object_check patches OmegaConf for every thread
         cfg = OmegaConf.create(
             OmegaConf.to_container(root, resolve=True, enum_to_str=True), flags={"allow_objects": True}
@@ -389,7 +394,7 @@ def load_model(model_dir: Union[str, Path], overrides: Optional[Dict[str, Any]] 
 
     Raises:
         PretrainedModelError: naming the file (and key, line or tensor) at fault.
-        TypeError: an override that is not a fairseq option.
+        TypeError: an override that is not a fairseq option, or not of its type.
     """
     if files is None:
         with ModelDirectory(model_dir) as directory:
@@ -450,7 +455,7 @@ def from_pretrained(name_or_path: Union[str, Path], **kwargs) -> TranslationHubI
 
     Raises:
         PretrainedModelError: every problem of the model directory, in one line naming the file and key.
-        TypeError: a keyword that is not a fairseq option.
+        TypeError: a keyword that is not a fairseq option, or not of its type.
     """
     load = {k: kwargs.pop(k) for k in ("revision", "cache_dir", "local_files_only", "token") if k in kwargs}
     text = {k: kwargs.pop(k) for k in ("tokenizer", "bpe") if k in kwargs}
