@@ -247,7 +247,7 @@ def build_model(config: Dict[str, Any], dictionaries, overrides: Optional[Dict[s
     them (``from_checkpoint=True``: no training-time work), from fairseq's dataclasses: no argument parser (it
     reads ``sys.argv``, imports any ``--user-dir`` there), no hydra (global state). ``overrides`` set every
     group's option of that name (``TypeError`` if none has it, or for a value not of its type); argparse-style
-    models get a flat ``Namespace``."""
+    models get a flat ``Namespace``. torch's global random generator is left as it was."""
     arch, task_name = config["arch"], config["task"].get("_name", "translation")
     model_dc = MODEL_DATACLASS_REGISTRY.get(ARCH_MODEL_NAME_REGISTRY[arch])
     try:
@@ -288,8 +288,9 @@ def build_model(config: Dict[str, Any], dictionaries, overrides: Optional[Dict[s
         raise _fairseq_error(where, "fairseq cannot configure the model", err) from None
     OmegaConf.set_struct(cfg, True)
     try:
-        task = TASK_REGISTRY[cfg.task._name](cfg.task, *dictionaries)
-        model = task.build_model(cfg.model, from_checkpoint=True)
+        with torch.random.fork_rng(devices=[]):  # initialising the parameters draws from torch's global generator
+            task = TASK_REGISTRY[cfg.task._name](cfg.task, *dictionaries)
+            model = task.build_model(cfg.model, from_checkpoint=True)
     except (Exception, SystemExit) as err:
         raise _fairseq_error(where, f"the options do not build '{arch}'", err) from None
     return cfg, task, model
@@ -407,8 +408,7 @@ def load_model(model_dir: Union[str, Path], overrides: Optional[Dict[str, Any]] 
         dictionaries.append(parse_dictionary(where[name], data[name], size, side))
     codes = parse_bpe_codes(where[schema.BPE_CODES_NAME], data[schema.BPE_CODES_NAME]) if config.get("bpe") else None
     weights = parse_weights(where[WEIGHTS_NAME], data.pop(WEIGHTS_NAME))
-    with torch.random.fork_rng(devices=[]):
-        cfg, task, model = build_model(config, dictionaries, overrides, where[CONFIG_NAME])
+    cfg, task, model = build_model(config, dictionaries, overrides, where[CONFIG_NAME])
     load_weights(model, where[WEIGHTS_NAME], config, weights, cfg.model)
     model.eval()
     return LoadedModel(cfg, task, model, config, codes)
