@@ -82,6 +82,11 @@ EXPORT_CASES = {
     "unknown architecture": (_cfg("model", "_name", "future_model_tiny"), r"'future_model_tiny' is not one of"),
     "pickled object": (_pickle_payload, r"crafted.pt: cannot be read safely"),
     "not a tensor": (lambda s, m: s["model"].update(extra=[1, 2]), r"crafted.pt: 'model' entry 'extra' is not"),
+    "beyond float16 with --fp16": (  # finite in the checkpoint: not 'holds non-finite values'
+        lambda s, m: s["model"]["encoder.embed_tokens.weight"].view(-1)[0].fill_(1e6),
+        r"crafted.pt: tensor 'encoder.embed_tokens.weight' exceeds float16's range \(largest 65504\); export without",
+        "--fp16",
+    ),
 }
 
 
@@ -99,11 +104,11 @@ def test_export_refuses_averaging_checkpoints_of_two_architectures(gru, tmp_path
 
 @pytest.mark.parametrize("case", sorted(EXPORT_CASES))
 def test_export_refuses_crafted_checkpoints(gru, tmp_path, marker, capsys, case):
-    change, match = EXPORT_CASES[case]
+    change, match, *flags = EXPORT_CASES[case]
     ckpt = crafted_checkpoint(gru, tmp_path, marker, change)
     out = tmp_path / "out"
     try:
-        rc = export_cli.main([str(ckpt), "--out", str(out), "--data", str(gru.data)])
+        rc = export_cli.main([str(ckpt), "--out", str(out), "--data", str(gru.data), *flags])
     finally:
         assert not marker.exists(), "the payload ran"
     err = capsys.readouterr().err.strip()

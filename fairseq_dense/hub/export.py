@@ -310,11 +310,15 @@ def _write_weights(tmp: Path, config, dictionaries, states, paths):
             f"({one_line(err, 300)})"
         ) from None
     full = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    if config["weights_dtype"] == "float16":
-        full = {k: v.half() if torch.is_floating_point(v) else v for k, v in full.items()}
-    for name, tensor in full.items():
+    for name, tensor in list(full.items()):
         if torch.is_floating_point(tensor) and not bool(torch.isfinite(tensor).all()):
             raise PretrainedModelError(f"{paths[-1]}: tensor '{name}' holds non-finite values (NaN or infinity)")
+        if torch.is_floating_point(tensor) and config["weights_dtype"] == "float16":
+            full[name] = tensor.half()  # values over 65504 (65520 after rounding) become infinite
+            if not bool(torch.isfinite(full[name]).all()):
+                raise PretrainedModelError(
+                    f"{paths[-1]}: tensor '{name}' exceeds float16's range (largest 65504); export without --fp16"
+                )
     aliases = tied_names(model)
     metadata = {"format": "pt", "tied_weights": json.dumps(aliases), "arch": config["arch"]}
     metadata["fairseq_dense_version"] = fairseq_dense.__version__
