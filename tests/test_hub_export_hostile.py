@@ -106,7 +106,7 @@ def test_export_refuses_averaging_checkpoints_of_two_architectures(gru, tmp_path
 def test_export_refuses_crafted_checkpoints(gru, tmp_path, marker, capsys, case):
     change, match, *flags = EXPORT_CASES[case]
     ckpt = crafted_checkpoint(gru, tmp_path, marker, change)
-    out = tmp_path / "out"
+    out = tmp_path / "new" / "out"  # the folders the export creates for it go too
     try:
         rc = export_cli.main([str(ckpt), "--out", str(out), "--data", str(gru.data), *flags])
     finally:
@@ -114,7 +114,7 @@ def test_export_refuses_crafted_checkpoints(gru, tmp_path, marker, capsys, case)
     err = capsys.readouterr().err.strip()
     assert rc == 1 and re.search(match, err), err
     assert len(err.splitlines()) == 1 and err.startswith("fairseq-dense-export: error: ")
-    assert not out.exists()
+    assert not out.parent.exists()
 
 
 def test_export_refuses_transformer_path_option(transformer, tmp_path, marker, capsys):

@@ -230,11 +230,18 @@ def export_checkpoint(
         "checkpoints": [p.name for p in paths],
     }
     schema.check_config(config, paths[-1])  # the same rules as loading, before any model code runs
+    created = [folder for folder in out_dir.parents if not folder.exists()]  # the deepest first
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     lock = out_dir.parent / f".{out_dir.name}{EXPORT_TMP_MARK}lock"
     busy = f"{shown(out_dir)}: another export to it is running"
-    with held_folder(str(lock), lambda holder: PretrainedModelError(f"{busy} ({holder}); wait for it")):
-        _write_locked(out_dir, config, dict_files, dictionaries, bpe_codes, states, paths, card, write_pickle)
+    try:
+        with held_folder(str(lock), lambda holder: PretrainedModelError(f"{busy} ({holder}); wait for it")):
+            _write_locked(out_dir, config, dict_files, dictionaries, bpe_codes, states, paths, card, write_pickle)
+    except BaseException:
+        for folder in created:  # made for this export: removed when still empty
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
     logger.info("exported %s (%d checkpoint(s)) to %s", arch, len(paths), shown(out_dir))
     return out_dir
 
