@@ -190,15 +190,22 @@ def test_export_file_system_failures_are_one_line(gru, tmp_path, capsys):
     assert re.fullmatch(rf"fairseq-dense-export: error: {tmp_path}/file\S*: [A-Za-z ]+ \(exporting\)", err), err
 
 
-@pytest.mark.parametrize("count", ["0", "-1"])
-def test_export_average_last_below_one_is_one_line(gru, tmp_path, capsys, count):
-    """``--average-last 0`` failed with an IndexError; ``-1`` silently exported all but the oldest checkpoint."""
+AVERAGE_LAST_MISUSE = {  # --average-last 0 failed with an IndexError, -1 silently averaged all but the oldest
+    "0": (["--average-last", "0"], "--average-last 0: must be a positive number"),
+    "-1": (["--average-last", "-1"], "--average-last -1: must be a positive number"),
+    "a folder without it": ([], "{folder}: a folder; give checkpoint files, or the folder with --average-last N"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(AVERAGE_LAST_MISUSE))
+def test_export_average_last_misuse_is_one_line(gru, tmp_path, capsys, case):
+    flags, message = AVERAGE_LAST_MISUSE[case]
     for epoch in (1, 2):
         (tmp_path / f"checkpoint{epoch}.pt").write_bytes(gru.ckpt.read_bytes())
     out = tmp_path / "out"
-    assert export_cli.main([str(tmp_path), "--average-last", count, "--out", str(out), "--data", str(gru.data)]) == 1
+    assert export_cli.main([str(tmp_path), *flags, "--out", str(out), "--data", str(gru.data)]) == 1
     err = capsys.readouterr().err.strip()
-    assert err == f"fairseq-dense-export: error: --average-last {count}: must be a positive number", err
+    assert err == "fairseq-dense-export: error: " + message.format(folder=tmp_path), err
     assert not out.exists()
 
 
