@@ -394,6 +394,8 @@ def model_card(config: Dict[str, Any], n_params: int, info: ModelCardInfo, has_p
         "Licence": info.license,
         "Exported with": f"fairseq-dense {config['package_version']}, fairseq {config['fairseq_version']}",
     }
+    # a | (sacreBLEU's signatures hold several) or a line break splits a table row, even inside a code span
+    rows = {k: " ".join(v.replace("|", "\\|").split("\n")) for k, v in rows.items()}
     files = [
         f"`{schema.CONFIG_NAME}`: architecture, every model option, task, tokenizer and BPE settings",
         f"`{schema.WEIGHTS_NAME}`: weights (safetensors: no code runs when loading)",
