@@ -182,6 +182,27 @@ def test_one_export_at_a_time_per_out(gru, tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+def test_an_out_filled_while_the_export_ran_is_not_replaced(gru, tmp_path, capsys, monkeypatch):
+    """Another export (or the user) fills ``--out`` after the first check, before the lock: without ``--force`` it
+    stays as it is (it was swapped out and removed)."""
+    from fairseq_dense.hub import export
+
+    out, held = tmp_path / "out", export.held_folder
+
+    def fill_then_hold(*args):
+        out.mkdir()
+        (out / "theirs.txt").write_text("kept")
+        return held(*args)
+
+    monkeypatch.setattr(export, "held_folder", fill_then_hold)
+    assert export_cli.main([str(gru.ckpt), "--out", str(out), "--data", str(gru.data)]) == 1
+    assert (
+        capsys.readouterr().err
+        == f"fairseq-dense-export: error: {out}: exists and is not empty (use --force to replace it)\n"
+    )
+    assert [p.name for p in out.iterdir()] == ["theirs.txt"] and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
 def test_export_file_system_failures_are_one_line(gru, tmp_path, capsys):
     (tmp_path / "file").write_text("")
     out = tmp_path / "file" / "out"

@@ -145,8 +145,12 @@ def export_checkpoint(
     out_dir = Path(out_dir)
     if out_dir.is_symlink():  # replacing it would swap the link, not the folder it names
         raise PretrainedModelError(f"{shown(out_dir)}: is a symbolic link; give the folder it points to")
-    if out_dir.exists() and any(out_dir.iterdir()) and not force:  # a file: NotADirectoryError, one line
-        raise PretrainedModelError(f"{out_dir}: exists and is not empty (use --force to replace it)")
+
+    def refuse_filled_out():  # before the work, and again under the lock: another export may have filled it
+        if out_dir.exists() and any(out_dir.iterdir()) and not force:  # a file: NotADirectoryError, one line
+            raise PretrainedModelError(f"{out_dir}: exists and is not empty (use --force to replace it)")
+
+    refuse_filled_out()
     paths = [Path(p) for p in checkpoints]
     if average_last is not None:
         if average_last < 1:  # a slice of the newest checkpoints: 0 selects none, -1 all but the oldest
@@ -238,6 +242,7 @@ def export_checkpoint(
     busy = f"{shown(out_dir)}: another export to it is running"
     try:
         with held_folder(str(lock), lambda holder: PretrainedModelError(f"{busy} ({holder}); wait for it")):
+            refuse_filled_out()
             _write_locked(out_dir, config, dict_files, dictionaries, bpe_codes, states, paths, card, write_pickle)
     except BaseException:
         for folder in created:  # made for this export: removed when still empty
