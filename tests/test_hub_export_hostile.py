@@ -155,7 +155,10 @@ def test_export_is_byte_reproducible(gru, tmp_path):
     """The session's export and a new one of the same checkpoint: the same files, byte for byte; torch's global
     random generator is left as it was (building the model draws from it, as a load's does)."""
     state = torch.get_rng_state()
-    again = hub.export_checkpoint([gru.ckpt], tmp_path / "again", data=gru.data, bpe_codes=gru.dir.parent / "bpecodes")
+    # one checkpoint given as a path, not a list (it was read as the list of its characters: 'c: no such ...')
+    again = hub.export_checkpoint(
+        str(gru.ckpt), tmp_path / "again", data=gru.data, bpe_codes=gru.dir.parent / "bpecodes"
+    )
     assert torch.equal(state, torch.get_rng_state())
     names = sorted(p.name for p in gru.dir.iterdir())
     assert names == sorted(p.name for p in again.iterdir()) and "SHA256SUMS" in names

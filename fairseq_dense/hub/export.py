@@ -112,7 +112,7 @@ def one_line_errors(func):
 
 @one_line_errors
 def export_checkpoint(
-    checkpoints: Sequence[Union[str, Path]],
+    checkpoints: Union[str, Path, Sequence[Union[str, Path]]],
     out_dir: Union[str, Path],
     data: Optional[Union[str, Path]] = None,
     source_lang: Optional[str] = None,
@@ -134,7 +134,7 @@ def export_checkpoint(
 ) -> Path:
     """Write a self-contained model directory from fairseq checkpoint(s); returns ``out_dir``.
 
-    The options are ``fairseq-dense-export``'s (docs/hub.md): several checkpoints are averaged;
+    The options are ``fairseq-dense-export``'s (docs/hub.md): ``checkpoints``: a path or a list, averaged;
     ``average_last``: the last N of one checkpoint directory (``update_based``: ``checkpoint_E_U.pt``);
     ``moses_*``: the tokenizer's languages and the steps the training data went through (``data``'s record
     of ``fairseq-dense-prepare`` sets them too); ``write_pickle``: also ``model.pt``.
@@ -151,7 +151,7 @@ def export_checkpoint(
             raise PretrainedModelError(f"{out_dir}: exists and is not empty (use --force to replace it)")
 
     refuse_filled_out()
-    paths = [Path(p) for p in checkpoints]
+    paths = [Path(p) for p in ([checkpoints] if isinstance(checkpoints, (str, os.PathLike)) else checkpoints)]
     if average_last is not None:
         if average_last < 1:  # a slice of the newest checkpoints: 0 selects none, -1 all but the oldest
             raise PretrainedModelError(f"--average-last {average_last}: must be a positive number")
