@@ -365,7 +365,8 @@ class OneWrite:
 
 def finished_reason(info: CheckpointInfo, cfg) -> Optional[str]:
     """Why training resumed from ``info`` would stop before its first update, or None. ``cfg``: fairseq's limits
-    (unset or 0: none); ``--reset-optimizer`` restarts the update count, ``--reset-dataloader`` the epochs."""
+    (unset or 0: none); ``--reset-optimizer`` restarts the update count, ``--reset-dataloader`` the epochs,
+    ``--reset-meters`` the ``--patience`` count."""
     max_update, max_epoch = option(cfg, "max_update") or 0, option(cfg, "max_epoch") or 0
     hours, patience = option(cfg, "stop_time_hours") or 0, option(cfg, "patience") or 0
     if max_update and not option(cfg, "reset_optimizer") and info.num_updates >= max_update:
@@ -374,7 +375,7 @@ def finished_reason(info: CheckpointInfo, cfg) -> Optional[str]:
         return f"{info.next_epoch - 1} epochs (--max-epoch {max_epoch})"
     if hours > 0 and info.training_seconds / 3600 > hours:
         return f"{info.training_seconds / 3600:.4f} hours of training (--stop-time-hours {hours})"
-    if patience > 0 and info.runs_without_improvement >= patience:
+    if patience > 0 and not option(cfg, "reset_meters") and info.runs_without_improvement >= patience:
         return f"{info.runs_without_improvement} validations without a better score (--patience {patience})"
     return None
 

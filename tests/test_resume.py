@@ -386,6 +386,9 @@ def test_finished_reason():
     assert reason(max_epoch=2, reset_dataloader=True) is None
     assert reason(stop_time_hours=1.5) == "2.0000 hours of training (--stop-time-hours 1.5)"
     assert reason(stop_time_hours=2.5) is None
+    info.runs_without_improvement = 2
+    assert reason(patience=2) == "2 validations without a better score (--patience 2)"
+    assert reason(patience=2, reset_meters=True) is None  # the count restarts (docs/reliability.md)
 
 
 @pytest.mark.parametrize(
