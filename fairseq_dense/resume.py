@@ -117,9 +117,11 @@ def _copy_over(source: CheckpointInfo, dest: str) -> CheckpointInfo:
 
 
 def _tidy(save_dir: str, partial: bool = True) -> None:
-    """Delete each ``<name>.unreadable`` whose ``<name>`` loads again and (``partial``) each ``checkpoint*.pt.tmp``."""
+    """Delete each ``<name>.unreadable`` whose ``<name>`` loads again and (``partial``) each ``checkpoint*.pt.tmp``
+    and ``checkpoint*.pt.unreadable.tmp`` (a kill while a restart kept a file aside)."""
     pattern = os.path.join(glob.escape(save_dir), "checkpoint*.pt")
-    for tmp in sorted(glob.glob(pattern + TMP_SUFFIX)) if partial else ():
+    partials = glob.glob(pattern + TMP_SUFFIX) + glob.glob(pattern + UNREADABLE_SUFFIX + TMP_SUFFIX)
+    for tmp in sorted(partials) if partial else ():
         size = os.path.getsize(tmp)
         os.remove(tmp)
         logger.warning("removed %s (%d bytes): a checkpoint write that an interruption cut short", tmp, size)

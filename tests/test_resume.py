@@ -330,6 +330,7 @@ def test_each_kind_of_damage_is_repaired_or_reported(saved_run, tmp_path, caplog
         if rh.load_checkpoint(p)["extra_state"]["val_loss"] == best_loss
     )
     (save / "checkpoint_1_8.pt.tmp").write_bytes(b"partial")
+    (save / "checkpoint_last.pt.unreadable.tmp").write_bytes(b"part")  # a kill as a restart kept a cut last aside
     (save / "checkpoint_2_4.pt.unreadable").write_bytes(b"")  # its name loads: goes
     (save / "checkpoint9.pt").write_bytes(b"not a checkpoint")  # set aside
     (save / "checkpoint_mine.pt").write_bytes(b"not a checkpoint")  # not fairseq's: reported only
@@ -341,6 +342,7 @@ def test_each_kind_of_damage_is_repaired_or_reported(saved_run, tmp_path, caplog
     assert resumed.num_updates == _updates(last) == 4 and last.read_bytes() == (save / "checkpoint_2_4.pt").read_bytes()
     assert best.read_bytes() == holder.read_bytes()
     assert f"removed {save / 'checkpoint_1_8.pt.tmp'} (7 bytes)" in text
+    assert f"removed {save / 'checkpoint_last.pt.unreadable.tmp'} (4 bytes)" in text
     assert f"removed {save / 'checkpoint_2_4.pt.unreadable'}: checkpoint_2_4.pt loads again" in text
     assert f"{best} does not load: it is a copy of {holder.name} cut at 5000 of" in text
     assert f"{save / 'checkpoint9.pt'} does not load (truncated or not a torch checkpoint, 16 bytes)" in text
