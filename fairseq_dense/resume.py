@@ -392,11 +392,13 @@ def option(cfg, name: str):
 
 
 def checks_files(cfg) -> bool:
-    """Whether the run resumes from ``--save-dir``'s ``checkpoint_last.pt`` (fairseq's default) and writes
-    synchronously (every file complete once saved); the same on every rank."""
+    """Whether the run resumes from ``--save-dir``'s ``checkpoint_last.pt`` (fairseq's default, with no
+    ``--checkpoint-suffix``: the files of the folder are this run's) and writes synchronously (every file complete
+    once saved); the same on every rank."""
     return bool(
         option(cfg, "save_dir")
         and option(cfg, "restore_file") == LAST
+        and not option(cfg, "checkpoint_suffix")
         and not option(cfg, "write_checkpoints_asynchronously")
     )
 

@@ -393,6 +393,17 @@ def test_finished_reason():
     assert reason(patience=2, reset_meters=True) is None  # the count restarts (docs/reliability.md)
 
 
+def test_a_run_with_a_checkpoint_suffix_leaves_another_runs_files_to_it(saved_run, data_bin, tmp_path):
+    """``--checkpoint-suffix _b`` resumes from ``checkpoint_last_b.pt``: the unsuffixed run's finished
+    ``checkpoint_last.pt`` beside it neither ends this run nor is checked or repaired (fairseq's behaviour)."""
+    save = _copy_of(saved_run, tmp_path)
+    before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in save.iterdir()}
+    extra = ["--optimizer", "adam", "--lr", "0.003", "--batch-size", "8", "--checkpoint-suffix", "_b"]
+    assert sorted(rh.train_inprocess(rh.base_train_args(data_bin, save, rh.tiny_archs()[0], 1, *extra))) == [1]
+    assert _updates(save / "checkpoint_last_b.pt") == 1
+    assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in save.iterdir() if p.name in before} == before
+
+
 @pytest.mark.parametrize(
     "schedule, epochs, crash_at",
     [
