@@ -444,19 +444,21 @@ def _prepare(cfg, save_dir: str) -> Tuple[Optional[CheckpointInfo], Optional[str
     others = ("finetune_from_model", "continue_once", "no_last_checkpoints")
     new_last = not any(option(cfg, k) for k in others)
     resume = recover_at_restart(save_dir, new_last, root.checkpoint if root is not None else None)
-    if reason := resume and finished_reason(resume, cfg):
-        return resume, (
-            f"training already finished: {resume.path} holds {reason}; nothing to train (raise the limit to go on)"
-        )
+    other = ""  # what this command changes of the run that wrote the checkpoint
     if resume is not None and root is not None:
         state = read_state(resume.path, mmap=True)
         extra = state.get("extra_state") or {}
         if found := changes(root, state.get("cfg"), task_data_identity(cfg), extra.get(DATA_KEY)):
             more = f" and {len(found) - 8} more" if len(found) > 8 else ""
-            logger.warning(
-                f"{resume.path} was written by a run with other options or data than this command "
-                f"({'; '.join(found[:8])}{more}): training goes on from it, but no longer as an exact continuation"
-            )
+            other = f"written by a run with other options or data than this command ({'; '.join(found[:8])}{more})"
+    if reason := resume and finished_reason(resume, cfg):
+        return resume, f"training already finished: {resume.path} holds {reason}" + (
+            f", {other}; nothing to train (raise the limit to go on from it, or pass another --save-dir for a new run)"
+            if other
+            else "; nothing to train (raise the limit to go on)"
+        )
+    if other:
+        logger.warning(f"{resume.path} was {other}: training goes on from it, but no longer as an exact continuation")
     return resume, None
 
 

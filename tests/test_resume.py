@@ -255,6 +255,14 @@ def test_restarting_a_finished_run_trains_nothing_and_changes_no_file(limit, dat
     assert finished.value.message.startswith(f"training already finished: {save / 'checkpoint_last.pt'} holds {held}")
     assert finished.value.message in caplog.text
     assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in save.iterdir()} == before
+    # another command (e.g. a new training given this folder by mistake) is told what differs
+    other = [*args[: args.index("--lr") + 1], "0.001", *args[args.index("--lr") + 2 :]]
+    with pytest.raises(TrainingFinished) as finished:
+        rh.train_inprocess(other)
+    assert f"holds {held}, written by a run with other options or data than this command (--lr 0.003 -> 0.001)" in (
+        finished.value.message
+    )
+    assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in save.iterdir()} == before
     # a higher limit trains on from there
     args[args.index(limit) + 1] = "8" if limit == "--max-update" else "3"
     assert sorted(rh.train_inprocess(args)) == ([5, 6, 7, 8] if limit == "--max-update" else [7, 8, 9])
