@@ -330,9 +330,7 @@ def _write_weights(tmp: Path, config, dictionaries, states, paths):
         if torch.is_floating_point(tensor) and config["weights_dtype"] == "float16":
             full[name] = tensor.half()  # values over 65504 (65520 after rounding) become infinite
             if not bool(torch.isfinite(full[name]).all()):
-                raise PretrainedModelError(
-                    f"{paths[-1]}: tensor '{name}' exceeds float16's range (largest 65504); export without --fp16"
-                )
+                raise PretrainedModelError(f"{paths[-1]}: tensor '{name}' overflows float16: export without --fp16")
     aliases = tied_names(model)
     metadata = {"format": "pt", "tied_weights": json.dumps(aliases), "arch": config["arch"]}
     metadata["fairseq_dense_version"] = fairseq_dense.__version__

@@ -268,8 +268,7 @@ def build_model(config: Dict[str, Any], dictionaries, overrides: Optional[Dict[s
                 try:
                     root[name][key] = value
                 except Exception as err:  # OmegaConf's type check of the caller's value, not the directory's
-                    reason = str(err).split("\n")[0]
-                    raise TypeError(f"from_pretrained() keyword '{key}': {reason}") from None
+                    raise TypeError(f"from_pretrained() keyword '{key}': {str(err).splitlines()[0]}") from None
         # allow_objects on this config only: fairseq's omegaconf_no_object_check patches OmegaConf for every thread
         cfg = OmegaConf.create(
             OmegaConf.to_container(root, resolve=True, enum_to_str=True), flags={"allow_objects": True}
