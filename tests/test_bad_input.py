@@ -9,6 +9,7 @@ traceback: an invalid option, mismatched dictionaries, an empty line for
 """
 
 import os
+import re
 import subprocess
 import sys
 
@@ -157,6 +158,16 @@ def test_empty_lines_are_refused(tmp_path):
     path.write_bytes(b"a b\n\xfe\n")
     with open(path, "rb") as f, pytest.raises(validation.InputError, match=r"in.txt:2: not valid UTF-8"):
         list(iter(dense_interactive.CheckedLines(f, "in.txt").readline, ""))
+
+
+@pytest.mark.parametrize("name", ["missing.txt", "."])
+def test_unreadable_input_file_is_one_line(tmp_path, name):
+    """``--input`` naming no file, or a folder: one line naming it, before fairseq is started."""
+    source = tmp_path / name
+    with pytest.raises(SystemExit) as info:
+        dense_interactive.main([str(tmp_path), "--path", str(tmp_path / "c.pt"), "--input", str(source)])
+    expected = rf"fairseq-dense-interactive: error: {re.escape(str(source))}: cannot be read \(.+\)"
+    assert re.fullmatch(expected, str(info.value)), info.value
 
 
 def test_option_error_is_one_line_in_process():

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import pickle
+import re
 import shutil
 import stat
 import sys
@@ -253,6 +254,8 @@ def test_cli_export_average_fp16_and_model_card(corpus, tmp_path):
     assert card.data.eval_results[0].metric_value == 12.5
     assert card.data.eval_results[0].metric_config.startswith("nrefs:1")
     assert f"{n_params:,}" in card.text and "model.pt" not in os.listdir(out)
+    (row,) = [line for line in card.text.splitlines() if line.startswith("| sacreBLEU |")]
+    assert len(re.split(r"(?<!\\)\|", row)) == 4, row  # two cells: the signature's pipes escaped, as tables need
 
 
 @pytest.mark.skipif("gru_attention_tiny" not in TINY_ARCHS, reason="uses the GRU's tied-embedding option")

@@ -82,6 +82,11 @@ EXPORT_CASES = {
     "unknown architecture": (_cfg("model", "_name", "future_model_tiny"), r"'future_model_tiny' is not one of"),
     "pickled object": (_pickle_payload, r"crafted.pt: cannot be read safely"),
     "not a tensor": (lambda s, m: s["model"].update(extra=[1, 2]), r"crafted.pt: 'model' entry 'extra' is not"),
+    "beyond float16 with --fp16": (  # finite in the checkpoint: not 'holds non-finite values'
+        lambda s, m: s["model"]["encoder.embed_tokens.weight"].view(-1)[0].fill_(1e6),
+        r"crafted.pt: tensor 'encoder.embed_tokens.weight' overflows float16: export without --fp16",
+        "--fp16",
+    ),
 }
 
 
@@ -99,17 +104,17 @@ def test_export_refuses_averaging_checkpoints_of_two_architectures(gru, tmp_path
 
 @pytest.mark.parametrize("case", sorted(EXPORT_CASES))
 def test_export_refuses_crafted_checkpoints(gru, tmp_path, marker, capsys, case):
-    change, match = EXPORT_CASES[case]
+    change, match, *flags = EXPORT_CASES[case]
     ckpt = crafted_checkpoint(gru, tmp_path, marker, change)
-    out = tmp_path / "out"
+    out = tmp_path / "new" / "out"  # the folders the export creates for it go too
     try:
-        rc = export_cli.main([str(ckpt), "--out", str(out), "--data", str(gru.data)])
+        rc = export_cli.main([str(ckpt), "--out", str(out), "--data", str(gru.data), *flags])
     finally:
         assert not marker.exists(), "the payload ran"
     err = capsys.readouterr().err.strip()
     assert rc == 1 and re.search(match, err), err
     assert len(err.splitlines()) == 1 and err.startswith("fairseq-dense-export: error: ")
-    assert not out.exists()
+    assert not out.parent.exists()
 
 
 def test_export_refuses_transformer_path_option(transformer, tmp_path, marker, capsys):
@@ -147,8 +152,14 @@ def test_export_onto_a_symlinked_out_is_one_line(gru, tmp_path, capsys, force):
 
 
 def test_export_is_byte_reproducible(gru, tmp_path):
-    """The session's export and a new one of the same checkpoint: the same files, byte for byte."""
-    again = hub.export_checkpoint([gru.ckpt], tmp_path / "again", data=gru.data, bpe_codes=gru.dir.parent / "bpecodes")
+    """The session's export and a new one of the same checkpoint: the same files, byte for byte; torch's global
+    random generator is left as it was (building the model draws from it, as a load's does)."""
+    state = torch.get_rng_state()
+    # one checkpoint given as a path, not a list (it was read as the list of its characters: 'c: no such ...')
+    again = hub.export_checkpoint(
+        str(gru.ckpt), tmp_path / "again", data=gru.data, bpe_codes=gru.dir.parent / "bpecodes"
+    )
+    assert torch.equal(state, torch.get_rng_state())
     names = sorted(p.name for p in gru.dir.iterdir())
     assert names == sorted(p.name for p in again.iterdir()) and "SHA256SUMS" in names
     assert [n for n in names if (gru.dir / n).read_bytes() != (again / n).read_bytes()] == []
@@ -174,12 +185,52 @@ def test_one_export_at_a_time_per_out(gru, tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+def test_an_out_filled_while_the_export_ran_is_not_replaced(gru, tmp_path, capsys, monkeypatch):
+    """Another export (or the user) fills ``--out`` after the first check, before the lock: without ``--force`` it
+    stays as it is (it was swapped out and removed)."""
+    from fairseq_dense.hub import export
+
+    out, held = tmp_path / "out", export.held_folder
+
+    def fill_then_hold(*args):
+        out.mkdir()
+        (out / "theirs.txt").write_text("kept")
+        return held(*args)
+
+    monkeypatch.setattr(export, "held_folder", fill_then_hold)
+    assert export_cli.main([str(gru.ckpt), "--out", str(out), "--data", str(gru.data)]) == 1
+    assert (
+        capsys.readouterr().err
+        == f"fairseq-dense-export: error: {out}: exists and is not empty (use --force to replace it)\n"
+    )
+    assert [p.name for p in out.iterdir()] == ["theirs.txt"] and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
 def test_export_file_system_failures_are_one_line(gru, tmp_path, capsys):
     (tmp_path / "file").write_text("")
     out = tmp_path / "file" / "out"
     assert export_cli.main([str(gru.ckpt), "--out", str(out), "--data", str(gru.data)]) == 1
     err = capsys.readouterr().err.strip()
     assert re.fullmatch(rf"fairseq-dense-export: error: {tmp_path}/file\S*: [A-Za-z ]+ \(exporting\)", err), err
+
+
+AVERAGE_LAST_MISUSE = {  # --average-last 0 failed with an IndexError, -1 silently averaged all but the oldest
+    "0": (["--average-last", "0"], "--average-last 0: must be a positive number"),
+    "-1": (["--average-last", "-1"], "--average-last -1: must be a positive number"),
+    "a folder without it": ([], "{folder}: a folder; give checkpoint files, or the folder with --average-last N"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(AVERAGE_LAST_MISUSE))
+def test_export_average_last_misuse_is_one_line(gru, tmp_path, capsys, case):
+    flags, message = AVERAGE_LAST_MISUSE[case]
+    for epoch in (1, 2):
+        (tmp_path / f"checkpoint{epoch}.pt").write_bytes(gru.ckpt.read_bytes())
+    out = tmp_path / "out"
+    assert export_cli.main([str(tmp_path), *flags, "--out", str(out), "--data", str(gru.data)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == "fairseq-dense-export: error: " + message.format(folder=tmp_path), err
+    assert not out.exists()
 
 
 # ---------------------------------------------------------------- the plugin's own code evaluates nothing

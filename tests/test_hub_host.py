@@ -51,6 +51,14 @@ def test_load_never_reads_the_host_command_line(gru, tmp_path, monkeypatch, mark
         assert isinstance(model.translate("a b c", max_len_b=4), str)
 
 
+@pytest.mark.parametrize("keyword", [{"beam": 2.5}, {"dropout": "high"}])
+def test_a_keyword_of_the_wrong_type_is_the_callers_type_error(gru, keyword):
+    """The caller's value, not the model directory: a ``TypeError`` naming the keyword, never config.json."""
+    with pytest.raises(TypeError, match=rf"^from_pretrained\(\) keyword '{next(iter(keyword))}': Value ") as info:
+        hub.from_pretrained(gru.dir, **keyword)
+    assert "config.json" not in str(info.value) and "\n" not in str(info.value)
+
+
 def test_loads_from_several_threads_at_once(gru, transformer):
     """Twelve loads of two models in four threads: each succeeds and translates as a load alone does.
 

@@ -140,6 +140,23 @@ def test_push_lists_every_refused_file_and_dry_run_shows_what_uploads(gru, tmp_p
     assert fake_hub == []
 
 
+@pytest.mark.parametrize("call", ["create_repo", "create_commit"])
+def test_push_hub_failure_is_one_line(gru, tmp_path, marker, fake_hub, monkeypatch, capsys, call):
+    """An id the hub refuses, no token, no network: one line naming the repository, not huggingface_hub's trace."""
+    from huggingface_hub.errors import HFValidationError
+
+    from fairseq_dense.cli import push as push_cli
+
+    def refuse(*args, **kwargs):
+        raise HFValidationError("Repo id must use alphanumeric chars\n(see the docs)")
+
+    monkeypatch.setattr(FakeApi, call, refuse)
+    assert push_cli.main([str(gru.dir), "me/tiny", "--no-pickle"]) == 1
+    err = capsys.readouterr().err
+    expected = "fairseq-dense-push: error: me/tiny: cannot upload to the hub: HFValidationError: Repo id must use "
+    assert err == expected + "alphanumeric chars (see the docs)\n", err
+
+
 # ---------------------------------------------------------------- push: only what a load accepts, the bytes it checked
 
 RESIGNED = {

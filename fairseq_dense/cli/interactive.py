@@ -74,11 +74,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     own.add_argument("--allow-empty-lines", action="store_true", help="translate empty lines (fairseq's behaviour)")
     add_verbose_flag(own)
     ours, argv = own.parse_known_args(sys.argv[1:] if argv is None else argv)
+    source = ours.input
+    try:
+        stream = sys.stdin.buffer if source == "-" else open(source, "rb")
+    except OSError as e:  # missing, a folder, no permission
+        raise SystemExit(f"{PROG}: error: {source}: cannot be read ({e.strerror})") from None
     set_up(PROG)  # one line for checkpoint/dictionary errors too, fairseq's checkpoints read, a clean exit
     # fairseq's format, but on stderr (fairseq-interactive logs to stdout): stdout holds the translations
     configure_logging(datefmt="%Y-%m-%d %H:%M:%S", verbose=ours.verbose)
-    source = ours.input
-    stream = sys.stdin.buffer if source == "-" else open(source, "rb")
     saved = sys.stdin, sys.argv
     sys.stdin = CheckedLines(stream, "stdin" if source == "-" else source, ours.allow_empty_lines)
     sys.argv = ["fairseq-interactive", *argv, "--input", "-"]

@@ -112,7 +112,7 @@ def one_line_errors(func):
 
 @one_line_errors
 def export_checkpoint(
-    checkpoints: Sequence[Union[str, Path]],
+    checkpoints: Union[str, Path, Sequence[Union[str, Path]]],
     out_dir: Union[str, Path],
     data: Optional[Union[str, Path]] = None,
     source_lang: Optional[str] = None,
@@ -134,7 +134,7 @@ def export_checkpoint(
 ) -> Path:
     """Write a self-contained model directory from fairseq checkpoint(s); returns ``out_dir``.
 
-    The options are ``fairseq-dense-export``'s (docs/hub.md): several checkpoints are averaged;
+    The options are ``fairseq-dense-export``'s (docs/hub.md): ``checkpoints``: a path or a list, averaged;
     ``average_last``: the last N of one checkpoint directory (``update_based``: ``checkpoint_E_U.pt``);
     ``moses_*``: the tokenizer's languages and the steps the training data went through (``data``'s record
     of ``fairseq-dense-prepare`` sets them too); ``write_pickle``: also ``model.pt``.
@@ -145,10 +145,16 @@ def export_checkpoint(
     out_dir = Path(out_dir)
     if out_dir.is_symlink():  # replacing it would swap the link, not the folder it names
         raise PretrainedModelError(f"{shown(out_dir)}: is a symbolic link; give the folder it points to")
-    if out_dir.exists() and any(out_dir.iterdir()) and not force:  # a file: NotADirectoryError, one line
-        raise PretrainedModelError(f"{out_dir}: exists and is not empty (use --force to replace it)")
-    paths = [Path(p) for p in checkpoints]
+
+    def refuse_filled_out():  # before the work, and again under the lock: another export may have filled it
+        if out_dir.exists() and any(out_dir.iterdir()) and not force:  # a file: NotADirectoryError, one line
+            raise PretrainedModelError(f"{out_dir}: exists and is not empty (use --force to replace it)")
+
+    refuse_filled_out()
+    paths = [Path(p) for p in ([checkpoints] if isinstance(checkpoints, (str, os.PathLike)) else checkpoints)]
     if average_last is not None:
+        if average_last < 1:  # a slice of the newest checkpoints: 0 selects none, -1 all but the oldest
+            raise PretrainedModelError(f"--average-last {average_last}: must be a positive number")
         if len(paths) != 1 or not paths[0].is_dir():
             raise PretrainedModelError(f"--average-last needs one checkpoint directory, got {[str(p) for p in paths]}")
         try:
@@ -157,6 +163,8 @@ def export_checkpoint(
             raise PretrainedModelError(
                 f"--average-last {average_last} needs {average_last} checkpoints: {err}"
             ) from None
+    for folder in (p for p in paths if p.is_dir()):  # read as a file it would be 'no such checkpoint file'
+        raise PretrainedModelError(f"{folder}: a folder; give checkpoint files, or the folder with --average-last N")
     states = [read_checkpoint(p) for p in paths]
     plain = states[-1]["plain_cfg"]  # the last checkpoint's configuration is the one exported
     arch = plain["model"].get("_name")
@@ -228,11 +236,19 @@ def export_checkpoint(
         "checkpoints": [p.name for p in paths],
     }
     schema.check_config(config, paths[-1])  # the same rules as loading, before any model code runs
+    created = [folder for folder in out_dir.parents if not folder.exists()]  # the deepest first
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     lock = out_dir.parent / f".{out_dir.name}{EXPORT_TMP_MARK}lock"
     busy = f"{shown(out_dir)}: another export to it is running"
-    with held_folder(str(lock), lambda holder: PretrainedModelError(f"{busy} ({holder}); wait for it")):
-        _write_locked(out_dir, config, dict_files, dictionaries, bpe_codes, states, paths, card, write_pickle)
+    try:
+        with held_folder(str(lock), lambda holder: PretrainedModelError(f"{busy} ({holder}); wait for it")):
+            refuse_filled_out()
+            _write_locked(out_dir, config, dict_files, dictionaries, bpe_codes, states, paths, card, write_pickle)
+    except BaseException:
+        for folder in created:  # made for this export: removed when still empty
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
     logger.info("exported %s (%d checkpoint(s)) to %s", arch, len(paths), shown(out_dir))
     return out_dir
 
@@ -308,11 +324,13 @@ def _write_weights(tmp: Path, config, dictionaries, states, paths):
             f"({one_line(err, 300)})"
         ) from None
     full = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    if config["weights_dtype"] == "float16":
-        full = {k: v.half() if torch.is_floating_point(v) else v for k, v in full.items()}
-    for name, tensor in full.items():
+    for name, tensor in list(full.items()):
         if torch.is_floating_point(tensor) and not bool(torch.isfinite(tensor).all()):
             raise PretrainedModelError(f"{paths[-1]}: tensor '{name}' holds non-finite values (NaN or infinity)")
+        if torch.is_floating_point(tensor) and config["weights_dtype"] == "float16":
+            full[name] = tensor.half()  # values over 65504 (65520 after rounding) become infinite
+            if not bool(torch.isfinite(full[name]).all()):
+                raise PretrainedModelError(f"{paths[-1]}: tensor '{name}' overflows float16: export without --fp16")
     aliases = tied_names(model)
     metadata = {"format": "pt", "tied_weights": json.dumps(aliases), "arch": config["arch"]}
     metadata["fairseq_dense_version"] = fairseq_dense.__version__
@@ -379,6 +397,8 @@ def model_card(config: Dict[str, Any], n_params: int, info: ModelCardInfo, has_p
         "Licence": info.license,
         "Exported with": f"fairseq-dense {config['package_version']}, fairseq {config['fairseq_version']}",
     }
+    # a | (sacreBLEU's signatures hold several) or a line break splits a table row, even inside a code span
+    rows = {k: " ".join(v.replace("|", "\\|").split("\n")) for k, v in rows.items()}
     files = [
         f"`{schema.CONFIG_NAME}`: architecture, every model option, task, tokenizer and BPE settings",
         f"`{schema.WEIGHTS_NAME}`: weights (safetensors: no code runs when loading)",

@@ -246,7 +246,8 @@ def build_model(config: Dict[str, Any], dictionaries, overrides: Optional[Dict[s
     """``(cfg, task, model)`` of a checked config and its parsed dictionaries as fairseq's inference loads build
     them (``from_checkpoint=True``: no training-time work), from fairseq's dataclasses: no argument parser (it
     reads ``sys.argv``, imports any ``--user-dir`` there), no hydra (global state). ``overrides`` set every
-    group's option of that name (``TypeError`` if none has it); argparse-style models get a flat ``Namespace``."""
+    group's option of that name (``TypeError`` if none has it, or for a value not of its type); argparse-style
+    models get a flat ``Namespace``. torch's global random generator is left as it was."""
     arch, task_name = config["arch"], config["task"].get("_name", "translation")
     model_dc = MODEL_DATACLASS_REGISTRY.get(ARCH_MODEL_NAME_REGISTRY[arch])
     try:
@@ -264,7 +265,10 @@ def build_model(config: Dict[str, Any], dictionaries, overrides: Optional[Dict[s
             if not owners:
                 raise TypeError(f"from_pretrained() got an unknown fairseq option '{key}'")
             for name in owners:
-                root[name][key] = value
+                try:
+                    root[name][key] = value
+                except Exception as err:  # OmegaConf's type check of the caller's value, not the directory's
+                    raise TypeError(f"from_pretrained() keyword '{key}': {str(err).splitlines()[0]}") from None
         # allow_objects on this config only: fairseq's omegaconf_no_object_check patches OmegaConf for every thread
         cfg = OmegaConf.create(
             OmegaConf.to_container(root, resolve=True, enum_to_str=True), flags={"allow_objects": True}
@@ -283,8 +287,9 @@ def build_model(config: Dict[str, Any], dictionaries, overrides: Optional[Dict[s
         raise _fairseq_error(where, "fairseq cannot configure the model", err) from None
     OmegaConf.set_struct(cfg, True)
     try:
-        task = TASK_REGISTRY[cfg.task._name](cfg.task, *dictionaries)
-        model = task.build_model(cfg.model, from_checkpoint=True)
+        with torch.random.fork_rng(devices=[]):  # initialising the parameters draws from torch's global generator
+            task = TASK_REGISTRY[cfg.task._name](cfg.task, *dictionaries)
+            model = task.build_model(cfg.model, from_checkpoint=True)
     except (Exception, SystemExit) as err:
         raise _fairseq_error(where, f"the options do not build '{arch}'", err) from None
     return cfg, task, model
@@ -389,7 +394,7 @@ def load_model(model_dir: Union[str, Path], overrides: Optional[Dict[str, Any]] 
 
     Raises:
         PretrainedModelError: naming the file (and key, line or tensor) at fault.
-        TypeError: an override that is not a fairseq option.
+        TypeError: an override that is not a fairseq option, or not of its type.
     """
     if files is None:
         with ModelDirectory(model_dir) as directory:
@@ -402,8 +407,7 @@ def load_model(model_dir: Union[str, Path], overrides: Optional[Dict[str, Any]] 
         dictionaries.append(parse_dictionary(where[name], data[name], size, side))
     codes = parse_bpe_codes(where[schema.BPE_CODES_NAME], data[schema.BPE_CODES_NAME]) if config.get("bpe") else None
     weights = parse_weights(where[WEIGHTS_NAME], data.pop(WEIGHTS_NAME))
-    with torch.random.fork_rng(devices=[]):
-        cfg, task, model = build_model(config, dictionaries, overrides, where[CONFIG_NAME])
+    cfg, task, model = build_model(config, dictionaries, overrides, where[CONFIG_NAME])
     load_weights(model, where[WEIGHTS_NAME], config, weights, cfg.model)
     model.eval()
     return LoadedModel(cfg, task, model, config, codes)
@@ -450,7 +454,7 @@ def from_pretrained(name_or_path: Union[str, Path], **kwargs) -> TranslationHubI
 
     Raises:
         PretrainedModelError: every problem of the model directory, in one line naming the file and key.
-        TypeError: a keyword that is not a fairseq option.
+        TypeError: a keyword that is not a fairseq option, or not of its type.
     """
     load = {k: kwargs.pop(k) for k in ("revision", "cache_dir", "local_files_only", "token") if k in kwargs}
     text = {k: kwargs.pop(k) for k in ("tokenizer", "bpe") if k in kwargs}

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Dict, Optional, Union
 
 from fairseq_dense.hub.loading import ModelDirectory, load_model, read_files
-from fairseq_dense.hub.schema import CARD_NAME, CONFIG_NAME, PICKLE_NAME, PretrainedModelError, shown
+from fairseq_dense.hub.schema import CARD_NAME, CONFIG_NAME, PICKLE_NAME, PretrainedModelError, one_line, shown
 
 logger = logging.getLogger(__name__)
 
@@ -64,13 +64,18 @@ def push_to_hub(
     from huggingface_hub import CommitOperationAdd, HfApi
 
     config = json.loads(upload[CONFIG_NAME])  # checked above
-    api = HfApi()  # the token of huggingface_hub's environment/config lookup
-    api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-    info = api.create_commit(
-        repo_id=repo_id,
-        repo_type="model",
-        revision=revision,
-        operations=[CommitOperationAdd(path_in_repo=name, path_or_fileobj=data) for name, data in upload.items()],
-        commit_message=commit_message or f"Upload {config['arch']} (fairseq-dense {config.get('package_version')})",
-    )
+    try:
+        api = HfApi()  # the token of huggingface_hub's environment/config lookup
+        api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        info = api.create_commit(
+            repo_id=repo_id,
+            repo_type="model",
+            revision=revision,
+            operations=[CommitOperationAdd(path_in_repo=name, path_or_fileobj=data) for name, data in upload.items()],
+            commit_message=commit_message or f"Upload {config['arch']} (fairseq-dense {config.get('package_version')})",
+        )
+    except Exception as err:  # an id or revision the hub refuses, no token, no network: huggingface_hub's many types
+        raise PretrainedModelError(
+            f"{shown(repo_id)}: cannot upload to the hub: {type(err).__name__}: {one_line(err, 300)}"
+        ) from None
     return str(getattr(info, "commit_url", info))
