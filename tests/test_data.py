@@ -126,7 +126,7 @@ def test_line_count_mismatch_names_both_files(tmp_path):
 
 def test_a_line_ends_at_newline_only(tmp_path):
     """U+2028, NEL or a form feed inside a sentence keep it one line (as ``wc -l`` and fairseq count): no
-    false line-count error, no pairs shifted against each other."""
+    false line-count error, no pairs shifted against each other; a leading BOM is no part of the text."""
     raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=20, n_valid=5, n_test=5)
     for lang, at, sep in (("src", 2, "\u2028"), ("tgt", 5, "\x85\x0c")):
         lines = (raw / f"train.{lang}").read_text(encoding="utf-8").split("\n")
@@ -134,6 +134,8 @@ def test_a_line_ends_at_newline_only(tmp_path):
         (raw / f"train.{lang}").write_text("\n".join(lines), encoding="utf-8")
     prep.check_parallel(str(raw), "src", "tgt")
     assert len(prep.read_lines(str(raw / "train.tgt"))) == 20
+    (raw / "test.src").write_text("\ufeffa b\n", encoding="utf-8")
+    assert prep.read_lines(str(raw / "test.src")) == ["a b"]
 
 
 def test_missing_split_is_named(tmp_path):

@@ -87,12 +87,13 @@ def building(dest: str) -> Iterator[str]:
 
 def read_lines(path: str) -> List[str]:
     """Read a raw text file's lines, ended by a newline (or CRLF) only: not by the other characters that
-    ``str.splitlines`` ends a line at (U+2028, NEL, form feed, ...), which would shift the pairs; fails
+    ``str.splitlines`` ends a line at (U+2028, NEL, form feed, ...), which would shift the pairs; a leading
+    byte-order mark dropped (else it would become a token of the first sentence); fails
     clearly on missing files or non-UTF-8 bytes."""
     if not os.path.isfile(path):
         raise DataError(f"{path}: file not found")
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             return [line.rstrip("\n") for line in f]
     except UnicodeDecodeError:
         raise DataError(find_non_utf8(path)) from None
