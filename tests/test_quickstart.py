@@ -289,6 +289,17 @@ def test_errors_are_one_line_naming_the_file(tmp_path):
     assert "test.en: file not found" in _fails_with_one_line(["--corpus", raw, "--src", "de", "--tgt", "en", *work])
 
 
+def test_the_synthetic_corpus_is_written_again_for_other_suffixes(tmp_path, monkeypatch):
+    """A synthetic corpus written for en-xx is not taken for --src ab (whose train.ab it lacks)."""
+    write = quickstart.synthetic.write_corpus
+    monkeypatch.setattr(quickstart.synthetic, "write_corpus", lambda d, s, t: write(d, s, t, sizes=(3, 1, 1)))
+    parser = quickstart.get_parser()
+    for suffixes in ([], ["--src", "ab"]):
+        args = parser.parse_args(["--corpus", "synthetic", "--work-dir", str(tmp_path), *suffixes])
+        raw = quickstart.choose_corpus(args, parser)[0]
+    assert sorted(os.listdir(raw)) == sorted(f"{split}.{lang}" for split in prep.SPLITS for lang in ("ab", "xx"))
+
+
 def test_all_families_takes_each_family_cpu_arch_from_the_registry():
     from fairseq_dense.baselines import our_families
 

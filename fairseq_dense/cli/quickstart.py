@@ -90,7 +90,7 @@ def choose_corpus(args, parser) -> tuple:
     if args.corpus == SYNTHETIC:
         src, tgt = args.src or "en", args.tgt or "xx"
         raw = os.path.join(args.work_dir, SYNTHETIC, "raw")
-        if not os.path.isfile(os.path.join(raw, f"test.{tgt}")):
+        if not all(os.path.isfile(os.path.join(raw, f"test.{lang}")) for lang in (src, tgt)):
             with prep.building(raw) as tmp:  # a run cut short leaves no half-written corpus
                 synthetic.write_corpus(tmp, src, tgt)
         return raw, src, tgt, SYNTHETIC, args.bpe_merges or 500
