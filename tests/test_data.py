@@ -150,6 +150,10 @@ def test_cli_reports_bad_data_in_one_line(tmp_path):
     (raw / "test.tgt").unlink()
     with pytest.raises(SystemExit, match=r"^error: .*test\.tgt: file not found$"):
         prep.main(["--raw", str(raw), "--dest", str(tmp_path / "o"), "--src", "src", "--tgt", "tgt"])
+    # one suffix for both sides would prepare a copy task without a word
+    with pytest.raises(SystemExit, match=r"^error: source and target language are both 'src' .*$"):
+        prep.main(["--raw", str(raw), "--dest", str(tmp_path / "o"), "--src", "src", "--tgt", "src"])
+    assert not (tmp_path / "o").exists()
 
 
 def test_synthetic_corpus_reorders_and_agrees():

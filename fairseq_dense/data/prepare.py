@@ -270,6 +270,8 @@ def prepare(
     force: bool = False,
 ) -> str:
     """Run the whole pipeline (or reuse ``dest``, as the module says); returns ``dest``."""
+    if src == tgt:
+        raise DataError(f"source and target language are both {src!r} (--src/--tgt): a pair needs two suffixes")
     meta = {
         "src": src,
         "tgt": tgt,
