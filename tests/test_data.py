@@ -116,6 +116,19 @@ def test_non_utf8_input_names_file_and_line_and_leaves_nothing(tmp_path):
     assert not dest.exists() and not (tmp_path / "out.tmp").exists()
 
 
+def test_a_folder_it_did_not_write_is_never_replaced(tmp_path):
+    """``--dest`` naming the raw folder's parent (or ``.``), or ``--corpus``'s DEST-raw naming one's own
+    folder, stops with one line: replacing it would delete the raw files."""
+    from fairseq_dense.data import tatoeba
+
+    raw = helpers.write_copy_corpus(tmp_path / "data" / "raw", n_train=20, n_valid=5, n_test=5)
+    with pytest.raises(prep.DataError, match=r"data: not a folder fairseq-dense-prepare wrote \(no prepare.json\)"):
+        prep.prepare(str(raw), str(tmp_path / "data"), "src", "tgt", merges=10, workers=1)
+    with pytest.raises(prep.DataError, match=r"raw: not a folder .* \(no \.extracted\)"):
+        tatoeba.extract(str(raw), max_lines=5)
+    assert len(list(raw.iterdir())) == 6 and not (tmp_path / "data.tmp").exists()
+
+
 def test_line_count_mismatch_names_both_files(tmp_path):
     raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=20, n_valid=5, n_test=5)
     with open(raw / "valid.src", "a") as f:

@@ -70,9 +70,12 @@ def write_json(path: str, obj, indent: int = 2) -> None:
 
 
 @contextlib.contextmanager
-def building(dest: str) -> Iterator[str]:
+def building(dest: str, mark: Optional[str] = None) -> Iterator[str]:
     """A fresh folder ``DEST.tmp`` to fill, renamed over ``dest`` when the block succeeds and removed when it fails
-    (the folder form of :func:`~fairseq_dense.checkpoints.replacing`)."""
+    (the folder form of :func:`~fairseq_dense.checkpoints.replacing`). ``mark``: the file that a ``dest`` built
+    here holds; a non-empty ``dest`` without it (``--dest .``, the raw folder's parent) is a :class:`DataError`."""
+    if mark and os.path.isdir(dest) and os.listdir(dest) and not os.path.isfile(os.path.join(dest, mark)):
+        raise DataError(f"{dest}: not a folder fairseq-dense-prepare wrote (no {mark}): choose another, or empty it")
     tmp = dest.rstrip("/") + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
@@ -297,7 +300,7 @@ def prepare(
     check_parallel(raw_dir, src, tgt)
     files = [(f"{split}.{lang}", lang) for split in SPLITS for lang in (src, tgt)]
     start = time.time()
-    with building(dest) as tmp:
+    with building(dest, "prepare.json") as tmp:
         os.makedirs(os.path.join(tmp, "tok"))
         os.makedirs(os.path.join(tmp, "bpe"))
         for name, lang in files:
