@@ -268,6 +268,26 @@ def test_a_finished_model_is_found_and_never_trained_past_its_budget(tmp_path):
         quickstart_steps.budget_met(str(save), Budget(updates=50))
 
 
+def test_a_cut_run_is_not_resumed_on_other_data(tmp_path, monkeypatch):
+    """A run cut short (Ctrl-C) and started again after the data changed (--lowercase, --bpe-merges, other raw
+    text) is not continued from its checkpoint: its embeddings belong to the other dictionary."""
+    data, model = tmp_path / "data", Result("plugin", "f", "a", ["--arch", "a"], str(tmp_path / "checkpoints-a"))
+    data.mkdir()
+    args = quickstart.get_parser().parse_args(["--threads", "1"])
+    trained = []
+
+    def cut(cmd, *a, **kw):
+        trained.append(cmd)
+        raise InterruptedError  # as Ctrl-C would, without stopping pytest
+
+    monkeypatch.setattr(quickstart_steps, "run_command", cut)
+    for merges, stop in ((10, InterruptedError), (20, SystemExit)):
+        (data / "prepare.json").write_text(json.dumps({"merges": merges}))
+        with pytest.raises(stop) as info:
+            quickstart_steps.train_and_score(model, str(data), str(tmp_path), [], "en", Budget(updates=4), args)
+    assert len(trained) == 1 and "checkpoints-a was trained on other data: pass --fresh" in str(info.value)
+
+
 def _fails_with_one_line(argv) -> str:
     with pytest.raises(SystemExit) as info:
         quickstart.main(argv)
