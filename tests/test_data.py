@@ -127,6 +127,9 @@ def test_a_folder_it_did_not_write_is_never_replaced(tmp_path):
     with pytest.raises(prep.DataError, match=r"raw: not a folder .* \(no \.extracted\)"):
         tatoeba.extract(str(raw), max_lines=5)
     assert len(list(raw.iterdir())) == 6 and not (tmp_path / "data.tmp").exists()
+    (tmp_path / "notes").write_text("a file, not a folder")
+    with pytest.raises(prep.DataError, match=r"notes: not a folder"):
+        prep.prepare(str(raw), str(tmp_path / "notes"), "src", "tgt", merges=10, workers=1)
 
 
 def test_line_count_mismatch_names_both_files(tmp_path):

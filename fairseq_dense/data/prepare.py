@@ -73,9 +73,10 @@ def write_json(path: str, obj, indent: int = 2) -> None:
 def building(dest: str, mark: Optional[str] = None) -> Iterator[str]:
     """A fresh folder ``DEST.tmp`` to fill, renamed over ``dest`` when the block succeeds and removed when it fails
     (the folder form of :func:`~fairseq_dense.checkpoints.replacing`). ``mark``: the file that a ``dest`` built
-    here holds; a non-empty ``dest`` without it (``--dest .``, the raw folder's parent) is a :class:`DataError`."""
-    if mark and os.path.isdir(dest) and os.listdir(dest) and not os.path.isfile(os.path.join(dest, mark)):
-        raise DataError(f"{dest}: not a folder fairseq-dense-prepare wrote (no {mark}): choose another, or empty it")
+    here holds; a file or a non-empty folder without it (``--dest .``, the raw folder's parent): :class:`DataError`."""
+    if mark and os.path.exists(dest) and not os.path.isfile(os.path.join(dest, mark)):
+        if not os.path.isdir(dest) or os.listdir(dest):  # an empty folder is there to be filled
+            raise DataError(f"{dest}: not a folder fairseq-dense-prepare wrote (no {mark}): name another, or empty it")
     tmp = dest.rstrip("/") + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
