@@ -320,6 +320,13 @@ def test_the_synthetic_corpus_is_written_again_for_other_suffixes(tmp_path, monk
     assert sorted(os.listdir(raw)) == sorted(f"{split}.{lang}" for split in prep.SPLITS for lang in ("ab", "xx"))
 
 
+def test_fewer_pairs_than_a_batch_are_refused(capsys, tmp_path):
+    """fairseq-train batches by multiples of 8 sentences: 7 pairs a split would end in its traceback."""
+    with pytest.raises(SystemExit) as info:
+        quickstart.main(["--max-lines", "7", "--threads", "1", "--updates", "1", "--work-dir", str(tmp_path)])
+    assert info.value.code == 2 and "error: --max-lines takes at least 8 pairs" in capsys.readouterr().err
+
+
 def test_all_families_takes_each_family_cpu_arch_from_the_registry():
     from fairseq_dense.baselines import our_families
 

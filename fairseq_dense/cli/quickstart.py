@@ -38,6 +38,8 @@ EXPORT_NAME = "model"
 #: ``<family>_<CPU_SIZE>`` is each family's architecture in ``--all-families``
 CPU_SIZE = "small"
 BUNDLED, SYNTHETIC = "tatoeba", "synthetic"
+#: fairseq-train's --required-batch-size-multiple, the recipe's: a split that all fits in one batch is cut to a multiple
+BATCH_MULTIPLE = 8
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -78,6 +80,8 @@ def get_parser() -> argparse.ArgumentParser:
 
 def choose_corpus(args, parser) -> tuple:
     """``(raw folder, src, tgt, name, BPE merges)`` for ``--corpus`` (the bundled or synthetic one written first)."""
+    if args.max_lines and args.max_lines < BATCH_MULTIPLE:  # fewer: fairseq-train would find no batch
+        parser.error(f"--max-lines takes at least {BATCH_MULTIPLE} pairs (fairseq-train's batches of sentences)")
     if args.corpus == BUNDLED:
         src, tgt = args.src or tatoeba.SRC, args.tgt or tatoeba.TGT
         if {src, tgt} != {tatoeba.SRC, tatoeba.TGT}:
