@@ -327,6 +327,14 @@ def test_fewer_pairs_than_a_batch_are_refused(capsys, tmp_path):
     assert info.value.code == 2 and "error: --max-lines takes at least 8 pairs" in capsys.readouterr().err
 
 
+def test_all_families_with_arch_is_refused(capsys, monkeypatch):
+    """``--all-families`` trains every family's arch: an --arch beside it would be ignored without a word."""
+    monkeypatch.setattr(quickstart, "choose_corpus", lambda *a: pytest.fail("went on to the corpus"))
+    with pytest.raises(SystemExit) as info:
+        quickstart.main(["--all-families", "--arch", "densenmt_small", "--threads", "1"])
+    assert info.value.code == 2 and "error: --all-families trains each family's" in capsys.readouterr().err
+
+
 def test_all_families_takes_each_family_cpu_arch_from_the_registry():
     from fairseq_dense.baselines import our_families
 

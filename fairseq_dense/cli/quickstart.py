@@ -53,7 +53,7 @@ def get_parser() -> argparse.ArgumentParser:
     add("--tgt", help="target suffix (default: en for tatoeba, xx for synthetic)")
     add("--max-lines", type=prep.positive(int), help="use only the first N pairs of each bundled split (a quick try)")
     add("--work-dir", default="quickstart-work", help="where data, checkpoints and logs go")
-    add("--arch", nargs="+", default=[DEFAULT_ARCH],
+    add("--arch", nargs="+",
         help=f"any registered architecture(s), trained in turn (default: {DEFAULT_ARCH})")
     add("--baseline", action="store_true", help="also train fairseq's built-in of the same size with the same "
         "budget (transformer / lstm / fconv) and print both side by side")
@@ -246,6 +246,8 @@ def print_usage_of(result: Result, data: str, src: str, tgt: str, srcs: List[str
 
 def run(args, parser) -> int:
     """The quick-start of parsed ``args``: prepare, train and score every run, print the table."""
+    if args.all_families and args.arch:
+        parser.error(f"--all-families trains each family's <family>_{CPU_SIZE} arch: leave out --arch")
     budget = Budget(minutes=args.minutes) if args.minutes else Budget(updates=args.updates)
     args.threads, why = (args.threads, "--threads") if args.threads else choose_threads()
     hint = "" if why == "--threads" else f"; --threads N or {THREADS_ENV} to choose"
@@ -262,7 +264,7 @@ def run(args, parser) -> int:
     except prep.DataError as e:
         raise SystemExit(f"error: {e}")
     t_prep = time.time() - start
-    archs = family_archs() if args.all_families else args.arch
+    archs = family_archs() if args.all_families else args.arch or [DEFAULT_ARCH]
     results = train_all(archs, data, work, refs, tgt, budget, args)
     single = len(archs) == 1 and not results[0].error
     exported = ""
