@@ -90,9 +90,9 @@ def building(dest: str, mark: Optional[str] = None) -> Iterator[str]:
 
 
 def read_lines(path: str) -> List[str]:
-    """A raw text file's lines, ended by a newline (or CRLF) only, not where ``str.splitlines`` would split a
-    sentence (U+2028, NEL, a form feed, ...: the pairs would shift), and without a leading byte-order mark;
-    fails clearly on missing files or non-UTF-8 bytes."""
+    """A raw text file's lines, ended by LF, CRLF or CR (as fairseq reads text), not where ``str.splitlines``
+    would split a sentence (U+2028, NEL, a form feed, ...: the pairs would shift), without a leading byte-order
+    mark; fails clearly on missing files or non-UTF-8 bytes."""
     if not os.path.isfile(path):
         raise DataError(f"{path}: file not found")
     try:
