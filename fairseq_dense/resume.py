@@ -117,9 +117,11 @@ def _copy_over(source: CheckpointInfo, dest: str) -> CheckpointInfo:
 
 
 def _tidy(save_dir: str, partial: bool = True) -> None:
-    """Delete each ``<name>.unreadable`` whose ``<name>`` loads again and (``partial``) each ``checkpoint*.pt.tmp``."""
+    """Delete each ``<name>.unreadable`` whose ``<name>`` loads again and (``partial``) each ``checkpoint*.pt.tmp``
+    and ``checkpoint*.pt.unreadable.tmp`` (a kill while a restart kept a file aside)."""
     pattern = os.path.join(glob.escape(save_dir), "checkpoint*.pt")
-    for tmp in sorted(glob.glob(pattern + TMP_SUFFIX)) if partial else ():
+    partials = glob.glob(pattern + TMP_SUFFIX) + glob.glob(pattern + UNREADABLE_SUFFIX + TMP_SUFFIX)
+    for tmp in sorted(partials) if partial else ():
         size = os.path.getsize(tmp)
         os.remove(tmp)
         logger.warning("removed %s (%d bytes): a checkpoint write that an interruption cut short", tmp, size)
@@ -365,7 +367,8 @@ class OneWrite:
 
 def finished_reason(info: CheckpointInfo, cfg) -> Optional[str]:
     """Why training resumed from ``info`` would stop before its first update, or None. ``cfg``: fairseq's limits
-    (unset or 0: none); ``--reset-optimizer`` restarts the update count, ``--reset-dataloader`` the epochs."""
+    (unset or 0: none); ``--reset-optimizer`` restarts the update count, ``--reset-dataloader`` the epochs,
+    ``--reset-meters`` the ``--patience`` count."""
     max_update, max_epoch = option(cfg, "max_update") or 0, option(cfg, "max_epoch") or 0
     hours, patience = option(cfg, "stop_time_hours") or 0, option(cfg, "patience") or 0
     if max_update and not option(cfg, "reset_optimizer") and info.num_updates >= max_update:
@@ -374,7 +377,7 @@ def finished_reason(info: CheckpointInfo, cfg) -> Optional[str]:
         return f"{info.next_epoch - 1} epochs (--max-epoch {max_epoch})"
     if hours > 0 and info.training_seconds / 3600 > hours:
         return f"{info.training_seconds / 3600:.4f} hours of training (--stop-time-hours {hours})"
-    if patience > 0 and info.runs_without_improvement >= patience:
+    if patience > 0 and not option(cfg, "reset_meters") and info.runs_without_improvement >= patience:
         return f"{info.runs_without_improvement} validations without a better score (--patience {patience})"
     return None
 
@@ -389,11 +392,13 @@ def option(cfg, name: str):
 
 
 def checks_files(cfg) -> bool:
-    """Whether the run resumes from ``--save-dir``'s ``checkpoint_last.pt`` (fairseq's default) and writes
-    synchronously (every file complete once saved); the same on every rank."""
+    """Whether the run resumes from ``--save-dir``'s ``checkpoint_last.pt`` (fairseq's default, with no
+    ``--checkpoint-suffix``: the files of the folder are this run's) and writes synchronously (every file complete
+    once saved); the same on every rank."""
     return bool(
         option(cfg, "save_dir")
         and option(cfg, "restore_file") == LAST
+        and not option(cfg, "checkpoint_suffix")
         and not option(cfg, "write_checkpoints_asynchronously")
     )
 
@@ -439,19 +444,21 @@ def _prepare(cfg, save_dir: str) -> Tuple[Optional[CheckpointInfo], Optional[str
     others = ("finetune_from_model", "continue_once", "no_last_checkpoints")
     new_last = not any(option(cfg, k) for k in others)
     resume = recover_at_restart(save_dir, new_last, root.checkpoint if root is not None else None)
-    if reason := resume and finished_reason(resume, cfg):
-        return resume, (
-            f"training already finished: {resume.path} holds {reason}; nothing to train (raise the limit to go on)"
-        )
+    other = ""  # what this command changes of the run that wrote the checkpoint
     if resume is not None and root is not None:
         state = read_state(resume.path, mmap=True)
         extra = state.get("extra_state") or {}
         if found := changes(root, state.get("cfg"), task_data_identity(cfg), extra.get(DATA_KEY)):
             more = f" and {len(found) - 8} more" if len(found) > 8 else ""
-            logger.warning(
-                f"{resume.path} was written by a run with other options or data than this command "
-                f"({'; '.join(found[:8])}{more}): training goes on from it, but no longer as an exact continuation"
-            )
+            other = f"written by a run with other options or data than this command ({'; '.join(found[:8])}{more})"
+    if reason := resume and finished_reason(resume, cfg):
+        return resume, f"training already finished: {resume.path} holds {reason}" + (
+            f", {other}; nothing to train (raise the limit to go on from it, or pass another --save-dir for a new run)"
+            if other
+            else "; nothing to train (raise the limit to go on)"
+        )
+    if other:
+        logger.warning(f"{resume.path} was {other}: training goes on from it, but no longer as an exact continuation")
     return resume, None
 
 

@@ -90,16 +90,18 @@ def bad(tmp_path):
             ["{save}", "--num-update-checkpoints", "2", "--checkpoint-upper-bound", "1"],
             r"--num-update-checkpoints 2: .* holds 1 checkpoint_<epoch>_<updates>.pt files up to 1, 2 needed",
         ),
+        (["{save}/checkpoint_1_1.pt", "--output", "{save}"], r"cannot write .*ckpt: Is a directory"),
+        (["{save}/checkpoint_1_1.pt", "--output", "{save}/checkpoint_1_1.pt/a.pt"], r"cannot write .*: File exists"),
     ],
 )
 def test_bad_input_gives_a_usage_error_naming_the_cause(bad, tmp_path, capsys, argv, message):
     out = tmp_path / "avg.pt"
     with pytest.raises(SystemExit) as e:
-        average.main([a.format(save=bad) for a in argv] + ["--output", str(out)])
+        average.main(["--output", str(out)] + [a.format(save=bad) for a in argv])
     assert e.value.code == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert re.search(message, last), last
-    assert not out.exists() and not (tmp_path / "avg.pt.tmp").exists()
+    assert not out.exists() and not (tmp_path / "avg.pt.tmp").exists() and not (bad.parent / "ckpt.tmp").exists()
 
 
 def test_checkpoint_upper_bound_leaves_out_the_later_checkpoints(tmp_path):

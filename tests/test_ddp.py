@@ -101,7 +101,7 @@ def test_launcher_builds_rank_arguments():
         train_ddp.distributed_args(["bin", "--distributed-world-size", "4"], 0, 2, 0)
 
 
-def test_launcher_torchrun_command(monkeypatch):
+def test_launcher_torchrun_command(monkeypatch, capsys):
     seen = {}
     monkeypatch.setattr("torch.distributed.run.main", lambda a: seen.setdefault("args", a))
     train_ddp.main(["--nproc", "2", "bin", "--cpu", "--lr", "0.1"])
@@ -132,6 +132,9 @@ def test_launcher_torchrun_command(monkeypatch):
 
     with pytest.raises(SystemExit):
         train_ddp.main(["--nproc", "2", "bin", "--distributed-rank", "0"])
+    with pytest.raises(SystemExit) as e:  # a usage error, not a ValueError traceback
+        train_ddp.main(["--nproc", "0", "bin", "--cpu"])
+    assert e.value.code == 2 and "--nproc: must be a positive number, not 0" in capsys.readouterr().err
 
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 

@@ -255,6 +255,14 @@ def test_restarting_a_finished_run_trains_nothing_and_changes_no_file(limit, dat
     assert finished.value.message.startswith(f"training already finished: {save / 'checkpoint_last.pt'} holds {held}")
     assert finished.value.message in caplog.text
     assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in save.iterdir()} == before
+    # another command (e.g. a new training given this folder by mistake) is told what differs
+    other = [*args[: args.index("--lr") + 1], "0.001", *args[args.index("--lr") + 2 :]]
+    with pytest.raises(TrainingFinished) as finished:
+        rh.train_inprocess(other)
+    assert f"holds {held}, written by a run with other options or data than this command (--lr 0.003 -> 0.001)" in (
+        finished.value.message
+    )
+    assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in save.iterdir()} == before
     # a higher limit trains on from there
     args[args.index(limit) + 1] = "8" if limit == "--max-update" else "3"
     assert sorted(rh.train_inprocess(args)) == ([5, 6, 7, 8] if limit == "--max-update" else [7, 8, 9])
@@ -330,6 +338,7 @@ def test_each_kind_of_damage_is_repaired_or_reported(saved_run, tmp_path, caplog
         if rh.load_checkpoint(p)["extra_state"]["val_loss"] == best_loss
     )
     (save / "checkpoint_1_8.pt.tmp").write_bytes(b"partial")
+    (save / "checkpoint_last.pt.unreadable.tmp").write_bytes(b"part")  # a kill as a restart kept a cut last aside
     (save / "checkpoint_2_4.pt.unreadable").write_bytes(b"")  # its name loads: goes
     (save / "checkpoint9.pt").write_bytes(b"not a checkpoint")  # set aside
     (save / "checkpoint_mine.pt").write_bytes(b"not a checkpoint")  # not fairseq's: reported only
@@ -341,6 +350,7 @@ def test_each_kind_of_damage_is_repaired_or_reported(saved_run, tmp_path, caplog
     assert resumed.num_updates == _updates(last) == 4 and last.read_bytes() == (save / "checkpoint_2_4.pt").read_bytes()
     assert best.read_bytes() == holder.read_bytes()
     assert f"removed {save / 'checkpoint_1_8.pt.tmp'} (7 bytes)" in text
+    assert f"removed {save / 'checkpoint_last.pt.unreadable.tmp'} (4 bytes)" in text
     assert f"removed {save / 'checkpoint_2_4.pt.unreadable'}: checkpoint_2_4.pt loads again" in text
     assert f"{best} does not load: it is a copy of {holder.name} cut at 5000 of" in text
     assert f"{save / 'checkpoint9.pt'} does not load (truncated or not a torch checkpoint, 16 bytes)" in text
@@ -386,6 +396,20 @@ def test_finished_reason():
     assert reason(max_epoch=2, reset_dataloader=True) is None
     assert reason(stop_time_hours=1.5) == "2.0000 hours of training (--stop-time-hours 1.5)"
     assert reason(stop_time_hours=2.5) is None
+    info.runs_without_improvement = 2
+    assert reason(patience=2) == "2 validations without a better score (--patience 2)"
+    assert reason(patience=2, reset_meters=True) is None  # the count restarts (docs/reliability.md)
+
+
+def test_a_run_with_a_checkpoint_suffix_leaves_another_runs_files_to_it(saved_run, data_bin, tmp_path):
+    """``--checkpoint-suffix _b`` resumes from ``checkpoint_last_b.pt``: the unsuffixed run's finished
+    ``checkpoint_last.pt`` beside it neither ends this run nor is checked or repaired (fairseq's behaviour)."""
+    save = _copy_of(saved_run, tmp_path)
+    before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in save.iterdir()}
+    extra = ["--optimizer", "adam", "--lr", "0.003", "--batch-size", "8", "--checkpoint-suffix", "_b"]
+    assert sorted(rh.train_inprocess(rh.base_train_args(data_bin, save, rh.tiny_archs()[0], 1, *extra))) == [1]
+    assert _updates(save / "checkpoint_last_b.pt") == 1
+    assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in save.iterdir() if p.name in before} == before
 
 
 @pytest.mark.parametrize(

@@ -56,8 +56,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         state = average_checkpoints(paths)
     except CheckpointError as e:
         parser.error(f"{flag} {n}: {e}" if folder else str(e))
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    atomic_save(state, args.output)  # never leave a half-written checkpoint
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+        atomic_save(state, args.output)  # never leave a half-written checkpoint
+    except OSError as e:  # a folder, a full disk, a parent that is a file
+        parser.error(f"cannot write {args.output}: {e.strerror or e}")
     names = ", ".join(map(os.path.basename, paths))
     logger.info("averaged %d checkpoints (%s) into %s with %s", len(paths), names, args.output, threads)
     return 0

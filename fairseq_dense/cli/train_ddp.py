@@ -19,6 +19,7 @@ from typing import List, Optional, Sequence
 
 from fairseq_dense import resume
 from fairseq_dense.checkpoints import safe_loading
+from fairseq_dense.data.prepare import positive
 from fairseq_dense.logging_setup import configure_logging
 from fairseq_dense.threads import THREADS_ENV, choose_threads
 
@@ -111,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Data-parallel fairseq-train through torchrun (gloo on CPU, NCCL on GPU). "
         "Every argument not listed here goes to fairseq-train.",
     )
-    p.add_argument("--nproc", type=int, help="processes per node (default: number of GPUs, or 2 with --cpu)")
+    p.add_argument("--nproc", type=positive(int), help="processes per node (default: number of GPUs, or 2 with --cpu)")
     p.add_argument("--nnodes", default="1", help="number of nodes, or MIN:MAX for elastic runs")
     p.add_argument("--node-rank", type=int, default=0, help="rank of this node (static rendezvous)")
     p.add_argument("--master-addr", default="127.0.0.1", help="address of node 0 (static rendezvous)")
@@ -134,8 +135,6 @@ def torchrun_args(
         import torch
 
         nproc = torch.cuda.device_count() if torch.cuda.is_available() and "--cpu" not in train_args else 2
-    if nproc < 1:
-        raise ValueError("--nproc must be >= 1")
     out = ["--nproc_per_node", str(nproc)]
     if opts.nnodes == "1":
         out += ["--standalone"]

@@ -43,6 +43,7 @@ class TranslationExactResumeConfig(TranslationConfig):
 
     save_dir: str = II("checkpoint.save_dir")
     restore_file: str = II("checkpoint.restore_file")
+    checkpoint_suffix: str = II("checkpoint.checkpoint_suffix")
     distributed_rank: int = II("distributed_training.distributed_rank")
     finetune_from_model: Optional[str] = II("checkpoint.finetune_from_model")
     continue_once: Optional[str] = II("checkpoint.continue_once")
