@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 from argparse import Namespace
+from unittest import mock
 
 import pytest
 import torch
@@ -68,6 +69,16 @@ def test_plot_cli(tmp_path):
     assert out.stat().st_size > 1000 and stats.stat().st_size > 1000
     with pytest.raises(SystemExit, match="labels"):
         plot.main([str(a), "--labels", "x", "y"])
+    # logs of the same name in two folders are two runs, each drawn (named by its path), never one
+    same = [tmp_path / side / "train.log" for side in ("x", "y")]
+    for path in same:
+        path.parent.mkdir()
+        path.write_text(LOG)
+    with mock.patch.object(plot, "plot_loss_curves") as drawn:
+        plot.main([*map(str, same), "--out", str(out)])
+    assert list(drawn.call_args.args[0]) == [str(path) for path in same]
+    with pytest.raises(SystemExit, match="two logs have the label 'same'"):
+        plot.main([str(a), str(b), "--labels", "same", "same"])
     with pytest.raises(SystemExit, match="not found"):
         plot.main([str(tmp_path / "missing.log")])
     (tmp_path / "empty.log").write_text("nothing\n")

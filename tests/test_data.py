@@ -116,12 +116,42 @@ def test_non_utf8_input_names_file_and_line_and_leaves_nothing(tmp_path):
     assert not dest.exists() and not (tmp_path / "out.tmp").exists()
 
 
+def test_a_folder_it_did_not_write_is_never_replaced(tmp_path):
+    """``--dest`` naming the raw folder's parent (or ``.``), or ``--corpus``'s DEST-raw naming one's own
+    folder, stops with one line: replacing it would delete the raw files."""
+    from fairseq_dense.data import tatoeba
+
+    raw = helpers.write_copy_corpus(tmp_path / "data" / "raw", n_train=20, n_valid=5, n_test=5)
+    with pytest.raises(prep.DataError, match=r"data: not a folder fairseq-dense-prepare wrote \(no prepare.json\)"):
+        prep.prepare(str(raw), str(tmp_path / "data"), "src", "tgt", merges=10, workers=1)
+    with pytest.raises(prep.DataError, match=r"raw: not a folder .* \(no \.extracted\)"):
+        tatoeba.extract(str(raw), max_lines=5)
+    assert len(list(raw.iterdir())) == 6 and not (tmp_path / "data.tmp").exists()
+    (tmp_path / "notes").write_text("a file, not a folder")
+    with pytest.raises(prep.DataError, match=r"notes: not a folder"):
+        prep.prepare(str(raw), str(tmp_path / "notes"), "src", "tgt", merges=10, workers=1)
+
+
 def test_line_count_mismatch_names_both_files(tmp_path):
     raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=20, n_valid=5, n_test=5)
     with open(raw / "valid.src", "a") as f:
         f.write("x y\n")
     with pytest.raises(prep.DataError, match=r"valid\.src has 6 lines but .*valid\.tgt has 5"):
         prep.check_parallel(str(raw), "src", "tgt")
+
+
+def test_a_line_ends_at_newline_only(tmp_path):
+    """U+2028, NEL or a form feed inside a sentence keep it one line (as ``wc -l`` and fairseq count): no
+    false line-count error, no pairs shifted against each other; a leading BOM is no part of the text."""
+    raw = helpers.write_copy_corpus(tmp_path / "raw", n_train=20, n_valid=5, n_test=5)
+    for lang, at, sep in (("src", 2, "\u2028"), ("tgt", 5, "\x85\x0c")):
+        lines = (raw / f"train.{lang}").read_text(encoding="utf-8").split("\n")
+        lines[at] = lines[at].replace(" ", sep, 1)
+        (raw / f"train.{lang}").write_text("\n".join(lines), encoding="utf-8")
+    prep.check_parallel(str(raw), "src", "tgt")
+    assert len(prep.read_lines(str(raw / "train.tgt"))) == 20
+    (raw / "test.src").write_text("\ufeffa b\n", encoding="utf-8")
+    assert prep.read_lines(str(raw / "test.src")) == ["a b"]
 
 
 def test_missing_split_is_named(tmp_path):
@@ -136,6 +166,10 @@ def test_cli_reports_bad_data_in_one_line(tmp_path):
     (raw / "test.tgt").unlink()
     with pytest.raises(SystemExit, match=r"^error: .*test\.tgt: file not found$"):
         prep.main(["--raw", str(raw), "--dest", str(tmp_path / "o"), "--src", "src", "--tgt", "tgt"])
+    # one suffix for both sides would prepare a copy task without a word
+    with pytest.raises(SystemExit, match=r"^error: source and target language are both 'src' .*$"):
+        prep.main(["--raw", str(raw), "--dest", str(tmp_path / "o"), "--src", "src", "--tgt", "src"])
+    assert not (tmp_path / "o").exists()
 
 
 def test_synthetic_corpus_reorders_and_agrees():

@@ -268,6 +268,26 @@ def test_a_finished_model_is_found_and_never_trained_past_its_budget(tmp_path):
         quickstart_steps.budget_met(str(save), Budget(updates=50))
 
 
+def test_a_cut_run_is_not_resumed_on_other_data(tmp_path, monkeypatch):
+    """A run cut short (Ctrl-C) and started again after the data changed (--lowercase, --bpe-merges, other raw
+    text) is not continued from its checkpoint: its embeddings belong to the other dictionary."""
+    data, model = tmp_path / "data", Result("plugin", "f", "a", ["--arch", "a"], str(tmp_path / "checkpoints-a"))
+    data.mkdir()
+    args = quickstart.get_parser().parse_args(["--threads", "1"])
+    trained = []
+
+    def cut(cmd, *a, **kw):
+        trained.append(cmd)
+        raise InterruptedError  # as Ctrl-C would, without stopping pytest
+
+    monkeypatch.setattr(quickstart_steps, "run_command", cut)
+    for merges, stop in ((10, InterruptedError), (20, SystemExit)):
+        (data / "prepare.json").write_text(json.dumps({"merges": merges}))
+        with pytest.raises(stop) as info:
+            quickstart_steps.train_and_score(model, str(data), str(tmp_path), [], "en", Budget(updates=4), args)
+    assert len(trained) == 1 and "checkpoints-a was trained on other data: pass --fresh" in str(info.value)
+
+
 def _fails_with_one_line(argv) -> str:
     with pytest.raises(SystemExit) as info:
         quickstart.main(argv)
@@ -287,6 +307,32 @@ def test_errors_are_one_line_naming_the_file(tmp_path):
     assert "valid.de has 20 lines" in message and "valid.en has 1" in message
     os.remove(os.path.join(raw, "test.en"))
     assert "test.en: file not found" in _fails_with_one_line(["--corpus", raw, "--src", "de", "--tgt", "en", *work])
+
+
+def test_the_synthetic_corpus_is_written_again_for_other_suffixes(tmp_path, monkeypatch):
+    """A synthetic corpus written for en-xx is not taken for --src ab (whose train.ab it lacks)."""
+    write = quickstart.synthetic.write_corpus
+    monkeypatch.setattr(quickstart.synthetic, "write_corpus", lambda d, s, t: write(d, s, t, sizes=(3, 1, 1)))
+    parser = quickstart.get_parser()
+    for suffixes in ([], ["--src", "ab"]):
+        args = parser.parse_args(["--corpus", "synthetic", "--work-dir", str(tmp_path), *suffixes])
+        raw = quickstart.choose_corpus(args, parser)[0]
+    assert sorted(os.listdir(raw)) == sorted(f"{split}.{lang}" for split in prep.SPLITS for lang in ("ab", "xx"))
+
+
+def test_fewer_pairs_than_a_batch_are_refused(capsys, tmp_path):
+    """fairseq-train batches by multiples of 8 sentences: 7 pairs a split would end in its traceback."""
+    with pytest.raises(SystemExit) as info:
+        quickstart.main(["--max-lines", "7", "--threads", "1", "--updates", "1", "--work-dir", str(tmp_path)])
+    assert info.value.code == 2 and "error: --max-lines takes at least 8 pairs" in capsys.readouterr().err
+
+
+def test_all_families_with_arch_is_refused(capsys, monkeypatch):
+    """``--all-families`` trains every family's arch: an --arch beside it would be ignored without a word."""
+    monkeypatch.setattr(quickstart, "choose_corpus", lambda *a: pytest.fail("went on to the corpus"))
+    with pytest.raises(SystemExit) as info:
+        quickstart.main(["--all-families", "--arch", "densenmt_small", "--threads", "1"])
+    assert info.value.code == 2 and "error: --all-families trains each family's" in capsys.readouterr().err
 
 
 def test_all_families_takes_each_family_cpu_arch_from_the_registry():

@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     """``fairseq-dense-plot``; returns 0, the exit status."""
     parser = argparse.ArgumentParser(prog="fairseq-dense-plot", description=__doc__.split("\n")[0])
     parser.add_argument("logs", nargs="+", help="fairseq-train log files (stdout of --log-format json or simple)")
-    parser.add_argument("--labels", nargs="+", help="one label per log (default: file names)")
+    parser.add_argument("--labels", nargs="+", help="one label per log (default: file names, or paths)")
     parser.add_argument("--out", default="loss.png", help="output PNG (default: loss.png)")
     parser.add_argument("--x", choices=("updates", "wall"), default="updates", help="x axis: updates or seconds")
     parser.add_argument("--title", default="", help="figure title")
@@ -100,9 +100,12 @@ def main(argv=None) -> int:
     add_verbose_flag(parser)
     args = parser.parse_args(argv)
     configure_logging("%(message)s", verbose=args.verbose)
-    labels = args.labels or [os.path.basename(p) for p in args.logs]
+    names = [os.path.basename(p) for p in args.logs]
+    labels = args.labels or (names if len(set(names)) == len(names) else args.logs)  # paths where names repeat
     if len(labels) != len(args.logs):
         raise SystemExit(f"error: --labels has {len(labels)} names for {len(args.logs)} logs")
+    if twice := next((label for label in labels if labels.count(label) > 1), None):
+        raise SystemExit(f"error: two logs have the label {twice!r}: give each its own --labels name")
     runs = {}
     for label, path in zip(labels, args.logs):
         try:

@@ -38,6 +38,8 @@ EXPORT_NAME = "model"
 #: ``<family>_<CPU_SIZE>`` is each family's architecture in ``--all-families``
 CPU_SIZE = "small"
 BUNDLED, SYNTHETIC = "tatoeba", "synthetic"
+#: fairseq-train's --required-batch-size-multiple, the recipe's: a split that all fits in one batch is cut to a multiple
+BATCH_MULTIPLE = 8
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -51,7 +53,7 @@ def get_parser() -> argparse.ArgumentParser:
     add("--tgt", help="target suffix (default: en for tatoeba, xx for synthetic)")
     add("--max-lines", type=prep.positive(int), help="use only the first N pairs of each bundled split (a quick try)")
     add("--work-dir", default="quickstart-work", help="where data, checkpoints and logs go")
-    add("--arch", nargs="+", default=[DEFAULT_ARCH],
+    add("--arch", nargs="+",
         help=f"any registered architecture(s), trained in turn (default: {DEFAULT_ARCH})")
     add("--baseline", action="store_true", help="also train fairseq's built-in of the same size with the same "
         "budget (transformer / lstm / fconv) and print both side by side")
@@ -78,6 +80,8 @@ def get_parser() -> argparse.ArgumentParser:
 
 def choose_corpus(args, parser) -> tuple:
     """``(raw folder, src, tgt, name, BPE merges)`` for ``--corpus`` (the bundled or synthetic one written first)."""
+    if args.max_lines and args.max_lines < BATCH_MULTIPLE:  # fewer: fairseq-train would find no batch
+        parser.error(f"--max-lines takes at least {BATCH_MULTIPLE} pairs (fairseq-train's batches of sentences)")
     if args.corpus == BUNDLED:
         src, tgt = args.src or tatoeba.SRC, args.tgt or tatoeba.TGT
         if {src, tgt} != {tatoeba.SRC, tatoeba.TGT}:
@@ -90,7 +94,7 @@ def choose_corpus(args, parser) -> tuple:
     if args.corpus == SYNTHETIC:
         src, tgt = args.src or "en", args.tgt or "xx"
         raw = os.path.join(args.work_dir, SYNTHETIC, "raw")
-        if not os.path.isfile(os.path.join(raw, f"test.{tgt}")):
+        if not all(os.path.isfile(os.path.join(raw, f"test.{lang}")) for lang in (src, tgt)):
             with prep.building(raw) as tmp:  # a run cut short leaves no half-written corpus
                 synthetic.write_corpus(tmp, src, tgt)
         return raw, src, tgt, SYNTHETIC, args.bpe_merges or 500
@@ -242,6 +246,8 @@ def print_usage_of(result: Result, data: str, src: str, tgt: str, srcs: List[str
 
 def run(args, parser) -> int:
     """The quick-start of parsed ``args``: prepare, train and score every run, print the table."""
+    if args.all_families and args.arch:
+        parser.error(f"--all-families trains each family's <family>_{CPU_SIZE} arch: leave out --arch")
     budget = Budget(minutes=args.minutes) if args.minutes else Budget(updates=args.updates)
     args.threads, why = (args.threads, "--threads") if args.threads else choose_threads()
     hint = "" if why == "--threads" else f"; --threads N or {THREADS_ENV} to choose"
@@ -258,7 +264,7 @@ def run(args, parser) -> int:
     except prep.DataError as e:
         raise SystemExit(f"error: {e}")
     t_prep = time.time() - start
-    archs = family_archs() if args.all_families else args.arch
+    archs = family_archs() if args.all_families else args.arch or [DEFAULT_ARCH]
     results = train_all(archs, data, work, refs, tgt, budget, args)
     single = len(archs) == 1 and not results[0].error
     exported = ""

@@ -313,12 +313,13 @@ def train_and_score(result: Result, data: str, work: str, refs: List[str], tgt: 
             if os.path.isfile(path):
                 os.remove(path)
     wanted = settings(result, data, budget, args)
-    try:  # {"settings": ..., "figures": ...} of a finished run; one cut short or edited is scored again
-        with open(os.path.join(result.save_dir, RESULT_NAME), encoding="utf-8") as f:
+    result_path = os.path.join(result.save_dir, RESULT_NAME)
+    try:  # {"settings": ..., "figures": ...} of a finished run, the settings alone of one cut short
+        with open(result_path, encoding="utf-8") as f:
             stored = json.load(f)
     except (OSError, ValueError):
         stored = None
-    if stored is not None and stored.get("settings") == wanted:
+    if stored is not None and stored.get("settings") == wanted and "figures" in stored:
         for key, value in stored["figures"].items():
             setattr(result, key, value)
         result.reused = True
@@ -341,6 +342,8 @@ def train_and_score(result: Result, data: str, work: str, refs: List[str], tgt: 
         log = TrainLog(name, budget, *checkpoint_state(result.save_dir))
         cmd = train_command(bin_dir, result.save_dir, result.model_args, budget, result.seed)
         logger.info("training %s for %s (full log: %s)", result.arch, budget.describe(), train_log)
+        os.makedirs(result.save_dir, exist_ok=True)
+        prep.write_json(result_path, {"settings": wanted})  # the data its checkpoints come from, if it is cut
         run_command(cmd, train_log, log.feed, append=True, threads=args.threads)
     log.finish(*checkpoint_state(result.save_dir))
     result.params, result.updates, result.wps = log.params, log.updates, log.wps
@@ -352,7 +355,7 @@ def train_and_score(result: Result, data: str, work: str, refs: List[str], tgt: 
     hyps = hypotheses(stdout, len(refs))
     result.bleu, result.signature, result.hyps = score(hyps, refs, prep.moses_lang(tgt), args.lowercase)
     figures = {k: v for k, v in asdict(result).items() if k in FIGURES}
-    prep.write_json(os.path.join(result.save_dir, RESULT_NAME), {"settings": wanted, "figures": figures}, indent=1)
+    prep.write_json(result_path, {"settings": wanted, "figures": figures}, indent=1)
     return result
 
 

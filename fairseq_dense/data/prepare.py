@@ -70,9 +70,13 @@ def write_json(path: str, obj, indent: int = 2) -> None:
 
 
 @contextlib.contextmanager
-def building(dest: str) -> Iterator[str]:
+def building(dest: str, mark: Optional[str] = None) -> Iterator[str]:
     """A fresh folder ``DEST.tmp`` to fill, renamed over ``dest`` when the block succeeds and removed when it fails
-    (the folder form of :func:`~fairseq_dense.checkpoints.replacing`)."""
+    (the folder form of :func:`~fairseq_dense.checkpoints.replacing`). ``mark``: the file that a ``dest`` built
+    here holds; a file or a non-empty folder without it (``--dest .``, the raw folder's parent): :class:`DataError`."""
+    if mark and os.path.exists(dest) and not os.path.isfile(os.path.join(dest, mark)):
+        if not os.path.isdir(dest) or os.listdir(dest):  # an empty folder is there to be filled
+            raise DataError(f"{dest}: not a folder fairseq-dense-prepare wrote (no {mark}): name another, or empty it")
     tmp = dest.rstrip("/") + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
@@ -86,12 +90,14 @@ def building(dest: str) -> Iterator[str]:
 
 
 def read_lines(path: str) -> List[str]:
-    """Read a raw text file, failing clearly on missing files or non-UTF-8 bytes."""
+    """A raw text file's lines, ended by LF, CRLF or CR (as fairseq reads text), not where ``str.splitlines``
+    would split a sentence (U+2028, NEL, a form feed, ...: the pairs would shift), without a leading byte-order
+    mark; fails clearly on missing files or non-UTF-8 bytes."""
     if not os.path.isfile(path):
         raise DataError(f"{path}: file not found")
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().splitlines()
+        with open(path, encoding="utf-8-sig") as f:
+            return [line.rstrip("\n") for line in f]
     except UnicodeDecodeError:
         raise DataError(find_non_utf8(path)) from None
 
@@ -267,6 +273,8 @@ def prepare(
     force: bool = False,
 ) -> str:
     """Run the whole pipeline (or reuse ``dest``, as the module says); returns ``dest``."""
+    if src == tgt:
+        raise DataError(f"source and target language are both {src!r} (--src/--tgt): a pair needs two suffixes")
     meta = {
         "src": src,
         "tgt": tgt,
@@ -292,7 +300,7 @@ def prepare(
     check_parallel(raw_dir, src, tgt)
     files = [(f"{split}.{lang}", lang) for split in SPLITS for lang in (src, tgt)]
     start = time.time()
-    with building(dest) as tmp:
+    with building(dest, "prepare.json") as tmp:
         os.makedirs(os.path.join(tmp, "tok"))
         os.makedirs(os.path.join(tmp, "bpe"))
         for name, lang in files:

@@ -26,7 +26,7 @@ def extract(dest: str, max_lines: Optional[int] = None) -> str:
     want = f"{NAME} max_lines={max_lines}\n"
     if os.path.isfile(stamp) and open(stamp, encoding="utf-8").read() == want:
         return dest
-    with building(dest) as tmp:
+    with building(dest, ".extracted") as tmp:
         for split in SPLITS:
             for lang in (SRC, TGT):
                 path = os.path.join(BUNDLED_DIR, f"{split}.{lang}.xz")
