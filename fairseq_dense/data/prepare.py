@@ -152,7 +152,7 @@ def describe_changes(old: Dict, new: Dict) -> List[str]:
 NOT_COMPARED = ("raw_dir",)
 
 
-def _reusable(dest: str, meta: Dict, raw_dir: str) -> Optional[List[str]]:
+def _reusable(dest: str, meta: Dict) -> Optional[List[str]]:
     """None if ``dest`` holds this very preparation, else the reasons to (re)build it."""
     meta_path = os.path.join(dest, "prepare.json")
     if not os.path.isfile(meta_path):
@@ -160,20 +160,9 @@ def _reusable(dest: str, meta: Dict, raw_dir: str) -> Optional[List[str]]:
     with open(meta_path) as f:
         old = {k: v for k, v in json.load(f).items() if k not in NOT_COMPARED}
     new = {k: v for k, v in meta.items() if k not in NOT_COMPARED}
-    if "inputs" in old:
-        return describe_changes(old, new) or None
-    # prepared before fingerprints were recorded: same options, and raw files older than it
-    options = {k: v for k, v in new.items() if k != "inputs"}
-    if options != old:
-        return describe_changes(old, options)
-    mtime = os.path.getmtime(meta_path)
-    newer = [f"{name} modified after the preparation" for name in meta["inputs"]
-             if os.path.getmtime(os.path.join(raw_dir, name)) > mtime]  # fmt: skip
-    if newer:
-        return newer
-    write_json(meta_path, meta)
-    logger.info("recorded the raw files' fingerprint in %s", meta_path)
-    return None
+    if "inputs" not in old:  # an earlier version's preparation: nothing tells whether the raw files changed
+        return ["no fingerprint of the raw files in its prepare.json (an earlier version prepared it)"]
+    return describe_changes(old, new) or None
 
 
 def text_steps(src: str, tgt: str, lowercase: bool) -> Dict:
@@ -289,7 +278,7 @@ def prepare(
         if os.path.isdir(dest):
             logger.info("rebuilding %s (--force)", dest)
     else:
-        changes = _reusable(dest, meta, raw_dir)
+        changes = _reusable(dest, meta)
         if changes is None:
             logger.info("reusing prepared data in %s (same options, same raw files)", dest)
             if not os.path.isfile(os.path.join(dest, "bin", TEXT_RECORD)):  # prepared before the record existed
