@@ -79,8 +79,7 @@ def parse_line(line: str) -> Tuple[Optional[str], Dict, Optional[datetime]]:
 
 
 def param_count(text: str) -> Optional[int]:
-    """The count of fairseq-train's first ``num. shared model params: N`` line in ``text`` (``num. model params``
-    in earlier fairseq versions); None without."""
+    """The count of fairseq-train's first ``num. (shared) model params: N`` line in ``text``; None without."""
     m = _PARAMS.search(text)
     return int(m.group(1).replace(",", "")) if m else None
 

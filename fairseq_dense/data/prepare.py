@@ -326,8 +326,7 @@ def get_parser() -> argparse.ArgumentParser:
     add("--src", help="source language suffix, e.g. deu (default with --corpus: de)")
     add("--tgt", help="target language suffix, e.g. eng (default with --corpus: en)")
     add("--bpe-merges", type=positive(int), help="number of joint BPE merges (default 10000; 4000 with --corpus)")
-    add("--max-lines", type=int, default=0,
-        help="with --corpus: keep the first N pairs of each split (a quick try; 0, the default: all)")
+    add("--max-lines", type=positive(int), help="with --corpus: keep the first N pairs of each split (a quick try)")
     add("--lowercase", action="store_true", help="lower-case after tokenisation")
     add("--workers", type=positive(int), default=2, help="processes for tokenisation and binarisation")
     add("--force", action="store_true",
@@ -343,8 +342,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     configure_logging("%(asctime)s | %(message)s", datefmt="%H:%M:%S", verbose=args.verbose)
     merges = args.bpe_merges or (4000 if args.corpus else 10000)
-    if args.max_lines < 0 or (args.max_lines and not args.corpus):
-        parser.error("--max-lines takes a positive number of pairs, with --corpus only")
+    if args.max_lines and not args.corpus:
+        parser.error("--max-lines takes a number of pairs with --corpus only")
     if args.raw and not (args.src and args.tgt):
         parser.error("--raw needs --src and --tgt (the file suffixes)")
     src, tgt = args.src or "de", args.tgt or "en"
@@ -355,7 +354,7 @@ def main(argv=None) -> int:
         if args.corpus:  # decompressed beside DEST
             from fairseq_dense.data import tatoeba
 
-            raw = tatoeba.extract(os.path.normpath(args.dest) + "-raw", args.max_lines or None)
+            raw = tatoeba.extract(os.path.normpath(args.dest) + "-raw", args.max_lines)
         prepare(raw, args.dest, src, tgt, merges, args.lowercase, args.workers, args.force)
     except DataError as e:
         raise SystemExit(f"error: {e}")

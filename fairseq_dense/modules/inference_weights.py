@@ -70,8 +70,3 @@ class CachedLinearizedConvolution(InferenceWeightCache, LinearizedConvolution):
             return weight.view(self.out_channels, kw * self.in_channels)
 
         return self.cached_weight("linearized", derive)
-
-
-def cached_count(module: nn.Module) -> int:
-    """Number of derived weights currently cached in ``module`` and its submodules."""
-    return sum(len(m._inference_weights()) for m in module.modules() if isinstance(m, InferenceWeightCache))

@@ -241,6 +241,13 @@ def _decode(model, sample):
         return helpers.incremental_decode(model, ni["src_tokens"], ni["src_lengths"], ni["prev_output_tokens"])
 
 
+def cached_count(module) -> int:
+    """Number of derived weights currently cached in ``module`` and its submodules."""
+    from fairseq_dense.modules.inference_weights import InferenceWeightCache
+
+    return sum(len(m._inference_weights()) for m in module.modules() if isinstance(m, InferenceWeightCache))
+
+
 def test_inference_weight_cache_follows_parameter_updates():
     """Decoding reuses the normalised weights, but never stale ones.
 
@@ -248,8 +255,6 @@ def test_inference_weight_cache_follows_parameter_updates():
     ``load_state_dict`` copies under ``no_grad`` (version bump) possibly in eval mode:
     both must reach the next decoding run.
     """
-    from fairseq_dense.modules.inference_weights import cached_count
-
     model, d = build(sumlen=3, encoder_layers=4, decoder_layers=5)
     other, _ = build(sumlen=3, encoder_layers=4, decoder_layers=5)
     with torch.no_grad():
@@ -279,8 +284,6 @@ def test_inference_weight_cache_follows_parameter_updates():
 
 def test_inference_weight_cache_off_with_gradients():
     """Training and any forward with autograd on derive the weights afresh (gradients must flow)."""
-    from fairseq_dense.modules.inference_weights import cached_count
-
     model, d = build(sumlen=3, encoder_layers=4, decoder_layers=5)
     sample = helpers.make_sample(d)
     model.eval()
