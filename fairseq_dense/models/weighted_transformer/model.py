@@ -53,7 +53,7 @@ def validate(args) -> None:
         if getattr(args, f"{side}_ffn_embed_dim") % m:
             raise ValueError(f"--{side}-ffn-embed-dim must be divisible by --{side}-branches ({m})")
     unsupported = ("cross_self_attention", "quant_noise_pq", "scale_attn", "scale_fc", "scale_heads", "scale_resids")
-    for key in (*unsupported, "no_decoder_final_norm"):
+    for key in (*unsupported, "no_decoder_final_norm", "no_cross_attention"):
         if safe_getattr(args, key, None):
             raise ValueError(f"{flag(key)} is not supported by --arch weighted_transformer*")
     if args.decoder_plain_cross_attn and args.decoder_branched_self_attn:
