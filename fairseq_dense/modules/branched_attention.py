@@ -167,11 +167,10 @@ class BranchedAttention(nn.Module):
         mode = self.inference_weights
         if w is None or self.training or mode == "learned":
             return w
-        M = self.num_branches
         if mode == "uniform":
-            return torch.full((M,), 1.0 / M).to(w)
+            return torch.full_like(w, 1.0 / self.num_branches)
         g = torch.Generator().manual_seed(self.random_seed + (name == "alpha"))
-        return uniform_simplex(M, g).to(w)
+        return uniform_simplex(self.num_branches, g).to(w)
 
     def _kv(self, kv_in: Tensor) -> Tuple[Tensor, Tensor]:
         """``(S, B, kdim)`` -> keys and values ``(B, H, S, d_head)``."""

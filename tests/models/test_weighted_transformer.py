@@ -245,6 +245,9 @@ def test_option_errors():
         (["--decoder-branches", "-1"], "--decoder-branches"),
         (["--decoder-ffn-embed-dim", "30"], "--decoder-ffn-embed-dim"),
         (["--cross-self-attention"], "--cross-self-attention"),
+        (["--no-cross-attention"], "--no-cross-attention"),  # was silently ignored
+        # fixed kappa and alpha: no learned weight to replace (it was silently ignored)
+        (["--fixed-kappa", "--fixed-alpha", "--branch-weights-at-inference", "uniform"], "--branch-weights-at"),
     ):
         with pytest.raises(ValueError, match=flag):
             build(*flags)

@@ -149,11 +149,10 @@ class WeightedTransformerDecoder(TransformerDecoderBase):
         self._layers_built += 1
         seed = int(self.args.branch_random_seed) + 1000 * (100 + self._layers_built)
         block = block_kwargs(cfg, self.args, "decoder")
-        branched_self = self.args.decoder_branched_self_attn or self.args.decoder_plain_cross_attn
+        plain_cross = self.args.decoder_plain_cross_attn  # its self-attention is branched
+        branched_self = self.args.decoder_branched_self_attn or plain_cross
         self_block = dict(block, random_seed=seed + 500) if branched_self else None
-        cross_block = None
-        if not self.args.decoder_plain_cross_attn:
-            cross_block = dict(block, kdim=cfg.encoder.embed_dim, random_seed=seed)
+        cross_block = None if plain_cross else dict(block, kdim=cfg.encoder.embed_dim, random_seed=seed)
         layer = WeightedDecoderLayer(
             embed_dim=cfg.decoder.embed_dim,
             num_heads=cfg.decoder.attention_heads,

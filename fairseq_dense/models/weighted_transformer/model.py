@@ -53,7 +53,7 @@ def validate(args) -> None:
         if getattr(args, f"{side}_ffn_embed_dim") % m:
             raise ValueError(f"--{side}-ffn-embed-dim must be divisible by --{side}-branches ({m})")
     unsupported = ("cross_self_attention", "quant_noise_pq", "scale_attn", "scale_fc", "scale_heads", "scale_resids")
-    for key in (*unsupported, "no_decoder_final_norm"):
+    for key in (*unsupported, "no_decoder_final_norm", "no_cross_attention"):
         if safe_getattr(args, key, None):
             raise ValueError(f"{flag(key)} is not supported by --arch weighted_transformer*")
     if args.decoder_plain_cross_attn and args.decoder_branched_self_attn:
@@ -61,8 +61,11 @@ def validate(args) -> None:
             "--decoder-plain-cross-attn already makes the decoder self-attention branched; "
             "drop --decoder-branched-self-attn"
         )
-    if args.no_simplex and not (learns(args, "kappa") or learns(args, "alpha")):
-        logger.warning("--no-simplex has no effect with fixed kappa and alpha (add --learned-branch-weights)")
+    if not (learns(args, "kappa") or learns(args, "alpha")):
+        if str(args.branch_weights_at_inference) != "learned":
+            raise ValueError("--branch-weights-at-inference needs learned kappa or alpha: this model fixes both to 1")
+        if args.no_simplex:
+            logger.warning("--no-simplex has no effect with fixed kappa and alpha (add --learned-branch-weights)")
 
 
 @register_model("weighted_transformer")
@@ -194,11 +197,8 @@ class WeightedTransformerModel(ExplainsCheckpointMismatch, TransformerModel):
         cached = getattr(self, "_logging_stats", None)
         if cached is not None:
             return cached
-        weights = self.branch_weights()
-        if not weights:
-            return {}
         stats = {}  # tensors, not read here: fairseq's logging reads them
-        for name, w in weights.items():
+        for name, w in self.branch_weights().items():
             p = w.float().clamp_min(0)
             stats[f"{name}_ent"] = torch.special.entr(p / p.sum().clamp_min(1e-12)).sum()
             stats[f"{name}_max"] = w.float().max()
