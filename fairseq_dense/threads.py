@@ -30,7 +30,7 @@ def choose_threads(
     environ: Optional[Mapping[str, str]] = None, cpus: Optional[int] = None, load: Optional[float] = None
 ) -> Tuple[int, str]:
     """``(n, reason)``, e.g. ``(1, "2 CPUs, load average 5.9")``: ``OMP_NUM_THREADS`` when it is a
-    positive whole number (else named in the reason and ignored), otherwise the usable CPUs minus
+    whole number from 1 to 2**31-1 (else named in the reason and ignored), otherwise the usable CPUs minus
     the busy ones (the rounded load average), at least 1. The arguments default to this process's."""
     environ = os.environ if environ is None else environ
     if cpus is None:  # the CPUs this process may run on
@@ -42,9 +42,9 @@ def choose_threads(
     given = environ.get(THREADS_ENV, "").strip()
     ignored = ""
     if given:
-        if given.isdigit() and int(given) > 0:
+        if given.isascii() and given.isdigit() and 0 < int(given) < 2**31:  # digits as torch reads them, a C int
             return int(given), f"{THREADS_ENV}={given}"
-        ignored = f"; {THREADS_ENV}={given!r} ignored: not a positive whole number"
+        ignored = f"; {THREADS_ENV}={given!r} ignored: not a whole number from 1 to 2**31-1"
     if load is None:
         return cpus, f"{cpus} CPUs{ignored}"
     n = max(1, min(cpus, cpus - int(load + 0.5)))

@@ -317,3 +317,18 @@ def test_truncated_checkpoint_last_under_fairseqs_task_names_the_restore_file(co
     msg = _message_of(lambda: rh.train_inprocess(args))
     assert msg.startswith(f"cannot read checkpoint {save / 'checkpoint_last.pt'}: the file is truncated"), msg
     assert msg.endswith(f"the newest checkpoint that loads is {intact} (1 updates): rerun with --restore-file {intact}")
+
+
+def test_checkpoint_the_safe_loader_refuses_is_not_called_truncated(tmp_path):
+    """A whole checkpoint holding a global torch's safe loader refuses (a numpy scalar, as older fairseq runs saved)
+    is not "truncated": no advice to replace it with an older one; torch's own error (the global it refuses) stays."""
+    import numpy as np
+    import torch
+    from fairseq import checkpoint_utils
+
+    path = tmp_path / "checkpoint_last.pt"
+    torch.save({"model": {"w": torch.zeros(2)}, "extra_state": {"best": np.float64(3.5)}}, path)
+    with pytest.raises(Exception) as info:
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert "Weights only load failed" in str(info.value)
+    assert fairseq_tools.clear_error_message(info.value) is None

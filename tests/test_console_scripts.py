@@ -126,8 +126,9 @@ def test_thread_count_leaves_busy_cores_out_and_obeys_omp_num_threads(monkeypatc
     assert choose_threads({}, cpus=2, load=5.9) == (1, "2 CPUs, load average 5.9")  # busy: never 0, never 2
     assert choose_threads({}, cpus=16, load=3.6)[0] == 12
     assert choose_threads({"OMP_NUM_THREADS": "3"}, cpus=2, load=9.0) == (3, "OMP_NUM_THREADS=3")
-    n, reason = choose_threads({"OMP_NUM_THREADS": "many"}, cpus=4, load=1.0)
-    assert n == 3 and "OMP_NUM_THREADS='many' ignored" in reason
+    for bad in ("many", "0", "2.5", "\u00b2", "\u0663", str(2**31)):  # "²", "٣" pass str.isdigit; torch takes a C int
+        n, reason = choose_threads({"OMP_NUM_THREADS": bad}, cpus=4, load=1.0)
+        assert n == 3 and f"OMP_NUM_THREADS={bad!r} ignored" in reason
     monkeypatch.setattr(threads, "load_average", lambda: None)  # a system without one (Windows)
     assert choose_threads({}, cpus=4) == (4, "4 CPUs")
     saved = torch.get_num_threads()

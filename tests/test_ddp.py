@@ -109,6 +109,10 @@ def test_launcher_torchrun_command(monkeypatch, capsys):
     assert a[:3] == ["--nproc_per_node", "2", "--standalone"]
     assert a[a.index("-m") + 1 : a.index("--")] == ["fairseq_dense.cli.train_ddp", "--worker"]
     assert a[a.index("--") + 1 :] == ["bin", "--cpu", "--lr", "0.1"]
+    for bad in ("0", "many"):  # ignored, as the other commands ignore it, not passed on (torch: every core per rank)
+        monkeypatch.setenv("OMP_NUM_THREADS", bad)
+        train_ddp.main(["--nproc", "2", "bin", "--cpu"])
+        assert os.environ["OMP_NUM_THREADS"].isdigit() and int(os.environ["OMP_NUM_THREADS"]) >= 1, bad
 
     multi = train_ddp.torchrun_args(
         train_ddp.build_parser().parse_args(

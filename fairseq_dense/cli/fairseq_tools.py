@@ -121,8 +121,8 @@ def clear_error_message(exc: BaseException, argv=None) -> Optional[str]:
     msg = str(first)
     if special := _fairseq_start_error(first):
         return special
-    corrupt = _checkpoint_name(first)  # fairseq's load of a file that does not load
-    if corrupt and os.path.isfile(corrupt) and read_info(corrupt) is None:
+    corrupt = _checkpoint_name(first)  # a file that does not load (not one whole but refused by torch's safe loader)
+    if corrupt and os.path.isfile(corrupt) and read_info(corrupt) is None and "Weights only load failed" not in msg:
         from fairseq_dense.resume import unreadable_message
 
         return unreadable_message(corrupt)

@@ -170,9 +170,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
     configure_logging()
     targs = torchrun_args(opts, train_args)
-    if not os.environ.get(THREADS_ENV):  # torchrun would set 1 per rank; share out the idle CPUs
+    n, reason = choose_threads()
+    if not reason.startswith(f"{THREADS_ENV}="):  # unset (torchrun: 1 per rank) or invalid: share out the idle CPUs
         nproc = int(targs[targs.index("--nproc_per_node") + 1])
-        n, reason = choose_threads()
         os.environ[THREADS_ENV] = str(max(1, n // nproc))
         logger.info("%s CPU thread(s) per rank (%s, %d ranks on this node)", os.environ[THREADS_ENV], reason, nproc)
     logger.info("torchrun %s", " ".join(targs))
