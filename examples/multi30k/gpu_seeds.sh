@@ -70,19 +70,21 @@ alive() {  # PIDFILE: whether the process it names runs
     [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
 }
 
-pack() {
-    local work=${MULTI30K_WORK:-multi30k-work} raw=${MULTI30K_RAW:-../shared/data/multi30k}
+pack() (  # a subshell: the first failing step ends it, DATA left as it was, nothing half-copied left
+    set -e
+    work=${MULTI30K_WORK:-multi30k-work} raw=${MULTI30K_RAW:-../shared/data/multi30k} tmp=$DATA.tmp
     if [ ! -d "$work/data/bin" ]; then
-        "${PACK_PYTHON:-.venv/bin/python}" "$HERE/run.py" prepare || exit 1
+        "${PACK_PYTHON:-.venv/bin/python}" "$HERE/run.py" prepare
     fi
-    rm -rf "$DATA"
-    mkdir -p "$DATA/data/tok" "$DATA/raw"
-    cp -r "$work/data/bin" "$DATA/data/bin"
-    cp "$work/data/bpecodes" "$DATA/data/"
-    cp "$work/data/tok/valid.de" "$work/data/tok/test.de" "$DATA/data/tok/"
-    cp "$raw/valid.de" "$raw/test_2016_flickr.de" "$DATA/raw/"
+    rm -rf "$tmp" && trap 'rm -rf "$tmp"' EXIT
+    mkdir -p "$tmp/data/tok" "$tmp/raw"
+    cp -r "$work/data/bin" "$tmp/data/bin"
+    cp "$work/data/bpecodes" "$tmp/data/"
+    cp "$work/data/tok/valid.de" "$work/data/tok/test.de" "$tmp/data/tok/"
+    cp "$raw/valid.de" "$raw/test_2016_flickr.de" "$tmp/raw/"
+    rm -rf "$DATA" && mv "$tmp" "$DATA"
     du -sh "$DATA" "$(dirname "$DATA")"
-}
+)
 
 unpack() {  # the runs' logs, eval.json and hypotheses from a collect's logs.tgz into the committed logs
     tar -xzf "$1/logs.tgz" -C "$HERE/logs" && tar -tzf "$1/logs.tgz" | grep -c "eval.json$" | sed 's/$/ runs scored/'
