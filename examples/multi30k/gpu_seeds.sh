@@ -118,19 +118,20 @@ setup() {  # the code, the corpus and MPS, once per machine
 }
 
 launch_run() {  # PAIR SIDE SEED: start the run unless it is running
-    local pair=$1 side=$2 seed=$3 name key body="" cmd
+    local pair=$1 side=$2 seed=$3 name key body="" cmd runs chosen
     name=$(name_of "$side" "$seed")
     key="$pair.$name"
+    runs=$(printf %q "$BASE/runs")  # the paths in the run's command line quoted for bash (BASE may hold spaces)
     if alive "$BASE/runs/$key.pid"; then
         log "launch: $pair/$name is running (pid $(cat "$BASE/runs/$key.pid"))"
         return
     fi
-    cmd="$PYTHON $BASE/repo/$HERE/run.py side $pair $side --seed $seed --threads 1"
+    cmd="$(printf '%q %q' "$PYTHON" "$BASE/repo/$HERE/run.py") side $pair $side --seed $seed --threads 1"
     if [ "$seed" = 1 ]; then
         cmd+=" --parallel-sweep"
     elif runs | grep -qx "$pair $side 1"; then  # seed 1 sweeps in this launch: wait for its choice
-        local chosen="$BASE/work/$pair/$side/chosen_lr"
-        body+="until [ -s $chosen ]; do kill -0 \$(cat $BASE/runs/$pair.$side.pid) 2>/dev/null || [ -s $chosen ] "
+        chosen=$(printf %q "$BASE/work/$pair/$side/chosen_lr")
+        body+="until [ -s $chosen ]; do kill -0 \$(cat $runs/$pair.$side.pid) 2>/dev/null || [ -s $chosen ] "
         body+="|| { echo 'seed 1 ended without choosing a rate'; exit 3; }; sleep 5; done; "
     fi
     if [ "$TRAIN_S" -gt 0 ]; then  # the same moment for every run, also for one that waited
@@ -138,7 +139,7 @@ launch_run() {  # PAIR SIDE SEED: start the run unless it is running
         cmd+=" --train-hours \$(awk -v s=\$left 'BEGIN {printf \"%.4f\", (s < 60 ? 60 : s) / 3600}')"
     fi
     rm -f "$BASE/runs/$key.rc"
-    setsid nohup bash -c "$body$cmd; echo \$? >$BASE/runs/$key.rc" >>"$BASE/runs/$key.out" 2>&1 </dev/null &
+    setsid nohup bash -c "$body$cmd; echo \$? >$runs/$key.rc" >>"$BASE/runs/$key.out" 2>&1 </dev/null &
     echo $! >"$BASE/runs/$key.pid"
     log "launch: $pair/$name started (pid $!)"
 }
