@@ -7,6 +7,7 @@ every hypothesis to one length, so that undertrained models' short or runaway ou
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -44,8 +45,9 @@ def common_args(data_bin: str, save_dir: str, a) -> List[str]:
 
 
 def start_training(train_args: List[str], run_dir: str, threads: int):
-    """Start ``fairseq-train <train_args>`` in a child; returns ``(process, log file)``."""
-    os.makedirs(run_dir, exist_ok=True)
+    """Start ``fairseq-train <train_args>`` in a child in ``run_dir``, emptied first; returns (process, log file)."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    os.makedirs(run_dir)
     with open(os.path.join(run_dir, "command.json"), "w") as f:
         json.dump(["fairseq-train", *train_args], f, indent=1)
     from fairseq_dense.cli.quickstart_steps import command_env
@@ -57,8 +59,7 @@ def start_training(train_args: List[str], run_dir: str, threads: int):
 
 
 def finish_training(proc, log, run_dir: str, timeout_s: float) -> Dict:
-    """A child of :func:`start_training`'s log path, wait time and peak memory (RuntimeError: its log's tail)."""
-    t0 = time.time()
+    """A child of :func:`start_training`'s log path and peak memory (RuntimeError: its log's tail)."""
     try:
         proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -73,7 +74,6 @@ def finish_training(proc, log, run_dir: str, timeout_s: float) -> Dict:
         child = json.load(f)
     return {
         "log": log.name,
-        "wait_s": time.time() - t0,
         "peak_rss_mib": child["vm_hwm_kib"] / 1024 if child.get("vm_hwm_kib") else None,
         "peak_rss_source": "VmHWM",
         "cuda_max_allocated_mib": child.get("cuda_max_allocated_bytes", 0) / 2**20 or None,

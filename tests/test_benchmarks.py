@@ -125,6 +125,16 @@ def test_child_peak_memory_excludes_the_parents(tmp_path):
     assert maxrss_kib > 600 * 1024  # what ru_maxrss would have reported instead
 
 
+def test_each_benchmark_run_trains_afresh(tmp_path):
+    """A rerun (same --out) trains anew: fairseq-train would go on from the earlier run's checkpoint_last.pt."""
+    run_dir = tmp_path / "runs" / "x.ours"
+    run_dir.mkdir(parents=True)
+    (run_dir / "checkpoint_last.pt").write_text("an earlier run's")
+    with mock.patch.object(measure.subprocess, "Popen") as popen:
+        measure.start_training(["data-bin", "--arch", "lstm"], str(run_dir), 1)[1].close()
+    assert popen.call_count == 1 and sorted(os.listdir(run_dir)) == ["command.json", "train.log"]
+
+
 def _parsed(args):
     from fairseq import options
 

@@ -328,6 +328,10 @@ def test_gpu_seeds_packs_what_the_gpu_machine_needs_and_unpacks_what_comes_back(
         "data/bin/dict.en.txt", "data/bin/train.en-de.en.bin", "data/bpecodes", "data/tok/test.de",
         "data/tok/valid.de", "raw/test_2016_flickr.de", "raw/valid.de",
     ]  # fmt: skip
+    (raw / "valid.de").unlink()  # a missing reference ends the pack, the earlier pack left as it was
+    assert subprocess.run(["bash", script, "pack"], env=env, cwd=tmp_path, capture_output=True).returncode != 0
+    assert sorted(str(p.relative_to(data)) for p in data.rglob("*") if p.is_file()) == packed
+    assert sorted(os.listdir(tmp_path)) == ["pack", "raw", "work"]  # no half-copied pack
 
     back = tmp_path / "back"
     (back / "toy" / "model.seed2").mkdir(parents=True)

@@ -70,19 +70,21 @@ alive() {  # PIDFILE: whether the process it names runs
     [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
 }
 
-pack() {
-    local work=${MULTI30K_WORK:-multi30k-work} raw=${MULTI30K_RAW:-../shared/data/multi30k}
+pack() (  # a subshell: the first failing step ends it, DATA left as it was, nothing half-copied left
+    set -e
+    work=${MULTI30K_WORK:-multi30k-work} raw=${MULTI30K_RAW:-../shared/data/multi30k} tmp=$DATA.tmp
     if [ ! -d "$work/data/bin" ]; then
-        "${PACK_PYTHON:-.venv/bin/python}" "$HERE/run.py" prepare || exit 1
+        "${PACK_PYTHON:-.venv/bin/python}" "$HERE/run.py" prepare
     fi
-    rm -rf "$DATA"
-    mkdir -p "$DATA/data/tok" "$DATA/raw"
-    cp -r "$work/data/bin" "$DATA/data/bin"
-    cp "$work/data/bpecodes" "$DATA/data/"
-    cp "$work/data/tok/valid.de" "$work/data/tok/test.de" "$DATA/data/tok/"
-    cp "$raw/valid.de" "$raw/test_2016_flickr.de" "$DATA/raw/"
+    rm -rf "$tmp" && trap 'rm -rf "$tmp"' EXIT
+    mkdir -p "$tmp/data/tok" "$tmp/raw"
+    cp -r "$work/data/bin" "$tmp/data/bin"
+    cp "$work/data/bpecodes" "$tmp/data/"
+    cp "$work/data/tok/valid.de" "$work/data/tok/test.de" "$tmp/data/tok/"
+    cp "$raw/valid.de" "$raw/test_2016_flickr.de" "$tmp/raw/"
+    rm -rf "$DATA" && mv "$tmp" "$DATA"
     du -sh "$DATA" "$(dirname "$DATA")"
-}
+)
 
 unpack() {  # the runs' logs, eval.json and hypotheses from a collect's logs.tgz into the committed logs
     tar -xzf "$1/logs.tgz" -C "$HERE/logs" && tar -tzf "$1/logs.tgz" | grep -c "eval.json$" | sed 's/$/ runs scored/'
@@ -116,19 +118,20 @@ setup() {  # the code, the corpus and MPS, once per machine
 }
 
 launch_run() {  # PAIR SIDE SEED: start the run unless it is running
-    local pair=$1 side=$2 seed=$3 name key body="" cmd
+    local pair=$1 side=$2 seed=$3 name key body="" cmd runs chosen
     name=$(name_of "$side" "$seed")
     key="$pair.$name"
+    runs=$(printf %q "$BASE/runs")  # the paths in the run's command line quoted for bash (BASE may hold spaces)
     if alive "$BASE/runs/$key.pid"; then
         log "launch: $pair/$name is running (pid $(cat "$BASE/runs/$key.pid"))"
         return
     fi
-    cmd="$PYTHON $BASE/repo/$HERE/run.py side $pair $side --seed $seed --threads 1"
+    cmd="$(printf '%q %q' "$PYTHON" "$BASE/repo/$HERE/run.py") side $pair $side --seed $seed --threads 1"
     if [ "$seed" = 1 ]; then
         cmd+=" --parallel-sweep"
     elif runs | grep -qx "$pair $side 1"; then  # seed 1 sweeps in this launch: wait for its choice
-        local chosen="$BASE/work/$pair/$side/chosen_lr"
-        body+="until [ -s $chosen ]; do kill -0 \$(cat $BASE/runs/$pair.$side.pid) 2>/dev/null || [ -s $chosen ] "
+        chosen=$(printf %q "$BASE/work/$pair/$side/chosen_lr")
+        body+="until [ -s $chosen ]; do kill -0 \$(cat $runs/$pair.$side.pid) 2>/dev/null || [ -s $chosen ] "
         body+="|| { echo 'seed 1 ended without choosing a rate'; exit 3; }; sleep 5; done; "
     fi
     if [ "$TRAIN_S" -gt 0 ]; then  # the same moment for every run, also for one that waited
@@ -136,7 +139,7 @@ launch_run() {  # PAIR SIDE SEED: start the run unless it is running
         cmd+=" --train-hours \$(awk -v s=\$left 'BEGIN {printf \"%.4f\", (s < 60 ? 60 : s) / 3600}')"
     fi
     rm -f "$BASE/runs/$key.rc"
-    setsid nohup bash -c "$body$cmd; echo \$? >$BASE/runs/$key.rc" >>"$BASE/runs/$key.out" 2>&1 </dev/null &
+    setsid nohup bash -c "$body$cmd; echo \$? >$runs/$key.rc" >>"$BASE/runs/$key.out" 2>&1 </dev/null &
     echo $! >"$BASE/runs/$key.pid"
     log "launch: $pair/$name started (pid $!)"
 }

@@ -4,7 +4,8 @@
 # learned weights of the full model at generation time.
 #
 #   DATA=data-bin/wmt14_en_de examples/weighted_transformer/ablations.sh
-#   DATA=data/tatoeba-deu-eng/bin TRAIN=examples/weighted_transformer/tatoeba-cpu.sh ...  # see README
+#   CPU-sized, one Table 3 row a run (its own OUT; see README):
+#   OUT=checkpoints/wt-kappa-only ARCHS=weighted_transformer examples/weighted_transformer/tatoeba-cpu.sh --fixed-alpha
 set -euo pipefail
 DATA=${DATA:?set DATA to a binarised joined-dictionary corpus}
 HERE=$(cd "$(dirname "$0")" && pwd)
