@@ -63,10 +63,10 @@ def read_state(path: str, mmap: bool = False) -> dict:
         with safe_loading():
             state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap and zipfile.is_zipfile(path))
     except Exception as e:  # a cut copy, a file of something else, a pickle that is not only weights
-        first = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
-        raise CheckpointError(
-            f"{path}: cannot be read safely as a fairseq checkpoint ({type(e).__name__}: {first})"
-        ) from None
+        text = re.sub(r"\x1b\[[\d;]*m", "", str(e))  # torch's refusal: bold codes, its cause on a later line
+        cause = re.search(r"WeightsUnpickler error: (.+?)(?:\. |$)", text, re.M) or re.search(r"(\S.*|$)", text)
+        why = f"{type(e).__name__}: {cause[1][:160]}"
+        raise CheckpointError(f"{path}: cannot be read safely as a fairseq checkpoint ({why})") from None
     if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
         raise CheckpointError(f"{path}: not a fairseq checkpoint (no 'model' state dict)")
     return state

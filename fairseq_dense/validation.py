@@ -59,11 +59,11 @@ def explain_state_dict_mismatch(model, state_dict: Dict, model_cfg=None) -> Opti
         hint = getattr(model, "state_dict_mismatch_hint", None)
         if hint is not None and (reason := hint(missing, unexpected)):
             return reason
-        shared = len(set(own) & set(state_dict))
+        named = {"missing": missing, "unexpected": unexpected}  # an example of each kind there is
+        counts = "; ".join(f"{len(ks)} {kind}" + (f", e.g. {ks[0]!r}" if ks else "") for kind, ks in named.items())
         return (
-            f"the checkpoint's parameters do not match {arch} ({len(missing)} missing, e.g. "
-            f"{(missing or ['-'])[0]!r}; {len(unexpected)} unexpected, e.g. {(unexpected or ['-'])[0]!r}; "
-            f"{shared} shared): it was trained with another --arch or model options"
+            f"the checkpoint's parameters do not match {arch} ({counts}; {len(set(own) & set(state_dict))} shared): "
+            "it was trained with another --arch or model options"
         )
     shape_diffs = [
         (k, tuple(state_dict[k].shape), tuple(v.shape))

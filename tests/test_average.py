@@ -66,6 +66,7 @@ def bad(tmp_path):
     torch.save({"model": {"w": torch.ones(2)}}, save / "checkpoint_1_1.pt")
     torch.save({"model": {"v": torch.ones(2)}}, save / "checkpoint_1_2.pt")
     (save / "checkpoint_1_3.pt").write_bytes(b"cut")
+    torch.save({"model": {}, "x": torch.ones(1).numpy()[0]}, save / "np.pt")  # a numpy scalar: a refused global
     return save
 
 
@@ -81,6 +82,7 @@ def bad(tmp_path):
             r"checkpoint_1_1\.pt holds other parameters than .*checkpoint_1_2\.pt",
         ),
         (["{save}/checkpoint_1_3.pt"], r"checkpoint_1_3\.pt: cannot be read safely as a fairseq checkpoint"),
+        (["{save}/np.pt"], r"np\.pt: [^\x1b]* \(UnpicklingError: Unsupported global: GLOBAL numpy\.[^\x1b]*\)$"),
         (["{save}/missing.pt"], r"missing\.pt: no such checkpoint file"),
         (["{save}"], r"give one folder with --num-update-checkpoints"),
         (["{save}", "--num-epoch-checkpoints", "0"], r"--num-epoch-checkpoints: must be a positive number, not 0"),

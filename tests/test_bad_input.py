@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from fairseq_dense import validation
 from fairseq_dense.checkpoints import safe_loading
@@ -68,6 +69,20 @@ def test_checkpoint_of_another_architecture(arch, corpora):
     foreign, _ = _build(corpora["small"], other)
     with pytest.raises(validation.CheckpointMismatchError, match=rf"do not match {arch} .*another --arch"):
         model.load_state_dict(foreign.state_dict(), strict=True, model_cfg=model_cfg)
+
+
+@pytest.mark.parametrize(
+    "change, counts",
+    [
+        (lambda sd: sd.update(extra=torch.zeros(1)), "(0 missing; 1 unexpected, e.g. 'extra'; 2 shared)"),
+        (lambda sd: sd.pop("bias"), "(1 missing, e.g. 'bias'; 0 unexpected; 1 shared)"),
+    ],
+)
+def test_parameter_mismatch_gives_examples_only_of_what_is_there(change, counts):
+    model = torch.nn.Linear(2, 2)
+    state = model.state_dict()
+    change(state)
+    assert f"do not match Linear {counts}: it was trained" in validation.explain_state_dict_mismatch(model, state)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -10,6 +10,8 @@ tell fairseq's Moses tokenizer the same, or apostrophes become ``&apos;`` and hy
 import json
 import os
 
+import pytest
+
 from fairseq_dense import hub
 from fairseq_dense.cli import export as export_cli
 
@@ -42,8 +44,15 @@ def test_moses_options_are_recorded_and_applied(gru, tmp_path):
     assert "&apos;" in default and "@-@" in default and "&quot;" in default
 
 
-def test_moses_options_without_moses_are_refused(gru, tmp_path, capsys):
-    assert export(gru, tmp_path / "out", "--tokenizer", "none", "--moses-no-dash-splits") == 1
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--moses-no-dash-splits"], "--moses-no-dash-splits"),
+        (["--moses-source-lang", "de", "--moses-target-lang", "en"], "--moses-source-lang, --moses-target-lang"),
+    ],
+)
+def test_moses_options_without_moses_are_refused(gru, tmp_path, capsys, flags, named):
+    assert export(gru, tmp_path / "out", "--tokenizer", "none", *flags) == 1
     err = capsys.readouterr().err
-    assert "--moses-no-dash-splits: Moses options need --tokenizer moses" in err
+    assert f"{named}: Moses options need --tokenizer moses" in err and len(err.strip().splitlines()) == 1
     assert os.listdir(tmp_path) == []  # nothing half-written

@@ -210,9 +210,10 @@ def export_checkpoint(
     if tokenizer not in (None, "moses"):
         raise PretrainedModelError(f"--tokenizer {tokenizer}: only 'moses' or 'none' are supported")
     record = read_record(data_dir)  # what fairseq-dense-prepare did to the text
+    langs = (("moses_source_lang", moses_source_lang), ("moses_target_lang", moses_target_lang))
     given = (moses_no_dash_splits, moses_no_escape, moses_normalize_punctuation, moses_lowercase)
-    if tokenizer is None and any(given):
-        set_flags = ", ".join("--" + k.replace("_", "-") for k, v in zip(schema.MOSES_OPTIONS, given) if v)
+    set_flags = ", ".join("--" + k.replace("_", "-") for k, v in (*langs, *zip(schema.MOSES_OPTIONS, given)) if v)
+    if tokenizer is None and set_flags:
         raise PretrainedModelError(f"{set_flags}: Moses options need --tokenizer moses, not none")
     moses = {
         "_name": "moses",
