@@ -344,6 +344,12 @@ def test_gpu_seeds_packs_what_the_gpu_machine_needs_and_unpacks_what_comes_back(
     )
     assert out.returncode == 0 and out.stdout.strip() == "1 runs scored"
     assert (tmp_path / "examples" / "multi30k" / "logs" / "toy" / "model.seed2" / "eval.json").is_file()
+    (back / "toy" / "model.seed2" / "eval.json").rename(back / "toy" / "model.seed2" / "train.log")  # none scored yet
+    subprocess.run(["tar", "-czf", str(tmp_path / "out" / "logs.tgz"), "-C", str(back), "toy"], check=True)
+    out = subprocess.run(
+        ["bash", script, "unpack", str(tmp_path / "out")], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "0 runs scored"
     usage = subprocess.run(["bash", script], capture_output=True, text=True)
     assert usage.returncode == 2 and "gpu_seeds.sh launch" in usage.stdout
 
