@@ -163,7 +163,7 @@ def export_checkpoint(
             raise PretrainedModelError(
                 f"--average-last {average_last} needs {average_last} checkpoints: {err}"
             ) from None
-    for folder in (p for p in paths if p.is_dir()):  # read as a file it would be 'no such checkpoint file'
+    if folder := next((p for p in paths if p.is_dir()), None):  # read as a file: 'no such checkpoint file'
         raise PretrainedModelError(f"{folder}: a folder; give checkpoint files, or the folder with --average-last N")
     states = [read_checkpoint(p) for p in paths]
     plain = states[-1]["plain_cfg"]  # the last checkpoint's configuration is the one exported
